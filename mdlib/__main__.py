@@ -1,0 +1,3 @@
+from mdlib.cli import main
+
+raise SystemExit(main())
