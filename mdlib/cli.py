@@ -1,0 +1,64 @@
+"""Command line: ``python -m mdlib run|book|bench``.
+
+    python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3
+    python -m mdlib book --profile default
+    python -m mdlib bench optimizer|svm|synthetic [--seeds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _parse_value(text: str):
+    """Papermill-style parameter value: YAML scalar/list (``3`` -> int, ``[1, 2]`` -> list)."""
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m mdlib", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="execute one notebook with papermill at a profile")
+    run.add_argument("notebook", help="notebook name, e.g. 01_fixed_decoder_paths (with or without .py)")
+    run.add_argument("--profile", default="default", help="smoke | default | paper (params/<profile>.yaml)")
+    run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                     help="override one parameter (value parsed as YAML); repeatable")
+
+    book = sub.add_parser("book", help="execute every notebook at a profile, then build the HTML book")
+    book.add_argument("--profile", default="default", help="smoke | default | paper")
+    book.add_argument("--skip-execute", action="store_true", help="only rebuild the HTML from executed notebooks")
+
+    bench = sub.add_parser("bench", help="benchmarks (print one JSON line)")
+    bench.add_argument("what", choices=["optimizer", "svm", "synthetic"])
+    bench.add_argument("--seeds", type=int, default=100, help="synthetic: seeds per training p")
+    bench.add_argument("--repeats", type=int, default=None, help="timing repeats (default: per benchmark)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        from mdlib import book
+
+        params = {name: _parse_value(value) for name, value in args.parameter}
+        book.run_notebook(args.notebook, profile=args.profile, overrides=params)
+        return 0
+    if args.command == "book":
+        from mdlib import book
+
+        book.build(profile=args.profile, execute=not args.skip_execute)
+        return 0
+    if args.command == "bench":
+        from mdlib import bench
+
+        result = getattr(bench, args.what)(args)
+        print(json.dumps(result))
+        sys.stdout.flush()
+        return 0
+    raise AssertionError(args.command)
