@@ -192,10 +192,11 @@ class LpMirrorDescent(Optimizer):
         if not bool(finite.all()):
             bad = [name for name, ok in zip(labels, finite.tolist()) if not ok]
             _kernel("primal", self.compile)(params, duals, r)  # the old parameters, bit for bit
-            for i, original in originals.items():
-                params[i].copy_(original)
             for w in params:
                 self.state[w]["version"] = w._version
+            for i, original in originals.items():
+                params[i].copy_(original)
+                self.state[params[i]]["version"] = -1  # w != sign(u)|u|^r here: verify at the next step
             if any(not bool(torch.isfinite(g).all()) for g in grads):
                 cause = "non-finite gradient"
             else:

@@ -1,0 +1,136 @@
+"""mdlib.mirror against independent numpy float64 references and finite differences."""
+
+import numpy as np
+import pytest
+import torch
+
+from mdlib import mirror
+
+PS = [1.1, 1.5, 1.75, 2.0, 2.5, 3.0]
+
+
+def np_mirror(w, p):
+    return np.sign(w) * np.abs(w) ** (p - 1)
+
+
+def np_potential(w, p):
+    return np.sum(np.abs(w) ** p) / p
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("p", PS + [1.25, 4.0, 11.0])
+def test_maps_match_numpy_and_invert(rng, p):
+    w = rng.standard_normal((7, 5)) * 3
+    w[0, 0] = 0.0
+    m = mirror.mirror_map(torch.from_numpy(w), p)
+    np.testing.assert_allclose(m.numpy(), np_mirror(w, p), rtol=1e-13, atol=0)
+    back = mirror.inverse_mirror_map(m, p).numpy()
+    np.testing.assert_allclose(back, w, rtol=1e-12, atol=0)
+    q = mirror.dual_exponent(p)
+    np.testing.assert_allclose(mirror.inverse_mirror_map(torch.from_numpy(w), p).numpy(), np_mirror(w, q), rtol=1e-12)
+
+
+@pytest.mark.parametrize("p", PS)
+def test_mirror_map_is_gradient_of_potential(p):
+    w = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    mirror.potential(w, p).backward()
+    torch.testing.assert_close(w.grad, mirror.mirror_map(w.detach(), p), rtol=1e-12, atol=1e-14)
+    # and a central finite difference on one coordinate, independent of autograd
+    x = w.detach().numpy().copy()
+    h = 1e-6
+    e = np.zeros_like(x)
+    e[1, 2] = h
+    fd = (np_potential(x + e, p) - np_potential(x - e, p)) / (2 * h)
+    assert fd == pytest.approx(np_mirror(x, p)[1, 2], rel=1e-7, abs=1e-9)
+
+
+@pytest.mark.parametrize("p", PS)
+def test_lp_norm_batched_and_scale_safe(rng, p):
+    w = rng.standard_normal((3, 4, 5))
+    norms = mirror.lp_norm(torch.from_numpy(w), p, batch_dims=1).numpy()
+    ref = [np.sum(np.abs(x) ** p) ** (1 / p) for x in w]
+    np.testing.assert_allclose(norms, ref, rtol=1e-13)
+    big = torch.from_numpy(w * 1e250)
+    np.testing.assert_allclose(mirror.lp_norm(big, p, batch_dims=1).numpy() / 1e250, ref, rtol=1e-12)
+    tiny = torch.from_numpy(w * 1e-300)
+    np.testing.assert_allclose(mirror.lp_norm(tiny, p, batch_dims=1).numpy() / 1e-300, ref, rtol=1e-10)
+    normalized = mirror.lp_normalize(torch.from_numpy(w), p, batch_dims=1)
+    np.testing.assert_allclose(mirror.lp_norm(normalized, p, batch_dims=1).numpy(), 1.0, rtol=1e-13)
+
+
+def test_lp_normalize_zero_raises():
+    with pytest.raises(ValueError, match="all-zero"):
+        mirror.lp_normalize(torch.zeros(2, 3), 2.0, batch_dims=1)
+
+
+@pytest.mark.parametrize("p", PS)
+def test_bregman_matches_definition_and_order(rng, p):
+    a, b = rng.standard_normal((2, 6, 4))
+    ref = np_potential(a, p) - np_potential(b, p) - np.sum(np_mirror(b, p) * (a - b))
+    got = mirror.bregman_divergence(torch.from_numpy(a), torch.from_numpy(b), p).item()
+    assert got == pytest.approx(ref, rel=1e-12)
+    assert got > 0
+    assert mirror.bregman_divergence(torch.from_numpy(a), torch.from_numpy(a), p).item() == pytest.approx(0, abs=1e-14)
+    if p != 2:  # not symmetric: the argument order is part of the definition
+        swapped = mirror.bregman_divergence(torch.from_numpy(b), torch.from_numpy(a), p).item()
+        assert abs(swapped - got) > 1e-6
+
+
+def test_bregman_p2_is_half_squared_distance(rng):
+    a, b = rng.standard_normal((2, 5, 5))
+    got = mirror.bregman_divergence(torch.from_numpy(a), torch.from_numpy(b), 2.0).item()
+    assert got == pytest.approx(0.5 * np.sum((a - b) ** 2), rel=1e-13)
+
+
+@pytest.mark.parametrize("p", [1.75, 3.0])
+def test_directional_bregman(rng, p):
+    ref = torch.from_numpy(rng.standard_normal((4, 4)))
+    path = torch.stack([ref * 3.0, ref * 1e-3, torch.from_numpy(rng.standard_normal((4, 4)))])
+    d = mirror.directional_bregman(ref, path, p, batch_dims=1)
+    assert d.shape == (3,)
+    assert d[0].item() == pytest.approx(0, abs=1e-13) and d[1].item() == pytest.approx(0, abs=1e-13)
+    expected = mirror.bregman_divergence(mirror.lp_normalize(ref, p), mirror.lp_normalize(path[2], p), p)
+    assert d[2].item() == pytest.approx(expected.item(), rel=1e-13)
+    assert d[2].item() > 1e-3
+
+
+@pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
+def test_normalized_step_batched_equals_individual(rng, p):
+    w = torch.from_numpy(rng.standard_normal((5, 3, 3)))
+    g = torch.from_numpy(rng.standard_normal((5, 3, 3))) * torch.logspace(-8, 3, 5, dtype=torch.float64)[:, None, None]
+    batched = mirror.mirror_step(w, g, 0.1, p, normalize=True, eps=0.0, batch_dims=1)
+    for i in range(5):
+        single = mirror.mirror_step(w[i], g[i], 0.1, p, normalize=True, eps=0.0)
+        torch.testing.assert_close(batched[i], single, rtol=1e-14, atol=0)
+        # the step is a unit-size move in the dual norm, whatever the gradient's scale
+        dual_move = mirror.mirror_map(w[i], p) - mirror.mirror_map(single, p)
+        assert mirror.lp_norm(dual_move, mirror.dual_exponent(p)).item() == pytest.approx(0.1, rel=1e-9)
+
+
+@pytest.mark.parametrize("p", PS)
+def test_mirror_step_matches_numpy(rng, p):
+    w, g = rng.standard_normal((2, 4, 4))
+    got = mirror.mirror_step(torch.from_numpy(w), torch.from_numpy(g), 0.05, p).numpy()
+    q = p / (p - 1)
+    ref = np_mirror(np_mirror(w, p) - 0.05 * g, q)
+    np.testing.assert_allclose(got, ref, rtol=1e-12)
+    if p == 2.0:
+        np.testing.assert_allclose(got, w - 0.05 * g, rtol=1e-15)
+
+
+def test_mirror_step_errors():
+    w = torch.full((3,), 1e3, dtype=torch.float32)
+    with pytest.raises(FloatingPointError, match="reduce lr"):
+        mirror.mirror_step(w, -torch.ones(3), 1e4, 1.1)
+    with pytest.raises(FloatingPointError, match="gradient is not finite"):
+        mirror.mirror_step(w, torch.tensor([1.0, float("nan"), 0.0]), 0.1, 1.75)
+    for bad_p in [1.0, 0.5, float("inf"), float("nan")]:
+        with pytest.raises(ValueError, match="exponent"):
+            mirror.mirror_map(w, bad_p)
+    for bad_lr in [0.0, -1.0, float("nan")]:
+        with pytest.raises(ValueError, match="step size"):
+            mirror.mirror_step(w, w, bad_lr, 2.0)

@@ -1,0 +1,217 @@
+"""The LpMirrorDescent contract: SGD at p = 2, the functional reference elsewhere, errors, no drift."""
+
+import copy
+
+import pytest
+import torch
+
+from mdlib import mirror
+from mdlib.optim import LpMirrorDescent
+
+
+def make_model(dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1)).to(dtype)
+
+
+def loss_of(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    dtype = next(model.parameters()).dtype
+    x = torch.randn(16, 6, generator=g).to(dtype)
+    y = torch.randn(16, 1, generator=g).to(dtype)
+    return ((model(x) - y) ** 2).mean()
+
+
+def train(model, opt, steps, start=0):
+    for k in range(start, start + steps):
+        opt.zero_grad()
+        loss_of(model, k).backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("foreach", [None, True])
+def test_p2_is_sgd_bit_for_bit(dtype, foreach):
+    a, b = make_model(dtype), make_model(dtype)
+    train(a, LpMirrorDescent(a.parameters(), lr=0.05), 25)
+    train(b, torch.optim.SGD(b.parameters(), lr=0.05, foreach=foreach), 25)
+    for x, y in zip(a.parameters(), b.parameters()):
+        assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_matches_functional_mirror_step(p, normalize):
+    model = make_model(torch.float64)
+    reference = [w.detach().clone() for w in model.parameters()]
+    opt = LpMirrorDescent(model.parameters(), lr=0.01, p=p, normalize=normalize)
+    for k in range(10):
+        opt.zero_grad()
+        loss_of(model, k).backward()
+        grads = [w.grad.clone() for w in model.parameters()]
+        opt.step()
+        # the functional reference, evaluated at the optimizer's parameters before the step
+        reference = [mirror.mirror_step(r, g, 0.01, p, normalize=normalize) for r, g in zip(reference, grads)]
+        for w, r in zip(model.parameters(), reference):
+            torch.testing.assert_close(w.detach(), r, rtol=1e-12, atol=1e-15)
+        reference = [w.detach().clone() for w in model.parameters()]
+
+
+def test_param_groups_have_their_own_lr_and_p():
+    model = make_model(torch.float64)
+    first, second = model[0], model[2]
+    opt = LpMirrorDescent([{"params": first.parameters(), "p": 1.5, "lr": 0.02},
+                           {"params": second.parameters()}], lr=0.1, p=3.0)
+    before = {n: w.detach().clone() for n, w in model.named_parameters()}
+    loss_of(model, 0).backward()
+    grads = {n: w.grad.clone() for n, w in model.named_parameters()}
+    opt.step()
+    for name, w in model.named_parameters():
+        p, lr = (1.5, 0.02) if name.startswith("0.") else (3.0, 0.1)
+        torch.testing.assert_close(w.detach(), mirror.mirror_step(before[name], grads[name], lr, p), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
+def test_state_dict_round_trip_resumes_exactly(p):
+    straight = make_model()
+    opt = LpMirrorDescent(straight.parameters(), lr=0.01, p=p)
+    train(straight, opt, 12)
+
+    first = make_model()
+    opt1 = LpMirrorDescent(first.parameters(), lr=0.01, p=p)
+    train(first, opt1, 5)
+    saved_model, saved_opt = copy.deepcopy(first.state_dict()), copy.deepcopy(opt1.state_dict())
+    resumed = make_model(seed=99)  # different weights, overwritten by the checkpoint
+    resumed.load_state_dict(saved_model)
+    opt2 = LpMirrorDescent(resumed.parameters(), lr=0.01, p=p)
+    opt2.load_state_dict(saved_opt)
+    train(resumed, opt2, 7, start=5)
+    for x, y in zip(straight.parameters(), resumed.parameters()):
+        assert torch.equal(x, y)
+
+
+def test_scheduler_drives_lr():
+    model = make_model(torch.float64)
+    opt = LpMirrorDescent(model.parameters(), lr=0.1, p=1.75)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    train(model, opt, 1)
+    sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
+    before = [w.detach().clone() for w in model.parameters()]
+    opt.zero_grad()
+    loss_of(model, 1).backward()
+    grads = [w.grad.clone() for w in model.parameters()]
+    opt.step()
+    for w, b, g in zip(model.parameters(), before, grads):
+        torch.testing.assert_close(w.detach(), mirror.mirror_step(b, g, 0.05, 1.75), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("kwargs", [dict(lr=0.0), dict(lr=-1.0), dict(lr=float("nan")), dict(lr=0.1, p=1.0),
+                                    dict(lr=0.1, p=0.5), dict(lr=0.1, p=float("inf")), dict(lr=0.1, p=float("nan")),
+                                    dict(lr=0.1, eps=-1.0)])
+def test_bad_hyperparameters_raise(kwargs):
+    with pytest.raises(ValueError):
+        LpMirrorDescent(make_model().parameters(), **kwargs)
+
+
+def test_bad_group_hyperparameters_raise():
+    model = make_model()
+    opt = LpMirrorDescent(model[0].parameters(), lr=0.1, p=1.5)
+    with pytest.raises(ValueError, match="exponent"):
+        opt.add_param_group({"params": model[2].parameters(), "p": 0.9})
+
+
+@pytest.mark.parametrize("p", [2.0, 1.75])
+@pytest.mark.parametrize("warm", [False, True])
+def test_non_finite_gradient_names_parameter_and_changes_nothing(p, warm):
+    model = make_model()
+    opt = LpMirrorDescent(model.named_parameters(), lr=0.01, p=p)
+    if warm:
+        train(model, opt, 3)
+    before = [w.detach().clone() for w in model.parameters()]
+    loss_of(model, 7).backward()
+    model[2].weight.grad[0, 1] = float("inf")
+    with pytest.raises(FloatingPointError, match=r"non-finite gradient in 2\.weight.*reduce lr"):
+        opt.step()
+    for w, b in zip(model.parameters(), before):
+        assert torch.equal(w, b)
+    # the optimizer still works afterwards, from the untouched parameters
+    opt.zero_grad()
+    loss_of(model, 8).backward()
+    opt.step()
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_overflow_raises_and_changes_nothing(warm):
+    w = torch.nn.Parameter(torch.linspace(1.0, 50.0, 10))
+    opt = LpMirrorDescent([w], lr=1e-3, p=1.1)
+    if warm:
+        for _ in range(3):
+            w.grad = torch.ones_like(w) * 1e-3
+            opt.step()
+    before = w.detach().clone()
+    w.grad = -torch.ones_like(w)
+    opt.param_groups[0]["lr"] = 1e6  # u -> u + 1e6, then |u|^10 ~ 1e60 overflows float32
+    with pytest.raises(FloatingPointError, match="overflowed.*reduce lr"):
+        opt.step()
+    assert torch.equal(w, before)
+
+
+def test_sparse_gradient_is_refused():
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    opt = LpMirrorDescent(emb.parameters(), lr=0.1, p=1.5)
+    emb(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(RuntimeError, match="sparse"):
+        opt.step()
+
+
+@pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
+def test_no_drift_over_1000_zero_gradient_steps(p):
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(5000))
+    start = w.detach().clone()
+    opt = LpMirrorDescent([w], lr=0.1, p=p)
+    for _ in range(1000):
+        w.grad = torch.zeros_like(w)
+        opt.step()
+    assert ((w.detach() - start).norm() / start.norm()).item() < 1e-6
+
+
+def test_outside_modification_is_picked_up():
+    w = torch.nn.Parameter(torch.randn(20, dtype=torch.float64))
+    opt = LpMirrorDescent([w], lr=0.1, p=1.5)
+    w.grad = torch.randn_like(w)
+    opt.step()
+    with torch.no_grad():
+        w.mul_(0.5)  # e.g. a user's re-scaling or a checkpoint load
+    edited = w.detach().clone()
+    w.grad = torch.randn_like(w)
+    opt.step()
+    torch.testing.assert_close(w.detach(), mirror.mirror_step(edited, w.grad, 0.1, 1.5), rtol=1e-12, atol=0)
+
+
+def test_low_precision_parameters_keep_a_float32_dual():
+    w = torch.nn.Parameter(torch.randn(100).to(torch.bfloat16))
+    opt = LpMirrorDescent([w], lr=1e-3, p=1.75)
+    for _ in range(50):
+        w.grad = torch.full_like(w, 1e-2)
+        opt.step()
+    assert opt.state[w]["dual"].dtype == torch.float32
+    assert w.dtype == torch.bfloat16
+
+
+@pytest.mark.slow
+def test_compiled_path_matches_eager_and_restores_exactly():
+    eager, fused = make_model(), make_model()
+    train(eager, LpMirrorDescent(eager.parameters(), lr=0.01, p=1.75), 5)
+    opt = LpMirrorDescent(fused.parameters(), lr=0.01, p=1.75, compile=True)
+    train(fused, opt, 5)
+    for x, y in zip(eager.parameters(), fused.parameters()):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
+    before = [w.detach().clone() for w in fused.parameters()]
+    loss_of(fused, 9).backward()
+    fused[0].weight.grad[0, 0] = float("nan")
+    with pytest.raises(FloatingPointError, match=r"params'\]\[0\]"):
+        opt.step()
+    for w, b in zip(fused.parameters(), before):
+        assert torch.equal(w, b)
