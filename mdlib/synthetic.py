@@ -1,0 +1,230 @@
+r"""Batched l_p mirror descent on the single-head model: the engine of experiments E1-E3.
+
+All trials of a setting train as one tensor program (leading batch dimension B), each with its own
+normalized step. The gradient of L(W, v) = mean_i l(y_i f_i), l(s) = log(1 + e^-s), is
+
+    dL/dW = sum_{i,t} c_it x_it z_i^T,   c_it = (1/n) l'(y_i f_i) y_i sigma_it (g_it - f_i)
+    dL/dv = sum_{i,t} e_it x_it,         e_it = (1/n) l'(y_i f_i) y_i sigma_it
+
+with sigma_i = softmax(X_i W z_i), g_it = v^T x_it and f_i = sum_t sigma_it g_it. Once the softmax
+saturates, these coefficients fall below 1e-300 and a float64 gradient underflows to rounding noise
+(the authors' runs stall there, the step g / (||g||_q + eps) shrinking to nothing). We therefore
+compute log|c_it| exactly in log space (log-softmax; g_it - f_i = sum_u sigma_iu (g_it - g_iu)
+summed with the largest weight factored out) and form the gradient as exp(max log|c|) * D with
+D = sum sign(c) exp(log|c| - max log|c|) x z^T. The normalized step uses D / ||D||_q, which equals
+grad / ||grad||_q exactly (no eps) at any saturation; the plain step uses exp(max log|c|) * D.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+from tqdm.auto import tqdm
+
+from mdlib import mirror
+from mdlib.models import SyntheticData, attention_logits, gaussian_instances, logistic_loss
+
+__all__ = ["scaled_gradients", "record_steps", "Path", "train", "selected_tokens", "svm_divergences"]
+
+
+def _signed_log_sum(log_weights: Tensor, values: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    """(log|S|, sign S) for S = sum exp(log_weights) * values along ``dim``, without underflow:
+    the largest weight among terms with a non-zero value is factored out."""
+    masked = torch.where(values != 0, log_weights, torch.full_like(log_weights, -torch.inf))
+    top = masked.amax(dim=dim, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    total = (torch.exp(masked - top) * values).sum(dim=dim)
+    return torch.log(total.abs()) + top.squeeze(dim), torch.sign(total)
+
+
+def _factor_out(log_abs: Tensor, sign: Tensor, sum_dims: int) -> tuple[Tensor, Tensor]:
+    """Split coefficients sign * exp(log_abs) into exp(scale) * rel with max |rel| = 1 per trial
+    (the trailing ``sum_dims`` dimensions). A trial whose coefficients are all zero gets scale -inf
+    and rel = 0."""
+    dims = tuple(range(log_abs.dim() - sum_dims, log_abs.dim()))
+    scale = log_abs.amax(dim=dims, keepdim=True)
+    safe = torch.where(torch.isfinite(scale), scale, torch.zeros_like(scale))
+    rel = torch.where(torch.isfinite(scale), sign * torch.exp(log_abs - safe), torch.zeros_like(log_abs))
+    return scale.reshape(scale.shape[:-sum_dims]), rel
+
+
+def scaled_gradients(W: Tensor, v: Tensor, data: SyntheticData, with_decoder: bool = False):
+    """Gradients of the mean logistic loss as (log_scale, direction) pairs, grad = exp(log_scale) * D.
+
+    Returns ``(sW, DW)`` (shapes (B,), (B, d, d)) and, with ``with_decoder``, also ``(sv, Dv)``.
+    ``D`` has its largest coefficient scaled to 1, so it never underflows; a trial with an exactly
+    zero gradient has log_scale = -inf and D = 0.
+    """
+    X, z, y = data.X, data.z, data.y
+    n = X.shape[-3]
+    log_attention = torch.log_softmax(attention_logits(W, X, z), dim=-1)  # (B, n, T)
+    scores = torch.einsum("bntd,bd->bnt", X, v)  # g_it = v^T x_it
+    f = (log_attention.exp() * scores).sum(-1)  # (B, n)
+    log_loss_slope = -F.softplus(y * f) - np.log(n)  # log|l'(y f)| / n, l'(s) = -sigmoid(-s)
+    sign_example = -torch.sign(y)
+
+    # g_it - f_i = sum_u sigma_iu (g_it - g_iu)
+    differences = scores[..., :, None] - scores[..., None, :]  # (B, n, T, T)
+    log_gap, sign_gap = _signed_log_sum(log_attention[..., None, :].expand_as(differences), differences, dim=-1)
+    log_c = log_loss_slope[..., None] + log_attention + log_gap
+    sW, rel = _factor_out(log_c, sign_example[..., None] * sign_gap, sum_dims=2)
+    DW = torch.einsum("bnt,bntd,bne->bde", rel, X, z)
+    if not with_decoder:
+        return sW, DW
+    sv, rel_v = _factor_out(log_loss_slope[..., None] + log_attention,
+                            sign_example[..., None].expand_as(log_attention), sum_dims=2)
+    Dv = torch.einsum("bnt,bntd->bd", rel_v, X)
+    return (sW, DW), (sv, Dv)
+
+
+def _step_direction(scale: Tensor, D: Tensor, p: float, normalize: bool) -> Tensor:
+    """The move in the dual space per unit step size: D / ||D||_q (normalized) or exp(scale) D."""
+    if normalize:
+        norm = mirror.lp_norm(D, mirror.dual_exponent(p), batch_dims=1)
+        norm = torch.where(norm > 0, norm, torch.ones_like(norm))  # zero gradient: no move
+        return D / norm.reshape(-1, *([1] * (D.dim() - 1)))
+    return torch.exp(scale).reshape(-1, *([1] * (D.dim() - 1))) * D
+
+
+def record_steps(steps: int, points: int = 250) -> np.ndarray:
+    """Steps at which to record the iterate: 0, a geometric grid (for log axes) and a linear grid."""
+    grid = np.concatenate([[0], np.geomspace(1, steps, points // 2), np.linspace(0, steps, points // 2)])
+    return np.unique(np.round(grid).astype(int))
+
+
+@dataclass
+class Path:
+    """A recorded training path. Arrays have the recorded steps first: W (R, B, d, d), v (R, B, d),
+    loss (R, B), selected_probability (R, B, n): the softmax weight of each example's currently
+    most-attended token."""
+
+    p: float
+    steps: np.ndarray
+    W: Tensor
+    v: Tensor
+    loss: Tensor
+    selected_probability: Tensor
+    final_W: Tensor
+    final_v: Tensor
+    info: dict = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """These tensors are tiny: one thread avoids OpenMP hand-offs, which cost more than the work
+    (and spin when another process holds the second core)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def train(data: SyntheticData, p: float, steps: int, lr: float, W0: Tensor, *, train_decoder: bool = False,
+          v0: Tensor | None = None, normalize: bool = True, points: int = 250, progress: bool = False) -> Path:
+    """Mirror descent (potential ||.||_p^p / p) on W, and on v too when ``train_decoder``, for every
+    trial at once. Each trial takes the step W <- m^-1(m(W) - lr * dir), dir = grad / ||grad||_q
+    (``normalize``) or grad, with grad computed exactly in log space (module docstring)."""
+    p = mirror.check_p(p)
+    if steps < 1 or lr <= 0:
+        raise ValueError(f"need steps >= 1 and lr > 0, got steps={steps}, lr={lr}")
+    with _one_thread():
+        return _train(data, p, steps, lr, W0, train_decoder, v0, normalize, points, progress)
+
+
+def _train(data, p, steps, lr, W0, train_decoder, v0, normalize, points, progress) -> Path:
+    W = W0.clone()
+    v = (v0 if v0 is not None else data.v).clone()
+    uW, uv = mirror.mirror_map(W, p), mirror.mirror_map(v, p)
+    at = record_steps(steps, points)
+    keep = set(at.tolist())
+    rec: dict[str, list[Tensor]] = {"W": [], "v": [], "loss": [], "sel": []}
+
+    def record():
+        rec["W"].append(W.clone())
+        rec["v"].append(v.clone())
+        rec["loss"].append(logistic_loss(W, v, data.X, data.y, data.z))
+        rec["sel"].append(torch.softmax(attention_logits(W, data.X, data.z), dim=-1).amax(dim=-1))
+
+    for k in tqdm(range(steps + 1), disable=not progress, desc=f"p={p:g}", leave=False):
+        if k in keep:
+            record()
+        if k == steps:
+            break
+        grads = scaled_gradients(W, v, data, with_decoder=train_decoder)
+        (sW, DW), decoder = (grads if train_decoder else (grads, None))
+        uW = uW - lr * _step_direction(sW, DW, p, normalize)
+        if decoder is not None:
+            uv = uv - lr * _step_direction(*decoder, p, normalize)
+            v = mirror.inverse_mirror_map(uv, p)
+        W = mirror.inverse_mirror_map(uW, p)
+        if not bool(torch.isfinite(W).all()):
+            raise FloatingPointError(f"W overflowed at step {k} (p={p}, lr={lr}): reduce lr")
+    return Path(p=p, steps=at, W=torch.stack(rec["W"]), v=torch.stack(rec["v"]), loss=torch.stack(rec["loss"]),
+                selected_probability=torch.stack(rec["sel"]), final_W=W, final_v=v)
+
+
+def selected_tokens(W: Tensor, data: SyntheticData) -> Tensor:
+    """alpha_i = argmax_t softmax(X_i W z_i)_t, shape (B, n): the token each example selects."""
+    return attention_logits(W, data.X, data.z).argmax(dim=-1)
+
+
+def svm_divergences(path: Path, data: SyntheticData, svm_ps, tol: float = 1e-8) -> dict:
+    """For each SVM exponent p', the l_p' attention SVM W_mm for the path's final selected tokens and
+    the directional Bregman divergence D_psi_p(W_mm / ||W_mm||_p, W_k / ||W_k||_p) along the path, in
+    the training exponent's geometry (p = path.p). Returns {p': (divergence (R, B), W_mm (B, d, d))}."""
+    from mdlib import svm  # noqa: E402  (temporary until svm lands)
+    alpha = selected_tokens(path.final_W, data).numpy()
+    X, z = data.X.numpy(), data.z.numpy()
+    out = {}
+    for q in svm_ps:
+        W_mm = torch.from_numpy(svm.attention_svm(X, z, alpha, q, tol=tol)).to(path.W.dtype)
+        out[float(q)] = (mirror.directional_bregman(W_mm, path.W, path.p, batch_dims=2), W_mm)
+    return out
+
+
+def initial_weights(trials: int, d: int, seed: int, dtype: torch.dtype = torch.float64) -> Tensor:
+    """W(0) ~ N(0, 1) entrywise for each trial, from its own stream (independent of the data)."""
+    g = torch.Generator().manual_seed(10_000_019 + seed)
+    return torch.randn((trials, d, d), generator=g, dtype=dtype)
+
+
+def fixed_decoder_experiment(seeds: int, steps: dict, lr: float = 0.1, n: int = 6, T: int = 8, d: int = 10,
+                             svm_ps=(1.75, 2.0, 3.0), seed: int = 0, points: int = 250,
+                             progress: bool = False) -> dict:
+    """Experiment E1: for each training exponent p (``steps`` maps p -> number of steps), train W
+    with normalized l_p MD from W(0) ~ N(0, 1) on ``seeds`` Gaussian instances (fixed unit decoder v),
+    then measure the directional Bregman divergence (in the training p's geometry) between the path
+    and the l_p' attention SVM of the final selected tokens, for every p' in ``svm_ps``.
+
+    Returns tidy tables: ``curves`` (train_p, svm_p, step, mean, std, q10, q90 over seeds),
+    ``final`` (train_p, svm_p, seed, divergence at the last step), and ``tokens`` (train_p, seed,
+    the fraction of examples whose selected token is the globally optimal one, final loss).
+    """
+    import pandas as pd
+
+    data = gaussian_instances(seeds, n, T, d, seed=seed)
+    W0 = initial_weights(seeds, d, seed)
+    optimal = svm.globally_optimal_tokens(data.X.numpy(), data.y.numpy(), data.v.numpy())
+    curves, final, tokens = [], [], []
+    for p, p_steps in steps.items():
+        path = train(data, float(p), int(p_steps), lr, W0, points=points, progress=progress)
+        chosen = selected_tokens(path.final_W, data).numpy()
+        tokens.append(pd.DataFrame({"train_p": float(p), "seed": seed + np.arange(seeds),
+                                    "optimal_fraction": (chosen == optimal).mean(axis=1),
+                                    "final_loss": path.loss[-1].numpy()}))
+        for q, (div, _) in svm_divergences(path, data, svm_ps).items():
+            div = div.numpy()
+            curves.append(pd.DataFrame({"train_p": float(p), "svm_p": q, "step": path.steps,
+                                        "mean": div.mean(axis=1), "std": div.std(axis=1),
+                                        "q10": np.quantile(div, 0.1, axis=1), "q90": np.quantile(div, 0.9, axis=1)}))
+            final.append(pd.DataFrame({"train_p": float(p), "svm_p": q, "seed": seed + np.arange(seeds),
+                                       "divergence": div[-1]}))
+    return {"curves": pd.concat(curves, ignore_index=True), "final": pd.concat(final, ignore_index=True),
+            "tokens": pd.concat(tokens, ignore_index=True)}
