@@ -26,8 +26,8 @@ from torch import Tensor
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from mdlib import mirror
-from mdlib.models import SyntheticData, attention_logits, gaussian_instances, logistic_loss
+from mdlib import mirror, svm
+from mdlib.models import SyntheticData, attention_logits, gaussian_instances, joint_training_data, logistic_loss
 
 __all__ = ["scaled_gradients", "record_steps", "Path", "train", "selected_tokens", "svm_divergences"]
 
@@ -179,7 +179,6 @@ def svm_divergences(path: Path, data: SyntheticData, svm_ps, tol: float = 1e-8) 
     """For each SVM exponent p', the l_p' attention SVM W_mm for the path's final selected tokens and
     the directional Bregman divergence D_psi_p(W_mm / ||W_mm||_p, W_k / ||W_k||_p) along the path, in
     the training exponent's geometry (p = path.p). Returns {p': (divergence (R, B), W_mm (B, d, d))}."""
-    from mdlib import svm  # noqa: E402  (temporary until svm lands)
     alpha = selected_tokens(path.final_W, data).numpy()
     X, z = data.X.numpy(), data.z.numpy()
     out = {}
@@ -228,3 +227,90 @@ def fixed_decoder_experiment(seeds: int, steps: dict, lr: float = 0.1, n: int = 
                                        "divergence": div[-1]}))
     return {"curves": pd.concat(curves, ignore_index=True), "final": pd.concat(final, ignore_index=True),
             "tokens": pd.concat(tokens, ignore_index=True)}
+
+
+def _entries(matrix_path: Tensor, reference: Tensor, p: float, step: np.ndarray, kind: str) -> "pd.DataFrame":
+    """Tidy table of every entry of an l_p-normalized path (R, *shape) next to the normalized
+    reference (*shape): columns step, entry (e.g. 'W[0,1]'), value, svm."""
+    import pandas as pd
+
+    R = matrix_path.shape[0]
+    path = mirror.lp_normalize(matrix_path.reshape(R, -1), p, batch_dims=1).numpy()
+    ref = mirror.lp_normalize(reference.reshape(-1), p).numpy()
+    shape = reference.shape
+    names = [f"{kind}[{','.join(map(str, np.unravel_index(j, shape)))}]" for j in range(ref.size)]
+    return pd.concat([pd.DataFrame({"step": step, "entry": name, "value": path[:, j], "svm": ref[j]})
+                      for j, name in enumerate(names)], ignore_index=True)
+
+
+def single_instance_experiment(ps, normalized_steps: int = 2000, plain_steps: int = 100_000, lr: float = 0.1,
+                               plain_lr: float = 0.5, n: int = 2, T: int = 3, d: int = 3, seed: int = 0,
+                               points: int = 300, progress: bool = False) -> dict:
+    """Experiment E2 on one Gaussian instance (fixed decoder), W(0) = 0, for each exponent p:
+    the paper's normalized MD (``normalized_steps`` at ``lr``) and plain MD with a constant small
+    step (``plain_steps`` at ``plain_lr``, the setting of Theorems 8 and 11).
+
+    Returns ``paths`` (p, method, step, entry, value, svm: every entry of W(k)/||W(k)||_p with the
+    l_p SVM's), ``curves`` (p, method, step, norm ||W(k)||_p, selected softmax probability (min over
+    examples), own-SVM directional divergence, loss) and ``svm`` (p, the selected tokens, whether they
+    are globally optimal)."""
+    import pandas as pd
+
+    data = gaussian_instances(1, n, T, d, seed=seed)
+    zero = torch.zeros(1, d, d, dtype=data.X.dtype)
+    optimal = svm.globally_optimal_tokens(data.X.numpy(), data.y.numpy(), data.v.numpy())[0]
+    paths, curves, solutions = [], [], []
+    for p in ps:
+        for method, k, eta, normalize in (("normalized", normalized_steps, lr, True),
+                                          ("plain", plain_steps, plain_lr, False)):
+            path = train(data, float(p), int(k), eta, zero, normalize=normalize, points=points, progress=progress)
+            (div, W_mm), = svm_divergences(path, data, [p]).values()
+            alpha = selected_tokens(path.final_W, data)[0].numpy()
+            paths.append(_entries(path.W[:, 0], W_mm[0], float(p), path.steps, "W").assign(p=float(p), method=method))
+            curves.append(pd.DataFrame({
+                "p": float(p), "method": method, "step": path.steps,
+                "norm": mirror.lp_norm(path.W[:, 0], float(p), batch_dims=1).numpy(),
+                "selected_probability": path.selected_probability[:, 0].amin(dim=-1).numpy(),
+                "divergence": div[:, 0].numpy(), "loss": path.loss[:, 0].numpy()}))
+            solutions.append({"p": float(p), "method": method, "selected": alpha.tolist(),
+                              "globally_optimal": bool((alpha == optimal).all())})
+    return {"paths": pd.concat(paths, ignore_index=True), "curves": pd.concat(curves, ignore_index=True),
+            "svm": pd.DataFrame(solutions).astype({"selected": str})}
+
+
+def joint_training_experiment(steps: dict, lr: float = 0.1, points: int = 300, progress: bool = False) -> dict:
+    """Experiment E3: W and v trained together by normalized l_p MD from W(0) = 0, v(0) = 0 on the
+    fixed two-example instance, for each p in ``steps`` (p -> number of steps). The attention SVM
+    uses the final selected tokens alpha; the decoder SVM is min ||v||_p s.t. y_i x_{i alpha_i}^T v >= 1.
+
+    Returns ``probabilities`` (p, step, example, attention on the finally selected token, classifier
+    probability sigmoid(y_i f_i)), ``W`` and ``v`` (every normalized entry with the SVM's) and
+    ``summary`` (p, selected tokens, final directional divergences of W and v to their SVMs)."""
+    import pandas as pd
+
+    data = joint_training_data()
+    X, y, z = data.X.numpy(), data.y.numpy(), data.z.numpy()
+    probabilities, W_rows, v_rows, summary = [], [], [], []
+    for p, k in steps.items():
+        p = float(p)
+        path = train(data, p, int(k), lr, torch.zeros(1, 2, 2, dtype=data.X.dtype), train_decoder=True,
+                     v0=torch.zeros(1, 2, dtype=data.X.dtype), points=points, progress=progress)
+        alpha = selected_tokens(path.final_W, data)
+        W_mm = torch.from_numpy(svm.attention_svm(X, z, alpha.numpy(), p))[0]
+        v_mm = torch.from_numpy(svm.decoder_svm(X, y, alpha.numpy(), p))[0]
+        attention = torch.softmax(attention_logits(path.W[:, 0][:, None], data.X, data.z), dim=-1)[:, 0]  # (R, n, T)
+        chosen = attention.gather(-1, alpha[0][None, :, None].expand(len(path.steps), -1, 1))[..., 0]
+        f = torch.einsum("rnt,ntd,rd->rn", attention, data.X[0], path.v[:, 0])
+        classifier = torch.sigmoid(data.y[0] * f)
+        for i in range(chosen.shape[1]):
+            probabilities.append(pd.DataFrame({"p": p, "step": path.steps, "example": i + 1,
+                                               "attention_selected": chosen[:, i].numpy(),
+                                               "classifier": classifier[:, i].numpy()}))
+        W_rows.append(_entries(path.W[:, 0], W_mm, p, path.steps, "W").assign(p=p))
+        v_rows.append(_entries(path.v[:, 0], v_mm, p, path.steps, "v").assign(p=p))
+        summary.append({"p": p, "steps": int(k), "selected": str((alpha[0] + 1).tolist()),
+                        "W_divergence": mirror.directional_bregman(W_mm, path.final_W[0], p).item(),
+                        "v_divergence": mirror.directional_bregman(v_mm, path.final_v[0], p).item(),
+                        "final_loss": path.loss[-1, 0].item()})
+    return {"probabilities": pd.concat(probabilities, ignore_index=True), "W": pd.concat(W_rows, ignore_index=True),
+            "v": pd.concat(v_rows, ignore_index=True), "summary": pd.DataFrame(summary)}
