@@ -13,10 +13,18 @@ import sys
 
 
 def _parse_value(text: str):
-    """Papermill-style parameter value: YAML scalar/list (``3`` -> int, ``[1, 2]`` -> list)."""
+    """Papermill-style parameter value: YAML scalar/list (``3`` -> int, ``[1, 2]`` -> list,
+    ``1e-3`` -> float, which plain YAML would leave a string)."""
     import yaml
 
-    return yaml.safe_load(text)
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        for convert in (int, float):
+            try:
+                return convert(value)
+            except ValueError:
+                pass
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,16 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "run":
+    if args.command in ("run", "book"):
         from mdlib import book
 
-        params = {name: _parse_value(value) for name, value in args.parameter}
-        book.run_notebook(args.notebook, profile=args.profile, overrides=params)
-        return 0
-    if args.command == "book":
-        from mdlib import book
-
-        book.build(profile=args.profile, execute=not args.skip_execute)
+        try:
+            if args.command == "run":
+                params = {name: _parse_value(value) for name, value in args.parameter}
+                book.run_notebook(args.notebook, profile=args.profile, overrides=params)
+            else:
+                book.build(profile=args.profile, execute=not args.skip_execute)
+        except (ValueError, TypeError, book.NotebookError, book.BookError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         return 0
     if args.command == "bench":
         from mdlib import bench

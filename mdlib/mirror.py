@@ -111,12 +111,15 @@ def _expand(batch_values: Tensor, like: Tensor) -> Tensor:
     return batch_values.reshape(batch_values.shape + (1,) * (like.dim() - batch_values.dim()))
 
 
-def lp_normalize(w: Tensor, p: float, batch_dims: int = 0) -> Tensor:
-    """w / ||w||_p per problem. A zero problem raises (it has no direction)."""
+def lp_normalize(w: Tensor, p: float, batch_dims: int = 0, *, zero: str = "raise") -> Tensor:
+    """w / ||w||_p per problem. An all-zero problem has no direction: it raises, or with
+    ``zero="nan"`` comes back as NaN (e.g. a path that starts at W(0) = 0)."""
+    if zero not in ("raise", "nan"):
+        raise ValueError(f"zero must be 'raise' or 'nan', got {zero!r}")
     norm = lp_norm(w, p, batch_dims)
-    if bool((norm == 0).any()):
+    if zero == "raise" and bool((norm == 0).any()):
         raise ValueError("cannot l_p-normalize an all-zero tensor: it has no direction")
-    return w / _expand(norm, w)
+    return w / _expand(torch.where(norm == 0, torch.full_like(norm, torch.nan), norm), w)
 
 
 def potential(w: Tensor, p: float, batch_dims: int = 0) -> Tensor:
@@ -144,10 +147,11 @@ def directional_bregman(reference: Tensor, w: Tensor, p: float, batch_dims: int 
     direction of ``reference`` (the SVM solution) in the l_p geometry. Zero iff the directions agree.
 
     ``reference`` may have fewer batch dimensions than ``w`` (one SVM solution against a whole
-    recorded path ``w`` of shape (steps, *batch, ...)); it is broadcast.
+    recorded path ``w`` of shape (steps, *batch, ...)); it is broadcast. An all-zero ``w`` (no
+    direction yet, as at W(0) = 0) gives NaN.
     """
     ref = lp_normalize(reference, p, reference.dim() - (w.dim() - batch_dims))
-    return bregman_divergence(ref.expand_as(w), lp_normalize(w, p, batch_dims), p, batch_dims)
+    return bregman_divergence(ref.expand_as(w), lp_normalize(w, p, batch_dims, zero="nan"), p, batch_dims)
 
 
 def normalized_gradient(g: Tensor, p: float, eps: float = 1e-12, batch_dims: int = 0) -> Tensor:

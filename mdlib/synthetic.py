@@ -152,7 +152,7 @@ def _train(data, p, steps, lr, W0, train_decoder, v0, normalize, points, progres
         rec["loss"].append(logistic_loss(W, v, data.X, data.y, data.z))
         rec["sel"].append(torch.softmax(attention_logits(W, data.X, data.z), dim=-1).amax(dim=-1))
 
-    for k in tqdm(range(steps + 1), disable=not progress, desc=f"p={p:g}", leave=False):
+    for k in tqdm(range(steps + 1), disable=None if progress else True, desc=f"p={p:g}", leave=False):
         if k in keep:
             record()
         if k == steps:
@@ -235,7 +235,7 @@ def _entries(matrix_path: Tensor, reference: Tensor, p: float, step: np.ndarray,
     import pandas as pd
 
     R = matrix_path.shape[0]
-    path = mirror.lp_normalize(matrix_path.reshape(R, -1), p, batch_dims=1).numpy()
+    path = mirror.lp_normalize(matrix_path.reshape(R, -1), p, batch_dims=1, zero="nan").numpy()
     ref = mirror.lp_normalize(reference.reshape(-1), p).numpy()
     shape = reference.shape
     names = [f"{kind}[{','.join(map(str, np.unravel_index(j, shape)))}]" for j in range(ref.size)]

@@ -139,7 +139,6 @@ others_on_3 = summary[(summary.train_p == max(ps_order)) & (summary.svm_p != max
 glue("e1-others-on-max", float(others_on_3.min()) if len(others_on_3) else float("nan"), display=False)
 optimal = tokens.groupby("train_p").optimal_fraction.mean()
 glue("e1-optimal-tokens", 100 * float(optimal.mean()), display=False)
-wide
 
 # %% [markdown]
 # ```{glue:figure} table-e1-final

@@ -108,7 +108,6 @@ for _, row in summary.iterrows():
     glue(f"e3-W-{row.p:g}", row.W_divergence, display=False)
     glue(f"e3-v-{row.p:g}", row.v_divergence, display=False)
 glue("e3-selected", ", ".join(sorted(set(summary.selected))), display=False)
-table
 
 # %% [markdown]
 # ```{glue:figure} table-e3-final

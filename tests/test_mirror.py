@@ -62,9 +62,14 @@ def test_lp_norm_batched_and_scale_safe(rng, p):
     np.testing.assert_allclose(mirror.lp_norm(normalized, p, batch_dims=1).numpy(), 1.0, rtol=1e-13)
 
 
-def test_lp_normalize_zero_raises():
+def test_lp_normalize_zero_raises_or_gives_nan():
     with pytest.raises(ValueError, match="all-zero"):
         mirror.lp_normalize(torch.zeros(2, 3), 2.0, batch_dims=1)
+    w = torch.tensor([[0.0, 0.0], [3.0, 4.0]])
+    out = mirror.lp_normalize(w, 2.0, batch_dims=1, zero="nan")
+    assert torch.isnan(out[0]).all()
+    torch.testing.assert_close(out[1], torch.tensor([0.6, 0.8]))
+    assert torch.isnan(mirror.directional_bregman(torch.ones(2), w, 1.5, batch_dims=1)[0])
 
 
 @pytest.mark.parametrize("p", PS)

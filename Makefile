@@ -1,0 +1,35 @@
+# make book   -> .venv (if needed), every notebook executed at $(PROFILE), HTML in _build/html
+# make test   -> .venv (if needed), the test suite (unit tests, notebooks and a smoke-profile book build)
+# PROFILE=smoke make book   builds the CI-sized book in about a minute.
+
+PROFILE ?= default
+# Python 3.11 (pyproject: requires-python >=3.11,<3.12); PYTHON=... overrides.
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.mdlib-installed
+PYTEST_ARGS ?= -n 2 --dist loadgroup
+
+.PHONY: book html test clean distclean
+
+book: $(STAMP)
+	$(PY) -m mdlib book --profile $(PROFILE)
+
+# re-render the HTML from the notebooks executed last time
+html: $(STAMP)
+	$(PY) -m mdlib book --skip-execute
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The environment: created once, reinstalled when pyproject.toml changes.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -e '.[test]'
+	touch $@
+
+clean:
+	rm -rf _build notebooks/*.ipynb notebooks/.ipynb_checkpoints book/parameters.md
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

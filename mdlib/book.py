@@ -1,0 +1,498 @@
+"""Execute the notebooks with papermill at a parameter profile and build the Jupyter Book.
+
+Notebook conventions (``notebooks/NN_name.py``, jupytext py:percent):
+
+* exactly one cell tagged ``parameters`` (``# %% tags=["parameters"]``) holding one assignment per
+  line, each with a trailing ``# description`` (it becomes the row of the generated parameters page);
+  it must define ``profile = "default"``: the build injects the profile's name;
+* figures are saved and glued with ``mdlib.plots.save_figure(fig, label, data=df)`` and shown by a
+  markdown cell with ``{glue:figure} label`` (``:name: label`` and a caption make it numbered).
+
+Parameters are merged as: the notebook's own defaults < ``params/<profile>.yaml[<notebook>]`` <
+explicit overrides, plus ``profile=<profile>``; unknown names and values of the wrong type are
+rejected before anything runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import os
+import re
+import subprocess
+import sys
+import time
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from mdlib import paths
+
+CHAPTER_RE = re.compile(r"^[0-9][0-9]_.+\.py$")
+KERNEL = "python3"
+PROFILE_ORDER = ("smoke", "default", "paper")
+
+
+class NotebookError(RuntimeError):
+    """A notebook failed to execute (the message names it and the failing cell)."""
+
+
+class BookError(RuntimeError):
+    """The book could not be built (configuration, table of contents, Sphinx warnings)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# notebooks and profiles
+
+
+def list_notebooks(notebooks_dir: Path | None = None) -> list[str]:
+    """Names (without ``.py``) of every jupytext notebook in ``notebooks/``, sorted."""
+    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    return sorted(path.stem for path in folder.glob("*.py") if not path.name.startswith((".", "_")))
+
+
+def chapters(notebooks_dir: Path | None = None) -> list[str]:
+    """The book's chapters: ``notebooks/[0-9][0-9]_*.py``, in order."""
+    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    return sorted(path.stem for path in folder.glob("*.py") if CHAPTER_RE.match(path.name))
+
+
+def resolve_notebook(name: str | os.PathLike, notebooks_dir: Path | None = None) -> Path:
+    """``notebooks/<name>.py`` for a name given with or without ``.py`` (or ``.ipynb``)."""
+    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    stem = Path(name).name
+    for suffix in (".py", ".ipynb"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+    path = folder / f"{stem}.py"
+    if not path.is_file():
+        available = ", ".join(list_notebooks(folder)) or "(none)"
+        raise ValueError(f"unknown notebook {str(name)!r}; the notebooks in {folder} are: {available}")
+    return path
+
+
+def list_profiles(params_dir: Path | None = None) -> list[str]:
+    folder = Path(params_dir or paths.PARAMS)
+    names = [path.stem for path in folder.glob("*.yaml")]
+    return sorted(names, key=lambda n: (PROFILE_ORDER.index(n) if n in PROFILE_ORDER else len(PROFILE_ORDER), n))
+
+
+def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict[str, Any]]:
+    """``params/<profile>.yaml``: a mapping notebook name -> {parameter: value}."""
+    import yaml
+
+    folder = Path(params_dir or paths.PARAMS)
+    path = folder / f"{profile}.yaml"
+    if not isinstance(profile, str) or not path.is_file():
+        raise ValueError(f"unknown profile {profile!r}; the profiles are "
+                         f"{', '.join(list_profiles(folder)) or '(none)'} (files {folder}/<profile>.yaml)")
+    data = yaml.safe_load(path.read_text("utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of notebook name -> parameters, got {type(data).__name__}")
+    out = {}
+    for notebook, values in data.items():
+        values = values or {}
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: the entry of {notebook!r} must be a mapping parameter -> value")
+        out[str(notebook)] = values
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the parameters cell
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    source: str          # the default as written in the notebook
+    value: Any           # the default as a Python literal (None when not a literal)
+    literal: bool        # whether ``source`` is a literal (so its type can be checked)
+    description: str     # the trailing ``# comment`` on the assignment line
+
+
+def read_notebook(path: Path):
+    import jupytext
+
+    return jupytext.read(Path(path), fmt="py:percent")
+
+
+def parameters_cell(nb, where: str = "notebook"):
+    cells = [cell for cell in nb.cells if "parameters" in cell.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ValueError(f"{where}: expected exactly one cell tagged 'parameters' "
+                         f"(`# %% tags=[\"parameters\"]`), found {len(cells)}")
+    if cells[0].cell_type != "code":
+        raise ValueError(f"{where}: the cell tagged 'parameters' must be a code cell")
+    return cells[0]
+
+
+def parse_parameters(source: str, where: str = "parameters cell") -> dict[str, Parameter]:
+    """The assignments of a parameters cell, in order, with their trailing-comment descriptions."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ValueError(f"{where}: syntax error in the parameters cell: {exc}") from None
+    comments: dict[int, str] = {}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.string.lstrip("#").strip()
+    out: dict[str, Parameter] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, value_node = node.targets[0].id, node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            name, value_node = node.target.id, node.value
+        else:
+            continue
+        text = " ".join((ast.get_source_segment(source, value_node) or "").split())
+        try:
+            value, literal = ast.literal_eval(value_node), True
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            value, literal = None, False
+        description = next((comments[line] for line in range(node.lineno, node.end_lineno + 1)
+                            if line in comments), "")
+        out[name] = Parameter(name, text, value, literal, description)
+    return out
+
+
+def notebook_parameters(path: Path) -> dict[str, Parameter]:
+    path = Path(path)
+    cell = parameters_cell(read_notebook(path), where=str(path))
+    return parse_parameters(cell.source, where=str(path))
+
+
+def _check_value(notebook: str, param: Parameter, value: Any, origin: str) -> Any:
+    """``value`` coerced to the default's type where that is unambiguous, else a clear TypeError."""
+    if isinstance(value, tuple):
+        value = list(value)
+    if not param.literal or param.value is None or value is None:
+        return value
+    default = param.value
+
+    def fail(expected: str):
+        raise TypeError(f"{notebook}: parameter {param.name!r} from {origin} should be {expected} like its "
+                        f"default {param.source}, got {value!r}")
+
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            fail("true/false")
+        return value
+    if isinstance(default, (int, float)):
+        if isinstance(value, str):  # YAML reads 1e-3 as a string
+            try:
+                value = float(value) if any(c in value.lower() for c in ".en") else int(value)
+            except ValueError:
+                fail("a number")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            fail("a number")
+        if isinstance(default, int) and isinstance(value, float):
+            if not value.is_integer():
+                fail("an integer")
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        return value
+    if isinstance(default, str) and not isinstance(value, str):
+        fail("a string")
+    if isinstance(default, (list, tuple)) and not isinstance(value, list):
+        fail("a list")
+    if isinstance(default, dict) and not isinstance(value, dict):
+        fail("a mapping")
+    return value
+
+
+def resolve_parameters(name: str, profile: str = "default", overrides: Mapping[str, Any] | None = None, *,
+                       notebooks_dir: Path | None = None, params_dir: Path | None = None) -> dict[str, Any]:
+    """The parameters papermill injects: ``params/<profile>.yaml[<name>]`` < ``overrides``, plus the
+    profile; validated against the notebook's parameters cell (names and types)."""
+    path = resolve_notebook(name, notebooks_dir)
+    nb_name = path.stem
+    profile_values = load_profile(profile, params_dir).get(nb_name, {})
+    declared = notebook_parameters(path)
+    valid = ", ".join(declared) or "(none)"
+    if "profile" not in declared:
+        raise ValueError(f"{nb_name}: the parameters cell must define `profile = \"default\"` "
+                         "(the build injects the profile's name)")
+    merged: dict[str, Any] = {}
+    for origin, values in ((f"params/{profile}.yaml", profile_values), ("the overrides", overrides or {})):
+        for key, value in values.items():
+            if key not in declared:
+                raise ValueError(f"{nb_name}: unknown parameter {key!r} in {origin}; the parameters cell "
+                                 f"defines: {valid}")
+            if key == "profile":
+                raise ValueError(f"{nb_name}: set the profile with --profile (profile=...), not as a parameter")
+            merged[key] = _check_value(nb_name, declared[key], value, origin)
+    merged["profile"] = profile
+    return merged
+
+
+# ---------------------------------------------------------------------------------------------
+# execution
+
+
+@contextlib.contextmanager
+def _kernel_environment() -> Iterator[None]:
+    """The kernel imports this checkout's mdlib (PYTHONPATH) and sees MDLIB_BUILD_DIR as set here.
+
+    Progress bars (tqdm) are off inside executed notebooks (``TQDM_DISABLE=1`` unless set): their
+    carriage-return output would clutter the book; papermill shows progress per cell instead.
+    """
+    keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS")
+    saved = {key: os.environ.get(key) for key in keys}
+    parts = [str(paths.ROOT)] + [p for p in (saved["PYTHONPATH"] or "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    # tqdm.auto warns at import when ipywidgets is absent; the warning says nothing about the results.
+    filters = [f for f in (saved["PYTHONWARNINGS"] or "").split(",") if f] + ["ignore:IProgress not found"]
+    os.environ["PYTHONWARNINGS"] = ",".join(filters)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, Any] | None = None,
+                 output_dir: Path | None = None, *, notebooks_dir: Path | None = None,
+                 params_dir: Path | None = None, progress: bool = True) -> Path:
+    """Execute ``notebooks/<name>.py`` with papermill at ``profile`` (plus ``overrides``) and write the
+    executed notebook ``<output_dir or notebooks/>/<name>.ipynb``; returns its path.
+
+    The kernel (``python3``) runs in the notebooks folder. A failing cell raises ``NotebookError``
+    naming the notebook and cell; the executed notebook, with the traceback, is still written.
+    """
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    path = resolve_notebook(name, notebooks_dir)
+    nb_name = path.stem
+    parameters = resolve_parameters(nb_name, profile, overrides, notebooks_dir=path.parent, params_dir=params_dir)
+    nb = read_notebook(path)
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
+    # The executed .ipynb is an output, not a jupytext pair of the .py: opening and saving it in
+    # Jupyter must never write over the source.
+    nb.metadata.get("jupytext", {}).pop("formats", None)
+    nb.metadata.setdefault("language_info", {"name": "python"})
+    out_dir = Path(output_dir) if output_dir is not None else path.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / f"{nb_name}.ipynb"
+    shown = ", ".join(f"{k}={v!r}" for k, v in parameters.items())
+    if progress:
+        print(f"executing {nb_name} ({shown})", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    try:
+        with _kernel_environment():
+            papermill.execute_notebook(
+                nb, str(output), parameters=parameters, kernel_name=KERNEL, language="python",
+                cwd=str(path.parent), progress_bar=progress, start_timeout=300, log_output=False,
+            )
+    except PapermillExecutionError as exc:
+        raise NotebookError(
+            f"notebook {nb_name} (profile {profile}) failed in cell [{exc.exec_count}]: {exc.ename}: "
+            f"{exc.evalue}\nThe executed notebook with the full traceback: {output}") from None
+    except Exception as exc:
+        raise NotebookError(f"notebook {nb_name} (profile {profile}) could not be executed: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    if progress:
+        print(f"  {nb_name}: {time.perf_counter() - start:.1f} s -> {output}", file=sys.stderr, flush=True)
+    return output
+
+
+# ---------------------------------------------------------------------------------------------
+# the generated parameters page
+
+
+def _literal(value: Any) -> str:
+    """A value as Python source, strings in double quotes (as the notebooks write them)."""
+    import json
+
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def _md_code(text: str) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return f"`{text}`" if text else ""
+
+
+def _md_text(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _title(nb, fallback: str) -> str:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return fallback
+
+
+def parameters_page(profile: str | None = None, *, notebooks: list[str] | None = None,
+                    notebooks_dir: Path | None = None, params_dir: Path | None = None) -> str:
+    """The markdown of the parameters page: per notebook, a table of every parameter with its default,
+    its value in each profile that sets it (smoke and paper always shown) and its description.
+    Every profile's values are validated against the notebooks (unknown names, wrong types)."""
+    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    names = chapters(folder) if notebooks is None else list(notebooks)
+    profiles = list_profiles(params_dir)
+    loaded = {p: load_profile(p, params_dir) for p in profiles}
+    known = set(list_notebooks(folder))
+    for p, sections in loaded.items():
+        for nb_name in sections:
+            if nb_name not in known:
+                print(f"warning: params/{p}.yaml has a section for {nb_name!r}, which is not a notebook",
+                      file=sys.stderr)
+    lines = [
+        "# Parameters",
+        "",
+        "This page is generated by `python -m mdlib book` from the `parameters` cell of every notebook "
+        "and from `params/<profile>.yaml`; edit those, not this page.",
+    ]
+    if profile:
+        lines += ["", f"The pages of this build were executed with the **{profile}** profile."]
+    lines += [
+        "",
+        "*Default* is the value in the notebook, which is what the `default` profile uses; a profile "
+        "column is empty where that profile keeps the default. Re-execute one notebook with other values "
+        "with, for example, `python -m mdlib run <notebook> --profile paper -p seeds 3` "
+        "(see [how to reproduce](reproduce.md)).",
+    ]
+    for nb_name in names:
+        path = resolve_notebook(nb_name, folder)
+        nb = read_notebook(path)
+        declared = parse_parameters(parameters_cell(nb, str(path)).source, str(path))
+        values = {}
+        for p in profiles:
+            values[p] = resolve_parameters(nb_name, p, None, notebooks_dir=folder, params_dir=params_dir)
+            values[p].pop("profile")
+        shown = [p for p in profiles if p in ("smoke", "paper") or values[p]]
+        lines += ["", f"## {_md_text(_title(nb, nb_name))}", "",
+                  f"Source `notebooks/{nb_name}.py`; {{doc}}`go to the chapter </notebooks/{nb_name}>`.", ""]
+        lines.append("| Parameter | Default | " + " | ".join(shown) + " | Description |")
+        lines.append("|---|---|" + "---|" * len(shown) + "---|")
+        for param in declared.values():
+            cells = [_md_code(param.name), _md_code(param.source)]
+            for p in shown:
+                if param.name == "profile":
+                    cells.append(_md_code(_literal(p)))
+                elif param.name in values[p]:
+                    cells.append(_md_code(_literal(values[p][param.name])))
+                else:
+                    cells.append("")
+            cells.append(_md_text(param.description))
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_parameters_page(target: Path | None = None, profile: str | None = None, **kwargs) -> Path:
+    from mdlib.plots import atomic_write
+
+    target = Path(target or paths.BOOK / "parameters.md")
+    text = parameters_page(profile, **kwargs)
+    return atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the book
+
+
+def toc_files(toc: Path | None = None) -> list[str]:
+    """Every ``file:`` entry of ``_toc.yml`` (the root first), in order."""
+    import yaml
+
+    data = yaml.safe_load(Path(toc or paths.ROOT / "_toc.yml").read_text("utf-8"))
+    found = [data["root"]] if "root" in data else []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                found.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk({k: v for k, v in data.items() if k != "root"})
+    return found
+
+
+def _check_toc(names: list[str]) -> None:
+    in_toc = [f.split("/", 1)[1] for f in toc_files() if f.startswith("notebooks/")]
+    missing = [n for n in names if n not in in_toc]
+    absent = [n for n in in_toc if n not in names]
+    if missing or absent:
+        raise BookError("_toc.yml and notebooks/ disagree: "
+                        + (f"not in _toc.yml: {', '.join(missing)}; " if missing else "")
+                        + (f"listed but no notebooks/<name>.py: {', '.join(absent)}" if absent else ""))
+
+
+def _executed_profile(ipynb: Path) -> str | None:
+    import nbformat
+
+    nb = nbformat.read(ipynb, as_version=4)
+    return nb.metadata.get("papermill", {}).get("parameters", {}).get("profile")
+
+
+def build(profile: str = "default", execute: bool = True) -> Path:
+    """Execute every chapter notebook at ``profile`` (unless ``execute`` is false), generate
+    ``book/parameters.md`` and build the HTML book with ``jupyter-book build -W --keep-going``.
+    Returns the path of ``index.html``."""
+    start = time.perf_counter()
+    load_profile(profile)  # unknown profile -> clear error before anything runs
+    names = chapters()
+    if not names:
+        raise BookError(f"no chapter notebooks ({paths.NOTEBOOKS}/[0-9][0-9]_*.py)")
+    _check_toc(names)
+    for nb_name in names:  # validate parameters and profiles before spending time executing
+        resolve_parameters(nb_name, profile)
+    timings = {}
+    if execute:
+        for i, nb_name in enumerate(names, 1):
+            print(f"[{i}/{len(names)}] ", end="", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            run_notebook(nb_name, profile=profile)
+            timings[nb_name] = time.perf_counter() - t0
+    else:
+        missing = [n for n in names if not (paths.NOTEBOOKS / f"{n}.ipynb").is_file()]
+        if missing:
+            raise BookError(f"not executed yet: {', '.join(missing)}; run `python -m mdlib book` without "
+                            "--skip-execute (or `python -m mdlib run <notebook>`)")
+        used = {_executed_profile(paths.NOTEBOOKS / f"{n}.ipynb") for n in names}
+        profile = used.pop() if len(used) == 1 and None not in used else "mixed (see each chapter)"
+    write_parameters_page(profile=profile)
+    t0 = time.perf_counter()
+    index = build_html()
+    timings["jupyter-book"] = time.perf_counter() - t0
+    summary = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+    print(f"book built in {time.perf_counter() - start:.0f} s ({summary}): {index}", file=sys.stderr, flush=True)
+    return index
+
+
+def build_html() -> Path:
+    """``jupyter-book build`` of the pre-executed notebooks, warnings as errors."""
+    output = paths.jupyter_book_output()
+    cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
+           "build", str(paths.ROOT), "--path-output", str(output), "--builder", "html", "-W", "--keep-going"]
+    print("building the HTML book: jupyter-book build -W --keep-going", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, cwd=paths.ROOT)
+    index = paths.html_dir() / "index.html"
+    if proc.returncode != 0:
+        raise BookError(f"jupyter-book build failed (exit {proc.returncode}); warnings count as errors, "
+                        "see the messages above")
+    if not index.is_file():
+        raise BookError(f"jupyter-book build finished but {index} does not exist")
+    return index

@@ -1,0 +1,267 @@
+"""One look for every figure, and saving figures and tables under stable labels.
+
+In a notebook::
+
+    from mdlib import plots
+    plots.set_theme()
+    fig, ax = plt.subplots()
+    for p in ps:
+        ax.plot(steps, curve[p], color=plots.p_color(p), label=plots.p_label(p))
+    fig.tight_layout()  # (or plt.subplots(layout="constrained")); the theme sets no layout engine
+    plots.save_figure(fig, "fig-e1-divergence", data=tidy_df)
+
+writes ``<build>/figures/fig-e1-divergence.png`` and ``.pdf``, ``<build>/results/fig-e1-divergence.csv``
+(the numbers behind the figure), glues the figure under its label (hidden in the cell output) and
+closes it. A markdown cell then shows it as a numbered figure::
+
+    ```{glue:figure} fig-e1-divergence
+    :name: fig-e1-divergence
+
+    Caption (a caption is what makes the figure numbered).
+    ```
+
+and text refers to it with ``{numref}`fig-e1-divergence```. ``save_table`` does the same for a
+DataFrame (CSV + glued HTML table). Every glued artifact carries ``metadata["mdlib"]`` =
+``{"kind", "label", "files"}`` (files relative to the build directory) in the executed notebook; the
+book test reads it to check that the announced files exist.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from mdlib import paths
+
+DPI = 150
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+# Fixed palette slots (seaborn "colorblind") for the exponents the paper uses, so a given p has the
+# same colour in every figure of the book.
+# (0 blue, 1 orange, 2 green, 3 vermillion, 4 purple, 5 brown, 6 pink, 7 grey, 8 yellow, 9 sky blue;
+# 1.75 and 3 get orange and purple, which stay apart for colour-blind readers and in greyscale.)
+_PALETTE_SLOTS = {1.1: 0, 1.75: 1, 2.0: 2, 3.0: 4, 1.5: 9, 2.5: 5, 1.25: 6, 4.0: 3}
+_NAMED_SLOTS = {"adam": 7, "sgd": 2, "gd": 2}
+_SPARE_SLOTS = (8, 3, 5, 6, 9)
+
+
+def set_theme(context: str = "notebook", **rc: Any) -> None:
+    """The book's single theme: seaborn whitegrid, colorblind palette, readable sizes.
+
+    Extra keyword arguments are matplotlib rc settings, e.g. ``set_theme(**{"figure.figsize": (8, 3)})``.
+    """
+    import seaborn as sns
+
+    base = {
+        "figure.figsize": (6.4, 4.0),
+        "figure.dpi": 100,
+        "savefig.dpi": DPI,
+        "axes.titlesize": "large",
+        "axes.labelsize": "medium",
+        "legend.frameon": True,
+        "legend.framealpha": 0.9,
+        "lines.linewidth": 1.8,
+        "pdf.fonttype": 42,  # embed TrueType: text stays text in the PDFs
+        "svg.fonttype": "none",
+    }
+    base.update(rc)
+    sns.set_theme(context=context, style="whitegrid", palette="colorblind", rc=base)
+
+
+def p_color(p: float | str):
+    """The fixed colour of an l_p exponent (1.1, 1.75, 2, 3 and a few more), or of a named method
+    such as ``"adam"``; other values get a stable colour from the spare palette slots."""
+    import seaborn as sns
+
+    palette = sns.color_palette("colorblind", 10)
+    if isinstance(p, str):
+        key = p.strip().lower()
+        if key in _NAMED_SLOTS:
+            return palette[_NAMED_SLOTS[key]]
+        try:
+            p = float(key)
+        except ValueError:
+            return palette[_SPARE_SLOTS[sum(map(ord, key)) % len(_SPARE_SLOTS)]]
+    value = round(float(p), 6)
+    if value in _PALETTE_SLOTS:
+        return palette[_PALETTE_SLOTS[value]]
+    return palette[_SPARE_SLOTS[int(round(value * 1000)) % len(_SPARE_SLOTS)]]
+
+
+def p_palette(ps) -> dict:
+    """``{p: colour}`` for seaborn's ``palette=`` argument (with ``hue="p"``)."""
+    return {p: p_color(p) for p in ps}
+
+
+def p_label(p: float) -> str:
+    """Legend label of an exponent: ``$\\ell_{1.1}$`` ..., with p = 2 marked as gradient descent."""
+    value = float(p)
+    text = f"{value:g}"
+    return rf"$\ell_{{{text}}}$ (GD)" if value == 2.0 else rf"$\ell_{{{text}}}$"
+
+
+# --------------------------------------------------------------------------------------------
+# saving
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What ``save_figure`` / ``save_table`` wrote: the label and absolute paths."""
+
+    label: str
+    kind: str
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        names = ", ".join(path.name for path in self.files.values())
+        return f"saved {self.kind} {self.label}: {names}"
+
+    def _ipython_display_(self) -> None:
+        """Show nothing when it ends a cell: the book shows the figure through ``{glue:figure}``."""
+
+
+class _Glued:
+    """What gets glued: the saved image or HTML table plus ``mdlib`` metadata (IPython display protocol)."""
+
+    def __init__(self, bundle: dict, saved: Saved):
+        self._bundle = bundle
+        self._saved = saved
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        build = paths.build_dir()
+        files = []
+        for path in self._saved.files.values():
+            try:
+                files.append(path.relative_to(build).as_posix())
+            except ValueError:
+                files.append(str(path))
+        meta = {"mdlib": {"kind": self._saved.kind, "label": self._saved.label, "files": files}}
+        return dict(self._bundle), meta
+
+
+def _check_label(label: str) -> str:
+    if not isinstance(label, str) or not LABEL_RE.match(label):
+        raise ValueError(
+            f"invalid label {label!r}: use letters, digits, '-', '_' or '.', starting with a letter "
+            "or digit (it becomes a file name, a glue key and a cross-reference target), "
+            "e.g. 'fig-e1-divergence'"
+        )
+    return label
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp)`` on a temporary file next to ``path``, then move it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with ipykernel
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _glue(label: str, obj: _Glued) -> None:
+    if not _in_kernel():
+        return
+    from myst_nb import glue
+
+    glue(label, obj, display=False)
+
+
+def _meaningful_index(frame) -> bool:
+    """Write/show the index only when it carries information (named, a MultiIndex, or not integers)."""
+    import pandas as pd
+
+    index = frame.index
+    return any(name is not None for name in index.names) or not pd.api.types.is_integer_dtype(index)
+
+
+def _write_csv(frame, path: Path) -> Path:
+    import pandas as pd
+
+    if isinstance(frame, pd.Series):
+        frame = frame.to_frame()
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"data must be a pandas DataFrame (tidy, one row per point), got {type(frame).__name__}")
+    return atomic_write(path, lambda tmp: frame.to_csv(tmp, index=_meaningful_index(frame)))
+
+
+def save_figure(fig, label: str, data=None, *, close: bool = True, glue: bool = True) -> Saved:
+    """Save ``fig`` as ``<build>/figures/<label>.png`` (150 dpi) and ``.pdf``; with ``data`` (a tidy
+    DataFrame: the numbers plotted) also ``<build>/results/<label>.csv``. In a notebook the figure is
+    glued under ``label`` (not displayed in the cell; show it with a ``{glue:figure}`` directive), and
+    closed so the inline backend does not show it a second time. Returns the paths written.
+
+    ``fig`` may also be anything with a ``.figure`` (a seaborn FacetGrid, an Axes).
+    """
+    from matplotlib.figure import Figure
+
+    _check_label(label)
+    if not isinstance(fig, Figure):
+        inner = getattr(fig, "figure", None)
+        if not isinstance(inner, Figure):
+            raise TypeError(f"save_figure needs a matplotlib Figure (or a seaborn grid), got {type(fig).__name__}")
+        fig = inner
+    figures = paths.figures_dir()
+    png = atomic_write(figures / f"{label}.png", lambda tmp: fig.savefig(
+        tmp, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None}))
+    pdf = atomic_write(figures / f"{label}.pdf", lambda tmp: fig.savefig(
+        tmp, format="pdf", bbox_inches="tight", metadata={"CreationDate": None}))
+    files = {"png": png, "pdf": pdf}
+    if data is not None:
+        files["csv"] = _write_csv(data, paths.results_dir() / f"{label}.csv")
+    saved = Saved(label, "figure", files)
+    if glue:
+        bundle = {"image/png": base64.b64encode(png.read_bytes()).decode("ascii"),
+                  "text/plain": f"<figure {label}>"}
+        _glue(label, _Glued(bundle, saved))
+    if close:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    return saved
+
+
+def save_table(df, label: str, *, styled=None, float_format: str = "{:.4g}", index: bool | None = None,
+               glue: bool = True) -> Saved:
+    """Save ``df`` as ``<build>/results/<label>.csv`` and glue it as an HTML table under ``label``.
+
+    ``styled`` is an optional pandas ``Styler`` (or any object with ``to_html()``) to display instead
+    of the plain table, e.g. with "mean ± std" formatting; the CSV always holds ``df``'s raw numbers.
+    Show it with ``{glue:figure}`` (numbered, with a caption) or ``{glue}``.
+    """
+    import pandas as pd
+
+    _check_label(label)
+    if isinstance(df, pd.Series):
+        df = df.to_frame()
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"save_table needs a pandas DataFrame, got {type(df).__name__}")
+    csv = _write_csv(df, paths.results_dir() / f"{label}.csv")
+    saved = Saved(label, "table", {"csv": csv})
+    if glue:
+        if index is None:
+            index = _meaningful_index(df)
+        if styled is not None:
+            html = styled.to_html()
+        else:
+            html = df.to_html(index=index, border=0, classes=["dataframe", "table", "mdlib-table"],
+                              float_format=float_format.format)
+        _glue(label, _Glued({"text/html": html, "text/plain": df.to_string(index=index)}, saved))
+    return saved

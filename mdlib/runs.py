@@ -1,0 +1,272 @@
+"""Results store: a finished run is read back instead of recomputed.
+
+A run is identified by ``kind`` (what computes it, e.g. ``"e1-paths"``) and its full ``config`` (every
+setting that changes the numbers: data sizes, seeds, step sizes, steps, p values, code version tags).
+Its key is the sha256 of the canonical JSON of ``{"kind": kind, "config": config}`` (sorted keys, no
+whitespace), and it lives in ``<build>/runs/<kind>/<key>/``::
+
+    config.json      the config, canonical JSON
+    arrays.npz       the numpy arrays of the result
+    <name>.parquet   one file per DataFrame (or Series)
+    meta.json        kind, key, what each name is, JSON values, creation time, compute seconds
+
+An entry is written into a temporary folder and moved into place with one ``os.replace``, so it is
+either complete or absent; an entry that does not read back completely (corrupt, partial, edited) is
+ignored, recomputed and replaced.
+
+    from mdlib import runs
+    result = runs.load_or_run("e1-paths", config, lambda: train(config))
+    result["divergence"]          # numpy array / DataFrame / JSON value, as compute() returned it
+    result.cached, result.path    # whether it came from the store, and where it lives
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from mdlib import paths
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+FORMAT = 1
+
+
+class RunResult(dict):
+    """The stored result (a dict of name -> value) plus where it came from."""
+
+    key: str
+    path: Path
+    cached: bool
+    meta: dict
+
+    def __init__(self, values: Mapping[str, Any], *, key: str, path: Path, cached: bool, meta: dict):
+        super().__init__(values)
+        self.key, self.path, self.cached, self.meta = key, path, cached, meta
+
+
+# ---------------------------------------------------------------------------------------------
+# keys
+
+
+class StoreWarning(UserWarning):
+    """A stored entry was unusable and is being recomputed."""
+
+
+def _plain(obj: Any, where: str = "config", finite: bool = True) -> Any:
+    """Plain JSON data for hashing: tuples -> lists, numpy scalars/arrays -> Python, Paths -> str."""
+    if isinstance(obj, Mapping):
+        out = {}
+        for key, value in obj.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where}: keys must be strings, got {key!r}")
+            out[key] = _plain(value, f"{where}.{key}", finite)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [_plain(value, f"{where}[{i}]", finite) for i, value in enumerate(obj)]
+    if isinstance(obj, np.ndarray):
+        return _plain(obj.tolist(), where, finite)
+    if isinstance(obj, np.generic):
+        return _plain(obj.item(), where, finite)
+    if isinstance(obj, Path):
+        return str(obj)
+    if finite and isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError(f"{where}: {obj} is not allowed in a run config (use None or a string)")
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"{where}: {type(obj).__name__} is not JSON data; put plain numbers, strings, "
+                    "lists and dicts in a run config")
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(_plain(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def _check_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValueError(f"invalid {what} {name!r}: use letters, digits, '-', '_' or '.'")
+    return name
+
+
+def config_key(kind: str, config: Mapping[str, Any]) -> str:
+    """sha256 (hex) of the canonical JSON of ``{"kind": kind, "config": config}``."""
+    _check_name(kind, "run kind")
+    return hashlib.sha256(canonical_json({"kind": kind, "config": config}).encode("utf-8")).hexdigest()
+
+
+def entry_dir(kind: str, config: Mapping[str, Any]) -> Path:
+    return paths.runs_dir() / kind / config_key(kind, config)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+
+def _read(path: Path, kind: str, config: Mapping[str, Any]) -> RunResult | None:
+    """The entry at ``path``, or None when it is absent or does not read back completely."""
+    import pandas as pd
+
+    if not path.is_dir():
+        return None
+    try:
+        meta = json.loads((path / "meta.json").read_text("utf-8"))
+        stored_config = json.loads((path / "config.json").read_text("utf-8"))
+        if meta.get("format") != FORMAT or meta.get("kind") != kind:
+            raise ValueError("format or kind mismatch")
+        if canonical_json(stored_config) != canonical_json(config):
+            raise ValueError("stored config differs from the requested one")
+        entries: dict[str, str] = meta["entries"]
+        values: dict[str, Any] = {}
+        array_names = [name for name, typ in entries.items() if typ == "array"]
+        if array_names:
+            with np.load(path / "arrays.npz", allow_pickle=False) as npz:
+                if sorted(npz.files) != sorted(array_names):
+                    raise ValueError("arrays.npz does not hold the arrays meta.json lists")
+                arrays = {name: npz[name] for name in array_names}
+        for name, typ in entries.items():
+            if typ == "array":
+                values[name] = arrays[name]
+            elif typ in ("frame", "series"):
+                frame = pd.read_parquet(path / f"{name}.parquet")
+                values[name] = frame.iloc[:, 0] if typ == "series" else frame
+            elif typ == "json":
+                values[name] = meta["values"][name]
+            else:
+                raise ValueError(f"unknown entry type {typ!r}")
+    except Exception as exc:  # noqa: BLE001 - any failure means: not a usable entry
+        warnings.warn(f"ignoring unreadable run entry {path} ({type(exc).__name__}: {exc}); recomputing",
+                      StoreWarning, stacklevel=3)
+        return None
+    return RunResult(values, key=path.name, path=path, cached=True, meta=meta)
+
+
+def load(kind: str, config: Mapping[str, Any]) -> RunResult | None:
+    """The stored result of this run, or None."""
+    return _read(entry_dir(kind, config), kind, config)
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+def _to_numpy(value: Any) -> np.ndarray | None:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        return value.detach().cpu().numpy()
+    return None
+
+
+def _write_entry(folder: Path, kind: str, key: str, config: Mapping[str, Any], result: Mapping[str, Any],
+                 seconds: float) -> None:
+    import pandas as pd
+
+    entries: dict[str, str] = {}
+    arrays: dict[str, np.ndarray] = {}
+    values: dict[str, Any] = {}
+    for name, value in result.items():
+        _check_name(name, "result name")
+        array = _to_numpy(value)
+        if array is not None:
+            if array.dtype.hasobject:
+                raise TypeError(f"result {name!r}: object arrays cannot be stored; use a numeric array "
+                                "or a DataFrame")
+            arrays[name], entries[name] = array, "array"
+        elif isinstance(value, pd.DataFrame):
+            value.to_parquet(folder / f"{name}.parquet")
+            entries[name] = "frame"
+        elif isinstance(value, pd.Series):
+            value.to_frame().to_parquet(folder / f"{name}.parquet")
+            entries[name] = "series"
+        else:
+            try:
+                values[name] = json.loads(json.dumps(_plain(value, name, finite=False)))
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"result {name!r}: store numpy arrays, pandas DataFrames or JSON values "
+                                f"({exc})") from None
+            entries[name] = "json"
+    (folder / "config.json").write_text(canonical_json(config) + "\n", "utf-8")
+    if arrays:
+        with open(folder / "arrays.npz", "wb") as handle:
+            np.savez(handle, **arrays)
+    from mdlib import __version__
+
+    meta = {
+        "format": FORMAT,
+        "kind": kind,
+        "key": key,
+        "entries": entries,
+        "values": values,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "seconds": round(seconds, 3),
+        "mdlib_version": __version__,
+    }
+    # meta.json last: an entry without it is never read back as complete.
+    (folder / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", "utf-8")
+
+
+def store(kind: str, config: Mapping[str, Any], result: Mapping[str, Any], *, seconds: float = 0.0) -> Path:
+    """Write ``result`` as the entry of this run (atomically) and return its folder."""
+    key = config_key(kind, config)
+    final = paths.runs_dir() / kind / key
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=final.parent))
+    try:
+        _write_entry(tmp, kind, key, config, result, seconds)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            # Something is already there: a complete entry from a concurrent run (keep it), or a
+            # corrupt one (move it aside, then put ours in place).
+            if _read(final, kind, config) is None and final.exists():
+                trash = Path(tempfile.mkdtemp(prefix=f".trash-{key[:16]}-", dir=final.parent))
+                os.replace(final, trash / "entry")
+                shutil.rmtree(trash, ignore_errors=True)
+                os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def load_or_run(kind: str, config: Mapping[str, Any], compute: Callable[[], Mapping[str, Any]], *,
+                force: bool = False) -> RunResult:
+    """The stored result of run (``kind``, ``config``); if there is none, ``compute()`` it, store it and
+    return it as read back from the store (so a fresh and a cached result look exactly the same).
+
+    ``compute()`` returns a dict of name -> numpy array (or torch tensor), pandas DataFrame/Series, or
+    JSON value. ``force=True`` recomputes and replaces a stored entry.
+    """
+    if not force:
+        hit = load(kind, config)
+        if hit is not None:
+            return hit
+    start = time.perf_counter()
+    result = compute()
+    seconds = time.perf_counter() - start
+    if not isinstance(result, Mapping):
+        raise TypeError(f"compute() for run kind {kind!r} must return a dict of name -> value, "
+                        f"got {type(result).__name__}")
+    if force:
+        existing = entry_dir(kind, config)
+        if existing.exists():
+            trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=existing.parent))
+            os.replace(existing, trash / "entry")
+            shutil.rmtree(trash, ignore_errors=True)
+    path = store(kind, config, result, seconds=seconds)
+    loaded = _read(path, kind, config)
+    if loaded is None:  # pragma: no cover - store() just wrote it
+        raise RuntimeError(f"run entry {path} could not be read back after writing it")
+    loaded.cached = False
+    return loaded

@@ -1,0 +1,343 @@
+"""The book pipeline: parameter handling, the generated parameters page, notebook execution, and an
+end-to-end smoke-profile build of the whole book in a copy of the repository (marked slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+import yaml
+
+from mdlib import book, cli, paths
+
+FIXTURES = Path(__file__).parent / "fixtures"
+NBS = FIXTURES / "notebooks"
+PARAMS = FIXTURES / "params"
+FIX = dict(notebooks_dir=NBS, params_dir=PARAMS)
+
+
+# ---------------------------------------------------------------------------------------------
+# parameters (fast)
+
+
+def test_resolve_notebook_names():
+    assert book.resolve_notebook("01_fixture", NBS) == NBS / "01_fixture.py"
+    assert book.resolve_notebook("01_fixture.py", NBS) == NBS / "01_fixture.py"
+    assert book.resolve_notebook("notebooks/01_fixture.ipynb", NBS) == NBS / "01_fixture.py"
+    with pytest.raises(ValueError, match=r"unknown notebook 'nope'.*01_fixture"):
+        book.resolve_notebook("nope", NBS)
+
+
+def test_parse_parameters_cell():
+    declared = book.notebook_parameters(NBS / "01_fixture.py")
+    assert list(declared) == ["profile", "seeds", "lr", "ps", "name", "verbose", "schedule", "fail"]
+    assert declared["seeds"].value == 4 and declared["seeds"].description == "number of random instances"
+    assert declared["lr"].value == 0.1 and declared["lr"].description == "step size | with a pipe"
+    assert declared["ps"].value == [1.75, 2.0, 3.0] and declared["ps"].source == "[ 1.75, 2.0, 3.0, ]"
+    assert declared["ps"].description == "exponents p"
+    assert declared["schedule"].literal is False and declared["schedule"].source == 'dict(kind="constant")'
+
+
+def test_merge_order_and_profile_injection():
+    assert book.resolve_parameters("01_fixture", "default", **FIX) == {"profile": "default"}
+    smoke = book.resolve_parameters("01_fixture", "smoke", **FIX)
+    assert smoke == {"seeds": 2, "lr": 1e-3, "profile": "smoke"}  # YAML's "1e-3" string -> float
+    over = book.resolve_parameters("01_fixture", "smoke", {"seeds": 3, "lr": 1, "ps": (2, 3)}, **FIX)
+    assert over == {"seeds": 3, "lr": 1.0, "ps": [2, 3], "profile": "smoke"}
+    assert isinstance(over["lr"], float)
+    assert book.resolve_parameters("01_fixture", "default", {"seeds": 5.0}, **FIX)["seeds"] == 5
+    # a non-literal default takes any value
+    assert book.resolve_parameters("01_fixture", "default", {"schedule": "cosine"}, **FIX)["schedule"] == "cosine"
+
+
+def test_unknown_parameter_is_rejected_with_the_valid_names():
+    with pytest.raises(ValueError, match=r"unknown parameter 'seed'.*profile, seeds, lr, ps, name, verbose"):
+        book.resolve_parameters("01_fixture", "default", {"seed": 1}, **FIX)
+    with pytest.raises(ValueError, match="unknown parameter"):
+        book.run_notebook("01_fixture", "default", {"nope": 1}, **FIX)
+
+
+@pytest.mark.parametrize("name,value,expected", [
+    ("seeds", "many", "a number"), ("seeds", 2.5, "an integer"), ("seeds", True, "a number"),
+    ("verbose", 1, "true/false"), ("ps", 2.0, "a list"), ("name", 3, "a string"),
+])
+def test_wrong_types_are_rejected(name, value, expected):
+    with pytest.raises(TypeError, match=rf"{name}.*should be {expected}"):
+        book.resolve_parameters("01_fixture", "default", {name: value}, **FIX)
+
+
+def test_profile_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown profile 'huge'.*smoke, default, paper"):
+        book.resolve_parameters("01_fixture", "huge", **FIX)
+    with pytest.raises(ValueError, match="--profile"):
+        book.resolve_parameters("01_fixture", "smoke", {"profile": "paper"}, **FIX)
+    bad = tmp_path / "params"
+    bad.mkdir()
+    (bad / "smoke.yaml").write_text("01_fixture:\n  sedes: 3\n")
+    with pytest.raises(ValueError, match=r"unknown parameter 'sedes' in params/smoke.yaml"):
+        book.resolve_parameters("01_fixture", "smoke", notebooks_dir=NBS, params_dir=bad)
+
+
+def _write_nb(folder: Path, name: str, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    path.write_text(body)
+    return path
+
+
+def test_notebook_conventions_are_enforced(tmp_path):
+    nbs = tmp_path / "nbs"
+    _write_nb(nbs, "01_noprofile", '# %% tags=["parameters"]\nseeds = 3  # seeds\n\n# %%\nprint(seeds)\n')
+    _write_nb(nbs, "02_nocell", "# %%\nseeds = 3\n")
+    _write_nb(nbs, "03_twocells", '# %% tags=["parameters"]\na = 1\n\n# %% tags=["parameters"]\nb = 2\n')
+    params = tmp_path / "params"
+    params.mkdir()
+    (params / "default.yaml").write_text("{}\n")
+    kw = dict(notebooks_dir=nbs, params_dir=params)
+    with pytest.raises(ValueError, match="must define `profile"):
+        book.resolve_parameters("01_noprofile", **kw)
+    with pytest.raises(ValueError, match="exactly one cell tagged 'parameters'.*found 0"):
+        book.resolve_parameters("02_nocell", **kw)
+    with pytest.raises(ValueError, match="found 2"):
+        book.resolve_parameters("03_twocells", **kw)
+
+
+def test_cli_reports_errors(capsys):
+    assert cli.main(["run", "no_such_notebook"]) == 1
+    assert "unknown notebook 'no_such_notebook'" in capsys.readouterr().err
+    assert cli._parse_value("1e-3") == 1e-3 and cli._parse_value("3") == 3
+    assert cli._parse_value("[1.1, 2]") == [1.1, 2] and cli._parse_value("true") is True
+    assert cli._parse_value("adam") == "adam"
+
+
+# ---------------------------------------------------------------------------------------------
+# the parameters page (fast)
+
+
+def test_parameters_page_from_fixture(tmp_path):
+    text = book.parameters_page("smoke", **FIX)
+    assert "## Fixture chapter" in text
+    assert "executed with the **smoke** profile" in text
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| `")}
+    declared = book.notebook_parameters(NBS / "01_fixture.py")
+    assert set(rows) == {f"`{name}`" for name in declared}
+    header = next(line for line in text.splitlines() if line.startswith("| Parameter"))
+    assert [c.strip() for c in header.strip("|").split("|")] == ["Parameter", "Default", "smoke", "paper",
+                                                                 "Description"]
+    cells = lambda name: [c.strip() for c in re.split(r"(?<!\\)\|", rows[f"`{name}`"])[1:-1]]  # noqa: E731
+    assert cells("seeds") == ["`seeds`", "`4`", "`2`", "`100`", "number of random instances"]
+    assert cells("lr") == ["`lr`", "`0.1`", "`0.001`", "", r"step size \| with a pipe"]
+    assert cells("ps") == ["`ps`", "`[ 1.75, 2.0, 3.0, ]`", "", "`[1.1, 2, 3]`", "exponents p"]
+    assert cells("verbose")[3] == "`True`"
+    assert cells("profile")[2:4] == ['`"smoke"`', '`"paper"`']
+    assert cells("schedule")[1] == '`dict(kind="constant")`'
+    path = book.write_parameters_page(tmp_path / "parameters.md", profile="smoke", **FIX)
+    assert path.read_text() == text
+
+
+def test_parameters_page_shows_only_profiles_that_set_values(tmp_path):
+    params = tmp_path / "params"
+    shutil.copytree(PARAMS, params)
+    (params / "default.yaml").write_text("01_fixture:\n  seeds: 7\n")
+    (params / "gpu.yaml").write_text("01_fixture: {}\n")
+    text = book.parameters_page(None, notebooks_dir=NBS, params_dir=params)
+    header = next(line for line in text.splitlines() if line.startswith("| Parameter"))
+    assert [c.strip() for c in header.strip("|").split("|")][2:-1] == ["smoke", "default", "paper"]
+    assert "executed with" not in text
+
+
+def test_toc_lists_exactly_the_chapter_notebooks():
+    book._check_toc(book.chapters())  # raises BookError naming the mismatch
+    for file in book.toc_files():
+        if not file.startswith("notebooks/") and file != "book/parameters":  # parameters.md is generated
+            assert (paths.ROOT / f"{file}.md").is_file(), file
+
+
+def test_book_config_is_offline():
+    config = yaml.safe_load((paths.ROOT / "_config.yml").read_text())
+    assert config["execute"]["execute_notebooks"] == "off"
+    assert config["only_build_toc_files"] is True
+    assert "sphinx-mathjax-offline" in config["sphinx"]["extra_extensions"]
+    assert config["launch_buttons"].get("binderhub_url", "") == "" and not config["launch_buttons"]["thebe"]
+    for profile in ("smoke", "default", "paper"):
+        assert (paths.PARAMS / f"{profile}.yaml").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# executing a notebook (slow: starts a kernel)
+
+
+@pytest.mark.slow
+def test_run_notebook_executes_with_parameters(tmp_path, monkeypatch):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    out = book.run_notebook("01_fixture.py", "smoke", {"seeds": 3}, output_dir=tmp_path / "out",
+                            progress=False, **FIX)
+    assert out == tmp_path / "out" / "01_fixture.ipynb"
+    values = json.loads((tmp_path / "build" / "fixture.json").read_text())
+    assert values["profile"] == "smoke" and values["seeds"] == 3 and values["lr"] == 1e-3
+    assert Path(values["cwd"]).resolve() == NBS.resolve()
+    assert Path(values["mdlib"]).parent == paths.ROOT / "mdlib"  # the kernel imports this checkout
+    nb = nbformat.read(out, as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert nb.metadata["papermill"]["parameters"] == {"seeds": 3, "lr": 1e-3, "profile": "smoke"}
+    artifacts = _artifacts(nb)
+    assert [a["label"] for a in artifacts] == ["fig-fixture"]
+    assert artifacts[0]["files"] == ["figures/fig-fixture.png", "figures/fig-fixture.pdf"]
+    assert (tmp_path / "build" / "figures" / "fig-fixture.pdf").read_bytes()[:4] == b"%PDF"
+
+
+@pytest.mark.slow
+def test_failing_cell_names_the_notebook(tmp_path, monkeypatch):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    with pytest.raises(book.NotebookError, match=r"01_fixture.*ValueError: the fixture was asked to fail"):
+        book.run_notebook("01_fixture", "default", {"fail": True}, output_dir=tmp_path, progress=False, **FIX)
+    assert (tmp_path / "01_fixture.ipynb").is_file()  # with the traceback, for inspection
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole book at the smoke profile, in a copy of the repository (slow)
+
+
+def _source_files(root: Path) -> list[str]:
+    """Tracked files plus untracked files git does not ignore (what a fresh checkout would hold)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             cwd=root, capture_output=True, check=True).stdout.decode()
+        return sorted({f for f in out.split("\0") if f and (root / f).is_file()})
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", ".venv", "_build", "__pycache__", ".pytest_cache", "cache"}
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()
+                      and not skip & set(p.relative_to(root).parts) and p.suffix != ".ipynb"
+                      and p.relative_to(root) != Path("book/parameters.md"))
+
+
+def _artifacts(nb) -> list[dict]:
+    """What the notebook announced through mdlib.plots: metadata["mdlib"] of its glued outputs."""
+    found = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            meta = output.get("metadata", {}).get("mdlib")
+            if meta:
+                found.append(meta)
+    return found
+
+
+@pytest.fixture(scope="session")
+def smoke_book(tmp_path_factory):
+    root = tmp_path_factory.mktemp("book") / "repo"
+    for name in _source_files(paths.ROOT):
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(paths.ROOT / name, target)
+    build = root / "_build"
+    env = {**os.environ, "MDLIB_BUILD_DIR": str(build),
+           "PYTHONPATH": os.pathsep.join([str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "mdlib", "book", "--profile", "smoke"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=20 * 60)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        pytest.fail(f"`python -m mdlib book --profile smoke` failed (exit {proc.returncode}) after {seconds:.0f} s\n"
+                    f"--- stdout (tail)\n{proc.stdout[-6000:]}\n--- stderr (tail)\n{proc.stderr[-6000:]}")
+    chapters = book.chapters(root / "notebooks")
+    assert chapters, "no chapter notebooks were copied"
+    return SimpleNamespace(root=root, build=build, html=build / "html", chapters=chapters, seconds=seconds,
+                           log=proc.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_every_notebook_executed_without_errors(smoke_book):
+    for name in smoke_book.chapters:
+        nb = nbformat.read(smoke_book.root / "notebooks" / f"{name}.ipynb", as_version=4)
+        assert nb.metadata["papermill"]["parameters"]["profile"] == "smoke", name
+        assert not nb.metadata["papermill"].get("exception"), name
+        errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        assert not errors, f"{name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+        assert (smoke_book.root / "notebooks" / f"{name}.py").is_file()
+    # the kernels wrote into the copy's build folder, not the developer's
+    assert (smoke_book.build / "figures").is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_announced_figures_and_results_exist(smoke_book):
+    labels = []
+    for name in smoke_book.chapters:
+        nb = nbformat.read(smoke_book.root / "notebooks" / f"{name}.ipynb", as_version=4)
+        artifacts = _artifacts(nb)
+        names = _glued_names(nb)
+        for cell in nb.cells:  # every glue directive/role in the text refers to something this notebook glued
+            if cell.cell_type == "markdown":
+                for match in re.finditer(r"\{glue(?::\w*)?\}(`[^`]+`|[ \t]+\S+)", cell.source):
+                    ref = match.group(1).strip().strip("`")
+                    if "::" not in ref:  # (references into other notebooks are left to Sphinx)
+                        ref = ref.split(":")[0]  # a role's format spec, {glue:text}`name:.2f`
+                        assert ref in names, f"{name}: nothing glued as {ref!r}"
+        for artifact in artifacts:
+            labels.append(artifact["label"])
+            kind, label = artifact["kind"], artifact["label"]
+            expected = {f"figures/{label}.png", f"figures/{label}.pdf"} if kind == "figure" else {f"results/{label}.csv"}
+            assert expected <= set(artifact["files"]), (name, artifact)
+            for rel in artifact["files"]:
+                path = smoke_book.build / rel
+                assert path.is_file() and path.stat().st_size > 0, f"{name} announced {rel}, which is missing"
+            if kind == "figure":
+                assert (smoke_book.build / f"figures/{label}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+                assert (smoke_book.build / f"figures/{label}.pdf").read_bytes()[:5] == b"%PDF-"
+    assert labels, "the notebooks announced no figure or table"
+    assert len(labels) == len(set(labels)), f"labels used twice: {sorted(labels)}"
+
+
+def _glued_names(nb) -> set[str]:
+    return {o["metadata"]["scrapbook"]["name"] for c in nb.cells for o in c.get("outputs", [])
+            if "scrapbook" in o.get("metadata", {})}
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_html_pages_exist(smoke_book):
+    html = smoke_book.html
+    assert (html / "index.html").is_file()
+    for name in smoke_book.chapters:
+        page = html / "notebooks" / f"{name}.html"
+        assert page.is_file(), f"no page for chapter {name}"
+        assert "<img" in page.read_text() or "mdlib-table" in page.read_text(), f"{name}: no figure or table"
+    for page in ("intro", "reproduce", "parameters", "bibliography"):
+        assert (html / "book" / f"{page}.html").is_file(), page
+    assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_no_page_loads_anything_from_the_internet(smoke_book):
+    remote = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=["'](?:https?:)?//""", re.I)
+    pages = sorted(smoke_book.html.rglob("*.html"))
+    assert pages
+    for page in pages:
+        text = page.read_text(errors="replace")
+        assert not remote.search(text), f"{page.name} loads {remote.search(text).group(0)}"
+        assert not re.search(r"https?://[^\"'\s]*mathjax", text, re.I), f"{page.name} references a MathJax CDN"
+    chapter = (smoke_book.html / "notebooks" / f"{smoke_book.chapters[0]}.html").read_text()
+    assert "_static/mathjax/tex-chtml.js" in chapter
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_parameters_page_lists_every_parameter(smoke_book):
+    text = (smoke_book.root / "book" / "parameters.md").read_text()
+    assert "executed with the **smoke** profile" in text
+    html = (smoke_book.html / "book" / "parameters.html").read_text()
+    for name in smoke_book.chapters:
+        for param in book.notebook_parameters(smoke_book.root / "notebooks" / f"{name}.py"):
+            assert f"| `{param}` |" in text, f"{name}: {param} missing from the parameters page"
+            assert f">{param}</span>" in html, f"{name}: {param} missing from parameters.html"

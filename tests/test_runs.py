@@ -1,0 +1,166 @@
+"""The results store: roundtrip, cache hits, keys, atomicity."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mdlib import runs
+
+
+@pytest.fixture(autouse=True)
+def build_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    return tmp_path / "build"
+
+
+CONFIG = {"n": 6, "T": 8, "ps": (1.75, 2.0, 3.0), "lr": 0.1, "seed": np.int64(3), "nested": {"b": 1, "a": [1, 2]}}
+
+
+def _result():
+    return {
+        "divergence": np.linspace(0.0, 1.0, 12).reshape(3, 4),
+        "ints": np.arange(5, dtype=np.int32),
+        "scalar0d": np.array(2.5),
+        "table": pd.DataFrame({"p": [1.75, 2.0, 3.0], "final": [0.01, 0.02, np.nan], "tag": ["a", "b", "c"]}),
+        "series": pd.Series([1.0, 2.0], name="loss"),
+        "n_steps": 1500,
+        "score": np.float64(0.25),
+        "note": "converged",
+        "flags": [True, False],
+        "diverged_at": float("nan"),
+    }
+
+
+def test_roundtrip(build_dir):
+    out = runs.load_or_run("e1-test", CONFIG, _result)
+    assert out.cached is False
+    expected = _result()
+    np.testing.assert_array_equal(out["divergence"], expected["divergence"])
+    assert out["ints"].dtype == np.int32
+    assert out["scalar0d"].shape == () and float(out["scalar0d"]) == 2.5
+    pd.testing.assert_frame_equal(out["table"], expected["table"])
+    pd.testing.assert_series_equal(out["series"], expected["series"])
+    assert out["n_steps"] == 1500 and out["score"] == 0.25 and out["note"] == "converged"
+    assert out["flags"] == [True, False] and np.isnan(out["diverged_at"])
+    assert out.path.parent == build_dir / "runs" / "e1-test"
+    assert out.path.name == runs.config_key("e1-test", CONFIG)
+    names = sorted(p.name for p in out.path.iterdir())
+    assert names == ["arrays.npz", "config.json", "meta.json", "series.parquet", "table.parquet"]
+    assert json.loads((out.path / "config.json").read_text())["nested"] == {"a": [1, 2], "b": 1}
+    # nothing temporary left next to the entry
+    assert [p.name for p in out.path.parent.iterdir()] == [out.path.name]
+
+
+def test_cache_hit_does_not_recompute():
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"x": np.arange(3.0)}
+
+    first = runs.load_or_run("hit", {"a": 1}, compute)
+    second = runs.load_or_run("hit", {"a": 1}, compute)
+    assert len(calls) == 1
+    assert first.cached is False and second.cached is True
+    np.testing.assert_array_equal(first["x"], second["x"])
+    runs.load_or_run("hit", {"a": 1}, compute, force=True)
+    assert len(calls) == 2
+
+
+def test_keys():
+    base = {"lr": 0.1, "ps": [1.75, 2, 3], "seed": 0}
+    key = runs.config_key("e1", base)
+    assert len(key) == 64
+    # key order and tuple/list or numpy/Python spelling do not matter
+    assert runs.config_key("e1", {"seed": np.int64(0), "ps": (1.75, 2, 3), "lr": 0.1}) == key
+    # any change of the config or of the kind does
+    assert runs.config_key("e1", {**base, "lr": 0.2}) != key
+    assert runs.config_key("e1", {**base, "seed": 1}) != key
+    assert runs.config_key("e2", base) != key
+    with pytest.raises(ValueError, match="not allowed"):
+        runs.config_key("e1", {"lr": float("nan")})
+    with pytest.raises(TypeError, match="JSON"):
+        runs.config_key("e1", {"f": object()})
+    with pytest.raises(ValueError, match="invalid run kind"):
+        runs.config_key("../evil", base)
+
+
+def test_different_config_different_entry():
+    a = runs.load_or_run("k", {"seed": 0}, lambda: {"v": np.zeros(2)})
+    b = runs.load_or_run("k", {"seed": 1}, lambda: {"v": np.ones(2)})
+    assert a.path != b.path
+    assert runs.load("k", {"seed": 0})["v"].sum() == 0
+    assert runs.load("k", {"seed": 1})["v"].sum() == 2
+    assert runs.load("k", {"seed": 2}) is None
+
+
+def test_compute_failure_leaves_no_entry(build_dir):
+    def boom():
+        raise RuntimeError("diverged")
+
+    with pytest.raises(RuntimeError, match="diverged"):
+        runs.load_or_run("fail", {"a": 1}, boom)
+    assert runs.load("fail", {"a": 1}) is None
+
+
+def test_write_failure_leaves_no_entry(build_dir):
+    with pytest.raises(TypeError, match="object arrays"):
+        runs.load_or_run("bad", {"a": 1}, lambda: {"ok": np.zeros(3), "bad": np.array([{}, None])})
+    folder = build_dir / "runs" / "bad"
+    assert list(folder.iterdir()) == []  # neither the entry nor its temporary folder
+
+
+def test_crash_mid_write_leaves_no_entry(build_dir):
+    """A process killed while writing (os._exit inside np.savez) leaves nothing that reads as an entry."""
+    script = textwrap.dedent("""
+        import os, numpy as np
+        from mdlib import runs
+        real = np.savez
+        def dying(*args, **kwargs):
+            real(*args, **kwargs)
+            os._exit(3)
+        np.savez = dying
+        runs.load_or_run("crash", {"a": 1}, lambda: {"x": np.arange(4.0), "s": 1})
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "MDLIB_BUILD_DIR": str(build_dir)})
+    assert proc.returncode == 3
+    key = runs.config_key("crash", {"a": 1})
+    assert not (build_dir / "runs" / "crash" / key).exists()
+    assert runs.load("crash", {"a": 1}) is None
+    calls = []
+    out = runs.load_or_run("crash", {"a": 1}, lambda: calls.append(1) or {"x": np.arange(4.0), "s": 1})
+    assert calls == [1] and out["s"] == 1
+
+
+def test_corrupt_entry_is_recomputed(build_dir):
+    first = runs.load_or_run("c", {"a": 1}, lambda: {"x": np.arange(3.0), "t": pd.DataFrame({"a": [1]})})
+    (first.path / "t.parquet").write_bytes(b"not parquet")
+    calls = []
+    with pytest.warns(runs.StoreWarning, match="unreadable"):
+        again = runs.load_or_run("c", {"a": 1}, lambda: calls.append(1) or {"x": np.arange(3.0),
+                                                                             "t": pd.DataFrame({"a": [1]})})
+    assert calls == [1] and again.cached is False
+    assert runs.load("c", {"a": 1})["t"]["a"].tolist() == [1]
+    # a partial folder (no meta.json), e.g. copied by hand, is also replaced
+    (again.path / "meta.json").unlink()
+    with pytest.warns(runs.StoreWarning):
+        third = runs.load_or_run("c", {"a": 1}, lambda: {"x": np.zeros(1)})
+    assert third.cached is False and third["x"].tolist() == [0.0]
+    assert sorted(p.name for p in third.path.parent.iterdir()) == [third.path.name]
+
+
+def test_bad_results_are_rejected():
+    with pytest.raises(TypeError, match="dict"):
+        runs.load_or_run("r", {"a": 1}, lambda: [1, 2])
+    with pytest.raises(ValueError, match="invalid result name"):
+        runs.load_or_run("r", {"a": 2}, lambda: {"a/b": 1})
+    with pytest.raises(TypeError, match="JSON"):
+        runs.load_or_run("r", {"a": 3}, lambda: {"f": object()})
