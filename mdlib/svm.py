@@ -42,6 +42,7 @@ __all__ = [
     "token_scores",
 ]
 
+_AIM = 1e-2  # iterate to a relative gap of tol * _AIM: w itself is only pinned to about gap^(1/p)
 _SIGMA = 1e-4  # Armijo sufficient-increase constant
 _SPAN = 1e10  # Hessian weights |x|^(negative) are capped at this multiple of their smallest value
 _BACKTRACKS = 40  # halvings of a dual step before its line search gives up
@@ -201,7 +202,8 @@ def _quadratic(A: np.ndarray, tol: float, max_iter: int):
 
     Iterates F = {i: lambda_i G_ii >= (G lambda)_i - 1}, lambda_F = G_FF^-1 1, lambda_A = 0 from
     lambda = 0 (so the first iterate is G^-1 1); the certificate uses w = A^T lambda+. Returns
-    (lambda+, G, iterations, converged), iterations -1 where it did not converge.
+    (lambda+, G, iterations, converged), iterations -1 where it did not converge; it stops at
+    relative gap tol * _AIM.
     """
     b, m, _ = A.shape
     G = np.matmul(A, A.transpose(0, 2, 1))
@@ -215,7 +217,7 @@ def _quadratic(A: np.ndarray, tol: float, max_iter: int):
             curv = np.sum(lp * Glp, axis=1)  # ||w||^2
             P = _primal_value(Glp, curv, 2.0)
             rel = (P - lp.sum(axis=1) + curv / 2) / P
-            done = rel <= tol / 4
+            done = rel <= tol * _AIM
             out_lam[live[done]], out_it[live[done]] = lp[done], it
             keep = ~done & np.all(np.isfinite(lam), axis=1)
             if it == max_iter or not keep.any():
@@ -241,7 +243,7 @@ def _armijo(trial, u_trial, lam, grad, D, t, q: float):
 
 
 def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int, wbar=None):
-    """Batched damped Newton from ``lam`` >= 0 (b, m) until the relative gap is <= tol / 4.
+    """Batched damped Newton from ``lam`` >= 0 (b, m) until the relative gap is <= tol * _AIM.
 
     Each step linearizes the primal w(lambda) and solves an active-set Newton system: with h the
     derivative of the linearized map u -> w, H = A diag(h) A^T and g = 1 - A w_lin (the dual
@@ -273,7 +275,7 @@ def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int,
         for it in range(max_iter + 1):
             D, rel, w, Aw, Awbar = _certify(A, lam, u, wbar if primal_dual else None, p, q)
             best = np.minimum(best, rel)
-            done = (rel <= tol / 4) & np.isfinite(D)
+            done = (rel <= tol * _AIM) & np.isfinite(D)
             out_lam[live[done]], out_w[live[done]], out_it[live[done]] = np.maximum(lam[done], 0.0), w[done], it
             keep = ~done & np.isfinite(D) & ~stalled
             if it == max_iter or not keep.any():

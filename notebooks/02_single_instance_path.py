@@ -123,9 +123,9 @@ for p in ps:
     slope = np.polyfit(np.log(c.step), c.norm, 1)[0]
     ratio = c.norm.iloc[-1] / c.norm.iloc[0]
     late[p] = (slope, ratio, float(c.divergence.iloc[-1]))
-    glue(f"e2-slope-{p:g}", slope, display=False)
+    glue(f"e2-slope-{p:g}", float(slope), display=False)
     glue(f"e2-div-{p:g}", float(c.divergence.iloc[-1]), display=False)
-    glue(f"e2-growth-{p:g}", ratio, display=False)
+    glue(f"e2-growth-{p:g}", float(ratio), display=False)
 glue("e2-plain-steps", plain_steps, display=False)
 glue("e2-all-optimal", "all" if solutions.globally_optimal.all() else "not all", display=False)
 

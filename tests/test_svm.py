@@ -57,7 +57,8 @@ def test_lp_margin_matches_cvxpy(p, size):
     value, w = cvxpy_margin(A, p)
     assert_certified(sol)
     assert sol.norm == pytest.approx(value, rel=1e-6)
-    assert np.max(np.abs(sol.w - w)) <= 1e-4 * np.max(np.abs(w))
+    # for p > 2 an entry near 0 changes the objective like |delta|^p: w is pinned to ~ gap^(1/p)
+    assert np.max(np.abs(sol.w - w)) <= (1e-4 if p <= 2 else 3e-4) * np.max(np.abs(w))
     assert np.linalg.norm(sol.w, ord=p) == pytest.approx(sol.norm, rel=1e-12)
 
 
@@ -91,9 +92,9 @@ def test_kkt(p):
     assert np.all(sol.dual >= 0) and np.all(slack >= -1e-12)
     assert np.max(sol.dual * slack) <= 1e-6 * np.max(sol.dual)  # complementarity
     assert 0 < np.sum(sol.dual > 1e-9 * sol.dual.max()) < 20  # some, not all, constraints are tight
-    # stationarity: w = mirror_q(A^T lambda) (the dual of ||w||^p / p)
+    # stationarity of ||w||_p^p / p - lambda^T (A w - 1): sign(w)|w|^(p-1) = A^T lambda
     u = A.T @ sol.dual
-    np.testing.assert_allclose(sol.w, np.sign(u) * np.abs(u) ** (q - 1), rtol=1e-4, atol=1e-6 * np.abs(sol.w).max())
+    assert np.max(np.abs(np.sign(sol.w) * np.abs(sol.w) ** (p - 1) - u)) <= 1e-4 * np.max(np.abs(u))
     # strong duality: ||w||_p^p / p = 1^T lambda - ||A^T lambda||_q^q / q
     assert sol.norm**p / p == pytest.approx(sol.dual.sum() - np.sum(np.abs(u) ** q) / q, rel=1e-8)
 
