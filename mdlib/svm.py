@@ -8,18 +8,25 @@ The solver works on the dual. With q = p / (p - 1), the problem ``min ||w||_p^p 
 smooth and concave with only bound constraints. The primal is recovered through the mirror map of
 the conjugate, ``w = sign(u) |u|^(q-1)`` with ``u = A^T lambda``; the dual gradient is ``1 - A w``
 and the Hessian is ``-A diag((q-1)|u|^(q-2)) A^T``. Every returned solution carries a certificate:
-the recovered w is rescaled by ``1 / min(A w)`` so that it is exactly feasible, and the duality gap
-``||w||_p^p / p - D(lambda) >= 0`` bounds its suboptimality.
+w is rescaled to ``min(A w) = 1`` (exactly feasible), the duality gap ``||w||_p^p / p - D(lambda)``
+(>= 0) bounds its suboptimality, and gap and violation must be below the tolerance.
 
-Method: a damped Newton method with a primal-dual active set on the bounds (the free set is
-``{i: lambda_i H_ii >= (A w - 1)_i}``, the rest are set to zero), a Levenberg term on the free
-block, and an Armijo line search along the projection ``max(0, lambda + t d)``. It starts from the
-p = 2 solution (a quadratic program solved the same way) and is batched: A of shape (B, m, N)
-solves B independent problems with numpy's stacked linear algebra, converged problems drop out.
-For p > 2 the map ``u -> |u|^(q-1)`` is not differentiable at 0 and Newton in lambda alone crawls
-when an entry of u is near 0; there the iteration keeps its own primal iterate and linearizes
-``sign(w)|w|^(p-1) = A^T lambda`` in w (a primal-dual step), accepted only when it lowers the
-certificate's relative gap and otherwise replaced by a line-searched dual step.
+Method, batched over a leading axis with numpy's stacked linear algebra (converged problems drop
+out; the Newton systems of a batch are grouped by the size of their free sets):
+
+1. p = 2 first. The dual is a quadratic program in G = A A^T, solved by the primal-dual active-set
+   iteration F = {i: lambda_i G_ii >= (G lambda)_i - 1}, lambda_F = G_FF^-1 1, lambda = 0 off F
+   (about five solves on the E1 problems).
+2. Other p start there (p < 2: from the least-squares fit of A^T lambda to sign(w_2)|w_2|^(p-1) on
+   the p = 2 support) and take damped Newton steps with the same active-set rule on
+   H = A diag(h) A^T. For p < 2: Newton on the dual with a Levenberg term, an Armijo line search
+   along the projection max(0, lambda + t d), and the best multiple of lambda. For p > 2 the map
+   u -> |u|^(q-1) is not differentiable at 0, and Newton in lambda crawls when an entry of u is near
+   0; the iteration keeps its own primal iterate and linearizes sign(w)|w|^(p-1) = A^T lambda in w
+   (primal-dual steps), kept while the certificate's gap stays within a slack of the best one so
+   far and otherwise replaced by a line-searched dual step.
+3. A problem without a certificate is checked for feasibility with a linear program (scipy's
+   HiGHS, only on this failure path): InfeasibleError if none, else ConvergenceError.
 """
 
 from __future__ import annotations
@@ -42,10 +49,10 @@ __all__ = [
     "token_scores",
 ]
 
-_AIM = 1e-2  # iterate to a relative gap of tol * _AIM: w itself is only pinned to about gap^(1/p)
+_AIM = 1e-2  # iterate to a relative gap of tol * _AIM (see lp_margin)
 _SIGMA = 1e-4  # Armijo sufficient-increase constant
 _SPAN = 1e10  # Hessian weights |x|^(negative) are capped at this multiple of their smallest value
-_BACKTRACKS = 40  # halvings of a dual step before its line search gives up
+_BACKTRACKS = 40  # halvings of a dual step before its line search gives up (a multiple of 8)
 _PD_TRIES = 4  # halvings of a primal-dual step before it is rejected
 _GROUPS = 3  # at most this many free-set-size groups per Newton solve
 _PD_SLACK = 10.0  # a primal-dual step may raise the relative gap up to this multiple of the best one
@@ -187,7 +194,8 @@ def _solve_free(H, lam, free, rhs_free, mu):
         Mdiag = M[:, diag, diag]
         M *= isfree[:, :, None] & isfree[:, None, :]
         M[:, diag, diag] = np.where(isfree, Mdiag * (1 + mu[rows, None]), 1.0)
-        rhs = np.where(isfree, np.take_along_axis(rhs_free[rows], idx, axis=1), -np.take_along_axis(lam[rows], idx, axis=1))
+        rhs = np.where(isfree, np.take_along_axis(rhs_free[rows], idx, axis=1),
+                       -np.take_along_axis(lam[rows], idx, axis=1))
         step[rows[:, None], idx] = np.linalg.solve(M, rhs[:, :, None])[:, :, 0]
     return step
 
@@ -200,20 +208,26 @@ def _block_of(G: np.ndarray):
 def _quadratic(A: np.ndarray, tol: float, max_iter: int):
     """p = 2 by the primal-dual active-set method on G = A A^T.
 
-    Iterates F = {i: lambda_i G_ii >= (G lambda)_i - 1}, lambda_F = G_FF^-1 1, lambda_A = 0 from
-    lambda = 0 (so the first iterate is G^-1 1); the certificate uses w = A^T lambda+. Returns
-    (lambda+, G, iterations, converged), iterations -1 where it did not converge; it stops at
-    relative gap tol * _AIM.
+    From lambda = G^-1 1 (every constraint free), iterates F = {i: lambda_i G_ii >= (G lambda)_i - 1},
+    lambda_F = G_FF^-1 1, lambda_A = 0; the certificate uses w = A^T lambda+. Returns (lambda+, G,
+    iterations, converged), iterations -1 where it did not converge; it stops at relative gap
+    tol * _AIM.
     """
     b, m, _ = A.shape
     G = np.matmul(A, A.transpose(0, 2, 1))
     out_lam, out_it = np.ones((b, m)), np.full(b, -1)
-    live, Gl, lam = np.arange(b), G, np.zeros((b, m))
-    dG = np.einsum("bii->bi", G)
+    live, Gl, dG = np.arange(b), G, np.einsum("bii->bi", G)
+    ones = np.ones((b, m))
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        for it in range(max_iter + 1):
-            lp = np.maximum(lam, 0.0)
-            Glp = _matvec(Gl, lp)  # A w for w = A^T lambda+
+        reg = G.copy()
+        reg[:, np.arange(m), np.arange(m)] *= 1 + 1e-12
+        lam = np.linalg.solve(reg, ones[:, :, None])[:, :, 0]
+        for it in range(1, max_iter + 1):
+            Glam = _matvec(Gl, lam)
+            lp, Glp = lam, Glam  # A w for w = A^T lambda+
+            if (lam < 0).any():
+                lp = np.maximum(lam, 0.0)
+                Glp = _matvec(Gl, lp)
             curv = np.sum(lp * Glp, axis=1)  # ||w||^2
             P = _primal_value(Glp, curv, 2.0)
             rel = (P - lp.sum(axis=1) + curv / 2) / P
@@ -223,26 +237,20 @@ def _quadratic(A: np.ndarray, tol: float, max_iter: int):
             if it == max_iter or not keep.any():
                 break
             if not keep.all():
-                live, Gl, dG, lam = (x[keep] for x in (live, Gl, dG, lam))
-            free = lam * dG >= _matvec(Gl, lam) - 1
-            rhs = 1 - _matvec(Gl, np.where(free, lam, 0.0))  # so that lambda_F + d_F = G_FF^-1 1
-            lam = lam + _solve_free(_block_of(Gl), lam, free, rhs, np.full(len(live), 1e-12))
+                live, Gl, dG, lam, Glam, ones = (x[keep] for x in (live, Gl, dG, lam, Glam, ones))
+            free = lam * dG >= Glam - 1
+            lam = _solve_free(_block_of(Gl), np.zeros_like(lam), free, ones, np.full(len(live), 1e-12))
     return out_lam, G, out_it, out_it >= 0
 
 
-def _armijo(trial, u_trial, lam, grad, D, t, q: float):
-    """Armijo test of D(trial) against lambda, and the next step length to try where it fails.
-
-    The next length maximizes the quadratic through D(lambda), the slope gain / t and D(trial),
-    kept within [t / 20, t / 2].
-    """
-    gain = np.sum(grad * (trial - lam), axis=1)  # first-order increase along the projection arc
-    drop = D + gain - (trial.sum(axis=1) - np.sum(np.abs(u_trial) ** q, axis=1) / q)
-    ok = drop <= (1 - _SIGMA) * gain + 1e-14 * np.abs(D)
-    return ok, np.clip(gain * t / (2 * drop), t / 20, t / 2)
+def _armijo(trial, u_trial, lam, grad, D, q: float) -> np.ndarray:
+    """Armijo test of D(trial) >= D(lambda) + sigma * (first-order increase), any leading shape."""
+    gain = np.sum(grad * (trial - lam), axis=-1)  # first-order increase along the projection arc
+    D_trial = trial.sum(axis=-1) - np.sum(np.abs(u_trial) ** q, axis=-1) / q
+    return D_trial - D >= _SIGMA * gain - 1e-14 * np.abs(D)
 
 
-def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int, wbar=None):
+def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int):
     """Batched damped Newton from ``lam`` >= 0 (b, m) until the relative gap is <= tol * _AIM.
 
     Each step linearizes the primal w(lambda) and solves an active-set Newton system: with h the
@@ -251,13 +259,13 @@ def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int,
     lambda_A -> 0 and (H_FF + mu diag H_FF) d_F = g_F + H_FA lambda_A. Dual steps (p <= 2, and p > 2
     after a rejected primal-dual step) linearize u -> mirror_q(u), use mu = min(1e-2, |g_F|_inf) and
     an Armijo search on D along max(0, lambda + t d), then take the best multiple of lambda.
-    Primal-dual steps (p > 2) keep a primal iterate wbar (default mirror_q(A^T lambda)), linearize
+    Primal-dual steps (p > 2) keep a primal iterate wbar (from mirror_q(A^T lambda)), linearize
     w -> mirror_p(w) = A^T lambda there and take t = 1, 1/2, ... once the relative gap stays below
     _PD_SLACK times the best so far. Returns (lambda+, w, iterations, converged); w is the certified
     primal before rescaling; problems that stall, overflow or run out of iterations come back with
     converged False.
     """
-    b, m, N = A.shape
+    b, _, N = A.shape
     q = p / (p - 1)
     primal_dual = p > 2.0
     out_lam, out_w, out_it = lam.copy(), np.zeros((b, N)), np.full(b, -1)
@@ -267,8 +275,7 @@ def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int,
         u = _rowvec(lam, A)
         c = _scale(lam, u, q)
         lam, u = lam * c, u * c
-        if primal_dual and wbar is None:
-            wbar = _mirror(u, q)
+        wbar = _mirror(u, q) if primal_dual else None
         pd = np.full(b, primal_dual)  # next step is primal-dual (else dual with line search)
         stalled = np.zeros(b, dtype=bool)
         best = np.full(b, np.inf)  # smallest relative gap so far
@@ -325,21 +332,25 @@ def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int,
                     new_lam[j] = np.maximum(lam[j], 0.0)
                     new_u[j] = _rowvec(new_lam[j], Aj)
             j = np.flatnonzero(~pd)
-            t = np.ones(len(j))
-            pending = np.ones(len(j), dtype=bool)
-            Aj = A if len(j) == b else A[j]
-            for _ in range(_BACKTRACKS):  # dual: Armijo along max(0, lambda + t d) backtracking, then rescale
-                trial = np.maximum(0.0, lam[j] + t[:, None] * step[j])
+            if len(j):  # dual: Armijo along max(0, lambda + t d), t = 1 then 8 halvings at a time; rescale
+                Aj = A if len(j) == b else A[j]
+                trial = np.maximum(0.0, lam[j] + step[j])
                 u_t = _rowvec(trial, Aj)
-                ok, shorter = _armijo(trial, u_t, lam[j], grad[j], D[j], t, q)
-                ok &= pending
+                ok = _armijo(trial, u_t, lam[j], grad[j], D[j], q)
+                for first in range(1, _BACKTRACKS, 8):
+                    f = np.flatnonzero(~ok)
+                    if not len(f):
+                        break
+                    t = 0.5 ** np.arange(first, first + 8)[:, None]
+                    trials = np.maximum(0.0, lam[j[f], None, :] + t * step[j[f], None, :])  # (f, 8, m)
+                    u_trials = np.matmul(trials, Aj[f])
+                    passed = _armijo(trials, u_trials, lam[j[f], None, :], grad[j[f], None, :], D[j[f], None], q)
+                    hit = np.flatnonzero(passed.any(axis=1))
+                    longest = passed[hit].argmax(axis=1)
+                    trial[f[hit]], u_t[f[hit]], ok[f[hit]] = trials[hit, longest], u_trials[hit, longest], True
                 c = _scale(trial[ok], u_t[ok], q)
                 new_lam[j[ok]], new_u[j[ok]] = trial[ok] * c, u_t[ok] * c
-                pending &= ~ok
-                if not pending.any():
-                    break
-                t = np.where(pending, shorter, t)
-            stalled[j[pending]] = True
+                stalled[j[~ok]] = True
             lam, u = new_lam, new_u
             if primal_dual:  # after a dual step or a rejected primal-dual step: resynchronize wbar
                 sync = ~accepted
@@ -388,16 +399,17 @@ def lp_margin(A, p, *, tol: float = 1e-8, max_iter: int = 200) -> MarginSolution
     """Solve ``min ||w||_p s.t. A w >= 1`` for A of shape (m, N), or B problems at once for (B, m, N).
 
     Solves the dual ``max_{lambda >= 0} 1^T lambda - ||A^T lambda||_q^q / q`` (q = p / (p - 1)) and
-    recovers ``w = sign(u)|u|^(q-1)``, ``u = A^T lambda`` (see the module docstring), then certifies:
-    w is rescaled to be exactly feasible and the relative duality gap and the constraint violation
-    must both be <= tol, else ConvergenceError. Raises InfeasibleError (a ValueError) when no w
-    satisfies the constraints and ValueError for bad input.
+    recovers ``w = sign(u)|u|^(q-1)``, ``u = A^T lambda`` (see the module docstring). The returned w
+    satisfies ``min(A w) = 1`` and its relative duality gap and violation are <= tol, else
+    ConvergenceError; the iteration aims at tol / 100 because the gap pins w less tightly (an entry
+    near 0 moves the objective like |delta|^max(p, 2)). Raises InfeasibleError (a ValueError) when no
+    w satisfies the constraints, ValueError for bad input.
     """
     A = _check_array("A", A, (2, 3))
     p = _check_p(p)
-    if not (np.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol must be a positive number, got {tol!r}")
-    if int(max_iter) != max_iter or max_iter < 1:
+    if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+        raise ValueError(f"tol must be a number in (0, 1), got {tol!r}")
+    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
     batched = A.ndim == 3
     A3 = A if batched else A[None]
@@ -421,7 +433,8 @@ def lp_margin(A, p, *, tol: float = 1e-8, max_iter: int = 200) -> MarginSolution
     else:
         lam, w, it, ok = _newton(A3, p, lam, tol, max_iter)
         if not ok.all():
-            _fail(A3, np.flatnonzero(~ok), batched, p, f"relative gap above {tol:g} after {max_iter} iterations")
+            _fail(A3, np.flatnonzero(~ok), batched, p, f"relative gap still above {tol:g} (iteration limit "
+                  f"{max_iter}, or the line search stalled at the limit of float64)")
         iterations = iterations + it
     w, norm, gap, rel_gap, violation = _certificate(A3, lam, w, p)
     bad = np.flatnonzero(~((rel_gap <= tol) & (violation <= tol)))
@@ -436,7 +449,7 @@ def lp_margin(A, p, *, tol: float = 1e-8, max_iter: int = 200) -> MarginSolution
 def _check_tokens(X, alpha, *extra):
     """Validate X (..., n, T, d) and alpha (..., n) ints in [0, T); return them with the extras."""
     X = _check_array("X", X, (3, 4))
-    *lead, n, T, d = X.shape
+    *lead, n, T, _ = X.shape
     if T < 2:
         raise ValueError(f"X needs at least 2 tokens per example (shape {X.shape})")
     alpha = np.asarray(alpha)
@@ -498,7 +511,7 @@ def decoder_svm(X, y, alpha, p, **solver_kw) -> np.ndarray:
 def token_scores(X, y, v) -> np.ndarray:
     """gamma_it = y_i v^T x_it: (n, T), or (B, n, T) for batched X (B, n, T, d), y (B, n), v (B, d)."""
     X = _check_array("X", X, (3, 4))
-    *lead, n, T, d = X.shape
+    *lead, n, _, d = X.shape
     y = _check_array("y", y, (len(lead) + 1,))
     v = _check_array("v", v, (len(lead) + 1,))
     if y.shape != (*lead, n) or v.shape != (*lead, d):
@@ -518,7 +531,7 @@ def support_tokens(X, z, alpha, W, tol: float = 1e-6) -> np.ndarray:
     the selected tokens alpha_i are never support tokens.
     """
     X, alpha, _ = _check_tokens(X, alpha)
-    *lead, n, T, d = X.shape
+    *lead, n, _, d = X.shape
     W = _check_array("W", W, (len(lead) + 2,))
     if W.shape != (*lead, d, d):
         raise ValueError(f"W must have shape {(*lead, d, d)} for X {X.shape}, got {W.shape}")

@@ -87,7 +87,7 @@ print(f"profile={profile}: {seeds} seeds, n={n}, T={T}, d={d}, lr={lr}, steps={d
 # $\nabla L / \|\nabla L\|_q$ exactly, however saturated the softmax is. Tests check this direction
 # against autograd, finite differences, and a many-digit reference deep in saturation.
 
-# %%
+# %% tags=["hide-input"]
 ps_order = sorted(curves["train_p"].unique())
 fig, axes = plt.subplots(len(ps_order), len(svm_ps), figsize=(3.6 * len(svm_ps), 2.8 * len(ps_order)),
                          sharex="row", squeeze=False)
@@ -97,9 +97,8 @@ for row, p in enumerate(ps_order):
         c = curves[(curves.train_p == p) & (curves.svm_p == q)]
         color = plots.p_color(q)
         ax.plot(c.step, c["mean"], color=color, lw=1.8)
-        ax.fill_between(c.step, (c["mean"] - c["std"]).clip(lower=0), c["mean"] + c["std"], color=color, alpha=0.25,
-                        lw=0)
-        ax.set_ylim(bottom=0)
+        ax.fill_between(c.step, c["q10"], c["q90"], color=color, alpha=0.25, lw=0)
+        ax.set_yscale("log")
         if row == 0:
             ax.set_title(f"SVM {plots.p_label(q)}")
         if col == 0:
@@ -115,11 +114,11 @@ plots.save_figure(fig, "fig-e1-paths", data=curves)
 #
 # Directional Bregman divergence between the path of $\ell_p$ mirror descent (rows: training
 # exponent $p$) and the $\ell_{p'}$ attention SVM of the selected tokens (columns: $p'$), measured in
-# the training geometry $\psi_p$. Line: mean over seeds; band: $\pm$ one standard deviation.
-# Numbers: `_build/results/fig-e1-paths.csv`.
+# the training geometry $\psi_p$, on a log scale. Line: mean over seeds; band: 10th to 90th
+# percentile. Numbers (with the standard deviation): `_build/results/fig-e1-paths.csv`.
 # ```
 
-# %%
+# %% tags=["hide-input"]
 summary = (final.groupby(["train_p", "svm_p"]).divergence
            .agg(mean="mean", std="std", median="median").reset_index())
 own = summary[summary.train_p == summary.svm_p]
@@ -160,7 +159,11 @@ glue("e1-optimal-tokens", 100 * float(optimal.mean()), display=False)
 #   seeds at $p = 1.75$, {glue:text}`e1-nearest-2:.0f`% at $p = 2$ and
 #   {glue:text}`e1-nearest-3:.0f`% at $p = 3$.
 # - On the path with the largest $p$, the smallest divergence to another SVM is
-#   {glue:text}`e1-others-on-max:.3f` (a plateau, not a decay).
+#   {glue:text}`e1-others-on-max:.3f` and flat over the last thousands of steps: a plateau, as in
+#   the paper, though lower than the paper's level of about 0.2. How far apart the SVM directions
+#   of different exponents lie depends on the drawn instances, and the authors' stalled paths were
+#   measured at a different point of convergence, so we compare the pattern (decay to the own SVM,
+#   plateau elsewhere), not that level.
 # - {glue:text}`e1-optimal-tokens:.0f`% of the examples select their globally optimal token
 #   $\arg\max_t y_i v^\top x_{it}$ (averaged over the three training exponents); the others converge
 #   to a locally optimal selection, which is all the local theorem needs.

@@ -59,46 +59,56 @@ solutions
 # %% [markdown]
 # ## The path in two coordinates
 #
-# Of the $d^2$ entries of $W$ we draw the two that carry the most weight in the SVM solutions.
-# The dashed ray is the direction of $W^{\mathrm{mm}}_p$ projected on those two coordinates; the
-# path starts at the origin and bends onto its own ray.
+# Of the $d^2$ entries of $W$ we draw the two on which the SVM directions of the different
+# exponents disagree most. Left: the path $W(k)$ itself from the origin, with the ray of its own
+# SVM direction (dashed). Right: the direction $W(k)/\|W(k)\|_p$ in the same two coordinates,
+# which travels to the point of its own SVM direction (star).
 
-# %%
+# %% tags=["hide-input"]
 normalized = paths[paths.method == "normalized"]
-svm_weight = normalized.drop_duplicates(["p", "entry"]).groupby("entry").svm.apply(lambda s: s.abs().mean())
-first, second = svm_weight.sort_values(ascending=False).index[:2]
+targets = normalized.drop_duplicates(["p", "entry"]).pivot(index="entry", columns="p", values="svm")
+spread = (targets.max(axis=1) - targets.min(axis=1)) + 0.1 * targets.abs().mean(axis=1)
+first, second = spread.sort_values(ascending=False).index[:2]
 curve_norm = curves[curves.method == "normalized"]
-fig, ax = plt.subplots(figsize=(5.5, 5))
+fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.8))
 for p in ps:
     rows = normalized[normalized.p == p]
     norms = curve_norm[curve_norm.p == p].set_index("step").norm
     a = rows[rows.entry == first].set_index("step")
     b = rows[rows.entry == second].set_index("step")
-    x, y = a.value * norms, b.value * norms  # back from the normalized entries to W(k) itself
-    ax.plot(x, y, color=plots.p_color(p), lw=1.8, label=f"path, {plots.p_label(p)}")
-    reach = float(np.hypot(x, y).max())
+    color, label = plots.p_color(p), plots.p_label(p)
+    x, y = (a.value * norms).fillna(0), (b.value * norms).fillna(0)  # W(k) itself; W(0) = 0
+    left.plot(x, y, color=color, lw=1.8, label=f"path, {label}")
     direction = np.array([a.svm.iloc[0], b.svm.iloc[0]])
+    reach = float(np.hypot(x, y).max())
     ray = direction / np.linalg.norm(direction) * reach
-    ax.plot([0, ray[0]], [0, ray[1]], ls="--", color=plots.p_color(p), lw=1.2, label=f"SVM direction, {plots.p_label(p)}")
-ax.scatter([0], [0], color="black", zorder=3, s=15)
-ax.set_xlabel(f"${first.replace('W', 'W_{').replace('[', '').replace(']', '}')}(k)$")
-ax.set_ylabel(f"${second.replace('W', 'W_{').replace('[', '').replace(']', '}')}(k)$")
-ax.legend(fontsize=8, loc="best")
-ax.set_aspect("equal", adjustable="datalim")
+    left.plot([0, ray[0]], [0, ray[1]], ls="--", color=color, lw=1.2)
+    right.plot(a.value, b.value, color=color, lw=1.8, label=label)
+    right.scatter(*direction, marker="*", s=160, color=color, edgecolor="black", zorder=3)
+def coordinate(entry):
+    return "$" + entry.replace("W[", "W_{").replace("]", "}") + "$"
+left.scatter([0], [0], color="black", zorder=3, s=15)
+left.set(xlabel=coordinate(first) + " of $W(k)$", ylabel=coordinate(second) + " of $W(k)$",
+         title="the path (dashed: own SVM ray)")
+right.set(xlabel=coordinate(first) + r" of $W(k)/\|W(k)\|_p$", ylabel=coordinate(second) + r" of $W(k)/\|W(k)\|_p$",
+          title="its direction (star: own SVM direction)")
+left.legend(fontsize=8)
+right.legend(fontsize=8)
+fig.tight_layout()
 plots.save_figure(fig, "fig-e2-path", data=normalized[normalized.entry.isin([first, second])])
 
 # %% [markdown]
 # ```{glue:figure} fig-e2-path
 # :name: fig-e2-path
 #
-# Two entries of $W(k)$ under normalized $\ell_p$ mirror descent from $W(0) = 0$ (solid), and the
-# direction of the $\ell_p$ attention SVM in the same two coordinates (dashed). Numbers:
-# `_build/results/fig-e2-path.csv`.
+# Two entries of $W(k)$ under normalized $\ell_p$ mirror descent from $W(0) = 0$. Left: the path
+# and the ray of the $\ell_p$ attention SVM's direction (dashed). Right: the normalized iterate and
+# the normalized SVM solution (star) in the same coordinates. Numbers: `_build/results/fig-e2-path.csv`.
 # ```
 #
 # ## Norm growth, saturation and the rate (plain steps)
 
-# %%
+# %% tags=["hide-input"]
 plain = curves[(curves.method == "plain") & (curves.step > 0)]
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
 for p in ps:
@@ -126,7 +136,11 @@ for p in ps:
     glue(f"e2-slope-{p:g}", float(slope), display=False)
     glue(f"e2-div-{p:g}", float(c.divergence.iloc[-1]), display=False)
     glue(f"e2-growth-{p:g}", float(ratio), display=False)
+for p in ps:
+    c = curves[(curves.method == "normalized") & (curves.p == p)]
+    glue(f"e2-ndiv-{p:g}", float(c.divergence.iloc[-1]), display=False)
 glue("e2-plain-steps", plain_steps, display=False)
+glue("e2-normalized-steps", normalized_steps, display=False)
 glue("e2-all-optimal", "all" if solutions.globally_optimal.all() else "not all", display=False)
 
 # %% [markdown]
@@ -148,9 +162,11 @@ glue("e2-all-optimal", "all" if solutions.globally_optimal.all() else "not all",
 #   {glue:text}`e2-growth-1.75:.2f`, {glue:text}`e2-growth-2:.2f` and {glue:text}`e2-growth-3:.2f`.
 # - **Direction (Theorems 10 and 11).** The divergence to the own SVM falls steadily on the log
 #   axis and ends at {glue:text}`e2-div-1.75:.2e`, {glue:text}`e2-div-2:.2e` and
-#   {glue:text}`e2-div-3:.2e`; the normalized paths of {numref}`fig-e2-path` bend onto their own
-#   SVM rays, as in the paper's picture. The selected tokens are {glue:text}`e2-all-optimal`
-#   globally optimal (table above).
+#   {glue:text}`e2-div-3:.2e`. The normalized paths of {numref}`fig-e2-path` bend towards their own
+#   SVM directions, as in the paper's picture, and after {glue:text}`e2-normalized-steps` steps sit
+#   at divergence {glue:text}`e2-ndiv-1.75:.1e`, {glue:text}`e2-ndiv-2:.1e` and
+#   {glue:text}`e2-ndiv-3:.1e`: the larger exponent travels the longest way and is still on it. The
+#   selected tokens are {glue:text}`e2-all-optimal` globally optimal (table above).
 #
 # **What this shows.** The three regimes the theory separates: unbounded but logarithmic growth of
 # the norm, a softmax that saturates on one token per example, and a direction that approaches the
