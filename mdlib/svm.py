@@ -32,6 +32,7 @@ out; the Newton systems of a batch are grouped by the size of their free sets):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import numpy as np
 
@@ -55,7 +56,8 @@ _SPAN = 1e10  # Hessian weights |x|^(negative) are capped at this multiple of th
 _BACKTRACKS = 40  # halvings of a dual step before its line search gives up (a multiple of 8)
 _PD_TRIES = 4  # halvings of a primal-dual step before it is rejected
 _GROUPS = 3  # at most this many free-set-size groups per Newton solve
-_PD_SLACK = 10.0  # a primal-dual step may raise the relative gap up to this multiple of the best one
+_PD_SLACK = 10.0  # a primal-dual step may raise the relative gap up to this multiple of the best one,
+_PD_PATIENCE = 3  # for this many iterations after the best one; then it must improve on the best
 
 
 class InfeasibleError(ValueError):
@@ -193,7 +195,7 @@ def _solve_free(H, lam, free, rhs_free, mu):
         diag = np.arange(k)
         Mdiag = M[:, diag, diag]
         M *= isfree[:, :, None] & isfree[:, None, :]
-        M[:, diag, diag] = np.where(isfree, Mdiag * (1 + mu[rows, None]), 1.0)
+        M[:, diag, diag] = np.where(isfree, np.maximum(Mdiag * (1 + mu[rows, None]), 1e-300), 1.0)  # > 0
         rhs = np.where(isfree, np.take_along_axis(rhs_free[rows], idx, axis=1),
                        -np.take_along_axis(lam[rows], idx, axis=1))
         step[rows[:, None], idx] = np.linalg.solve(M, rhs[:, :, None])[:, :, 0]
@@ -201,8 +203,10 @@ def _solve_free(H, lam, free, rhs_free, mu):
 
 
 def _block_of(G: np.ndarray):
-    """The `_solve_free` block function of a stack of matrices G (b, m, m)."""
-    return lambda rows, idx: G[rows[:, None, None], idx[:, :, None], idx[:, None, :]]
+    """The `_solve_free` block function of a stack of matrices G (b, m, m): G[rows][:, idx][:, :, idx]."""
+    b, m, _ = G.shape
+    flat = G.reshape(-1)
+    return lambda rows, idx: flat.take(((rows * m)[:, None, None] + idx[:, :, None]) * m + idx[:, None, :])
 
 
 def _quadratic(A: np.ndarray, tol: float, max_iter: int):
@@ -261,9 +265,9 @@ def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int)
     an Armijo search on D along max(0, lambda + t d), then take the best multiple of lambda.
     Primal-dual steps (p > 2) keep a primal iterate wbar (from mirror_q(A^T lambda)), linearize
     w -> mirror_p(w) = A^T lambda there and take t = 1, 1/2, ... once the relative gap stays below
-    _PD_SLACK times the best so far. Returns (lambda+, w, iterations, converged); w is the certified
-    primal before rescaling; problems that stall, overflow or run out of iterations come back with
-    converged False.
+    _PD_SLACK times the best so far (below the best after _PD_PATIENCE iterations without a new
+    best). Returns (lambda+, w, iterations, converged); w is the certified primal before rescaling;
+    problems that stall, overflow or run out of iterations come back with converged False.
     """
     b, _, N = A.shape
     q = p / (p - 1)
@@ -279,8 +283,10 @@ def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int)
         pd = np.full(b, primal_dual)  # next step is primal-dual (else dual with line search)
         stalled = np.zeros(b, dtype=bool)
         best = np.full(b, np.inf)  # smallest relative gap so far
+        since_best = np.zeros(b, dtype=int)  # iterations since the best one
         for it in range(max_iter + 1):
             D, rel, w, Aw, Awbar = _certify(A, lam, u, wbar if primal_dual else None, p, q)
+            since_best = np.where(rel < best, 0, since_best + 1)
             best = np.minimum(best, rel)
             done = (rel <= tol * _AIM) & np.isfinite(D)
             out_lam[live[done]], out_w[live[done]], out_it[live[done]] = np.maximum(lam[done], 0.0), w[done], it
@@ -288,8 +294,8 @@ def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int)
             if it == max_iter or not keep.any():
                 break
             if not keep.all():
-                live, A, A2, lam, u, D, Aw, best, pd, stalled = (
-                    x[keep] for x in (live, A, A2, lam, u, D, Aw, best, pd, stalled))
+                live, A, A2, lam, u, D, Aw, best, since_best, pd, stalled = (
+                    x[keep] for x in (live, A, A2, lam, u, D, Aw, best, since_best, pd, stalled))
                 if primal_dual:
                     wbar, Awbar = wbar[keep], Awbar[keep]
             b = len(live)
@@ -307,7 +313,7 @@ def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int)
             mu = np.where(pd, 1e-12, np.clip(np.abs(np.where(free, grad, 0.0)).max(axis=1), 1e-12, 1e-2))
 
             def block(rows, idx):
-                AF = A[rows[:, None], idx]
+                AF = A.reshape(-1, A.shape[2]).take(rows[:, None] * A.shape[1] + idx, axis=0)
                 return np.matmul(AF * h[rows, None, :], AF.transpose(0, 2, 1))
 
             step = _solve_free(block, lam, free, rhs, mu)
@@ -322,7 +328,8 @@ def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int)
                 for _ in range(_PD_TRIES):
                     lam_t, u_t, wbar_t = lam[j] + t * step[j], u[j] + t * du, wbar[j] + t * dw
                     D_t, rel_t, *_ = _certify(Aj, lam_t, u_t, wbar_t, p, q)
-                    ok = (rel_t < _PD_SLACK * best[j]) & (np.isfinite(best[j]) | (D_t > D[j]))
+                    slack = np.where(since_best[j] < _PD_PATIENCE, _PD_SLACK, 1.0)
+                    ok = (rel_t < slack * best[j]) & (np.isfinite(best[j]) | (D_t > D[j]))
                     new_lam[j[ok]], new_u[j[ok]], wbar[j[ok]] = lam_t[ok], u_t[ok], wbar_t[ok]
                     accepted[j[ok]] = True
                     if ok.all():
@@ -403,16 +410,17 @@ def lp_margin(A, p, *, tol: float = 1e-8, max_iter: int = 200) -> MarginSolution
     satisfies ``min(A w) = 1`` and its relative duality gap and violation are <= tol, else
     ConvergenceError; the iteration aims at tol / 100 because the gap pins w less tightly (an entry
     near 0 moves the objective like |delta|^max(p, 2)). Raises InfeasibleError (a ValueError) when no
-    w satisfies the constraints, ValueError for bad input.
+    w satisfies the constraints, ValueError for bad input. More constraints than unknowns (A A^T
+    singular) is supported but slow, and for p >= 4 may need a larger max_iter.
     """
     A = _check_array("A", A, (2, 3))
     p = _check_p(p)
-    if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+    if not (isinstance(tol, Real) and 0 < tol < 1):
         raise ValueError(f"tol must be a number in (0, 1), got {tol!r}")
-    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
+    if not (isinstance(max_iter, Integral) and max_iter >= 1):
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
     batched = A.ndim == 3
-    A3 = A if batched else A[None]
+    A3 = np.ascontiguousarray(A if batched else A[None])
     zero = np.flatnonzero(~np.any(A3 != 0, axis=2).all(axis=1))
     if len(zero):
         _fail(A3, zero, batched, p, "a zero row")

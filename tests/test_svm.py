@@ -162,6 +162,13 @@ def test_bad_input(args, message):
         lp_margin(*args)
 
 
+@pytest.mark.parametrize("kw, message", [({"tol": 0.0}, "tol"), ({"tol": "1e-8"}, "tol"), ({"max_iter": 0}, "max_iter"),
+                                         ({"max_iter": 2.5}, "max_iter")])
+def test_bad_solver_options(kw, message):
+    with pytest.raises(ValueError, match=message):
+        lp_margin(np.ones((2, 3)), 2.0, **kw)
+
+
 def test_bad_token_input():
     X, y, z, v, alpha = instance(9, 3, 4, 5)
     with pytest.raises(ValueError, match="alpha must index"):
