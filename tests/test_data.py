@@ -1,0 +1,140 @@
+"""Data sources on tiny fixtures in the real files' on-disk formats (no network)."""
+
+import hashlib
+import io
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mdlib import data
+
+FIXTURES = Path(__file__).parent / "fixtures" / "data"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty data cache, with the fixture files' checksums standing in for the real ones."""
+    monkeypatch.setenv("MDLIB_DATA_DIR", str(tmp_path / "cache"))
+    files = dict(data.FILES)
+    for name in ("movieReviewSnippets_GroundTruth.txt", "vader_lexicon.txt", "vocab.txt"):
+        digest = hashlib.sha256((FIXTURES / name).read_bytes()).hexdigest()
+        files[name] = data.RegistryFile(**{**files[name].__dict__, "sha256": digest})
+    monkeypatch.setattr(data, "FILES", files)
+    monkeypatch.setattr(data, "FETCHABLE", {n: [files[f.name] for f in fs] for n, fs in data.FETCHABLE.items()})
+    return tmp_path / "cache"
+
+
+def install(cache: Path, name: str) -> None:
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / name).write_bytes((FIXTURES / name).read_bytes())
+
+
+def test_stratified_split_is_seeded_disjoint_and_keeps_label_shares():
+    labels = np.array([0] * 300 + [1] * 100)
+    split = data.stratified_split(labels, {"train": 0.8, "validation": 0.1, "test": 0.1}, seed=3)
+    together = np.concatenate(list(split.values()))
+    assert sorted(together.tolist()) == list(range(400))
+    assert [len(split[k]) for k in ("train", "validation", "test")] == [320, 40, 40]
+    assert labels[split["test"]].mean() == pytest.approx(0.25)
+    again = data.stratified_split(labels, {"train": 0.8, "validation": 0.1, "test": 0.1}, seed=3)
+    assert all(np.array_equal(split[k], again[k]) for k in split)
+    other = data.stratified_split(labels, {"train": 0.8, "validation": 0.1, "test": 0.1}, seed=4)
+    assert not np.array_equal(split["test"], other["test"])
+    with pytest.raises(ValueError):
+        data.stratified_split(labels, {"train": 0.8, "test": 0.1}, seed=0)
+
+
+def test_rotten_tomatoes_drops_neutral_and_labels_by_sign(cache):
+    install(cache, "movieReviewSnippets_GroundTruth.txt")
+    ds = data.rotten_tomatoes(seed=0, validation=0.2, test=0.2)
+    rows = pd.concat([ds[s].to_pandas() for s in ("train", "validation", "test")])
+    assert len(rows) == 9  # ten snippets, one rated exactly 0
+    assert "A film about a thing." not in set(rows.text)
+    labels = dict(zip(rows.text, rows.label))
+    assert labels["Effective but too tepid biopic"] == 0 and labels["Good enough."] == 1
+    assert not any(t.endswith("\r") for t in rows.text)
+
+
+def test_missing_or_corrupt_files_name_the_fetch_command(cache):
+    with pytest.raises(data.DataError, match="python -m mdlib fetch rotten_tomatoes"):
+        data.rotten_tomatoes()
+    install(cache, "vocab.txt")
+    (cache / "vocab.txt").write_text("[PAD]\nedited\n")
+    with pytest.raises(data.DataError, match="sha256.*python -m mdlib fetch wordpiece_vocab"):
+        data.wordpiece_tokenizer()
+
+
+def fake_sdist() -> bytes:
+    """A source archive laid out like vaderSentiment 3.3.2's, holding the fixture files."""
+    def tar_of(members: dict[str, bytes]) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
+            for name, content in members.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(content)
+                tf.addfile(info, io.BytesIO(content))
+        return buffer.getvalue()
+
+    inner = tar_of({"hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt":
+                    (FIXTURES / "movieReviewSnippets_GroundTruth.txt").read_bytes()})
+    return tar_of({"vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz": inner,
+                   "vaderSentiment-3.3.2/vaderSentiment/vader_lexicon.txt": (FIXTURES / "vader_lexicon.txt").read_bytes()})
+
+
+def test_fetch_verifies_extracts_and_caches(cache, monkeypatch):
+    archive = fake_sdist()
+    calls = []
+
+    def download(requirement, source_only, into):
+        calls.append((requirement, source_only))
+        path = into / "vaderSentiment-3.3.2.tar.gz"
+        path.write_bytes(archive)
+        return path
+
+    with pytest.raises(data.DataError, match="refusing"):  # the real archive checksum does not match
+        data.fetch("rotten_tomatoes", download=download)
+    digest = hashlib.sha256(archive).hexdigest()
+    patched = {n: data.RegistryFile(**{**f.__dict__, "archive_sha256": digest}) if f.fetch_as == "rotten_tomatoes" else f
+               for n, f in data.FILES.items()}
+    monkeypatch.setattr(data, "FILES", patched)
+    monkeypatch.setattr(data, "FETCHABLE", {n: [patched[f.name] for f in fs] for n, fs in data.FETCHABLE.items()})
+    paths = data.fetch("rotten_tomatoes", download=download)
+    assert [p.name for p in paths] == ["movieReviewSnippets_GroundTruth.txt", "vader_lexicon.txt"]
+    assert calls[-1] == ("vadersentiment==3.3.2", True)
+    assert data.sentiment_lexicon()["amazing"] == 2.8
+    data.fetch("rotten_tomatoes", download=download)  # intact files: nothing downloaded again
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="fetchable"):
+        data.fetch("cifar10")
+
+
+def test_imdb_from_the_hub_parquet_layout(tmp_path):
+    folder = tmp_path / "imdb" / "plain_text"
+    folder.mkdir(parents=True)
+    train = pd.DataFrame({"text": [f"review {i}" for i in range(40)], "label": [i % 2 for i in range(40)]})
+    test = pd.DataFrame({"text": ["a", "b", "c"], "label": [0, 1, 1]})
+    train.to_parquet(folder / "train-00000-of-00001.parquet")
+    test.to_parquet(folder / "test-00000-of-00001.parquet")
+    ds = data.sentiment_dataset("imdb", local_dir=tmp_path / "imdb", validation=0.25)
+    assert (len(ds["train"]), len(ds["validation"]), len(ds["test"])) == (30, 10, 3)
+    assert set(ds["validation"]["label"]) == {0, 1}
+    assert ds["test"]["text"] == ["a", "b", "c"]
+    with pytest.raises(data.DataError, match="parquet"):
+        data.imdb(local_dir=tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="unknown sentiment"):
+        data.sentiment_dataset("sst2")
+
+
+def test_wordpiece_tokenizer_from_a_vocabulary_file(cache):
+    install(cache, "vocab.txt")
+    tok = data.wordpiece_tokenizer(max_length=6)
+    first, second = tok.encode_batch(["An amazing, heart-warming film!", "Terrible"])
+    assert first.tokens == ["[CLS]", "an", "amazing", ",", "heart", "[SEP]"]  # truncated to 6
+    assert second.tokens[:3] == ["[CLS]", "terrible", "[SEP]"]
+    assert second.ids[3:] == [0, 0, 0] and second.attention_mask == [1, 1, 1, 0, 0, 0]
+    assert tok.encode("warming").tokens == ["[CLS]", "warm", "##ing", "[SEP]"]
+    with pytest.raises(ValueError):
+        data.wordpiece_tokenizer(max_length=1)
