@@ -8,6 +8,9 @@ comparison token z_i (d) and label y_i in {-1, +1}:
 (softmax over the T tokens, no 1/sqrt(d) scaling). Everything accepts leading batch dimensions that
 index independent trials: W (*B, d, d), v (*B, d), X (*B, n, T, d), z (*B, n, d), y (*B, n).
 The synthetic data generators of E1 (Gaussian, unit-norm tokens) and the fixed data of E3 are here.
+
+The encoder classifier of the sentiment experiments (E4-E6): a post-LN transformer without biases
+whose attention maps and query/key/value weights can be read out.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ __all__ = [
     "SingleHeadAttention",
     "gaussian_instances",
     "joint_training_data",
+    "SelfAttention",
+    "EncoderBlock",
+    "EncoderClassifier",
 ]
 
 
@@ -121,3 +127,97 @@ def joint_training_data(dtype: torch.dtype = torch.float64) -> SyntheticData:
                       [[0.4, -2.2], [-1.1, -0.4], [0.9, 0.1]]], dtype=dtype)
     y = torch.tensor([1.0, -1.0], dtype=dtype)
     return SyntheticData(X=X[None], z=X[None, :, 0, :].clone(), y=y[None], v=torch.zeros(1, 2, dtype=dtype))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention without biases; separate query, key and value maps (their weights
+    are what the sparsity chapter inspects) and an output map. Padding keys are masked out."""
+
+    def __init__(self, width: int, heads: int, dropout: float):
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"width {width} is not divisible by the number of heads {heads}")
+        self.heads = heads
+        self.query = nn.Linear(width, width, bias=False)
+        self.key = nn.Linear(width, width, bias=False)
+        self.value = nn.Linear(width, width, bias=False)
+        self.out = nn.Linear(width, width, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def _split(self, x: Tensor) -> Tensor:
+        B, T, width = x.shape
+        return x.reshape(B, T, self.heads, width // self.heads).transpose(1, 2)  # (B, heads, T, dh)
+
+    def forward(self, x: Tensor, key_mask: Tensor | None, return_attention: bool = False):
+        q, k, v = self._split(self.query(x)), self._split(self.key(x)), self._split(self.value(x))
+        bias = None
+        if key_mask is not None:  # (B, T) True for real tokens -> additive -inf on padding keys
+            bias = torch.zeros(key_mask.shape, dtype=x.dtype, device=x.device).masked_fill(~key_mask, -torch.inf)
+            bias = bias[:, None, None, :]
+        if return_attention:
+            scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+            attention = torch.softmax(scores if bias is None else scores + bias, dim=-1)
+            mixed = attention @ v
+        else:
+            attention = None
+            mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        B, _, T, _ = mixed.shape
+        return self.dropout(self.out(mixed.transpose(1, 2).reshape(B, T, -1))), attention
+
+
+class EncoderBlock(nn.Module):
+    """Post-LN transformer block without biases: x = LN(x + Attn(x)); x = LN(x + MLP(x)),
+    MLP = Linear(width, mlp) -> GELU -> Linear(mlp, width)."""
+
+    def __init__(self, width: int, heads: int, mlp: int, dropout: float):
+        super().__init__()
+        self.attention = SelfAttention(width, heads, dropout)
+        self.norm1 = nn.LayerNorm(width, bias=False)
+        self.mlp = nn.Sequential(nn.Linear(width, mlp, bias=False), nn.GELU(), nn.Linear(mlp, width, bias=False),
+                                 nn.Dropout(dropout))
+        self.norm2 = nn.LayerNorm(width, bias=False)
+
+    def forward(self, x: Tensor, key_mask: Tensor | None, return_attention: bool = False):
+        mixed, attention = self.attention(x, key_mask, return_attention)
+        x = self.norm1(x + mixed)
+        return self.norm2(x + self.mlp(x)), attention
+
+
+class EncoderClassifier(nn.Module):
+    """The sentiment model of experiments E4-E6: token + learned position embeddings, ``layers``
+    post-LN blocks with ``heads`` heads, and a linear classifier on the first ([CLS]) token that
+    returns one logit per sequence. Padding (``attention_mask`` 0) is masked out as attention keys.
+
+    Paper scale: vocab 30,522, 512 positions, width 384, MLP 1536, dropout 0.2, layers = heads in
+    {3, 4, 6}.
+    """
+
+    def __init__(self, vocab_size: int = 30522, max_length: int = 512, width: int = 384, layers: int = 3,
+                 heads: int = 3, mlp: int = 1536, dropout: float = 0.2):
+        super().__init__()
+        self.token = nn.Embedding(vocab_size, width)
+        self.position = nn.Embedding(max_length, width)
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(EncoderBlock(width, heads, mlp, dropout) for _ in range(layers))
+        self.classifier = nn.Linear(width, 1)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, return_attention: bool = False):
+        """Logits (B,); with ``return_attention`` also each layer's attention maps (B, heads, T, T)."""
+        T = input_ids.shape[1]
+        if T > self.position.num_embeddings:
+            raise ValueError(f"sequence length {T} exceeds the model's {self.position.num_embeddings} positions")
+        positions = torch.arange(T, device=input_ids.device)
+        x = self.dropout(self.token(input_ids) + self.position(positions))
+        key_mask = None if attention_mask is None else attention_mask.bool()
+        maps = []
+        for block in self.blocks:
+            x, attention = block(x, key_mask, return_attention)
+            maps.append(attention)
+        logits = self.classifier(x[:, 0]).squeeze(-1)
+        return (logits, maps) if return_attention else logits
+
+    def attention_weights(self) -> dict[str, list[Tensor]]:
+        """The query, key and value weight matrices of every layer: {"query": [...], "key": [...],
+        "value": [...]}, one (width, width) tensor per layer."""
+        return {kind: [getattr(block.attention, kind).weight for block in self.blocks]
+                for kind in ("query", "key", "value")}

@@ -1,0 +1,70 @@
+"""The E4 encoder classifier: shapes, masking, attention maps, weight access."""
+
+import pytest
+import torch
+
+from mdlib.models import EncoderClassifier
+
+
+def small(**kw):
+    torch.manual_seed(0)
+    return EncoderClassifier(**{**dict(vocab_size=50, max_length=16, width=12, layers=2, heads=3, mlp=24,
+                                       dropout=0.2), **kw})
+
+
+def batch():
+    ids = torch.tensor([[2, 7, 9, 11, 3, 0, 0], [2, 5, 3, 0, 0, 0, 0]])
+    return ids, (ids != 0).long()
+
+
+def test_shapes_and_attention_maps():
+    model = small().eval()
+    ids, mask = batch()
+    logits, maps = model(ids, mask, return_attention=True)
+    assert logits.shape == (2,)
+    assert len(maps) == 2 and maps[0].shape == (2, 3, 7, 7)
+    torch.testing.assert_close(maps[1].sum(-1), torch.ones(2, 3, 7))
+    assert torch.all(maps[0][0, :, :, 5:] == 0) and torch.all(maps[1][1, :, :, 3:] == 0)  # padding keys get none
+    torch.testing.assert_close(model(ids, mask), logits, rtol=1e-5, atol=1e-6)  # fused path == explicit path
+
+
+def test_padding_does_not_change_the_prediction():
+    model = small().eval()
+    ids, mask = batch()
+    short = model(ids[1:, :3], mask[1:, :3])
+    torch.testing.assert_close(model(ids, mask)[1:], short, rtol=1e-5, atol=1e-6)
+
+
+def test_no_biases_in_blocks_and_kqv_access():
+    model = small()
+    for module in model.blocks.modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.LayerNorm)):
+            assert module.bias is None
+    weights = model.attention_weights()
+    assert set(weights) == {"query", "key", "value"}
+    assert [w.shape for w in weights["key"]] == [(12, 12), (12, 12)]
+    assert weights["value"][1] is model.blocks[1].attention.value.weight
+
+
+def test_paper_scale_parameter_count():
+    model = EncoderClassifier(layers=3, heads=3)
+    block = 4 * 384 * 384 + 2 * 384 * 1536 + 2 * 384  # q, k, v, out; MLP; two LayerNorm weights
+    expected = 30522 * 384 + 512 * 384 + 3 * block + 384 + 1
+    assert sum(p.numel() for p in model.parameters()) == expected
+
+
+def test_dropout_is_active_in_training_only():
+    model = small()
+    ids, mask = batch()
+    model.train()
+    assert not torch.equal(model(ids, mask), model(ids, mask))
+    model.eval()
+    assert torch.equal(model(ids, mask), model(ids, mask))
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="divisible"):
+        EncoderClassifier(width=10, heads=3)
+    model = small()
+    with pytest.raises(ValueError, match="positions"):
+        model(torch.zeros(1, 17, dtype=torch.long))
