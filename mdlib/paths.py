@@ -6,6 +6,7 @@ environment variable at call time, so a test (or a user) can redirect every outp
     <build>/figures/<label>.png, .pdf   figures saved by ``mdlib.plots.save_figure``
     <build>/results/<label>.csv         the numbers behind each figure and table
     <build>/runs/<kind>/<hash>/         the results store (``mdlib.runs``)
+    <build>/checkpoints/<kind>/<hash>/  checkpoints of unfinished training runs (``mdlib.train.run``)
     <build>/html/index.html             the book, when the build directory is named ``_build``
 """
 
@@ -42,6 +43,10 @@ def results_dir() -> Path:
 
 def runs_dir() -> Path:
     return build_dir() / "runs"
+
+
+def checkpoints_dir() -> Path:
+    return build_dir() / "checkpoints"
 
 
 def html_dir() -> Path:

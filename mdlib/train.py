@@ -1,0 +1,437 @@
+"""The training loop of the real-data chapters (sentiment encoder E4-E6, ViT E7).
+
+    history = fit(model, optimizer, train_set, test_set, epochs=20, batch_size=100, seed=0,
+                  loss="binary", stop_train_accuracy=0.995, checkpoint="ckpt/")
+    result = run("e4-sentiment", config, build)     # the same, through the results store
+
+Datasets are map-style torch Datasets yielding ``(inputs, label)``. ``inputs`` is a tensor, passed as
+``model(inputs)``, or a dict of tensors (e.g. ``input_ids``, ``attention_mask``), passed as
+``model(**inputs)``. ``loss="binary"``: the model returns one logit per example, shape (B,) or (B, 1),
+labels are 0/1, binary cross-entropy with logits. ``loss="multiclass"``: (B, C) logits, integer labels,
+cross-entropy. Training accuracy is counted on the training batches during the epoch (dropout on), as
+the paper does; ``stop_train_accuracy`` ends training after the first epoch that reaches it.
+
+Determinism: epoch e's data order is a permutation drawn from a generator seeded by (seed, e); the
+global torch/numpy/python RNGs (dropout, augmentation) are seeded from (seed, rank) at a fresh start
+and restored from the checkpoint on resume. Model initialization is the caller's.
+
+Checkpoints: with ``checkpoint=<folder>``, ``<folder>/checkpoint.pt`` is replaced atomically after
+every epoch (model, optimizer, history, RNG states); ``fit`` resumes from it when it exists, and a
+resumed run gives bit-for-bit the numbers of an uninterrupted one (same device).
+
+Data parallel: launched by ``torchrun --nproc_per_node N`` (WORLD_SIZE > 1), ``fit`` joins the process
+group (nccl on CUDA, gloo on CPU), wraps the model in DistributedDataParallel and gives each process
+batch_size / N examples of every global batch of ``batch_size``; metrics are summed over processes and
+only rank 0 writes checkpoints and results and shows progress.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+
+from mdlib import paths, runs
+
+__all__ = ["COLUMNS", "Setup", "fit", "load_model_state", "model_state", "run"]
+
+#: The columns of the history ``fit`` returns, one row per epoch (test columns NaN when not evaluated).
+COLUMNS = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds", "lr"]
+CHECKPOINT = "checkpoint.pt"
+LOSSES = ("binary", "multiclass")
+_ORDER, _RNG, _WORKERS = 0, 1, 2  # purposes of the seeds derived from ``seed``
+
+log = logging.getLogger(__name__)
+
+
+def _derived_seed(seed: int, *tags: int) -> int:
+    """A 64-bit seed for (seed, *tags), independent across tags."""
+    return int(np.random.SeedSequence([seed, *tags]).generate_state(1, np.uint64)[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# processes and devices
+
+
+@dataclass(frozen=True)
+class _World:
+    rank: int
+    size: int
+    device: torch.device
+
+
+def _world(device: str | torch.device | None) -> _World:
+    """This process's rank, the number of processes and the device; joins the process group when
+    launched by torchrun with WORLD_SIZE > 1."""
+    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size == 1:
+        return _World(0, 1, device)
+    if device.type == "cuda":
+        if device.index is None:
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
+    return _World(dist.get_rank(), dist.get_world_size(), device)
+
+
+# ---------------------------------------------------------------------------------------------
+# RNG states and checkpoints
+
+
+def _seed_everything(seed: int, rank: int) -> None:
+    value = _derived_seed(seed, _RNG, rank)
+    torch.manual_seed(value)
+    np.random.seed(value % 2**32)
+    random.seed(value)
+
+
+def _rng_state(device: torch.device) -> dict:
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss)}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def _save(folder: Path, checkpoint: dict) -> None:
+    """Write ``folder/checkpoint.pt`` atomically (temporary file in the same folder, then os.replace)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            torch.save(checkpoint, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, folder / CHECKPOINT)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _load(folder: Path, settings: dict) -> dict | None:
+    path = folder / CHECKPOINT
+    if not path.exists():
+        return None
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    if checkpoint["settings"] != settings:
+        differ = {k: (checkpoint["settings"].get(k), v) for k, v in settings.items()
+                  if checkpoint["settings"].get(k) != v}
+        raise ValueError(f"the checkpoint {path} belongs to another run (checkpoint vs now: {differ}); "
+                         "use another checkpoint folder, or delete it to start over")
+    return checkpoint
+
+
+# ---------------------------------------------------------------------------------------------
+# batches
+
+
+def _train_batches(n: int, batch_size: int, seed: int, epoch: int, world: _World) -> list[tuple[list[int], int]]:
+    """This process's part of each global batch of epoch ``epoch`` (0-based), with the global batch size.
+    A final global batch with fewer examples than processes is dropped (only possible when N > 1)."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(_derived_seed(seed, _ORDER, epoch)))
+    return [(chunk.tensor_split(world.size)[world.rank].tolist(), len(chunk))
+            for chunk in order.split(batch_size) if len(chunk) >= world.size]
+
+
+def _loader(dataset: Dataset, batches: list[list[int]], collate_fn, num_workers: int, device: torch.device,
+            seed: int) -> DataLoader:
+    # The generator seeds the worker processes (so augmentation there is reproducible) and keeps the
+    # DataLoader from drawing from the global RNG.
+    return DataLoader(dataset, batch_sampler=batches, collate_fn=collate_fn, num_workers=num_workers,
+                      pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(seed))
+
+
+def _to(value: Any, device: torch.device) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _to(item, device) for key, item in value.items()}
+    if isinstance(value, Tensor):
+        return value.to(device, non_blocking=True)
+    raise TypeError(f"inputs must be a tensor or a dict of tensors, got {type(value).__name__}")
+
+
+def _unpack(batch: Any, count: int, loss: str) -> tuple[Any, Tensor]:
+    """The (inputs, labels) of a collated batch, with the labels checked (on the CPU)."""
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise ValueError("the datasets must yield (inputs, label) pairs (and collate_fn must return "
+                         f"(inputs, labels)); got a batch of type {type(batch).__name__}")
+    inputs, labels = batch
+    if not isinstance(labels, Tensor) or labels.shape != (count,):
+        shape = tuple(labels.shape) if isinstance(labels, Tensor) else type(labels).__name__
+        raise ValueError(f"expected labels of shape ({count},) for a batch of {count} examples (one scalar "
+                         f"label per example), got {shape}")
+    if loss == "binary" and not bool(((labels == 0) | (labels == 1)).all()):
+        raise ValueError(f"loss='binary' needs labels 0 or 1, got values {labels.unique().tolist()[:10]}")
+    if loss == "multiclass" and (labels.is_floating_point() or labels.dtype == torch.bool):
+        raise ValueError(f"loss='multiclass' needs integer class labels, got dtype {labels.dtype}")
+    return inputs, labels
+
+
+def _forward(model: nn.Module, inputs: Any) -> Tensor:
+    return model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+
+
+def _loss(logits: Tensor, labels: Tensor, loss: str) -> tuple[Tensor, Tensor]:
+    """The mean loss over the batch and the number of correct predictions."""
+    if not isinstance(logits, Tensor):
+        raise TypeError(f"the model must return a tensor of logits, got {type(logits).__name__}")
+    if loss == "binary":
+        if logits.dim() == 2 and logits.shape[1] == 1:
+            logits = logits[:, 0]
+        if logits.shape != labels.shape:
+            raise ValueError(f"loss='binary' needs one logit per example, shape ({len(labels)},) or "
+                             f"({len(labels)}, 1); the model returned {tuple(logits.shape)}")
+        return (F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype)),
+                ((logits > 0) == (labels == 1)).sum())
+    if logits.dim() != 2 or logits.shape[0] != len(labels):
+        raise ValueError(f"loss='multiclass' needs logits of shape ({len(labels)}, classes); the model "
+                         f"returned {tuple(logits.shape)}")
+    return F.cross_entropy(logits, labels), (logits.argmax(dim=1) == labels).sum()
+
+
+def _summed(sums: Tensor, world: _World) -> list[float]:
+    if world.size > 1:
+        dist.all_reduce(sums)
+    return sums.tolist()
+
+
+@torch.no_grad()
+def _evaluate(model: nn.Module, dataset: Dataset, batch_size: int, loss: str, collate_fn, num_workers: int,
+              world: _World) -> tuple[float, float]:
+    """Mean loss and accuracy on ``dataset``, each process taking a contiguous share."""
+    model.eval()
+    share = torch.arange(len(dataset)).tensor_split(world.size)[world.rank]
+    batches = [chunk.tolist() for chunk in share.split(batch_size)]
+    sums = torch.zeros(3, dtype=torch.float64, device=world.device)  # loss sum, correct, count
+    for batch, indices in zip(_loader(dataset, batches, collate_fn, num_workers, world.device, 0), batches):
+        inputs, labels = _unpack(batch, len(indices), loss)
+        mean, correct = _loss(_forward(model, _to(inputs, world.device)), _to(labels, world.device), loss)
+        sums += torch.stack([mean.double() * len(indices), correct.double(), sums.new_tensor(len(indices))])
+    total, correct, count = _summed(sums, world)
+    return total / count, correct / count
+
+
+# ---------------------------------------------------------------------------------------------
+# the loop
+
+
+def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, test_set: Dataset | None, *,
+        epochs: int, batch_size: int, seed: int, loss: str = "binary", collate_fn: Callable | None = None,
+        stop_train_accuracy: float | None = None, checkpoint: str | os.PathLike | None = None,
+        eval_every: int = 1, num_workers: int = 0, progress: bool = True,
+        device: str | torch.device | None = None) -> pd.DataFrame:
+    """Train ``model`` with ``optimizer`` for up to ``epochs`` epochs; the history, one row per epoch.
+
+    Args:
+        model, optimizer: built by the caller (the optimizer over ``model``'s parameters); the model is
+            moved to ``device`` (default: cuda when available, else cpu) and trained in place.
+        train_set, test_set: map-style datasets of (inputs, label); ``test_set`` may be None.
+        epochs: the most epochs to train (counting epochs restored from the checkpoint).
+        batch_size: the global batch size (split evenly over torchrun processes); the last batch of an
+            epoch may be smaller.
+        seed: seeds the data order of every epoch and the dropout/augmentation RNGs.
+        loss: "binary" (one logit per example, BCE) or "multiclass" ((B, C) logits, cross-entropy).
+        collate_fn: builds a batch from a list of (inputs, label) (e.g. to pad token ids); default
+            torch's default_collate.
+        stop_train_accuracy: stop after the first epoch whose training accuracy reaches it (paper: 0.995).
+        checkpoint: a folder: checkpoint after every epoch and resume from it when it holds one.
+        eval_every: evaluate on ``test_set`` every this many epochs (and always after the last epoch).
+        num_workers: DataLoader worker processes.
+        progress: show a progress bar (tqdm.auto; hidden outside terminals and notebooks).
+
+    Returns:
+        DataFrame with ``COLUMNS``: epoch (1-based), train_loss and train_accuracy (over the epoch's
+        batches, in training mode), test_loss and test_accuracy (NaN in epochs without evaluation),
+        seconds (the epoch's wall time, evaluation included), lr (the first param group's, at the end).
+    """
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    for name, value in (("epochs", epochs), ("batch_size", batch_size), ("eval_every", eval_every)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if stop_train_accuracy is not None and not 0 < stop_train_accuracy <= 1:
+        raise ValueError(f"stop_train_accuracy must be in (0, 1] or None, got {stop_train_accuracy!r}")
+    world = _world(device)
+    if batch_size % world.size:
+        raise ValueError(f"batch_size={batch_size} is not divisible by the {world.size} processes: the global "
+                         "batch is split evenly; choose a multiple of the number of processes")
+    n = len(train_set)
+    batches_per_epoch = n // batch_size + (n % batch_size >= world.size)
+    if batches_per_epoch == 0:
+        raise ValueError(f"train_set has {n} examples: too few for {world.size} processes")
+
+    model.to(world.device)
+    folder = Path(checkpoint) if checkpoint is not None else None
+    settings = {"seed": seed, "batch_size": batch_size, "loss": loss, "train_size": n, "processes": world.size}
+    state = _load(folder, settings) if folder is not None else None
+    history: list[dict] = []
+    stopped = False
+    if state is None:
+        _seed_everything(seed, world.rank)
+    else:
+        history, stopped = state["history"], state["stopped"]
+        if len(history) > epochs:
+            raise ValueError(f"the checkpoint in {folder} holds {len(history)} epochs, more than epochs={epochs}")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        _set_rng_state(state["rng"][world.rank], world.device)
+        message = f"resumed from {folder / CHECKPOINT} after epoch {len(history)}"
+        log.info(message)
+        if progress and world.rank == 0:
+            tqdm.write(message)
+    net = model
+    if world.size > 1:
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[world.device.index] if world.device.type == "cuda" else None)
+
+    bar = tqdm(total=epochs * batches_per_epoch, initial=len(history) * batches_per_epoch, unit="batch",
+               disable=None if progress and world.rank == 0 else True, dynamic_ncols=True)
+    try:
+        while not stopped and len(history) < epochs:
+            epoch, start = len(history), time.perf_counter()
+            bar.set_description(f"epoch {epoch + 1}/{epochs}")
+            net.train()
+            parts = _train_batches(n, batch_size, seed, epoch, world)
+            loader = _loader(train_set, [indices for indices, _ in parts], collate_fn, num_workers, world.device,
+                             _derived_seed(seed, _WORKERS, epoch, world.rank))
+            sums = torch.zeros(2, dtype=torch.float64, device=world.device)  # loss sum, correct
+            for batch, (indices, global_count) in zip(loader, parts):
+                inputs, labels = _unpack(batch, len(indices), loss)
+                mean, correct = _loss(_forward(net, _to(inputs, world.device)), _to(labels, world.device), loss)
+                optimizer.zero_grad(set_to_none=True)
+                # DDP averages gradients over processes: weight each local mean by its share of the
+                # global batch (1 when the shares are equal), so the step follows the global mean.
+                share = len(indices) * world.size / global_count
+                (mean if share == 1 else mean * share).backward()
+                optimizer.step()
+                sums += torch.stack([mean.detach().double() * len(indices), correct.double()])
+                bar.update()
+            train_loss, train_correct = _summed(sums, world)
+            count = sum(global_count for _, global_count in parts)
+            row = {"epoch": epoch + 1, "train_loss": train_loss / count, "train_accuracy": train_correct / count,
+                   "test_loss": math.nan, "test_accuracy": math.nan}
+            stopped = stop_train_accuracy is not None and row["train_accuracy"] >= stop_train_accuracy
+            if test_set is not None and ((epoch + 1) % eval_every == 0 or epoch + 1 == epochs or stopped):
+                row["test_loss"], row["test_accuracy"] = _evaluate(model, test_set, batch_size, loss, collate_fn,
+                                                                   num_workers, world)
+            row["seconds"] = time.perf_counter() - start
+            row["lr"] = float(optimizer.param_groups[0]["lr"])
+            history.append(row)
+            bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc=f"{row['train_accuracy']:.4f}",
+                            test=f"{row['test_accuracy']:.4f}")
+            if folder is not None:
+                rng = [_rng_state(world.device)]
+                if world.size > 1:  # every process's RNG state, for rank 0 to save
+                    rng, local = [None] * world.size, rng[0]
+                    dist.all_gather_object(rng, local)
+                if world.rank == 0:
+                    _save(folder, {"settings": settings, "model": model.state_dict(),
+                                   "optimizer": optimizer.state_dict(), "history": history,
+                                   "stopped": stopped, "rng": rng})
+    finally:
+        bar.close()
+    return pd.DataFrame(history, columns=COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------------
+# through the results store
+
+
+@dataclass
+class Setup:
+    """What ``run``'s builder makes from a config: the arguments of ``fit`` that are objects."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    train_set: Dataset
+    test_set: Dataset | None = None
+    collate_fn: Callable | None = None
+
+
+def run(kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Setup], *,
+        extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, progress: bool = True,
+        device: str | torch.device | None = None, num_workers: int = 0, force: bool = False) -> runs.RunResult:
+    """The stored result of training run (``kind``, ``config``), training it first if it is not stored.
+
+    ``config`` holds every setting that changes the numbers; ``config["fit"]`` holds ``fit``'s keyword
+    arguments (epochs, batch_size, seed, loss, stop_train_accuracy, eval_every). On a miss,
+    ``build(config)`` makes the ``Setup``, ``fit`` trains it with checkpoints in
+    ``<build>/checkpoints/<kind>/<key>/`` (so an interrupted run resumes), and the store keeps
+    ``history`` (the DataFrame ``fit`` returns) plus whatever ``extras(trained_model)`` returns (arrays,
+    DataFrames or JSON values, e.g. ``model_state(model)``); the checkpoint is deleted once stored.
+    Under torchrun every process trains, rank 0 stores, and all return the stored result.
+    """
+    if not isinstance(config.get("fit"), Mapping):
+        raise ValueError("config['fit'] must be a dict of fit()'s settings (epochs, batch_size, seed, ...)")
+    if not force and (hit := runs.load(kind, config)) is not None:
+        return hit
+    world = _world(device)
+    folder = paths.checkpoints_dir() / kind / runs.config_key(kind, config)
+
+    def compute() -> dict[str, Any]:
+        setup = build(config)
+        history = fit(setup.model, setup.optimizer, setup.train_set, setup.test_set, collate_fn=setup.collate_fn,
+                      checkpoint=folder, progress=progress, device=world.device, num_workers=num_workers,
+                      **config["fit"])
+        if world.rank != 0:
+            return {}
+        result = {"history": history}
+        for name, value in (extras(setup.model) if extras is not None else {}).items():
+            if name in result:
+                raise ValueError(f"extras() returned {name!r}, a name run() already uses")
+            result[name] = value
+        return result
+
+    if world.rank != 0:
+        compute()
+        dist.barrier()
+        return runs.load(kind, config)
+    result = runs.load_or_run(kind, config, compute, force=force)
+    shutil.rmtree(folder, ignore_errors=True)
+    if world.size > 1:
+        dist.barrier()
+    return result
+
+
+def model_state(model: nn.Module, prefix: str = "state.") -> dict[str, np.ndarray]:
+    """The model's state_dict as numpy arrays named ``prefix + name``, for ``run``'s ``extras``."""
+    return {prefix + name: value.detach().cpu().numpy() for name, value in model.state_dict().items()}
+
+
+def load_model_state(model: nn.Module, result: Mapping[str, Any], prefix: str = "state.") -> nn.Module:
+    """Load the arrays ``model_state`` stored (in ``result``) into ``model``; returns the model."""
+    state = {name[len(prefix):]: torch.from_numpy(np.asarray(value)) for name, value in result.items()
+             if name.startswith(prefix)}
+    model.load_state_dict(state)
+    return model

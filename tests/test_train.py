@@ -1,0 +1,406 @@
+"""The training loop: bit-exact resume, early stop, losses, dict inputs, errors, the store, DDP."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import runpy
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+
+from mdlib import paths, train
+from mdlib.optim import LpMirrorDescent
+
+
+@pytest.fixture(autouse=True)
+def build_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    return tmp_path / "build"
+
+
+def blobs(n, d=6, classes=2, seed=0, noise=1.0):
+    """Gaussian blobs: (features, integer labels)."""
+    g = torch.Generator().manual_seed(seed)
+    centers = 2.0 * torch.randn(classes, d, generator=g)
+    y = torch.randint(classes, (n,), generator=g)
+    return centers[y] + noise * torch.randn(n, d, generator=g), y
+
+
+def mlp(seed, d=6, out=1, dropout=0.3):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(d, 16), nn.ReLU(), nn.Dropout(dropout), nn.Linear(16, out))
+
+
+OPTIMIZERS = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+    "adam": lambda params: torch.optim.Adam(params, lr=0.01),
+    "md1.5": lambda params: LpMirrorDescent(params, lr=0.05, p=1.5),
+}
+
+
+class Crashing(Dataset):
+    """A dataset that raises after ``after`` item reads: a run killed in the middle of an epoch."""
+
+    def __init__(self, base, after):
+        self.base, self.reads, self.after = base, 0, after
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, index):
+        self.reads += 1
+        if self.reads > self.after:
+            raise KeyboardInterrupt("simulated interruption")
+        return self.base[index]
+
+
+def same_history(a: pd.DataFrame, b: pd.DataFrame):
+    cols = [c for c in train.COLUMNS if c != "seconds"]
+    pd.testing.assert_frame_equal(a[cols], b[cols], check_exact=True)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_interrupted_run_resumes_bit_for_bit(name, tmp_path, caplog):
+    x, y = blobs(60)
+    data, test = TensorDataset(x[:48], y[:48]), TensorDataset(x[48:], y[48:])
+    kw = dict(epochs=3, batch_size=10, seed=7, progress=False)  # 48 = 4 x 10 + 8: a short last batch
+
+    straight = mlp(0)
+    reference = train.fit(straight, OPTIMIZERS[name](straight.parameters()), data, test, **kw)
+    assert reference["epoch"].tolist() == [1, 2, 3] and reference.notna().all().all()
+
+    folder = tmp_path / "ckpt"
+    model = mlp(0)
+    with pytest.raises(KeyboardInterrupt):  # killed in epoch 3, after the checkpoint of epoch 2
+        train.fit(model, OPTIMIZERS[name](model.parameters()), Crashing(data, 2 * 48 + 20), test,
+                  checkpoint=folder, **kw)
+    assert [p.name for p in folder.iterdir()] == ["checkpoint.pt"]  # no temporary file left behind
+
+    torch.manual_seed(12345)  # neither the global RNG state at the call ...
+    resumed = mlp(99)         # ... nor the initialization matter: the checkpoint restores both
+    with caplog.at_level(logging.INFO, logger="mdlib.train"):
+        history = train.fit(resumed, OPTIMIZERS[name](resumed.parameters()), data, test, checkpoint=folder, **kw)
+    assert "resumed" in caplog.text and "after epoch 2" in caplog.text
+    same_history(history, reference)
+    for a, b in zip(resumed.state_dict().values(), straight.state_dict().values()):
+        assert torch.equal(a, b)
+
+    # a finished checkpoint: fit returns its history and weights without reading any data
+    done = mlp(5)
+    history = train.fit(done, OPTIMIZERS[name](done.parameters()), Crashing(data, 0), test, checkpoint=folder, **kw)
+    same_history(history, reference)
+    for a, b in zip(done.state_dict().values(), straight.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_extending_a_finished_run_equals_the_longer_run(tmp_path):
+    x, y = blobs(40)
+    data = TensorDataset(x, y)
+    kw = dict(batch_size=8, seed=1, progress=False)
+    straight = mlp(0)
+    reference = train.fit(straight, LpMirrorDescent(straight.parameters(), lr=0.05, p=1.5), data, None,
+                          epochs=3, **kw)
+    model = mlp(0)
+    train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=2,
+              checkpoint=tmp_path, **kw)
+    model = mlp(0)
+    history = train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=3,
+                        checkpoint=tmp_path, **kw)
+    same_history(history, reference)
+    assert history["test_accuracy"].isna().all()
+    for a, b in zip(model.parameters(), straight.parameters()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="holds 3 epochs, more than epochs=2"):
+        train.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data, None, epochs=2, checkpoint=tmp_path, **kw)
+    with pytest.raises(ValueError, match="belongs to another run"):
+        train.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data, None, epochs=4, checkpoint=tmp_path,
+                  batch_size=4, seed=1, progress=False)
+
+
+def test_seed_fixes_the_run_and_changes_it():
+    x, y = blobs(40)
+    data = TensorDataset(x, y)
+
+    def history(seed):
+        model = mlp(0)
+        return train.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data, None, epochs=2, batch_size=8,
+                         seed=seed, progress=False)
+
+    same_history(history(3), history(3))
+    assert not history(3)["train_loss"].equals(history(4)["train_loss"])
+
+
+def test_early_stop_after_the_first_epoch_reaching_the_training_accuracy():
+    x, y = blobs(80, noise=0.5, seed=2)
+    data, test = TensorDataset(x[:64], y[:64]), TensorDataset(x[64:], y[64:])
+    model = mlp(0, dropout=0.0)
+    history = train.fit(model, torch.optim.SGD(model.parameters(), lr=0.05), data, test, epochs=100, batch_size=8,
+                        seed=0, stop_train_accuracy=0.95, eval_every=1000, progress=False)
+    accuracy = history["train_accuracy"].to_numpy()
+    assert len(history) < 100 and accuracy[-1] >= 0.95 and (accuracy[:-1] < 0.95).all()
+    assert history["test_accuracy"].iloc[:-1].isna().all()  # eval_every=1000 ...
+    assert history["test_accuracy"].iloc[-1] > 0.8          # ... but the stopping epoch is evaluated
+    assert (history["lr"] == 0.05).all() and (history["seconds"] > 0).all()
+
+
+class Flat(nn.Module):
+    """A logistic model returning (B,) or (B, 1) logits."""
+
+    def __init__(self, keepdim):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear, self.keepdim = nn.Linear(6, 1), keepdim
+
+    def forward(self, x):
+        out = self.linear(x)
+        return out if self.keepdim else out[:, 0]
+
+
+def test_binary_loss_is_bce_with_logits_for_both_logit_shapes():
+    x, y = blobs(30)
+    data = TensorDataset(x, y.float())  # float 0/1 labels are fine for "binary"
+    histories = []
+    for keepdim in (False, True):
+        model = Flat(keepdim)
+        before = Flat(keepdim)
+        histories.append(train.fit(model, torch.optim.SGD(model.parameters(), lr=1e-9), data, data, epochs=1,
+                                   batch_size=30, seed=0, progress=False))
+    same_history(*histories)
+    with torch.no_grad():
+        logits = before(x).reshape(-1)
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits, y.float()).item()
+    row = histories[0].iloc[0]
+    assert row["train_loss"] == pytest.approx(expected, rel=1e-6)
+    assert row["test_loss"] == pytest.approx(expected, rel=1e-6)
+    assert row["train_accuracy"] == pytest.approx(((logits > 0) == (y == 1)).float().mean().item())
+
+
+def test_multiclass_loss_is_cross_entropy_and_learns():
+    x, y = blobs(90, classes=3, noise=0.5)
+    data, test = TensorDataset(x[:60], y[:60]), TensorDataset(x[60:], y[60:])
+    model = mlp(0, out=3, dropout=0.0)
+    with torch.no_grad():
+        first = torch.nn.functional.cross_entropy(model(x[60:]), y[60:]).item()
+    history = train.fit(model, torch.optim.Adam(model.parameters(), lr=0.02), data, test, epochs=15,
+                        batch_size=10, seed=0, loss="multiclass", eval_every=5, progress=False)
+    assert history["test_loss"].notna().tolist() == [k % 5 == 4 for k in range(15)]
+    assert history["test_loss"].iloc[-1] < first / 2 and history["test_accuracy"].iloc[-1] > 0.9
+    with torch.no_grad():
+        final = torch.nn.functional.cross_entropy(model(x[60:]), y[60:]).item()
+    assert history["test_loss"].iloc[-1] == pytest.approx(final, rel=1e-6)
+
+
+class Tokens(Dataset):
+    """Padded token sequences as dicts (input_ids, attention_mask); the label is whether token 1 occurs."""
+
+    def __init__(self, n, pad_id, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.lengths = torch.randint(2, 9, (n,), generator=g)
+        self.ids = torch.randint(1, 5, (n, 8), generator=g)
+        self.mask = torch.arange(8) < self.lengths[:, None]
+        self.ids[~self.mask] = pad_id
+        self.labels = (self.mask & (self.ids == 1)).any(dim=1).long()
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "attention_mask": self.mask[i]}, self.labels[i]
+
+
+class Pool(nn.Module):
+    """Max-pooled embedding over the unmasked tokens, one logit."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.drop, self.out = nn.Embedding(10, 8), nn.Dropout(0.2), nn.Linear(8, 1)
+
+    def forward(self, input_ids, attention_mask):
+        h = self.drop(self.embed(input_ids)).masked_fill(~attention_mask[..., None], -1e9)
+        return self.out(h.amax(dim=1))
+
+
+def test_dict_inputs_are_passed_as_keywords_and_the_mask_is_honoured():
+    def history(pad_id):
+        model = Pool()
+        return train.fit(model, torch.optim.Adam(model.parameters(), lr=0.05), Tokens(64, pad_id),
+                         Tokens(32, pad_id, seed=1), epochs=8, batch_size=16, seed=0, progress=False)
+
+    zero = history(0)
+    same_history(zero, history(9))  # what sits in the padded positions changes nothing
+    assert zero["test_accuracy"].iloc[-1] > 0.8
+
+
+class Items(Dataset):
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def test_clear_errors():
+    x, y = blobs(8)
+    model = mlp(0)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    kw = dict(epochs=1, batch_size=4, seed=0, progress=False)
+    cases = [
+        (TensorDataset(x, y[:, None]), {}, r"labels of shape \(4,\).*got \(4, 1\)"),
+        (TensorDataset(x, 2 * y), {}, "loss='binary' needs labels 0 or 1"),
+        (TensorDataset(x, y.float()), {"loss": "multiclass"}, "integer class labels"),
+        (TensorDataset(x), {}, r"\(inputs, label\) pairs"),
+        (Items([([1.0], 0)] * 8), {}, "inputs must be a tensor or a dict of tensors"),
+        (TensorDataset(x, y), {"loss": "hinge"}, "loss must be one of"),
+        (TensorDataset(x, y), {"epochs": 0}, "epochs must be an integer >= 1"),
+        (TensorDataset(x, y), {"stop_train_accuracy": 99.5}, "stop_train_accuracy must be in"),
+    ]
+    for data, extra, message in cases:
+        with pytest.raises((ValueError, TypeError), match=message):
+            train.fit(model, sgd, data, None, **{**kw, **extra})
+    two = mlp(0, out=2)
+    with pytest.raises(ValueError, match=r"one logit per example.*returned \(4, 2\)"):
+        train.fit(two, torch.optim.SGD(two.parameters(), lr=0.1), TensorDataset(x, y), None, **kw)
+    with pytest.raises(ValueError, match=r"logits of shape \(4, classes\)"):
+        flat = Flat(False)
+        train.fit(flat, torch.optim.SGD(flat.parameters(), lr=0.1), TensorDataset(x, y), None,
+                  **{**kw, "loss": "multiclass"})
+
+
+# ---------------------------------------------------------------------------------------------
+# the results store
+
+
+def test_run_stores_the_result_and_returns_it_without_training_again(build_dir):
+    x, y = blobs(40, classes=3)
+    config = {"data": {"n": 40}, "model": {"seed": 0},
+              "fit": {"epochs": 3, "batch_size": 8, "seed": 0, "loss": "multiclass"}}
+    builds = []
+
+    def build(cfg):
+        builds.append(cfg)
+        model = mlp(cfg["model"]["seed"], out=3)
+        return train.Setup(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), TensorDataset(x, y),
+                           TensorDataset(x[:10], y[:10]))
+
+    def extras(model):
+        trained.append(model)
+        return {**train.model_state(model), "accuracy_note": "final"}
+
+    trained = []
+    first = train.run("toy-train", config, build, extras=extras, progress=False)
+    assert not first.cached and len(builds) == 1
+    assert list(first["history"].columns) == train.COLUMNS and len(first["history"]) == 3
+    assert first["accuracy_note"] == "final"
+    assert not (paths.checkpoints_dir() / "toy-train").exists() or not any(
+        (paths.checkpoints_dir() / "toy-train").iterdir())  # the checkpoint is gone once stored
+
+    second = train.run("toy-train", config, build, extras=extras, progress=False)
+    assert second.cached and len(builds) == 1 and len(trained) == 1
+    pd.testing.assert_frame_equal(second["history"], first["history"])
+    restored = train.load_model_state(mlp(42, out=3), second)
+    for a, b in zip(restored.state_dict().values(), trained[0].state_dict().values()):
+        assert torch.equal(a, b)
+
+    with pytest.raises(ValueError, match=r"config\['fit'\]"):
+        train.run("toy-train", {"data": 1}, build)
+
+
+def test_run_resumes_an_interrupted_training(build_dir):
+    x, y = blobs(40)
+    config = {"fit": {"epochs": 3, "batch_size": 8, "seed": 0}}
+    crash = {"after": 2 * 40 + 5}
+
+    def build(cfg):
+        model = mlp(0)
+        data = Crashing(TensorDataset(x, y), crash["after"])
+        return train.Setup(model, torch.optim.Adam(model.parameters(), lr=0.01), data)
+
+    with pytest.raises(KeyboardInterrupt):
+        train.run("toy-resume", config, build, progress=False)
+    folder = paths.checkpoints_dir() / "toy-resume"
+    assert len(list(folder.glob("*/checkpoint.pt"))) == 1
+    crash["after"] = math.inf
+    result = train.run("toy-resume", config, build, progress=True)  # the bar hides outside terminals
+    model = mlp(0)
+    reference = train.fit(model, torch.optim.Adam(model.parameters(), lr=0.01), TensorDataset(x, y), None,
+                          progress=False, **config["fit"])
+    same_history(result["history"], reference)
+    assert not list(folder.glob("*/checkpoint.pt"))
+
+
+# ---------------------------------------------------------------------------------------------
+# data parallel
+
+
+DDP_SCRIPT = textwrap.dedent("""
+    import os, sys
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+    from mdlib import train
+    from mdlib.optim import LpMirrorDescent
+
+    def make():
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(90, 6, generator=g)
+        y = (x[:, 0] + 0.5 * torch.randn(90, generator=g) > 0).long()
+        torch.manual_seed(0)  # a different initialization on every rank: DDP broadcasts rank 0's
+        if int(os.environ.get("RANK", "0")) > 0:
+            torch.manual_seed(1)
+        model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 1))
+        # 69 = 4 x 16 + 5: the last global batch splits 3 / 2
+        return model, LpMirrorDescent(model.parameters(), lr=0.2, p=1.5), TensorDataset(x[:69], y[:69]), \
+            TensorDataset(x[69:], y[69:])
+
+    if __name__ == "__main__":
+        out = sys.argv[1]
+        model, opt, data, test = make()
+        try:
+            train.fit(model, opt, data, test, epochs=1, batch_size=15, seed=0, progress=False)
+        except ValueError as exc:
+            assert "not divisible by the 2 processes" in str(exc), exc
+        else:
+            raise AssertionError("batch_size 15 over 2 processes was accepted")
+        history = train.fit(model, opt, data, test, epochs=4, batch_size=16, seed=3, progress=False,
+                            checkpoint=os.path.join(out, "ckpt"))
+        torch.save({"history": history.to_dict("list"), "state": model.state_dict()},
+                   os.path.join(out, f"rank{os.environ['RANK']}.pt"))
+""")
+
+
+@pytest.mark.slow  # 6-14 s: launches torchrun with two processes
+def test_two_process_data_parallel_equals_one_process(tmp_path):
+    script = tmp_path / "ddp_fit.py"
+    script.write_text(DDP_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(script), str(tmp_path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    make = runpy.run_path(str(script), run_name="reference")["make"]
+    model, opt, data, test = make()
+    reference = train.fit(model, opt, data, test, epochs=4, batch_size=16, seed=3, progress=False)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    for got in ranks:
+        for column in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+            np.testing.assert_allclose(got["history"][column], reference[column], rtol=1e-5, atol=1e-7)
+        for name, value in model.state_dict().items():
+            torch.testing.assert_close(got["state"][name], value, rtol=1e-5, atol=1e-6)
+    assert (tmp_path / "ckpt" / "checkpoint.pt").exists()
