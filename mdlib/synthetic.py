@@ -127,18 +127,36 @@ def _one_thread():
 
 
 def train(data: SyntheticData, p: float, steps: int, lr: float, W0: Tensor, *, train_decoder: bool = False,
-          v0: Tensor | None = None, normalize: bool = True, points: int = 250, progress: bool = False) -> Path:
+          v0: Tensor | None = None, normalize: bool = True, eps: float | None = None, points: int = 250,
+          progress: bool = False) -> Path:
     """Mirror descent (potential ||.||_p^p / p) on W, and on v too when ``train_decoder``, for every
     trial at once. Each trial takes the step W <- m^-1(m(W) - lr * dir), dir = grad / ||grad||_q
-    (``normalize``) or grad, with grad computed exactly in log space (module docstring)."""
+    (``normalize``) or grad, with grad computed exactly in log space (module docstring).
+
+    ``eps`` (a number) switches to the authors' scheme instead: the float64 autograd gradient and the
+    step grad / (||grad||_q + eps), which stalls once the gradient underflows towards eps."""
     p = mirror.check_p(p)
     if steps < 1 or lr <= 0:
         raise ValueError(f"need steps >= 1 and lr > 0, got steps={steps}, lr={lr}")
     with _one_thread():
-        return _train(data, p, steps, lr, W0, train_decoder, v0, normalize, points, progress)
+        return _train(data, p, steps, lr, W0, train_decoder, v0, normalize, eps, points, progress)
 
 
-def _train(data, p, steps, lr, W0, train_decoder, v0, normalize, points, progress) -> Path:
+def _moves(W: Tensor, v: Tensor, data: SyntheticData, p: float, normalize: bool, train_decoder: bool,
+           eps: float | None) -> list[Tensor]:
+    """The moves of the dual variables per unit step: [for W] or [for W, for v]."""
+    if eps is None:
+        grads = scaled_gradients(W, v, data, with_decoder=train_decoder)
+        pairs = grads if train_decoder else (grads,)
+        return [_step_direction(scale, D, p, normalize) for scale, D in pairs]
+    params = [W.detach().requires_grad_(True)] + ([v.detach().requires_grad_(True)] if train_decoder else [])
+    with torch.enable_grad():
+        loss = logistic_loss(params[0], params[1] if train_decoder else v, data.X, data.y, data.z).sum()
+        grads = torch.autograd.grad(loss, params)
+    return [mirror.normalized_gradient(g, p, eps, batch_dims=1) if normalize else g for g in grads]
+
+
+def _train(data, p, steps, lr, W0, train_decoder, v0, normalize, eps, points, progress) -> Path:
     W = W0.clone()
     v = (v0 if v0 is not None else data.v).clone()
     uW, uv = mirror.mirror_map(W, p), mirror.mirror_map(v, p)
@@ -157,11 +175,10 @@ def _train(data, p, steps, lr, W0, train_decoder, v0, normalize, points, progres
             record()
         if k == steps:
             break
-        grads = scaled_gradients(W, v, data, with_decoder=train_decoder)
-        (sW, DW), decoder = (grads if train_decoder else (grads, None))
-        uW = uW - lr * _step_direction(sW, DW, p, normalize)
-        if decoder is not None:
-            uv = uv - lr * _step_direction(*decoder, p, normalize)
+        moves = _moves(W, v, data, p, normalize, train_decoder, eps)
+        uW = uW - lr * moves[0]
+        if train_decoder:
+            uv = uv - lr * moves[1]
             v = mirror.inverse_mirror_map(uv, p)
         W = mirror.inverse_mirror_map(uW, p)
         if not bool(torch.isfinite(W).all()):
@@ -195,7 +212,7 @@ def initial_weights(trials: int, d: int, seed: int, dtype: torch.dtype = torch.f
 
 
 def fixed_decoder_experiment(seeds: int, steps: dict, lr: float = 0.1, n: int = 6, T: int = 8, d: int = 10,
-                             svm_ps=(1.75, 2.0, 3.0), seed: int = 0, points: int = 250,
+                             svm_ps=(1.75, 2.0, 3.0), seed: int = 0, points: int = 250, eps: float | None = None,
                              progress: bool = False) -> dict:
     """Experiment E1: for each training exponent p (``steps`` maps p -> number of steps), train W
     with normalized l_p MD from W(0) ~ N(0, 1) on ``seeds`` Gaussian instances (fixed unit decoder v),
@@ -205,6 +222,7 @@ def fixed_decoder_experiment(seeds: int, steps: dict, lr: float = 0.1, n: int = 
     Returns tidy tables: ``curves`` (train_p, svm_p, step, mean, std, q10, q90 over seeds),
     ``final`` (train_p, svm_p, seed, divergence at the last step), and ``tokens`` (train_p, seed,
     the fraction of examples whose selected token is the globally optimal one, final loss).
+    ``eps`` selects the authors' normalization (see :func:`train`).
     """
     import pandas as pd
 
@@ -213,7 +231,7 @@ def fixed_decoder_experiment(seeds: int, steps: dict, lr: float = 0.1, n: int = 
     optimal = svm.globally_optimal_tokens(data.X.numpy(), data.y.numpy(), data.v.numpy())
     curves, final, tokens = [], [], []
     for p, p_steps in steps.items():
-        path = train(data, float(p), int(p_steps), lr, W0, points=points, progress=progress)
+        path = train(data, float(p), int(p_steps), lr, W0, eps=eps, points=points, progress=progress)
         chosen = selected_tokens(path.final_W, data).numpy()
         tokens.append(pd.DataFrame({"train_p": float(p), "seed": seed + np.arange(seeds),
                                     "optimal_fraction": (chosen == optimal).mean(axis=1),
