@@ -142,3 +142,17 @@ def test_joint_training_starts_from_zero():
     assert torch.equal(path.W[1], torch.zeros_like(path.W[1]))
     assert path.v[1].abs().sum() > 0 and path.W[2].abs().sum() > 0
     assert path.loss[-1].item() < path.loss[0].item()
+
+
+def test_authors_normalization_agrees_before_saturation_and_stalls_after():
+    data = gaussian_instances(2, seed=6)
+    W0 = torch.randn(2, 10, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    exact = train(data, 2.0, 30, 0.1, W0, points=5)
+    authors = train(data, 2.0, 30, 0.1, W0, eps=1e-12, points=5)
+    torch.testing.assert_close(authors.final_W, exact.final_W, rtol=1e-8, atol=1e-10)
+    # deep in saturation the eps-normalized step no longer moves W, the exact one still does
+    far = (W0 * 1e4)
+    stalled = train(data, 2.0, 5, 0.1, far, eps=1e-12, points=2)
+    moving = train(data, 2.0, 5, 0.1, far, points=2)
+    assert (stalled.final_W - far).abs().max() < 1e-20
+    assert (moving.final_W - far).abs().max() > 0.1
