@@ -10,7 +10,8 @@ index independent trials: W (*B, d, d), v (*B, d), X (*B, n, T, d), z (*B, n, d)
 The synthetic data generators of E1 (Gaussian, unit-norm tokens) and the fixed data of E3 are here.
 
 The encoder classifier of the sentiment experiments (E4-E6): a post-LN transformer without biases
-whose attention maps and query/key/value weights can be read out.
+whose attention maps and query/key/value weights can be read out; and the vision transformer of E7
+(pre-LN, [CLS] pooling), with the same attention module.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ __all__ = [
     "SelfAttention",
     "EncoderBlock",
     "EncoderClassifier",
+    "PreNormBlock",
+    "VisionTransformer",
 ]
 
 
@@ -219,5 +222,76 @@ class EncoderClassifier(nn.Module):
     def attention_weights(self) -> dict[str, list[Tensor]]:
         """The query, key and value weight matrices of every layer: {"query": [...], "key": [...],
         "value": [...]}, one (width, width) tensor per layer."""
+        return {kind: [getattr(block.attention, kind).weight for block in self.blocks]
+                for kind in ("query", "key", "value")}
+
+
+class PreNormBlock(nn.Module):
+    """Pre-LN transformer block: x = x + Attn(LN(x)); x = x + MLP(LN(x)),
+    MLP = Linear(width, mlp) -> GELU -> dropout -> Linear(mlp, width) -> dropout."""
+
+    def __init__(self, width: int, heads: int, mlp: int, dropout: float):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width)
+        self.attention = SelfAttention(width, heads, dropout)
+        self.norm2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, mlp), nn.GELU(), nn.Dropout(dropout), nn.Linear(mlp, width),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x: Tensor, return_attention: bool = False):
+        mixed, attention = self.attention(self.norm1(x), None, return_attention)
+        x = x + mixed
+        return x + self.mlp(self.norm2(x)), attention
+
+
+class VisionTransformer(nn.Module):
+    """The image classifier of experiment E7: non-overlapping ``patch`` x ``patch`` patches, linearly
+    embedded, a learned [CLS] token and positions, embedding dropout, ``depth`` pre-LN blocks, and
+    LayerNorm + Linear on the [CLS] output.
+
+    Paper scale (CIFAR): 48 x 48 images, patch 4 (144 patches), width 512, depth 6, 8 heads of 64,
+    MLP 512, dropout 0.1, embedding dropout 0.1.
+    """
+
+    def __init__(self, image_size: int = 48, patch: int = 4, channels: int = 3, classes: int = 10,
+                 width: int = 512, depth: int = 6, heads: int = 8, mlp: int = 512, dropout: float = 0.1,
+                 embedding_dropout: float = 0.1):
+        super().__init__()
+        if image_size % patch:
+            raise ValueError(f"image size {image_size} is not a multiple of the patch size {patch}")
+        self.patch, self.channels, self.image_size = patch, channels, image_size
+        patches = (image_size // patch) ** 2
+        self.embed = nn.Linear(channels * patch * patch, width)
+        self.cls = nn.Parameter(torch.zeros(1, 1, width))
+        self.position = nn.Parameter(torch.randn(1, patches + 1, width) * 0.02)
+        self.dropout = nn.Dropout(embedding_dropout)
+        self.blocks = nn.ModuleList(PreNormBlock(width, heads, mlp, dropout) for _ in range(depth))
+        self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, classes))
+
+    def forward(self, images: Tensor, return_attention: bool = False):
+        """Logits (B, classes); with ``return_attention`` also each block's maps (B, heads, 1+P, 1+P)."""
+        B, C, H, W = images.shape
+        if (C, H, W) != (self.channels, self.image_size, self.image_size):
+            raise ValueError(f"expected images (B, {self.channels}, {self.image_size}, {self.image_size}), "
+                             f"got {tuple(images.shape)}")
+        x = torch.cat([self.cls.expand(B, -1, -1), self.embed(self.patchify(images))], dim=1)
+        x = self.dropout(x + self.position)
+        maps = []
+        for block in self.blocks:
+            x, attention = block(x, return_attention)
+            maps.append(attention)
+        logits = self.head(x[:, 0])
+        return (logits, maps) if return_attention else logits
+
+    def patchify(self, images: Tensor) -> Tensor:
+        """(B, C, H, W) -> (B, H/p * W/p, C * p * p): patches in row-major order, each flattened
+        channel by channel."""
+        B, C, H, W = images.shape
+        p = self.patch
+        patches = images.unfold(2, p, p).unfold(3, p, p)  # (B, C, H/p, W/p, p, p)
+        return patches.permute(0, 2, 3, 1, 4, 5).reshape(B, (H // p) * (W // p), C * p * p)
+
+    def attention_weights(self) -> dict[str, list[Tensor]]:
+        """The query, key and value weight matrices of every block (as :class:`EncoderClassifier`)."""
         return {kind: [getattr(block.attention, kind).weight for block in self.blocks]
                 for kind in ("query", "key", "value")}

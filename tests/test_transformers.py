@@ -1,4 +1,4 @@
-"""The E4 encoder classifier: shapes, masking, attention maps, weight access."""
+"""The E4 encoder classifier and the E7 vision transformer: shapes, masking, attention maps, weights."""
 
 import pytest
 import torch
@@ -68,3 +68,33 @@ def test_errors():
     model = small()
     with pytest.raises(ValueError, match="positions"):
         model(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_vision_transformer_shapes_patches_and_weights():
+    from mdlib.models import VisionTransformer
+
+    torch.manual_seed(0)
+    model = VisionTransformer(image_size=8, patch=4, channels=1, classes=5, width=16, depth=2, heads=4, mlp=32).eval()
+    images = torch.randn(3, 1, 8, 8)
+    logits, maps = model(images, return_attention=True)
+    assert logits.shape == (3, 5) and len(maps) == 2 and maps[0].shape == (3, 4, 5, 5)
+    torch.testing.assert_close(model(images), logits, rtol=1e-5, atol=1e-6)
+    rgb = VisionTransformer(image_size=8, patch=4, channels=3, width=16, depth=1, heads=4, mlp=32)
+    pictures = torch.randn(2, 3, 8, 8)
+    patches = rgb.patchify(pictures)
+    assert patches.shape == (2, 4, 48)
+    for k, (row, col) in enumerate([(0, 0), (0, 4), (4, 0), (4, 4)]):  # row-major patches, channel by channel
+        torch.testing.assert_close(patches[:, k], pictures[:, :, row:row + 4, col:col + 4].reshape(2, 48))
+    assert [w.shape for w in model.attention_weights()["query"]] == [(16, 16), (16, 16)]
+    with pytest.raises(ValueError, match="expected images"):
+        model(torch.randn(1, 3, 8, 8))
+    with pytest.raises(ValueError, match="multiple"):
+        VisionTransformer(image_size=10, patch=4)
+
+
+def test_vision_transformer_paper_scale():
+    from mdlib.models import VisionTransformer
+
+    model = VisionTransformer()  # CIFAR: 48 px, patch 4 -> 144 patches + [CLS]
+    assert model.position.shape == (1, 145, 512)
+    assert model(torch.randn(2, 3, 48, 48)).shape == (2, 10)
