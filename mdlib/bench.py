@@ -24,45 +24,75 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def optimizer(args) -> dict:
-    """Per-step time of LpMirrorDescent (p = 1.1, 1.75, 3; eager and compiled) against torch SGD
-    (foreach) and Adam (fused) on 10M float32 parameters, interleaved round by round."""
+#: How a model's parameters split into tensors (a few large, several small), scaled to any total.
+TENSOR_SPLIT = (0.4, 0.2, 0.2, 0.1, 0.05, 0.03, 0.02)
+
+
+def optimizer_step_times(total: int, ps=(1.1, 1.75, 3.0), repeats: int = 15, modes=("eager", "compiled"),
+                         seed: int = 0) -> dict[str, list[float]]:
+    """Seconds per optimizer step on ``total`` float32 parameters (split as ``TENSOR_SPLIT``), for
+    torch SGD (foreach, fused), Adam (foreach, fused) and LpMirrorDescent at each p in each mode
+    ("eager", "compiled"); the contenders take turns, one step each per round, after two warm-up
+    steps (which also compile). Returns {contender: [seconds per round]}."""
     import torch
 
     from mdlib.optim import LpMirrorDescent
 
-    torch.manual_seed(0)
-    sizes = [4_000_000, 2_000_000, 2_000_000, 1_000_000, 500_000, 300_000, 200_000]  # 10M in all
-    repeats = args.repeats or 15
+    generator = torch.Generator().manual_seed(seed)
+    sizes = [max(1, round(total * share)) for share in TENSOR_SPLIT]
 
     def make(factory):
-        params = [torch.nn.Parameter(torch.randn(n) * 0.05) for n in sizes]
+        params = [torch.nn.Parameter(torch.randn(n, generator=generator) * 0.05) for n in sizes]
         for w in params:
-            w.grad = torch.randn_like(w) * 1e-3
+            w.grad = torch.randn(w.shape, generator=generator) * 1e-3
         return factory(params)
 
     contenders = {
-        "sgd_foreach": make(lambda ps: torch.optim.SGD(ps, lr=1e-3, foreach=True)),
-        "adam_fused": make(lambda ps: torch.optim.Adam(ps, lr=1e-3, fused=True)),
+        "sgd_foreach": make(lambda ps_: torch.optim.SGD(ps_, lr=1e-3, foreach=True)),
+        "sgd_fused": make(lambda ps_: torch.optim.SGD(ps_, lr=1e-3, fused=True)),
+        "adam_foreach": make(lambda ps_: torch.optim.Adam(ps_, lr=1e-3, foreach=True)),
+        "adam_fused": make(lambda ps_: torch.optim.Adam(ps_, lr=1e-3, fused=True)),
     }
-    for p in (1.1, 1.75, 3.0):
-        contenders[f"md_p{p:g}_eager"] = make(lambda ps, p=p: LpMirrorDescent(ps, lr=1e-3, p=p))
-        contenders[f"md_p{p:g}_compiled"] = make(lambda ps, p=p: LpMirrorDescent(ps, lr=1e-3, p=p, compile=True))
-    for opt in contenders.values():  # warm up (and compile)
+    for p in ps:
+        for mode in modes:
+            contenders[f"md_p{p:g}_{mode}"] = make(
+                lambda ps_, p=p, mode=mode: LpMirrorDescent(ps_, lr=1e-3, p=p, compile=mode == "compiled"))
+    for opt in contenders.values():
         opt.step()
         opt.step()
     rounds = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, opt in contenders.items():
             rounds[name].append(median_time(opt.step, 1))
+    return rounds
+
+
+def optimizer(args) -> dict:
+    """Per-step time of LpMirrorDescent (p = 1.1, 1.75, 3; eager and compiled) against torch SGD and
+    Adam on 10M float32 parameters, interleaved round by round; medians and median ratios to fused Adam."""
+    import torch
+
+    repeats = args.repeats or 15
+    rounds = optimizer_step_times(10_000_000, repeats=repeats)
     ms = {name: 1e3 * statistics.median(t) for name, t in rounds.items()}
     ratio = {name: statistics.median(a / b for a, b in zip(rounds[name], rounds["adam_fused"]))
-             for name in contenders if name.startswith("md_")}
+             for name in rounds if name.startswith("md_")}
     compiled = [r for name, r in ratio.items() if name.endswith("_compiled")]
-    return {"params": sum(sizes), "threads": torch.get_num_threads(), "repeats": repeats,
+    return {"params": 10_000_000, "threads": torch.get_num_threads(), "repeats": repeats,
             "step_ms_median": {k: round(v, 2) for k, v in ms.items()},
             "md_over_adam_fused_median_ratio": {k: round(v, 3) for k, v in ratio.items()},
             "target_md_compiled_no_slower_than_fused_adam": max(compiled) <= 1.0}
+
+
+def training_step_time(model, optimizer, inputs, labels, loss_fn, repeats: int = 3) -> float:
+    """Median seconds of one training step (forward, loss, backward, optimizer step) after one warm-up."""
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(inputs), labels).backward()
+        optimizer.step()
+
+    step()
+    return median_time(step, repeats)
 
 
 def synthetic(args) -> dict:

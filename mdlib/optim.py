@@ -25,6 +25,7 @@ Design choices:
 from __future__ import annotations
 
 import math
+import types
 from typing import Callable, Iterable
 
 import torch
@@ -53,16 +54,12 @@ def _primal_update(params: list[Tensor], duals: list[Tensor], r: float) -> None:
         w.copy_(_signed_power(u, r).to(w.dtype))
 
 
-_compiled: dict[str, Callable] = {}
-
-
-def _kernel(name: str, compile: bool) -> Callable:
-    fn = {"update": _mirror_update, "primal": _primal_update}[name]
-    if not compile:
-        return fn
-    if name not in _compiled:
-        _compiled[name] = torch.compile(fn, dynamic=False)
-    return _compiled[name]
+def _compiled(fn: Callable) -> Callable:
+    """``fn`` under torch.compile, on a private copy of its code object: torch caches compiled
+    variants (and counts recompilations) per code object, so each optimizer gets its own kernels,
+    specialized to its tensors' shapes and p, instead of exhausting a shared recompilation limit."""
+    code = fn.__code__.replace()
+    return torch.compile(types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__), dynamic=False)
 
 
 class LpMirrorDescent(Optimizer):
@@ -83,6 +80,8 @@ class LpMirrorDescent(Optimizer):
         defaults = dict(lr=lr, p=p, normalize=normalize, eps=eps)
         self._validate(defaults)
         self.compile = bool(compile)
+        self._kernels = ({"update": _compiled(_mirror_update), "primal": _compiled(_primal_update)} if compile
+                         else {"update": _mirror_update, "primal": _primal_update})
         self._spare: dict[Tensor, Tensor] = {}  # scratch for the next dual (not optimizer state)
         super().__init__(params, defaults)
         self.register_load_state_dict_post_hook(LpMirrorDescent._after_load)
@@ -186,12 +185,12 @@ class LpMirrorDescent(Optimizer):
         r = 1.0 / (p - 1.0)
         duals, originals = self._duals(params, p)
         spares = [self._spare.setdefault(w, torch.empty_like(u)) for w, u in zip(params, duals)]
-        _kernel("update", self.compile)(params, duals, spares, grads, torch.tensor(lr, dtype=duals[0].dtype), r)
+        self._kernels["update"](params, duals, spares, grads, torch.tensor(lr, dtype=duals[0].dtype), r)
         extremes = torch.stack([m for w in params for m in w.aminmax()])
         finite = torch.isfinite(extremes).reshape(-1, 2).all(dim=1)
         if not bool(finite.all()):
             bad = [name for name, ok in zip(labels, finite.tolist()) if not ok]
-            _kernel("primal", self.compile)(params, duals, r)  # the old parameters, bit for bit
+            self._kernels["primal"](params, duals, r)  # the old parameters, bit for bit
             for w in params:
                 self.state[w]["version"] = w._version
             for i, original in originals.items():
