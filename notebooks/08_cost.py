@@ -39,6 +39,7 @@ vit_repeats = 3  # timed training steps per optimizer
 md_compile = True  # use the compiled mirror-descent step in the training-step timing
 
 # %%
+import logging
 import os
 import platform
 import statistics
@@ -53,6 +54,7 @@ from mdlib.models import VisionTransformer
 from mdlib.optim import LpMirrorDescent
 
 plots.set_theme()
+logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "no CUDA runtime" on CPU machines
 device = "cuda" if torch.cuda.is_available() else "cpu"
 cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
            platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
