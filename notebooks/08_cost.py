@@ -174,10 +174,10 @@ for mode in modes:
 #
 # - **The optimizer step.** At {glue:text}`cost-largest` parameters, a compiled mirror-descent step
 #   takes {glue:text}`cost-ratio-compiled` times as long as fused Adam's, and the eager one
-#   {glue:text}`cost-ratio-eager` times ({numref}`fig-cost-step`). The paper's counts get the ends
-#   right (SGD is cheapest; Adam's multi-tensor "foreach" kernel is slower than the fused one) but
-#   not mirror descent's place between them: every kernel here is limited by memory traffic and by
-#   how many passes it makes over the arrays, not by arithmetic. Eager mirror descent runs one torch
+#   {glue:text}`cost-ratio-eager` times ({numref}`fig-cost-step`). The paper's counts put SGD first,
+#   as measured, but do not predict the rest: every kernel here is limited by memory traffic and by
+#   how many passes it makes over the arrays, not by arithmetic (Adam's fused kernel is several times
+#   faster than its multi-tensor "foreach" version with the same arithmetic). Eager mirror descent runs one torch
 #   operation (and one new array) per elementary step, as a plain PyTorch implementation does; the
 #   compiled step fuses the dual update and the inverse map into one pass, and then makes one more
 #   pass to check that no parameter overflowed (the optimizer refuses to write infinities), which is
