@@ -1,9 +1,12 @@
 """mdlib: l_p mirror descent for attention, the companion library of the book.
 
 Modules, one responsibility each: ``mirror`` (maps, steps, divergences), ``optim`` (the torch
-optimizer), ``svm`` (l_p max-margin problems), ``models`` (the paper's models and synthetic data),
-``synthetic`` (batched training of the single-head model, experiments E1-E3), ``runs`` (results
-store), ``plots`` (theme and figure saving), ``cli`` (``python -m mdlib``).
+optimizer), ``svm`` (l_p max-margin problems), ``models`` (the single-head model and its synthetic
+data, the sentiment encoder, the vision transformer), ``synthetic`` (batched training of the
+single-head model, experiments E1-E3), ``data`` (real data sets fetched from package registries),
+``train`` (the training loop of the real-data chapters), ``runs`` (results store), ``plots`` (theme
+and figure saving), ``book`` (executing notebooks, building the book), ``bench`` (benchmarks),
+``paths``, ``cli`` (``python -m mdlib``).
 """
 
 __version__ = "0.1.0"
