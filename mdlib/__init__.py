@@ -6,7 +6,7 @@ data, the sentiment encoder, the vision transformer), ``synthetic`` (batched tra
 single-head model, experiments E1-E3), ``data`` (real data sets fetched from package registries),
 ``train`` (the training loop of the real-data chapters), ``runs`` (results store), ``plots`` (theme
 and figure saving), ``book`` (executing notebooks, building the book), ``bench`` (benchmarks),
-``paths``, ``cli`` (``python -m mdlib``).
+``analysis`` (token scores, interventions, pruning), ``paths``, ``cli`` (``python -m mdlib``).
 """
 
 __version__ = "0.1.0"

@@ -1,0 +1,123 @@
+"""Measurements on trained models: token selection, interventions, weight statistics, pruning.
+
+- ``cls_attention``: the paper's token score: the last layer's attention row of the [CLS] query,
+  averaged over heads and min-max normalized over the sequence's real tokens.
+- ``win_loss_tie`` and ``wilson_interval``: comparing two optimizers' scores on designated tokens.
+- ``delete_tokens`` and ``probability_drop``: does the prediction depend on a token? Remove it and
+  measure the drop of the predicted class's probability.
+- ``count_above`` and ``magnitude_prune``: the weight-sparsity statistics and global magnitude
+  pruning (no retraining).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["cls_attention", "win_loss_tie", "wilson_interval", "delete_tokens", "probability_drop",
+           "count_above", "prunable_weights", "magnitude_prune"]
+
+
+@torch.no_grad()
+def cls_attention(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """Scores (B, T): the last layer's attention from the [CLS] query (position 0) to every token,
+    averaged over heads, min-max normalized over the real tokens (NaN at padding). The model must
+    accept ``return_attention=True`` and return (logits, [maps (B, heads, T, T) per layer])."""
+    was_training = model.training
+    model.eval()
+    try:
+        _, maps = model(input_ids, attention_mask, return_attention=True)
+    finally:
+        model.train(was_training)
+    row = maps[-1][:, :, 0, :].mean(dim=1)  # (B, T)
+    real = attention_mask.bool()
+    low = torch.where(real, row, torch.inf).amin(dim=1, keepdim=True)
+    high = torch.where(real, row, -torch.inf).amax(dim=1, keepdim=True)
+    span = torch.where(high > low, high - low, torch.ones_like(high))
+    return torch.where(real, (row - low) / span, torch.nan)
+
+
+def win_loss_tie(first: Tensor, second: Tensor, tol: float = 1e-6) -> tuple[int, int, int]:
+    """How often ``first`` exceeds ``second`` by more than ``tol``, falls below it, or ties."""
+    diff = torch.as_tensor(first, dtype=torch.float64) - torch.as_tensor(second, dtype=torch.float64)
+    return int((diff > tol).sum()), int((diff < -tol).sum()), int((diff.abs() <= tol).sum())
+
+
+def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion."""
+    if trials <= 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes}/{trials}")
+    from scipy.stats import norm
+
+    z = norm.ppf(0.5 + confidence / 2)
+    phat = successes / trials
+    centre = (phat + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(phat * (1 - phat) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return centre - half, centre + half
+
+
+def delete_tokens(input_ids: Tensor, attention_mask: Tensor, positions: Tensor, pad_id: int = 0):
+    """Remove the token at ``positions[b]`` from sequence b (later tokens move one place left, a pad
+    enters at the end). Returns new (input_ids, attention_mask)."""
+    B, T = input_ids.shape
+    index = torch.arange(T, device=input_ids.device).expand(B, T)
+    source = index + (index >= positions[:, None]).long()  # skip the deleted position
+    keep = source < T
+    source = source.clamp(max=T - 1)
+    ids = torch.where(keep, input_ids.gather(1, source), torch.full_like(input_ids, pad_id))
+    mask = torch.where(keep, attention_mask.gather(1, source), torch.zeros_like(attention_mask))
+    return ids, mask
+
+
+@torch.no_grad()
+def probability_drop(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, positions: Tensor,
+                     pad_id: int = 0) -> Tensor:
+    """For a binary classifier returning one logit per sequence: the predicted class's probability
+    on the full sequence minus its probability after deleting the token at ``positions[b]``."""
+    was_training = model.training
+    model.eval()
+    try:
+        before = torch.sigmoid(model(input_ids, attention_mask))
+        after = torch.sigmoid(model(*delete_tokens(input_ids, attention_mask, positions, pad_id)))
+    finally:
+        model.train(was_training)
+    positive = before >= 0.5
+    return torch.where(positive, before - after, after - before)
+
+
+def count_above(tensors, threshold: float = 0.06) -> int:
+    """Number of entries with |w| > threshold over the given tensors."""
+    return int(sum((w.detach().abs() > threshold).sum().item() for w in tensors))
+
+
+def prunable_weights(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """The weight matrices of the model's Linear and Embedding layers (no biases, no norms)."""
+    return [(f"{name}.weight" if name else "weight", module.weight) for name, module in model.named_modules()
+            if isinstance(module, (nn.Linear, nn.Embedding))]
+
+
+@torch.no_grad()
+def magnitude_prune(model: nn.Module, sparsity: float) -> nn.Module:
+    """A copy of ``model`` with the fraction ``sparsity`` of its prunable weights (all Linear and
+    Embedding matrices together) of smallest magnitude set to zero: global magnitude pruning."""
+    if not 0 <= sparsity < 1:
+        raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
+    pruned = copy.deepcopy(model)
+    weights = [w for _, w in prunable_weights(pruned)]
+    if sparsity == 0 or not weights:
+        return pruned
+    magnitudes = torch.cat([w.abs().flatten() for w in weights])
+    k = int(round(sparsity * magnitudes.numel()))
+    if k == 0:
+        return pruned
+    order = magnitudes.argsort()  # ties broken by position, so exactly k entries go
+    drop = torch.zeros(magnitudes.numel(), dtype=torch.bool)
+    drop[order[:k]] = True
+    start = 0
+    for w in weights:
+        w[drop[start:start + w.numel()].view_as(w)] = 0
+        start += w.numel()
+    return pruned

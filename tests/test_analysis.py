@@ -1,0 +1,88 @@
+"""Token scores, interventions, weight counts and pruning, on small models with known answers."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from mdlib import analysis
+from mdlib.models import EncoderClassifier
+
+
+def encoder():
+    torch.manual_seed(0)
+    return EncoderClassifier(vocab_size=30, max_length=8, width=12, layers=2, heads=3, mlp=24, dropout=0.3)
+
+
+def test_cls_attention_is_min_max_normalized_over_real_tokens():
+    model = encoder()
+    ids = torch.tensor([[2, 5, 6, 7, 3, 0], [2, 9, 3, 0, 0, 0]])
+    mask = (ids != 0).long()
+    scores = analysis.cls_attention(model, ids, mask)
+    assert torch.isnan(scores[0, 5]) and torch.isnan(scores[1, 3:]).all()
+    for b, n in ((0, 5), (1, 3)):
+        real = scores[b, :n]
+        assert real.min().item() == pytest.approx(0) and real.max().item() == pytest.approx(1)
+    _, maps = model.eval()(ids, mask, return_attention=True)
+    raw = maps[-1][1, :, 0, :3].mean(0)
+    torch.testing.assert_close(scores[1, :3], (raw - raw.min()) / (raw.max() - raw.min()))
+    assert model.training is False  # eval() above; cls_attention restores whatever mode it found
+    model.train()
+    analysis.cls_attention(model, ids, mask)
+    assert model.training
+
+
+def test_win_loss_tie_and_wilson():
+    assert analysis.win_loss_tie(torch.tensor([0.5, 0.2, 0.3]), torch.tensor([0.4, 0.2, 0.9])) == (1, 1, 1)
+    low, high = analysis.wilson_interval(22, 40)
+    # Wilson interval by hand: z = 1.959964
+    z, p, n = 1.959964, 22 / 40, 40
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert (low, high) == pytest.approx((centre - half, centre + half), rel=1e-6)
+    assert analysis.wilson_interval(0, 10)[0] == pytest.approx(0, abs=1e-12)
+    with pytest.raises(ValueError):
+        analysis.wilson_interval(5, 3)
+
+
+def test_delete_tokens_shifts_left_and_pads():
+    ids = torch.tensor([[2, 5, 6, 3, 0], [2, 7, 3, 0, 0]])
+    mask = (ids != 0).long()
+    new_ids, new_mask = analysis.delete_tokens(ids, mask, torch.tensor([2, 1]))
+    assert new_ids.tolist() == [[2, 5, 3, 0, 0], [2, 3, 0, 0, 0]]
+    assert new_mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 0, 0, 0]]
+
+
+class Counter(nn.Module):
+    """A 'classifier' whose logit is 4 x (number of token 4s) - 2: deleting the one 4 flips it."""
+
+    def forward(self, input_ids, attention_mask=None):
+        return (input_ids == 4).sum(dim=1).float() * 4 - 2
+
+
+def test_probability_drop_measures_the_removed_tokens_effect():
+    ids = torch.tensor([[2, 4, 5, 3], [2, 5, 5, 3]])
+    mask = torch.ones_like(ids)
+    drop = analysis.probability_drop(Counter(), ids, mask, torch.tensor([1, 1]))
+    expected_first = torch.sigmoid(torch.tensor(2.0)) - torch.sigmoid(torch.tensor(-2.0))
+    assert drop[0].item() == pytest.approx(expected_first.item())
+    assert drop[1].item() == pytest.approx(0.0)  # deleting a 5 changes nothing
+
+
+def test_count_above_and_magnitude_pruning():
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 3), nn.LayerNorm(3))
+    weights = [w for _, w in analysis.prunable_weights(model)]
+    assert [tuple(w.shape) for w in weights] == [(10, 4), (3, 4)]
+    assert analysis.count_above(weights, 0.5) == sum(int((w.abs() > 0.5).sum()) for w in weights)
+    pruned = analysis.magnitude_prune(model, 0.5)
+    kept = torch.cat([w.flatten() for _, w in analysis.prunable_weights(pruned)])
+    everything = torch.cat([w.detach().flatten() for w in weights])
+    assert int((kept == 0).sum()) == 26  # half of the 52 prunable entries
+    threshold = everything.abs().sort().values[25]
+    assert torch.all(kept[kept != 0].abs() >= threshold)
+    torch.testing.assert_close(pruned[1].bias, model[1].bias)  # biases and norms untouched
+    assert int((weights[0] == 0).sum()) == 0  # the original model is not modified
+    with pytest.raises(ValueError):
+        analysis.magnitude_prune(model, 1.0)
