@@ -50,31 +50,39 @@ def dual_exponent(p: float) -> float:
     return p / (p - 1.0)
 
 
-def _signed_power(u: Tensor, r: float) -> Tensor:
-    """sign(u) |u|^r, without a general pow when r is a small integer or 1/2.
+def _signed_power(u: Tensor, r: float, out: Tensor | None = None, scratch: Tensor | None = None) -> Tensor:
+    """sign(u) |u|^r, written into ``out`` (a new tensor if None) by in-place operations, so that a
+    caller passing ``out`` (and ``scratch``, a tensor like u, used for integer r >= 3) allocates nothing.
 
     p = 1 + 1/k gives the integer inverse exponent r = k (p = 1.1 -> r = 10: repeated squaring);
-    p = 3 gives r = 1/2 (a square root). Other exponents use exp(r log|u|), which is a fused,
-    vectorized pair of transcendental functions (faster than pow on CPU and under torch.compile).
+    p = 3 gives r = 1/2 (a square root). Other exponents use exp(r log|u|), a vectorized pair of
+    transcendental functions (faster than pow on CPU and under torch.compile). ``out`` must not be u.
     """
+    out = torch.empty_like(u) if out is None else out
     if r == 1.0:
-        return u.clone()
+        return out.copy_(u)
     k = round(r)
-    if abs(r - k) < 1e-12 and 2 <= k <= 32:
-        a = u.abs()
-        result, base, n = None, a, k - 1  # |u|^(k-1) by binary powering, then times u
+    if abs(r - k) < 1e-12 and 2 <= k <= 32:  # |u|^(k-1) by binary powering, then times u
+        n = k - 1
+        base = torch.abs(u, out=torch.empty_like(u) if scratch is None else scratch)
+        first = True
         while n:
             if n & 1:
-                result = base if result is None else result * base
+                if first:
+                    out.copy_(base)
+                    first = False
+                else:
+                    out.mul_(base)
             n >>= 1
             if n:
-                base = base * base
-        return u * result
+                base.square_()
+        return out.mul_(u)
+    torch.abs(u, out=out)
     if r == 0.5:
-        return torch.copysign(u.abs().sqrt(), u)
-    a = u.abs()
-    # |u|^r = exp(r log|u|); log(0) = -inf gives exp(-inf) = 0, as it should.
-    return torch.copysign(torch.exp(torch.log(a) * r), u)
+        out.sqrt_()
+    else:  # |u|^r = exp(r log|u|); log(0) = -inf gives exp(-inf) = 0, as it should
+        out.log_().mul_(r).exp_()
+    return out.copysign_(u)
 
 
 def mirror_map(w: Tensor, p: float) -> Tensor:

@@ -39,19 +39,28 @@ __all__ = ["LpMirrorDescent"]
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def _power_into(w: Tensor, u: Tensor, r: float, scratch: Tensor | None) -> None:
+    """w <- sign(u)|u|^r, in place when w has u's dtype (``scratch``: a flat buffer of >= u.numel())."""
+    if w.dtype == u.dtype:
+        _signed_power(u, r, out=w, scratch=None if scratch is None else scratch[:u.numel()].view_as(u))
+    else:
+        w.copy_(_signed_power(u, r))
+
+
 def _mirror_update(params: list[Tensor], duals: list[Tensor], spares: list[Tensor], grads: list[Tensor],
-                   lr: Tensor, r: float) -> None:
+                   lr: Tensor, r: float, scratch: Tensor | None = None) -> None:
     """spare <- u - lr g  and  w <- sign(spare)|spare|^r, r = 1/(p-1). The old dual u is kept, so
     the old parameters can be restored bit for bit (w_old = sign(u)|u|^r) if the step fails."""
     for w, u, v, g in zip(params, duals, spares, grads):
-        v.copy_(u - g.to(u.dtype) * lr)
-        w.copy_(_signed_power(v, r).to(w.dtype))
+        torch.mul(g.to(u.dtype), lr, out=v)
+        torch.sub(u, v, out=v)
+        _power_into(w, v, r, scratch)
 
 
-def _primal_update(params: list[Tensor], duals: list[Tensor], r: float) -> None:
+def _primal_update(params: list[Tensor], duals: list[Tensor], r: float, scratch: Tensor | None = None) -> None:
     """w <- sign(u)|u|^r in place."""
     for w, u in zip(params, duals):
-        w.copy_(_signed_power(u, r).to(w.dtype))
+        _power_into(w, u, r, scratch)
 
 
 def _compiled(fn: Callable) -> Callable:
@@ -83,6 +92,7 @@ class LpMirrorDescent(Optimizer):
         self._kernels = ({"update": _compiled(_mirror_update), "primal": _compiled(_primal_update)} if compile
                          else {"update": _mirror_update, "primal": _primal_update})
         self._spare: dict[Tensor, Tensor] = {}  # scratch for the next dual (not optimizer state)
+        self._scratch: Tensor | None = None  # eager path: one flat work buffer, reused every step
         super().__init__(params, defaults)
         self.register_load_state_dict_post_hook(LpMirrorDescent._after_load)
 
@@ -180,17 +190,28 @@ class LpMirrorDescent(Optimizer):
             duals.append(u)
         return duals, originals
 
+    def _scratch_for(self, duals: list[Tensor]) -> Tensor | None:
+        """A flat buffer as large as the largest dual, when the duals share a dtype and device."""
+        if len({(u.dtype, u.device) for u in duals}) != 1:
+            return None
+        size = max(u.numel() for u in duals)
+        s = self._scratch
+        if s is None or s.numel() < size or s.dtype != duals[0].dtype or s.device != duals[0].device:
+            self._scratch = torch.empty(size, dtype=duals[0].dtype, device=duals[0].device)
+        return self._scratch
+
     def _mirror_step(self, params: list[Tensor], grads: list[Tensor], group: dict, labels: list[str]) -> None:
         p, lr = group["p"], group["lr"]
         r = 1.0 / (p - 1.0)
         duals, originals = self._duals(params, p)
         spares = [self._spare.setdefault(w, torch.empty_like(u)) for w, u in zip(params, duals)]
-        self._kernels["update"](params, duals, spares, grads, torch.tensor(lr, dtype=duals[0].dtype), r)
+        scratch = None if self.compile else self._scratch_for(duals)
+        self._kernels["update"](params, duals, spares, grads, torch.tensor(lr, dtype=duals[0].dtype), r, scratch)
         extremes = torch.stack([m for w in params for m in w.aminmax()])
         finite = torch.isfinite(extremes).reshape(-1, 2).all(dim=1)
         if not bool(finite.all()):
             bad = [name for name, ok in zip(labels, finite.tolist()) if not ok]
-            self._kernels["primal"](params, duals, r)  # the old parameters, bit for bit
+            self._kernels["primal"](params, duals, r, scratch)  # the old parameters, bit for bit
             for w in params:
                 self.state[w]["version"] = w._version
             for i, original in originals.items():

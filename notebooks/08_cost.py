@@ -178,8 +178,9 @@ for mode in ("eager", "compiled"):
 #   {glue:text}`cost-ratio-eager` times ({numref}`fig-cost-step`). The paper's counts put SGD first,
 #   as measured, but do not predict the rest: every kernel here is limited by memory traffic and by
 #   how many passes it makes over the arrays, not by arithmetic (Adam's fused kernel is several times
-#   faster than its multi-tensor "foreach" version with the same arithmetic). Eager mirror descent runs one torch
-#   operation (and one new array) per elementary step, as a plain PyTorch implementation does; the
+#   faster than its multi-tensor "foreach" version with the same arithmetic). Eager mirror descent
+#   runs one torch operation per elementary step, in place (seven passes over the arrays at
+#   $p = 1.1$); the
 #   compiled step fuses the dual update and the inverse map into one pass, and then makes one more
 #   pass to check that no parameter overflowed (the optimizer refuses to write infinities), which is
 #   most of what separates it from fused Adam. $p = 1.75$ pays for a transcendental power that
