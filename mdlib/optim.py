@@ -16,10 +16,13 @@ Design choices:
   parameter is changed outside the optimizer (in-place edit, ``load_state_dict``), its version
   counter changes and u is resynchronized from it (kept when it still maps exactly onto w).
 - Low-precision parameters (fp16/bf16) keep u in float32.
-- A non-finite gradient or an overflowing inverse map raises FloatingPointError naming the
-  parameter, with the parameters left exactly as before the step.
-- ``compile=True`` fuses each tensor's update into one vectorized loop with torch.compile (no
-  intermediate tensors); the eager path uses the same formulas with torch ops.
+- Check, then write: a non-finite gradient or an inverse map that would overflow raises
+  FloatingPointError naming the parameter before anything is written, so parameters and state are
+  exactly as before the step. Overflow is ruled out from max |g| (one pass over the gradients, which
+  also finds non-finite entries) and an upper bound on max |u| carried in the state; the exact
+  maximum of the new dual is computed only when that bound gets near the limit.
+- The update then runs in place: ``compile=True`` fuses each tensor's update into one vectorized
+  pass with torch.compile; the eager path uses in-place torch operations and one reused work buffer.
 """
 
 from __future__ import annotations
@@ -47,19 +50,15 @@ def _power_into(w: Tensor, u: Tensor, r: float, scratch: Tensor | None) -> None:
         w.copy_(_signed_power(u, r))
 
 
-def _mirror_update(params: list[Tensor], duals: list[Tensor], spares: list[Tensor], grads: list[Tensor],
-                   lr: Tensor, r: float, scratch: Tensor | None = None) -> None:
-    """spare <- u - lr g  and  w <- sign(spare)|spare|^r, r = 1/(p-1). The old dual u is kept, so
-    the old parameters can be restored bit for bit (w_old = sign(u)|u|^r) if the step fails."""
-    for w, u, v, g in zip(params, duals, spares, grads):
-        torch.mul(g.to(u.dtype), lr, out=v)
-        torch.sub(u, v, out=v)
-        _power_into(w, v, r, scratch)
-
-
-def _primal_update(params: list[Tensor], duals: list[Tensor], r: float, scratch: Tensor | None = None) -> None:
-    """w <- sign(u)|u|^r in place."""
-    for w, u in zip(params, duals):
+def _mirror_update(params: list[Tensor], duals: list[Tensor], grads: list[Tensor], lr: Tensor, r: float,
+                   scratch: Tensor | None = None) -> None:
+    """u <- u - lr g  and  w <- sign(u)|u|^r in place, r = 1/(p-1) (``scratch``: eager work buffer)."""
+    for w, u, g in zip(params, duals, grads):
+        if scratch is None:
+            u.sub_(g.to(u.dtype) * lr)
+        else:
+            step = torch.mul(g.to(u.dtype), lr, out=scratch[:u.numel()].view_as(u))
+            u.sub_(step)
         _power_into(w, u, r, scratch)
 
 
@@ -89,9 +88,7 @@ class LpMirrorDescent(Optimizer):
         defaults = dict(lr=lr, p=p, normalize=normalize, eps=eps)
         self._validate(defaults)
         self.compile = bool(compile)
-        self._kernels = ({"update": _compiled(_mirror_update), "primal": _compiled(_primal_update)} if compile
-                         else {"update": _mirror_update, "primal": _primal_update})
-        self._spare: dict[Tensor, Tensor] = {}  # scratch for the next dual (not optimizer state)
+        self._update = _compiled(_mirror_update) if compile else _mirror_update
         self._scratch: Tensor | None = None  # eager path: one flat work buffer, reused every step
         super().__init__(params, defaults)
         self.register_load_state_dict_post_hook(LpMirrorDescent._after_load)
@@ -156,11 +153,15 @@ class LpMirrorDescent(Optimizer):
         return out
 
     @staticmethod
-    def _check_gradients(grads: list[Tensor], labels: list[str], lr: float) -> None:
-        bad = [name for g, name in zip(grads, labels) if not bool(torch.isfinite(g.abs().amax()))]
-        if bad:
+    def _check_gradients(grads: list[Tensor], labels: list[str], lr: float) -> list[float]:
+        """Raise if a gradient has a non-finite entry; else return max |g| per tensor."""
+        extremes = torch.stack([m for g in grads for m in g.aminmax()]).reshape(-1, 2).double()
+        finite = torch.isfinite(extremes).all(dim=1)
+        if not bool(finite.all()):
+            bad = [name for name, ok in zip(labels, finite.tolist()) if not ok]
             raise FloatingPointError(f"non-finite gradient in {', '.join(bad)}: parameters left unchanged; "
                                      f"check the loss or reduce lr (now {lr})")
+        return extremes.abs().amax(dim=1).tolist()
 
     def _gradient_step(self, params: list[Tensor], grads: list[Tensor], lr: float, labels: list[str]) -> None:
         """p = 2: the dual variable is the parameter itself; identical arithmetic to torch SGD."""
@@ -168,12 +169,11 @@ class LpMirrorDescent(Optimizer):
         for w, g in zip(params, grads):
             w.add_(g, alpha=-lr)
 
-    def _duals(self, params: list[Tensor], p: float) -> tuple[list[Tensor], dict[int, Tensor]]:
+    def _duals(self, params: list[Tensor], p: float) -> list[Tensor]:
         """The dual variable of each parameter, created or resynchronized from the parameter when
-        it is new, when p changed, or when the parameter was modified outside this optimizer.
-        Also returns copies of the parameters whose dual was just (re)created: for those,
-        sign(u)|u|^r may differ from w in the last bit, so a failed step restores them from the copy."""
-        duals, originals = [], {}
+        it is new, when p changed, or when the parameter was modified outside this optimizer. With
+        it, state["bound"] >= max |u|, kept up to date step by step (see :meth:`_mirror_step`)."""
+        duals = []
         for w in params:
             state = self.state[w]
             dtype = torch.float32 if w.dtype in _LOW_PRECISION else w.dtype
@@ -183,12 +183,12 @@ class LpMirrorDescent(Optimizer):
                 # Changed outside (or just loaded): keep u only if it still maps exactly onto w.
                 u = u.to(device=w.device, dtype=dtype)
                 stale = not torch.equal(_signed_power(u, 1.0 / (p - 1.0)).to(w.dtype), w)
-            if stale:
-                u = mirror_map(w.detach().to(dtype), p)
-                originals[len(duals)] = w.detach().clone()
+            if stale or "bound" not in state:
+                u = mirror_map(w.detach().to(dtype), p) if stale else u
+                state["bound"] = float(u.abs().amax()) if u.numel() else 0.0
             state["dual"], state["p"] = u, p
             duals.append(u)
-        return duals, originals
+        return duals
 
     def _scratch_for(self, duals: list[Tensor]) -> Tensor | None:
         """A flat buffer as large as the largest dual, when the duals share a dtype and device."""
@@ -201,29 +201,30 @@ class LpMirrorDescent(Optimizer):
         return self._scratch
 
     def _mirror_step(self, params: list[Tensor], grads: list[Tensor], group: dict, labels: list[str]) -> None:
+        """Check first, then update in place: nothing is written unless every gradient is finite and
+        every new dual provably stays where sign(u)|u|^r is finite. max |u - lr g| <= bound + lr max|g|
+        with bound >= max |u| carried in the state; only when that bound reaches the limit is the
+        exact maximum computed (an extra pass, rare)."""
         p, lr = group["p"], group["lr"]
         r = 1.0 / (p - 1.0)
-        duals, originals = self._duals(params, p)
-        spares = [self._spare.setdefault(w, torch.empty_like(u)) for w, u in zip(params, duals)]
+        duals = self._duals(params, p)
+        grad_max = self._check_gradients(grads, labels, lr)
+        if r > 1:  # |u|^r overflows exactly when |u| > max^(1/r); p >= 2 cannot overflow
+            for i, (u, g) in enumerate(zip(duals, grads)):
+                state = self.state[params[i]]
+                limit = torch.finfo(u.dtype).max ** (1.0 / r) * (1 - 1e-6)
+                bound = (state["bound"] + lr * grad_max[i]) * (1 + 1e-6)
+                if bound > limit:  # the bound is not enough: look at the new dual itself
+                    bound = float((u - g.to(u.dtype) * lr).abs().amax())
+                    if not bound <= limit:
+                        raise FloatingPointError(
+                            f"the inverse mirror map would overflow in {labels[i]} (|u|^{r:.3g} exceeds the float "
+                            f"range): parameters left unchanged; reduce lr (now {lr}, p={p})")
+                state["bound"] = bound
+        else:
+            for i, w in enumerate(params):
+                self.state[w]["bound"] += lr * grad_max[i]
         scratch = None if self.compile else self._scratch_for(duals)
-        self._kernels["update"](params, duals, spares, grads, torch.tensor(lr, dtype=duals[0].dtype), r, scratch)
-        extremes = torch.stack([m for w in params for m in w.aminmax()])
-        finite = torch.isfinite(extremes).reshape(-1, 2).all(dim=1)
-        if not bool(finite.all()):
-            bad = [name for name, ok in zip(labels, finite.tolist()) if not ok]
-            self._kernels["primal"](params, duals, r, scratch)  # the old parameters, bit for bit
-            for w in params:
-                self.state[w]["version"] = w._version
-            for i, original in originals.items():
-                params[i].copy_(original)
-                self.state[params[i]]["version"] = -1  # w != sign(u)|u|^r here: verify at the next step
-            if any(not bool(torch.isfinite(g).all()) for g in grads):
-                cause = "non-finite gradient"
-            else:
-                cause = f"the inverse mirror map overflowed (|u|^{r:.3g} exceeds the float range)"
-            raise FloatingPointError(f"{cause} in {', '.join(bad)}: parameters left unchanged; "
-                                     f"reduce lr (now {lr}, p={p})")
-        for w, u, v in zip(params, duals, spares):
-            state = self.state[w]
-            state["dual"], self._spare[w] = v, u
-            state["version"] = w._version
+        self._update(params, duals, grads, torch.tensor(lr, dtype=duals[0].dtype), r, scratch)
+        for w in params:
+            self.state[w]["version"] = w._version

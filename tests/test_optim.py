@@ -152,9 +152,20 @@ def test_overflow_raises_and_changes_nothing(warm):
     before = w.detach().clone()
     w.grad = -torch.ones_like(w)
     opt.param_groups[0]["lr"] = 1e6  # u -> u + 1e6, then |u|^10 ~ 1e60 overflows float32
-    with pytest.raises(FloatingPointError, match="overflowed.*reduce lr"):
+    with pytest.raises(FloatingPointError, match="overflow.*reduce lr"):
         opt.step()
     assert torch.equal(w, before)
+
+
+def test_large_step_near_the_float_limit_is_checked_exactly_not_refused():
+    limit = torch.finfo(torch.float32).max ** 0.1  # |u|^10 overflows float32 beyond this
+    w = torch.nn.Parameter(torch.tensor([(0.9 * limit) ** 10, 1.0]))
+    opt = LpMirrorDescent([w], lr=0.2 * limit, p=1.1)
+    w.grad = torch.tensor([1.0, 0.0])  # the crude bound 0.9 + 0.2 > 1 of the limit, the new dual 0.7
+    opt.step()
+    expected = mirror.mirror_step(torch.tensor([(0.9 * limit) ** 10, 1.0], dtype=torch.float64),
+                                  torch.tensor([1.0, 0.0], dtype=torch.float64), 0.2 * limit, 1.1)
+    torch.testing.assert_close(w.detach().double(), expected, rtol=1e-5, atol=0)
 
 
 def test_sparse_gradient_is_refused():
