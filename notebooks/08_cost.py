@@ -180,11 +180,10 @@ for mode in ("eager", "compiled"):
 #   how many passes it makes over the arrays, not by arithmetic (Adam's fused kernel is several times
 #   faster than its multi-tensor "foreach" version with the same arithmetic). Eager mirror descent
 #   runs one torch operation per elementary step, in place (seven passes over the arrays at
-#   $p = 1.1$); the
-#   compiled step fuses the dual update and the inverse map into one pass, and then makes one more
-#   pass to check that no parameter overflowed (the optimizer refuses to write infinities), which is
-#   most of what separates it from fused Adam. $p = 1.75$ pays for a transcendental power that
-#   $p = 1.1$ (the integer power $|u|^{10}$) and $p = 3$ (a square root) avoid.
+#   $p = 1.1$); the compiled step fuses the dual update and the inverse map into one in-place pass,
+#   after one pass over the gradients that rules out non-finite values and overflow before anything
+#   is written (the optimizer never writes infinities). $p = 1.75$ pays for a transcendental power
+#   that $p = 1.1$ (the integer power $|u|^{10}$) and $p = 3$ (a square root) avoid.
 # - **Training.** On the vision transformer ({glue:text}`cost-vit-params` parameters) the slowest
 #   optimizer's training step takes {glue:text}`cost-vit-spread:.2f` times the fastest's: the
 #   optimizer is a small part of a step dominated by the forward and backward passes, as in the
