@@ -18,7 +18,8 @@ import torch
 from torch import Tensor, nn
 
 __all__ = ["cls_attention", "win_loss_tie", "wilson_interval", "delete_tokens", "probability_drop",
-           "count_above", "prunable_weights", "magnitude_prune"]
+           "count_above", "prunable_weights", "magnitude_prune",
+           "pruning_curve"]
 
 
 @torch.no_grad()
@@ -121,3 +122,9 @@ def magnitude_prune(model: nn.Module, sparsity: float) -> nn.Module:
         w[drop[start:start + w.numel()].view_as(w)] = 0
         start += w.numel()
     return pruned
+
+
+def pruning_curve(model: nn.Module, sparsities, evaluate) -> list[tuple[float, float]]:
+    """``[(sparsity, evaluate(magnitude_prune(model, sparsity))), ...]``: a metric (e.g. test accuracy)
+    against global magnitude-pruning sparsity, without retraining."""
+    return [(float(s), float(evaluate(magnitude_prune(model, s)))) for s in sparsities]

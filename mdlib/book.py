@@ -461,6 +461,10 @@ def build(profile: str = "default", execute: bool = True) -> Path:
         resolve_parameters(nb_name, profile)
     timings = {}
     if execute:
+        from mdlib import data
+
+        for name in data.FETCHABLE:  # the offline data of the real-data chapters (no-op once cached)
+            data.fetch(name)
         for i, nb_name in enumerate(names, 1):
             print(f"[{i}/{len(names)}] ", end="", file=sys.stderr, flush=True)
             t0 = time.perf_counter()

@@ -104,6 +104,32 @@ def p_label(p: float) -> str:
     return rf"$\ell_{{{text}}}$ (GD)" if value == 2.0 else rf"$\ell_{{{text}}}$"
 
 
+def method_label(optimizer: str, p: float | None = None) -> str:
+    """Legend label of a real-data run's optimizer: ``p_label(p)`` for mirror descent ("md"), else
+    the optimizer's name ("Adam", "SGD")."""
+    return p_label(p) if optimizer == "md" else {"adam": "Adam", "sgd": "SGD"}.get(optimizer, optimizer)
+
+
+def method_color(optimizer: str, p: float | None = None):
+    """The colour of a real-data run's optimizer: ``p_color(p)`` for "md", else ``p_color(optimizer)``."""
+    return p_color(p if optimizer == "md" else optimizer)
+
+
+def magnitude_histogram(ax, magnitudes, threshold: float = 0.06, bins: int = 50) -> None:
+    """Overlaid step histograms of |w| above ``threshold`` on a log count axis, one per method:
+    ``magnitudes`` maps (label, colour) -> array of |w| (the paper's Fig. 9 view)."""
+    import numpy as np
+
+    top = max(float(np.max(values, initial=threshold)) for values in magnitudes.values())
+    edges = np.linspace(threshold, max(top, threshold * 1.01), bins + 1)
+    for (label, color), values in magnitudes.items():
+        kept = np.asarray(values)[np.asarray(values) > threshold]
+        ax.hist(kept, bins=edges, histtype="step", color=color, linewidth=1.6, label=f"{label} ({kept.size})")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"|w| (entries above {threshold:g})")
+    ax.set_ylabel("count")
+
+
 # --------------------------------------------------------------------------------------------
 # saving
 

@@ -50,7 +50,8 @@ from tqdm.auto import tqdm
 
 from mdlib import paths, runs
 
-__all__ = ["COLUMNS", "Setup", "fit", "load_model_state", "model_state", "run"]
+__all__ = ["COLUMNS", "OPTIMIZERS", "Setup", "evaluate", "fit", "load_model_state", "make_optimizer", "model_state", "run",
+           "run_many"]
 
 #: The columns of the history ``fit`` returns, one row per epoch (test columns NaN when not evaluated).
 COLUMNS = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds", "lr"]
@@ -222,6 +223,13 @@ def _summed(sums: Tensor, world: _World) -> list[float]:
     if world.size > 1:
         dist.all_reduce(sums)
     return sums.tolist()
+
+
+def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 500, loss: str = "binary",
+             collate_fn: Callable | None = None, device: str | torch.device | None = None) -> tuple[float, float]:
+    """Mean loss and accuracy of ``model`` on ``dataset`` (eval mode), as ``fit`` measures them."""
+    world = _World(0, 1, torch.device(device or next(model.parameters()).device))
+    return _evaluate(model, dataset, batch_size, loss, collate_fn, 0, world)
 
 
 @torch.no_grad()
@@ -435,3 +443,63 @@ def load_model_state(model: nn.Module, result: Mapping[str, Any], prefix: str = 
              if name.startswith(prefix)}
     model.load_state_dict(state)
     return model
+
+
+def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup], *,
+             extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, workers: int = 1,
+             progress: bool = True, device: str | torch.device | None = None) -> list[runs.RunResult]:
+    """``run(kind, config, build, extras=extras)`` for every config, in order; the missing ones trained
+    by ``workers`` processes at once, each with one thread (on a CPU, small models train faster as N
+    one-thread processes than as one N-thread process). With workers > 1, ``build`` and ``extras``
+    must be module-level functions of an importable module (they are sent to spawned processes).
+    On CUDA, or under torchrun, the runs go one after another in this process."""
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    missing = [config for config in configs if runs.load(kind, config) is None]
+    missing = list({runs.config_key(kind, c): c for c in missing}.values())  # each distinct run once
+    on_cpu = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cpu"
+    if workers > 1 and len(missing) > 1 and on_cpu and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        import concurrent.futures
+        import multiprocessing
+        import pickle
+
+        for name, function in (("build", build), ("extras", extras)):
+            try:
+                pickle.dumps(function)
+            except Exception as error:
+                raise ValueError(f"run_many(workers={workers}) sends {name} to other processes, so it must be a "
+                                 "module-level function of an importable module (not one defined in a notebook"
+                                 f" or a lambda); got {function!r}, or use workers=1") from error
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(min(workers, len(missing)), mp_context=context,
+                                                    initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            jobs = [pool.submit(run, kind, config, build, extras=extras, progress=False, device="cpu")
+                    for config in missing]
+            with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs, {workers} processes",
+                      disable=not progress) as bar:
+                for job in concurrent.futures.as_completed(jobs):
+                    job.result()  # re-raises a worker's error
+                    bar.update()
+    return [run(kind, config, build, extras=extras, progress=progress, device=device) for config in configs]
+
+
+#: The optimizers of the real-data chapters, by name: ``make_optimizer(params, name, lr, p)``.
+OPTIMIZERS = ("md", "adam", "sgd")
+
+
+def make_optimizer(params, name: str, lr: float, p: float | None = None, compile: bool = False) -> torch.optim.Optimizer:
+    """The optimizer of a run config: ``"md"`` (``LpMirrorDescent`` with exponent ``p``), ``"adam"``
+    (torch Adam, default betas) or ``"sgd"`` (plain SGD; the same as md with p = 2)."""
+    from mdlib.optim import LpMirrorDescent
+
+    if name == "md":
+        if p is None:
+            raise ValueError("optimizer 'md' needs the exponent p")
+        return LpMirrorDescent(params, lr=lr, p=p, compile=compile)
+    if p is not None:
+        raise ValueError(f"optimizer {name!r} takes no exponent p (got p={p}); p is for 'md'")
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
