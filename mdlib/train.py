@@ -58,6 +58,7 @@ COLUMNS = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy"
 CHECKPOINT = "checkpoint.pt"
 LOSSES = ("binary", "multiclass")
 _ORDER, _RNG, _WORKERS = 0, 1, 2  # purposes of the seeds derived from ``seed``
+POOL = 50  # batches per length-sorted pool (``fit(lengths=...)``)
 
 log = logging.getLogger(__name__)
 
@@ -156,12 +157,21 @@ def _load(folder: Path, settings: dict) -> dict | None:
 # batches
 
 
-def _train_batches(n: int, batch_size: int, seed: int, epoch: int, world: _World) -> list[tuple[list[int], int]]:
+def _train_batches(n: int, batch_size: int, seed: int, epoch: int, world: _World,
+                   lengths: Tensor | None = None) -> list[tuple[list[int], int]]:
     """This process's part of each global batch of epoch ``epoch`` (0-based), with the global batch size.
-    A final global batch with fewer examples than processes is dropped (only possible when N > 1)."""
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(_derived_seed(seed, _ORDER, epoch)))
+    A final global batch with fewer examples than processes is dropped (only possible when N > 1).
+    With ``lengths``, the shuffled epoch is cut into pools of ``POOL`` batches, each pool is sorted by
+    length before it is cut into batches, and the batches are shuffled: similar lengths share a batch."""
+    generator = torch.Generator().manual_seed(_derived_seed(seed, _ORDER, epoch))
+    order = torch.randperm(n, generator=generator)
+    chunks = list(order.split(batch_size))
+    if lengths is not None:
+        pools = [pool[lengths[pool].argsort(stable=True)] for pool in order.split(POOL * batch_size)]
+        chunks = [chunk for pool in pools for chunk in pool.split(batch_size)]
+        chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()]
     return [(chunk.tensor_split(world.size)[world.rank].tolist(), len(chunk))
-            for chunk in order.split(batch_size) if len(chunk) >= world.size]
+            for chunk in chunks if len(chunk) >= world.size]
 
 
 def _loader(dataset: Dataset, batches: list[list[int]], collate_fn, num_workers: int, device: torch.device,
@@ -256,7 +266,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         epochs: int, batch_size: int, seed: int, loss: str = "binary", collate_fn: Callable | None = None,
         stop_train_accuracy: float | None = None, checkpoint: str | os.PathLike | None = None,
         eval_every: int = 1, num_workers: int = 0, progress: bool = True,
-        device: str | torch.device | None = None) -> pd.DataFrame:
+        device: str | torch.device | None = None, lengths=None) -> pd.DataFrame:
     """Train ``model`` with ``optimizer`` for up to ``epochs`` epochs; the history, one row per epoch.
 
     Args:
@@ -275,6 +285,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         eval_every: evaluate on ``test_set`` every this many epochs (and always after the last epoch).
         num_workers: DataLoader worker processes.
         progress: show a progress bar (tqdm.auto; hidden outside terminals and notebooks).
+        lengths: the training examples' sequence lengths: batch examples of similar length together
+            (less padding; see ``_train_batches``), still a seeded random order of batches.
 
     Returns:
         DataFrame with ``COLUMNS``: epoch (1-based), train_loss and train_accuracy (over the epoch's
@@ -298,10 +310,16 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
     batches_per_epoch = n // batch_size + (n % batch_size >= world.size)
     if batches_per_epoch == 0:
         raise ValueError(f"train_set has {n} examples: too few for {world.size} processes")
+    if lengths is not None:
+        lengths = torch.as_tensor(lengths)
+        if lengths.shape != (n,):
+            raise ValueError(f"lengths must hold one length per training example ({n}), got shape "
+                             f"{tuple(lengths.shape)}")
 
     model.to(world.device)
     folder = Path(checkpoint) if checkpoint is not None else None
-    settings = {"seed": seed, "batch_size": batch_size, "loss": loss, "train_size": n, "processes": world.size}
+    settings = {"seed": seed, "batch_size": batch_size, "loss": loss, "train_size": n, "processes": world.size,
+                "by_length": lengths is not None}
     state = _load(folder, settings) if folder is not None else None
     history: list[dict] = []
     stopped = False
@@ -330,7 +348,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
             epoch, start = len(history), time.perf_counter()
             bar.set_description(f"epoch {epoch + 1}/{epochs}")
             net.train()
-            parts = _train_batches(n, batch_size, seed, epoch, world)
+            parts = _train_batches(n, batch_size, seed, epoch, world, lengths)
             loader = _loader(train_set, [indices for indices, _ in parts], collate_fn, num_workers, world.device,
                              _derived_seed(seed, _WORKERS, epoch, world.rank))
             sums = torch.zeros(2, dtype=torch.float64, device=world.device)  # loss sum, correct
@@ -385,6 +403,7 @@ class Setup:
     train_set: Dataset
     test_set: Dataset | None = None
     collate_fn: Callable | None = None
+    lengths: Any = None  #: per-example lengths of train_set, to batch similar lengths (fit's ``lengths``)
 
 
 def run(kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Setup], *,
@@ -410,7 +429,7 @@ def run(kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]
     def compute() -> dict[str, Any]:
         setup = build(config)
         history = fit(setup.model, setup.optimizer, setup.train_set, setup.test_set, collate_fn=setup.collate_fn,
-                      checkpoint=folder, progress=progress, device=world.device, num_workers=num_workers,
+                      lengths=setup.lengths, checkpoint=folder, progress=progress, device=world.device, num_workers=num_workers,
                       **config["fit"])
         if world.rank != 0:
             return {}

@@ -404,3 +404,57 @@ def test_two_process_data_parallel_equals_one_process(tmp_path):
         for name, value in model.state_dict().items():
             torch.testing.assert_close(got["state"][name], value, rtol=1e-5, atol=1e-6)
     assert (tmp_path / "ckpt" / "checkpoint.pt").exists()
+
+
+def test_length_pools_put_similar_lengths_together_and_cover_the_epoch():
+    world = train._World(0, 1, torch.device("cpu"))
+    lengths = torch.randint(1, 100, (1000,), generator=torch.Generator().manual_seed(0))
+    parts = train._train_batches(1000, 10, seed=3, epoch=0, world=world, lengths=lengths)
+    assert sorted(i for batch, _ in parts for i in batch) == list(range(1000))
+    spread = np.mean([lengths[batch].max().item() - lengths[batch].min().item() for batch, _ in parts])
+    shuffled = np.mean([lengths[batch].max().item() - lengths[batch].min().item()
+                        for batch, _ in train._train_batches(1000, 10, 3, 0, world)])
+    assert spread < 0.1 * shuffled  # about 2 against about 88
+    assert parts == train._train_batches(1000, 10, 3, 0, world, lengths)
+    assert parts != train._train_batches(1000, 10, 3, 1, world, lengths)
+    with pytest.raises(ValueError, match="one length per training example"):
+        x, y = blobs(20)
+        model = mlp(0)
+        train.fit(model, OPTIMIZERS["md1.5"](model.parameters()), TensorDataset(x, y.float()), None, epochs=1,
+                  batch_size=5, seed=0, lengths=[3] * 19, progress=False)
+
+
+def build_blobs(config):
+    """A module-level builder (run_many sends it to other processes)."""
+    x, y = blobs(64, seed=1)
+    model = mlp(config["fit"]["seed"], dropout=0.0)
+    return train.Setup(model, train.make_optimizer(model.parameters(), "md", config["lr"], p=1.5),
+                       TensorDataset(x, y.float()), TensorDataset(x[:16], y[:16].float()))
+
+
+def test_run_many_in_processes_gives_the_runs_one_by_one_gives(build_dir, tmp_path, monkeypatch):
+    configs = [{"lr": 0.05, "fit": {"epochs": 2, "batch_size": 16, "seed": seed}} for seed in (0, 1, 2)]
+    parallel = train.run_many("blobs", configs + configs[:1], build_blobs, workers=2, progress=False)
+    assert len(parallel) == 4 and parallel[3].key == parallel[0].key
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "serial"))
+    serial = train.run_many("blobs", configs, build_blobs, workers=1, progress=False)
+    for a, b in zip(parallel, serial):
+        pd.testing.assert_frame_equal(a["history"].drop(columns="seconds"), b["history"].drop(columns="seconds"),
+                                      rtol=1e-6)
+    with pytest.raises(ValueError, match="module-level function"):
+        train.run_many("blobs", [{"lr": 0.1, "fit": {"epochs": 1, "batch_size": 16, "seed": 5}},
+                                 {"lr": 0.2, "fit": {"epochs": 1, "batch_size": 16, "seed": 5}}],
+                       lambda config: build_blobs(config), workers=2, progress=False)
+
+
+def test_make_optimizer_by_name():
+    params = [nn.Parameter(torch.zeros(3))]
+    assert isinstance(train.make_optimizer(params, "adam", 1e-3), torch.optim.Adam)
+    assert isinstance(train.make_optimizer(params, "sgd", 1e-1), torch.optim.SGD)
+    assert train.make_optimizer(params, "md", 1e-1, p=3.0).defaults["p"] == 3.0
+    with pytest.raises(ValueError, match="needs the exponent p"):
+        train.make_optimizer(params, "md", 1e-1)
+    with pytest.raises(ValueError, match="takes no exponent"):
+        train.make_optimizer(params, "adam", 1e-3, p=2.0)
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
+        train.make_optimizer(params, "lion", 1e-3)

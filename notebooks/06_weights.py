@@ -1,0 +1,172 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Are the weights sparser? (E6)
+#
+# **The claim.** Mirror descent with $p$ near 1 follows the geometry of the $\ell_{1.1}$ max-margin
+# problem, whose solutions are sparse; the paper suggests the trained attention weights inherit it.
+# Its evidence is a histogram of the key, query and value weights of the 6-layer sentiment models,
+# counting entries with $|w| > 0.06$: 18,206 / 13,964 / 7,643 (K / Q / V) for $\ell_{1.1}$ against
+# 27,224 / 14,654 / 10,127 for GD, out of 884,736 entries each {cite}`julistiono2026mirror`. A count
+# above a threshold is not a sparsity result: it depends on the scale of the weights, and nothing is
+# removed.
+#
+# **What we run.** The trained models of the Table 1 chapter at one depth (the same runs, read back
+# from the results store). We repeat the paper's count, with the count at initialization as the
+# reference it needs, and then actually prune: global magnitude pruning of all weight matrices and
+# embeddings (the smallest $|w|$ set to zero, from 0 to 95 % of the entries, without retraining),
+# and the test accuracy that survives.
+
+# %% tags=["parameters"]
+profile = "default"  # the params/ profile that produced this page (set by the pipeline)
+dataset = "rotten_tomatoes"  # "rotten_tomatoes" (offline) or "imdb" (internet); as in chapter 04
+max_length = 64  # WordPiece tokens per text; as in chapter 04
+width = 48  # model width; as in chapter 04
+layers = 6  # depth (and heads) of the inspected models: one of chapter 04's rows (the paper's: 6)
+methods = ["1.1", "2", "3", "adam"]  # methods compared
+seeds = 3  # models per method (seeds 0..seeds-1); as in chapter 04
+epochs = 8  # as in chapter 04
+step_sizes = "sweep"  # as in chapter 04
+sweep_lrs = {"1.1": [0.03, 0.1, 0.3], "2": [0.03, 0.1, 0.3], "3": [0.001, 0.003, 0.01], "adam": [0.0003, 0.001, 0.003]}  # as in chapter 04
+sweep_layers = 3  # as in chapter 04
+workers = 2  # runs trained at once if they are not stored yet (one CPU thread each)
+threshold = 0.06  # |w| threshold of the paper's count
+sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95]  # fractions of weights pruned
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from myst_nb import glue
+
+from mdlib import analysis, plots, sentiment, train
+
+plots.set_theme()
+settings = dict(dataset=dataset, max_length=max_length, width=width, epochs=epochs)
+_, chosen = sentiment.sweep(sweep_lrs, workers=workers, layers=sweep_layers, **settings)
+configs, results, _ = sentiment.grid(sentiment.step_sizes([layers], methods, chosen, step_sizes), seeds,
+                                     workers=workers, **settings)
+models = {(sentiment.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"]):
+          sentiment.trained_model(r, c) for c, r in zip(configs, results)}
+initial = {seed: sentiment.build(next(c for c in configs if c["fit"]["seed"] == seed)).model.eval()
+           for seed in range(seeds)}  # the same seed gives the same initialization for every method
+label = {key: plots.method_label(*sentiment.method(key)) for key in methods} | {"init": "initialization"}
+entries = layers * width * width
+print(f"profile={profile}: {len(models)} models ({dataset}, {layers} layers, width {width}); "
+      f"{entries} entries per kind (K, Q or V)")
+
+# %% [markdown]
+# ## The paper's count
+
+# %% tags=["hide-input"]
+kinds = {"key": "K", "query": "Q", "value": "V"}
+rows = []
+for (key, seed), model in [(("init", s), m) for s, m in initial.items()] + list(models.items()):
+    weights = model.attention_weights()
+    rows.append({"method": key, "seed": seed} |
+                {kinds[k]: analysis.count_above(weights[k], threshold) for k in kinds})
+counts = pd.DataFrame(rows)
+summary = counts.groupby("method", sort=False)[list(kinds.values())].agg(["mean", "std"])
+table = pd.DataFrame({"method": [label[k] for k in summary.index]} |
+                     {kind: [f"{summary.loc[k, (kind, 'mean')]:.0f} ± {summary.loc[k, (kind, 'std')]:.0f}"
+                             for k in summary.index] for kind in kinds.values()})
+table["share above (mean of K, Q, V)"] = [f"{summary.loc[k, [(v, 'mean') for v in kinds.values()]].mean() / entries:.1%}"
+                                          for k in summary.index]
+paper = pd.DataFrame([{"method": "paper ℓ1.1 (IMDb, 6 layers, width 384)", "K": "18206", "Q": "13964", "V": "7643",
+                       "share above (mean of K, Q, V)": f"{(18206 + 13964 + 7643) / 3 / 884736:.1%}"},
+                      {"method": "paper ℓ2 (GD)", "K": "27224", "Q": "14654", "V": "10127",
+                       "share above (mean of K, Q, V)": f"{(27224 + 14654 + 10127) / 3 / 884736:.1%}"}])
+table = pd.concat([table, paper], ignore_index=True)
+plots.save_table(counts, "table-weights-kqv", styled=table.style.hide(axis="index"))
+means = counts.groupby("method")[list(kinds.values())].mean().sum(axis=1) / (3 * entries)
+for key in means.index:
+    glue(f"w-share-{key}", float(means[key]), display=False)
+
+# %% [markdown]
+# ```{glue:figure} table-weights-kqv
+# :name: table-weights-kqv
+#
+# Entries of the key, query and value matrices (all layers) with $|w| > 0.06$: mean ± standard
+# deviation over seeds, at initialization and after training, next to the paper's counts. Per seed:
+# `_build/results/table-weights-kqv.csv`.
+# ```
+
+# %% tags=["hide-input"]
+def abs_weights(model, kind):
+    return np.concatenate([w.detach().abs().flatten().numpy() for w in model.attention_weights()[kind]])
+
+
+colors = {k: plots.method_color(*sentiment.method(k)) for k in methods} | {"init": "0.6"}
+fig, axes = plt.subplots(1, 3, figsize=(14, 3.9), sharey=True)
+for ax, (kind, short) in zip(axes, kinds.items()):
+    plots.magnitude_histogram(ax, {(label[k], colors[k]): abs_weights(initial[0] if k == "init" else models[k, 0], kind)
+                                   for k in ["init"] + methods}, threshold)
+    ax.set_title(f"{short} ({kind}), seed 0")
+    ax.legend(fontsize="x-small")
+fig.tight_layout()
+hist = pd.concat([pd.DataFrame({"method": k, "kind": kind, "abs_w": values[values > threshold]})
+                  for k in methods for kind in kinds for values in [abs_weights(models[k, 0], kind)]],
+                 ignore_index=True)
+plots.save_figure(fig, "fig-weights-kqv", data=hist)
+
+# %% [markdown]
+# ```{glue:figure} fig-weights-kqv
+# :name: fig-weights-kqv
+#
+# Histograms of $|w| > 0.06$ of the key, query and value weights (all layers, seed 0), per method,
+# counts in the legend; grey: the initialization. Values: `_build/results/fig-weights-kqv.csv`.
+# ```
+#
+# ## Pruning
+
+# %% tags=["hide-input"]
+test = sentiment.splits(dataset, 0, max_length)["test"]
+
+
+def accuracy(model):
+    return train.evaluate(model, test, batch_size=500, loss="binary", collate_fn=sentiment.collate)[1]
+
+
+rows = [{"method": key, "seed": seed, "sparsity": s, "test_accuracy": a}
+        for (key, seed), model in models.items() for s, a in analysis.pruning_curve(model, sparsities, accuracy)]
+pruning = pd.DataFrame(rows)
+fig, ax = plt.subplots(figsize=(6.8, 4))
+for key in methods:
+    curve = pruning[pruning.method == key].groupby("sparsity")["test_accuracy"].agg(["mean", "std"])
+    color = plots.method_color(*sentiment.method(key))
+    ax.errorbar(100 * curve.index, 100 * curve["mean"], yerr=100 * curve["std"].fillna(0), color=color,
+                marker="o", markersize=3.5, capsize=2.5, label=label[key])
+ax.axhline(50, color="0.5", linestyle=":", linewidth=1)
+ax.set_xlabel("weights pruned (%, global magnitude, no retraining)")
+ax.set_ylabel("test accuracy (%)")
+ax.legend(fontsize="small")
+fig.tight_layout()
+plots.save_figure(fig, "fig-pruning", data=pruning)
+kept = pruning.groupby(["method", "sparsity"])["test_accuracy"].mean()
+for s in (0.5, 0.8, 0.9):
+    if s in sparsities:
+        glue(f"prune-{int(100 * s)}", " / ".join(f"{100 * kept[k, s]:.1f}" for k in methods), display=False)
+glue("prune-methods", " / ".join(label[k] for k in methods), display=False)
+
+# %% [markdown]
+# ```{glue:figure} fig-pruning
+# :name: fig-pruning
+#
+# Test accuracy after global magnitude pruning of all weight matrices and embeddings, without
+# retraining: mean ± standard deviation over seeds; the dotted line is chance. Numbers:
+# `_build/results/fig-pruning.csv`.
+# ```
+#
+# Test accuracy (%) kept at 50 %, 80 % and 90 % sparsity ({glue:text}`prune-methods`):
+# {glue:text}`prune-50`; {glue:text}`prune-80`; {glue:text}`prune-90`.

@@ -1,0 +1,143 @@
+"""The sentiment experiments' pieces on the fixture data: batching, run configs, the builder, the
+step-size sweep's choice, pivotal-token designation and the token measurements."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import FIXTURES
+from mdlib import sentiment, train
+from mdlib.models import EncoderClassifier
+
+
+@pytest.fixture
+def fixture_data(cache, monkeypatch, tmp_path):
+    """The fixture snippets, lexicon and 15-entry vocabulary as the fetched data."""
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in ("movieReviewSnippets_GroundTruth.txt", "vader_lexicon.txt", "vocab.txt"):
+        (cache / name).write_bytes((FIXTURES / name).read_bytes())
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    sentiment.splits.cache_clear()
+    sentiment._tokenizer.cache_clear()
+    yield cache
+    sentiment.splits.cache_clear()
+    sentiment._tokenizer.cache_clear()
+
+
+def small(**overrides):
+    return sentiment.config(**dict(layers=3, optimizer="md", p=1.1, lr=0.05, width=6, max_length=16, epochs=2,
+                                   batch_size=2) | overrides)
+
+
+def test_collate_pads_to_the_longest_and_masks_padding():
+    batch = [(torch.tensor([101, 5, 102]), torch.tensor(1)), (torch.tensor([101, 102]), torch.tensor(0))]
+    inputs, labels = sentiment.collate(batch)
+    assert inputs["input_ids"].tolist() == [[101, 5, 102], [101, 102, 0]]
+    assert inputs["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert labels.dtype == torch.float32 and labels.tolist() == [1.0, 0.0]
+    ids, mask = sentiment.pad([[1, 2], [3]])
+    assert ids.tolist() == [[1, 2], [3, 0]] and mask.tolist() == [[1, 1], [1, 0]]
+
+
+def test_config_rejects_bad_settings():
+    with pytest.raises(ValueError, match="not divisible by 4 heads"):
+        sentiment.config(layers=4, optimizer="md", p=2.0, lr=0.1, width=6)
+    with pytest.raises(ValueError, match="evaluate_on"):
+        sentiment.config(layers=3, optimizer="md", p=2.0, lr=0.1, width=6, evaluate_on="train")
+    with pytest.raises(ValueError, match="3 token sequences but 2 labels"):
+        sentiment.TokenizedDataset([[1], [2], [3]], [0, 1])
+
+
+def test_method_keys_round_trip():
+    for key in ("1.1", "2", "3", "1.75", "adam"):
+        assert sentiment.method_key(*sentiment.method(key)) == key
+    assert sentiment.method("2") == ("md", 2.0)
+    with pytest.raises(ValueError, match="unknown method 'rmsprop'"):
+        sentiment.method("rmsprop")
+
+
+def test_build_seeds_distinct_initializations_and_evaluates_on_the_named_split(fixture_data):
+    a, b, c = (sentiment.build(small(seed=s)) for s in (0, 0, 1))
+    first = lambda setup: next(setup.model.parameters()).detach()  # noqa: E731
+    assert torch.equal(first(a), first(b)) and not torch.equal(first(a), first(c))
+    parts = sentiment.splits("rotten_tomatoes", 0, 16)
+    assert a.test_set is parts["test"] and a.train_set is parts["train"]
+    assert sentiment.build(small(evaluate_on="validation")).test_set is parts["validation"]
+    assert a.lengths == [len(x) for x in parts["train"].ids]
+    assert all(x[0] == 2 and x[-1] == 3 for x in parts["train"].ids)  # [CLS] ... [SEP] in the fixture vocab
+    assert isinstance(a.optimizer, torch.optim.Optimizer) and a.optimizer.defaults["p"] == 1.1
+
+
+def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):
+    config = small()
+    result = sentiment.train_run(config, progress=False)
+    assert list(result["history"].epoch) == [1, 2]
+    again = sentiment.train_run(config, progress=False)
+    assert again.cached
+    model = sentiment.trained_model(again, config)
+    setup = sentiment.build(config)
+    train.fit(setup.model, setup.optimizer, setup.train_set, None, collate_fn=setup.collate_fn,
+              lengths=setup.lengths, progress=False, **config["fit"])
+    for (name, mine), theirs in zip(model.state_dict().items(), setup.model.state_dict().values()):
+        assert torch.equal(mine, theirs), name
+
+
+def test_sweep_takes_the_best_validation_accuracy_and_the_smaller_lr_on_ties(monkeypatch):
+    accuracy = {("md", 0.1): [0.6, 0.7], ("md", 0.3): [0.7, 0.65], ("md", 1.0): [0.5, 0.7], ("adam", 0.001): [0.8, 0.8]}
+
+    def fake_runs(configs, workers=1, progress=True):
+        assert all(c["evaluate_on"] == "validation" for c in configs)
+        return [{"history": pd.DataFrame({"epoch": [1, 2], "test_accuracy": accuracy[c["optimizer"]["name"],
+                                                                                      c["optimizer"]["lr"]]})}
+                for c in configs]
+
+    monkeypatch.setattr(sentiment, "train_runs", fake_runs)
+    table, chosen = sentiment.sweep({"2": [0.1, 0.3, 1.0], "adam": [0.001]}, layers=3, width=6)
+    assert chosen == {"2": 0.1, "adam": 0.001}  # 0.1, 0.3 and 1.0 all reach 0.7: the smallest wins
+    assert table.set_index(["method", "lr"]).loc[("2", 0.3), "last_validation"] == 0.65
+
+
+def test_step_sizes_from_the_sweep_or_the_paper():
+    chosen = {"1.1": 0.1, "2": 0.2, "adam": 1e-3}
+    assert sentiment.step_sizes([3, 6], ["1.1", "adam"], chosen) == {3: {"1.1": 0.1, "adam": 1e-3},
+                                                                     6: {"1.1": 0.1, "adam": 1e-3}}
+    paper = sentiment.step_sizes([4], ["1.1", "3", "adam"], {"adam": 1e-4}, "paper")
+    assert paper == {4: {"1.1": 6e-4, "3": 6e-6, "adam": 1e-4}}
+    with pytest.raises(ValueError, match=r"no step size for \['3'\]"):
+        sentiment.step_sizes([3], ["3"], chosen)
+    with pytest.raises(ValueError, match="'sweep' or 'paper'"):
+        sentiment.step_sizes([3], ["2"], chosen, "table")
+
+
+def test_lexicon_designates_the_strongest_whole_word(fixture_data):
+    vocab = {t: i for i, t in enumerate((FIXTURES / "vocab.txt").read_text().split())}
+    ids = lambda words: [vocab[w] for w in ["[CLS]", *words, "[SEP]"]]  # noqa: E731
+    sequences = [ids(["an", "amazing", "terrible", "film"]),  # |2.8| beats |-2.1|
+                 ids(["terrible", "##ing", "film"]),  # 'terrible' is only a piece of a longer word here
+                 ids(["an", "terrible", "film"]),
+                 ids(["an", "film"])]
+    positions, words = sentiment.lexicon_pivots(sequences, min_valence=2.0, max_length=16)
+    assert positions.tolist() == [2, -1, 2, -1] and words == ["amazing", "", "terrible", ""]
+    assert sentiment.lexicon_pivots(sequences[:1], min_valence=3.0, max_length=16)[0].tolist() == [-1]
+    assert sentiment.designated_positions(sequences[:1], ["film"], 16).tolist() == [4]
+    with pytest.raises(ValueError, match="'warming' is not a single WordPiece token"):
+        sentiment.designated_positions(sequences[:1], ["warming"], 16)
+
+
+def test_token_measurements_have_one_value_per_token_or_sentence():
+    torch.manual_seed(0)
+    model = EncoderClassifier(vocab_size=20, max_length=8, width=6, layers=2, heads=2, mlp=12, dropout=0.0).eval()
+    ids = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 2]]
+    scores = sentiment.attention_scores(model, ids, batch_size=2)
+    assert [len(s) for s in scores] == [4, 3, 5]
+    assert all(np.isclose(s.max(), 1) and np.isclose(s.min(), 0) for s in scores)  # min-max normalized
+    drops = sentiment.deletion_drops(model, ids, [1, 1, 2], batch_size=2)
+    assert drops.shape == (3,) and np.isfinite(drops).all()
+    with torch.no_grad():  # deleting token 1 of sequence 2 by hand gives the same drop
+        full = torch.sigmoid(model(torch.tensor([ids[1]]), torch.ones(1, 3, dtype=torch.long)))
+        cut = torch.sigmoid(model(torch.tensor([[1, 2]]), torch.ones(1, 2, dtype=torch.long)))
+    expected = (full - cut) if full >= 0.5 else (cut - full)
+    assert np.isclose(drops[1], expected.item(), atol=1e-6)
