@@ -27,9 +27,10 @@ from torch.utils.data import Dataset
 from mdlib import analysis, data, paths, runs, train
 from mdlib.models import EncoderClassifier
 
-__all__ = ["KIND", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "TokenizedDataset", "build", "collate", "config", "encode", "extras",
-           "attention_scores", "deletion_drops", "designated_positions", "grid", "lexicon_pivots",
-           "method", "method_key", "pad", "pivotal_sentences", "splits", "step_sizes", "tokens", "sweep", "train_run", "train_runs", "trained_model"]
+__all__ = ["KIND", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "TokenizedDataset", "attention_scores", "build",
+           "collate", "config", "deletion_drops", "designated_positions", "encode", "extras", "grid",
+           "lexicon_pivots", "method", "method_key", "pad", "pivotal_sentences", "splits", "sweep",
+           "table_models", "table_step_sizes", "tokens", "train_run", "train_runs", "trained_model"]
 
 KIND = "e4-sentiment"
 #: Bumped when a change of this module changes the numbers of a run with the same config.
@@ -131,9 +132,22 @@ def train_run(config: Mapping[str, Any], progress: bool = True) -> runs.RunResul
     return train.run(KIND, config, build, extras=extras, progress=progress)
 
 
-def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: bool = True) -> list[runs.RunResult]:
-    """``train_run`` for each config, the missing ones ``workers`` at a time."""
-    return train.run_many(KIND, configs, build, extras=extras, workers=workers, progress=progress)
+def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: bool = True,
+               skip: tuple[type[BaseException], ...] = ()) -> list[runs.RunResult | None]:
+    """``train_run`` for each config, the missing ones ``workers`` at a time (None for a run that
+    raised one of ``skip``)."""
+    return train.run_many(KIND, configs, build, extras=extras, workers=workers, skip=skip, progress=progress)
+
+
+def table_models(layers: int, methods: list[str], seeds: int, *, sweep_lrs: Mapping[str, list[float]],
+                 sweep_layers: int, step_sizes: str = "sweep", workers: int = 1, **settings):
+    """The trained models of one Table 1 row, as chapter 04 trains them (read back from the store, or
+    trained when missing): {(method, seed): model}, and {(method, seed): config}."""
+    _, chosen = sweep(sweep_lrs, workers=workers, layers=sweep_layers, **settings)
+    lrs = table_step_sizes([layers], methods, chosen, step_sizes)
+    configs, results, _ = grid(lrs, seeds, workers=workers, **settings)
+    keys = [(method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"]) for c in configs]
+    return ({k: trained_model(r, c) for k, c, r in zip(keys, configs, results)}, dict(zip(keys, configs)))
 
 
 def trained_model(result: Mapping[str, Any], config: Mapping[str, Any]) -> EncoderClassifier:
@@ -172,20 +186,32 @@ def _history_table(configs: list[Mapping[str, Any]], results: list[Mapping[str, 
 
 def sweep(lrs: Mapping[str, list[float]], *, workers: int = 1, **settings) -> tuple[pd.DataFrame, dict[str, float]]:
     """The step-size sweep on the validation split: one run per (method, lr) with ``config(**settings,
-    evaluate_on="validation")``. Returns (per (method, lr): best and last validation accuracy),
-    {method: the lr with the best validation accuracy (ties: the smaller lr)}. Test data is never used."""
+    evaluate_on="validation")``. Returns (per (method, lr): best and last validation accuracy, NaN for
+    a run mirror descent stopped as diverging), {method: the lr with the best validation accuracy (ties:
+    the smaller lr)}. The test split is never used."""
     configs = [config(optimizer=method(key)[0], p=method(key)[1], lr=lr, evaluate_on="validation", **settings)
                for key, values in lrs.items() for lr in values]
-    history = _history_table(configs, train_runs(configs, workers))
+    results = train_runs(configs, workers, skip=(FloatingPointError,))
+    done = [(c, r) for c, r in zip(configs, results) if r is not None]
+    history = _history_table(*zip(*done)) if done else pd.DataFrame(columns=["method", "lr", "test_accuracy", "epoch"])
     table = (history.groupby(["method", "lr"], sort=False)
              .agg(best_validation=("test_accuracy", "max"), last_validation=("test_accuracy", "last"),
                   epochs=("epoch", "max")).reset_index())
-    chosen = {key: float(group.sort_values(["best_validation", "lr"], ascending=[False, True])["lr"].iloc[0])
-              for key, group in table.groupby("method", sort=False)}
-    return table, chosen
+    diverged = [{"method": method_key(c["optimizer"]["name"], c["optimizer"]["p"]), "lr": c["optimizer"]["lr"]}
+                for c, r in zip(configs, results) if r is None]
+    table = pd.concat([table, pd.DataFrame(diverged)], ignore_index=True) if diverged else table
+    order = {(k, lr): i for i, (k, values) in enumerate(lrs.items()) for lr in values}
+    table = table.assign(order=[order[k, lr] for k, lr in zip(table.method, table.lr)]).sort_values("order")
+    chosen = {}
+    for key in lrs:
+        finished = table[(table.method == key) & table.best_validation.notna()]
+        if finished.empty:
+            raise ValueError(f"every candidate step size of method {key} diverged ({lrs[key]}): try smaller ones")
+        chosen[key] = float(finished.sort_values(["best_validation", "lr"], ascending=[False, True])["lr"].iloc[0])
+    return table.drop(columns="order").reset_index(drop=True), chosen
 
 
-def step_sizes(layers: list[int], methods: list[str], chosen: Mapping[str, float], source: str = "sweep"):
+def table_step_sizes(layers: list[int], methods: list[str], chosen: Mapping[str, float], source: str = "sweep"):
     """{layers: {method: lr}}: the sweep's ``chosen`` lr for every depth, or with ``source="paper"``
     the paper's table for the l_p methods it covers (``chosen`` for the others, e.g. Adam)."""
     if source not in ("sweep", "paper"):

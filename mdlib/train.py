@@ -466,16 +466,20 @@ def load_model_state(model: nn.Module, result: Mapping[str, Any], prefix: str = 
 
 def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup], *,
              extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, workers: int = 1,
-             progress: bool = True, device: str | torch.device | None = None) -> list[runs.RunResult]:
+             skip: tuple[type[BaseException], ...] = (), progress: bool = True,
+             device: str | torch.device | None = None) -> list[runs.RunResult | None]:
     """``run(kind, config, build, extras=extras)`` for every config, in order; the missing ones trained
     by ``workers`` processes at once, each with one thread (on a CPU, small models train faster as N
     one-thread processes than as one N-thread process). With workers > 1, ``build`` and ``extras``
     must be module-level functions of an importable module (they are sent to spawned processes).
-    On CUDA, or under torchrun, the runs go one after another in this process."""
+    On CUDA, or under torchrun, the runs go one after another in this process. A run that raises one
+    of the exception types in ``skip`` (e.g. FloatingPointError: a step size too large) gives None
+    instead of stopping the others."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     missing = [config for config in configs if runs.load(kind, config) is None]
     missing = list({runs.config_key(kind, c): c for c in missing}.values())  # each distinct run once
+    failed: dict[str, BaseException] = {}
     on_cpu = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cpu"
     if workers > 1 and len(missing) > 1 and on_cpu and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         import concurrent.futures
@@ -492,14 +496,29 @@ def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mappi
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(min(workers, len(missing)), mp_context=context,
                                                     initializer=torch.set_num_threads, initargs=(1,)) as pool:
-            jobs = [pool.submit(run, kind, config, build, extras=extras, progress=False, device="cpu")
-                    for config in missing]
+            jobs = {pool.submit(run, kind, config, build, extras=extras, progress=False, device="cpu"):
+                    runs.config_key(kind, config) for config in missing}
             with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs, {workers} processes",
                       disable=not progress) as bar:
                 for job in concurrent.futures.as_completed(jobs):
-                    job.result()  # re-raises a worker's error
+                    error = job.exception()
+                    if error is not None and not isinstance(error, skip):
+                        raise error
+                    if error is not None:
+                        failed[jobs[job]] = error
                     bar.update()
-    return [run(kind, config, build, extras=extras, progress=progress, device=device) for config in configs]
+    results = []
+    for config in configs:
+        key = runs.config_key(kind, config)
+        try:
+            if key in failed:
+                raise failed[key]
+            results.append(run(kind, config, build, extras=extras, progress=progress, device=device))
+        except skip as error:
+            failed[key] = error
+            log.warning("run %s/%s failed and is skipped: %s", kind, key[:12], error)
+            results.append(None)
+    return results
 
 
 #: The optimizers of the real-data chapters, by name: ``make_optimizer(params, name, lr, p)``.

@@ -64,7 +64,7 @@ from mdlib import plots, sentiment
 plots.set_theme()
 settings = dict(dataset=dataset, max_length=max_length, width=width, epochs=epochs)
 sweep_table, chosen = sentiment.sweep(sweep_lrs, workers=workers, layers=sweep_layers, **settings)
-lrs = sentiment.step_sizes(layers, methods, chosen, step_sizes)
+lrs = sentiment.table_step_sizes(layers, methods, chosen, step_sizes)
 configs, results, history = sentiment.grid(lrs, seeds, workers=workers, **settings)
 print(f"profile={profile}: {dataset}, width {width}, layers {layers}, {seeds} seeds, <= {epochs} epochs, "
       f"step sizes ({step_sizes}): {lrs}")

@@ -62,12 +62,9 @@ from myst_nb import glue
 from mdlib import analysis, plots, sentiment
 
 plots.set_theme()
-settings = dict(dataset=dataset, max_length=max_length, width=width, epochs=epochs)
-_, chosen = sentiment.sweep(sweep_lrs, workers=workers, layers=sweep_layers, **settings)
-configs, results, _ = sentiment.grid(sentiment.step_sizes([layers], methods, chosen, step_sizes), seeds,
-                                     workers=workers, **settings)
-models = {(sentiment.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"]):
-          sentiment.trained_model(r, c) for c, r in zip(configs, results)}
+models, _ = sentiment.table_models(layers, methods, seeds, sweep_lrs=sweep_lrs, sweep_layers=sweep_layers,
+                                   step_sizes=step_sizes, workers=workers, dataset=dataset,
+                                   max_length=max_length, width=width, epochs=epochs)
 label = {key: plots.method_label(*sentiment.method(key)) for key in methods}
 print(f"profile={profile}: {len(models)} models ({dataset}, {layers} layers, width {width}, seeds 0..{seeds - 1})")
 

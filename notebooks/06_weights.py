@@ -53,14 +53,11 @@ from myst_nb import glue
 from mdlib import analysis, plots, sentiment, train
 
 plots.set_theme()
-settings = dict(dataset=dataset, max_length=max_length, width=width, epochs=epochs)
-_, chosen = sentiment.sweep(sweep_lrs, workers=workers, layers=sweep_layers, **settings)
-configs, results, _ = sentiment.grid(sentiment.step_sizes([layers], methods, chosen, step_sizes), seeds,
-                                     workers=workers, **settings)
-models = {(sentiment.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"]):
-          sentiment.trained_model(r, c) for c, r in zip(configs, results)}
-initial = {seed: sentiment.build(next(c for c in configs if c["fit"]["seed"] == seed)).model.eval()
-           for seed in range(seeds)}  # the same seed gives the same initialization for every method
+models, configs = sentiment.table_models(layers, methods, seeds, sweep_lrs=sweep_lrs, sweep_layers=sweep_layers,
+                                         step_sizes=step_sizes, workers=workers, dataset=dataset,
+                                         max_length=max_length, width=width, epochs=epochs)
+initial = {seed: sentiment.build(configs[methods[0], seed]).model.eval()
+           for seed in range(seeds)}  # a seed gives the same initialization for every method
 label = {key: plots.method_label(*sentiment.method(key)) for key in methods} | {"init": "initialization"}
 entries = layers * width * width
 print(f"profile={profile}: {len(models)} models ({dataset}, {layers} layers, width {width}); "

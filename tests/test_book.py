@@ -17,7 +17,7 @@ import nbformat
 import pytest
 import yaml
 
-from mdlib import book, cli, paths
+from mdlib import book, cli, data, paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NBS = FIXTURES / "notebooks"
@@ -239,7 +239,7 @@ def smoke_book(tmp_path_factory):
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(paths.ROOT / name, target)
     build = root / "_build"
-    env = {**os.environ, "MDLIB_BUILD_DIR": str(build),
+    env = {**os.environ, "MDLIB_BUILD_DIR": str(build), "MDLIB_DATA_DIR": str(data.data_dir()),  # fetch once
            "PYTHONPATH": os.pathsep.join([str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "mdlib", "book", "--profile", "smoke"], cwd=root, env=env,

@@ -86,30 +86,35 @@ def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):
 
 
 def test_sweep_takes_the_best_validation_accuracy_and_the_smaller_lr_on_ties(monkeypatch):
-    accuracy = {("md", 0.1): [0.6, 0.7], ("md", 0.3): [0.7, 0.65], ("md", 1.0): [0.5, 0.7], ("adam", 0.001): [0.8, 0.8]}
+    accuracy = {("md", 0.1): [0.6, 0.7], ("md", 0.3): [0.7, 0.65], ("md", 1.0): [0.5, 0.7], ("md", 3.0): None,
+                ("adam", 0.001): [0.8, 0.8]}
 
-    def fake_runs(configs, workers=1, progress=True):
-        assert all(c["evaluate_on"] == "validation" for c in configs)
-        return [{"history": pd.DataFrame({"epoch": [1, 2], "test_accuracy": accuracy[c["optimizer"]["name"],
-                                                                                      c["optimizer"]["lr"]]})}
-                for c in configs]
+    def fake_runs(configs, workers=1, progress=True, skip=()):
+        assert all(c["evaluate_on"] == "validation" for c in configs) and FloatingPointError in skip
+        values = [accuracy[c["optimizer"]["name"], c["optimizer"]["lr"]] for c in configs]
+        return [None if v is None else {"history": pd.DataFrame({"epoch": [1, 2], "test_accuracy": v})}
+                for v in values]
 
     monkeypatch.setattr(sentiment, "train_runs", fake_runs)
-    table, chosen = sentiment.sweep({"2": [0.1, 0.3, 1.0], "adam": [0.001]}, layers=3, width=6)
+    table, chosen = sentiment.sweep({"2": [0.1, 0.3, 1.0, 3.0], "adam": [0.001]}, layers=3, width=6)
     assert chosen == {"2": 0.1, "adam": 0.001}  # 0.1, 0.3 and 1.0 all reach 0.7: the smallest wins
-    assert table.set_index(["method", "lr"]).loc[("2", 0.3), "last_validation"] == 0.65
+    assert list(zip(table.method, table.lr)) == [("2", 0.1), ("2", 0.3), ("2", 1.0), ("2", 3.0), ("adam", 0.001)]
+    assert table.last_validation.tolist()[1] == 0.65 and np.isnan(table.best_validation[3])  # 3.0 diverged
+    accuracy.update({("md", lr): None for lr in (0.1, 0.3, 1.0)})
+    with pytest.raises(ValueError, match="every candidate step size of method 2 diverged"):
+        sentiment.sweep({"2": [0.1, 0.3, 1.0, 3.0]}, layers=3, width=6)
 
 
-def test_step_sizes_from_the_sweep_or_the_paper():
+def test_table_step_sizes_from_the_sweep_or_the_paper():
     chosen = {"1.1": 0.1, "2": 0.2, "adam": 1e-3}
-    assert sentiment.step_sizes([3, 6], ["1.1", "adam"], chosen) == {3: {"1.1": 0.1, "adam": 1e-3},
+    assert sentiment.table_step_sizes([3, 6], ["1.1", "adam"], chosen) == {3: {"1.1": 0.1, "adam": 1e-3},
                                                                      6: {"1.1": 0.1, "adam": 1e-3}}
-    paper = sentiment.step_sizes([4], ["1.1", "3", "adam"], {"adam": 1e-4}, "paper")
+    paper = sentiment.table_step_sizes([4], ["1.1", "3", "adam"], {"adam": 1e-4}, "paper")
     assert paper == {4: {"1.1": 6e-4, "3": 6e-6, "adam": 1e-4}}
     with pytest.raises(ValueError, match=r"no step size for \['3'\]"):
-        sentiment.step_sizes([3], ["3"], chosen)
+        sentiment.table_step_sizes([3], ["3"], chosen)
     with pytest.raises(ValueError, match="'sweep' or 'paper'"):
-        sentiment.step_sizes([3], ["2"], chosen, "table")
+        sentiment.table_step_sizes([3], ["2"], chosen, "table")
 
 
 def test_lexicon_designates_the_strongest_whole_word(fixture_data):

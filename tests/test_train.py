@@ -458,3 +458,23 @@ def test_make_optimizer_by_name():
         train.make_optimizer(params, "adam", 1e-3, p=2.0)
     with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
         train.make_optimizer(params, "lion", 1e-3)
+
+
+def build_either(config):
+    """build_blobs, or with config["diverge"] a step size that overflows the inverse mirror map."""
+    setup = build_blobs(config)
+    if config.get("diverge"):
+        setup.optimizer = train.make_optimizer(setup.model.parameters(), "md", 1e38, p=1.1)
+    return setup
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_many_skips_runs_that_raise_the_named_errors(build_dir, workers):
+    good = {"lr": 0.05, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    bad = {"lr": 0.05, "diverge": True, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    results = train.run_many("skip", [good, bad], build_either, workers=workers, skip=(FloatingPointError,),
+                             progress=False)
+    assert results[1] is None and list(results[0]["history"].epoch) == [1]
+    with pytest.raises(FloatingPointError, match="reduce lr"):
+        train.run_many("skip", [bad], build_either, workers=workers, progress=False)
+
