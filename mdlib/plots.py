@@ -110,6 +110,13 @@ def method_label(optimizer: str, p: float | None = None) -> str:
     return p_label(p) if optimizer == "md" else {"adam": "Adam", "sgd": "SGD"}.get(optimizer, optimizer)
 
 
+def method_text(optimizer: str, p: float | None = None) -> str:
+    """Plain-text name of a method for glued prose (no LaTeX): "ℓ1.1", "ℓ2 (GD)", "Adam"."""
+    if optimizer != "md":
+        return method_label(optimizer, p)
+    return f"ℓ{float(p):g}" + (" (GD)" if float(p) == 2.0 else "")
+
+
 def method_color(optimizer: str, p: float | None = None):
     """The colour of a real-data run's optimizer: ``p_color(p)`` for "md", else ``p_color(optimizer)``."""
     return p_color(p if optimizer == "md" else optimizer)

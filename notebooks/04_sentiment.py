@@ -51,12 +51,15 @@ epochs = 8  # most epochs per run (training also stops at 99.5 % training accura
 step_sizes = "sweep"  # "sweep": every method's step size from the validation sweep; "paper": the paper's table for l_p
 sweep_lrs = {"1.1": [0.03, 0.1, 0.3], "2": [0.03, 0.1, 0.3], "3": [0.001, 0.003, 0.01], "adam": [0.0003, 0.001, 0.003]}  # candidates
 sweep_layers = 3  # layers of the sweep's model (one seed, the same epochs, evaluated on validation)
+long_epochs = 24  # the longer comparison: most epochs of l_1.1 and GD at sweep_layers layers
+long_seeds = 2  # seeds of the longer comparison
 workers = 2  # runs trained at once, one CPU thread each (use 1 on a GPU)
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 from myst_nb import glue
 
 from mdlib import plots, sentiment
@@ -118,11 +121,14 @@ plots.save_table(cells.assign(paper=[paper.get(L, {}).get(k, np.nan) for L, k in
 mean = cells.set_index(["layers", "method"])["mean"]
 md_keys = [k for k in methods if k != "adam"]
 best = {L: max(md_keys, key=lambda k: mean[L, k]) for L in layers}
-glue("t1-best", "; ".join(f"{plots.method_label(*sentiment.method(best[L]))} at {L} layers" for L in layers),
+glue("t1-best", "; ".join(f"{plots.method_text(*sentiment.method(best[L]))} at {L} layers" for L in layers),
      display=False)
 gaps = " / ".join(f"{100 * (mean[L, '1.1'] - mean[L, '2']):+.2f}" for L in layers) if {"1.1", "2"} <= set(methods) else "n/a"
 glue("t1-gaps", gaps, display=False)
+glue("t1-layers", " / ".join(map(str, layers)), display=False)
 glue("t1-data", f"{dataset}, width {width}, {seeds} seeds, at most {epochs} epochs", display=False)
+glue("t1-adam", " / ".join(f"{100 * mean[L, 'adam']:.2f}" for L in layers) if "adam" in methods else "n/a",
+     display=False)
 
 # %% [markdown]
 # ```{glue:figure} table-1
@@ -134,10 +140,10 @@ glue("t1-data", f"{dataset}, width {width}, {seeds} seeds, at most {epochs} epoc
 # ```
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, len(layers), figsize=(4.4 * len(layers), 3.8), sharey=True, squeeze=False)
-for ax, L in zip(axes[0], layers):
-    for key in methods:
-        runs_ = history[(history.layers == L) & (history.method == key)]
+def plot_curves(ax, history, keys):
+    """Test accuracy (mean, band: one std over seeds) and training accuracy (dotted) per method."""
+    for key in keys:
+        runs_ = history[history.method == key]
         curve = runs_.groupby("epoch")["test_accuracy"].agg(["mean", "std"]).reset_index()
         train_curve = runs_.groupby("epoch")["train_accuracy"].mean()
         color = plots.method_color(*sentiment.method(key))
@@ -145,8 +151,14 @@ for ax, L in zip(axes[0], layers):
         ax.fill_between(curve.epoch, 100 * (curve["mean"] - curve["std"].fillna(0)),
                         100 * (curve["mean"] + curve["std"].fillna(0)), color=color, alpha=0.2, linewidth=0)
         ax.plot(train_curve.index, 100 * train_curve.values, color=color, linestyle=":", linewidth=1.2)
-    ax.set_title(f"{L} layers, {L} heads")
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+fig, axes = plt.subplots(1, len(layers), figsize=(4.4 * len(layers), 3.8), sharey=True, squeeze=False)
+for ax, L in zip(axes[0], layers):
+    plot_curves(ax, history[history.layers == L], methods)
+    ax.set_title(f"{L} layers, {L} heads")
 axes[0, 0].set_ylabel("accuracy (%)")
 axes[0, -1].legend(loc="lower right", fontsize="small")
 fig.tight_layout()
@@ -164,4 +176,50 @@ plots.save_figure(fig, "fig-sentiment-curves", data=history)
 #
 # This page was computed on {glue:text}`t1-data`. Among the $\ell_p$ methods, the best mean in each
 # row is {glue:text}`t1-best`; the $\ell_{1.1}$ minus GD differences are {glue:text}`t1-gaps` points
-# (3 / 4 / 6 layers; the paper: +1.81 / +2.31 / +1.43).
+# ({glue:text}`t1-layers` layers; the paper: +1.81 / +2.31 / +1.43 at 3 / 4 / 6 layers). Adam, the
+# extra column, reaches {glue:text}`t1-adam` %.
+#
+# **What this shows.** At the default profile's budget the comparison is one of early training: the
+# mirror-descent models are still far from fitting the training set (the dotted curves), while Adam
+# fits it within a few epochs. What decides the $\ell_p$ ranking here is how fast each geometry makes
+# progress from this initialization, and the differences between the three exponents are of the size
+# of the seed-to-seed spread. **What it does not show.** It does not test the paper's claim, which is
+# about models trained to 99.5 % training accuracy on IMDb: that is the `paper` profile (IMDb, width
+# 384, the paper's step sizes, up to 1000 epochs, 10 seeds; a GPU). Nor is "best test accuracy over
+# epochs", the paper's metric, an unbiased estimate: it selects the epoch on the test set. We report
+# it to be comparable and keep the last epoch's accuracy in `table-1.csv`.
+
+# %% [markdown]
+# ## Longer training: does the ranking hold?
+#
+# A budget of a few epochs compares how fast the methods start, not where they end; the paper trains
+# to 99.5 % training accuracy. Here $\ell_{1.1}$ and GD (the pair of the paper's claim) train longer
+# at the sweep's depth, with the same step sizes.
+
+# %% tags=["hide-input"]
+pair = [k for k in ("1.1", "2") if k in methods]
+long_lrs = sentiment.table_step_sizes([sweep_layers], pair, chosen, step_sizes)
+_, _, long_history = sentiment.grid(long_lrs, long_seeds, workers=workers, **(settings | {"epochs": long_epochs}))
+fig, ax = plt.subplots(figsize=(6.4, 3.9))
+plot_curves(ax, long_history, pair)
+ax.set_ylabel("accuracy (%)")
+ax.set_title(f"{sweep_layers} layers, {long_seeds} seeds, up to {long_epochs} epochs")
+ax.legend(loc="lower right", fontsize="small")
+fig.tight_layout()
+plots.save_figure(fig, "fig-sentiment-long", data=long_history)
+ends = long_history.groupby(["method", "seed"]).agg(best=("test_accuracy", "max"), train=("train_accuracy", "last"))
+ends = ends.groupby("method").mean()
+glue("long-summary", "; ".join(f"{plots.method_text(*sentiment.method(k))} {100 * ends.loc[k, 'best']:.2f} % "
+                               f"(final training accuracy {100 * ends.loc[k, 'train']:.1f} %)" for k in pair),
+     display=False)
+
+# %% [markdown]
+# ```{glue:figure} fig-sentiment-long
+# :name: fig-sentiment-long
+#
+# $\ell_{1.1}$ against GD trained longer (same step sizes as above): test accuracy (mean and band over
+# seeds) and training accuracy (dotted). Numbers: `_build/results/fig-sentiment-long.csv`.
+# ```
+#
+# Best test accuracy of the longer runs (mean over seeds), with the final training accuracy:
+# {glue:text}`long-summary`.

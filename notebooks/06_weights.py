@@ -154,7 +154,7 @@ kept = pruning.groupby(["method", "sparsity"])["test_accuracy"].mean()
 for s in (0.5, 0.8, 0.9):
     if s in sparsities:
         glue(f"prune-{int(100 * s)}", " / ".join(f"{100 * kept[k, s]:.1f}" for k in methods), display=False)
-glue("prune-methods", " / ".join(label[k] for k in methods), display=False)
+glue("prune-methods", " / ".join(plots.method_text(*sentiment.method(k)) for k in methods), display=False)
 
 # %% [markdown]
 # ```{glue:figure} fig-pruning

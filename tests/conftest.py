@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mdlib import data
@@ -25,3 +27,21 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+
+
+def idx_bytes(array: np.ndarray) -> bytes:
+    """An IDX file of unsigned bytes, as in the MNIST / Fashion-MNIST distributions."""
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def install_idx(cache: Path, monkeypatch, arrays: dict[str, np.ndarray]) -> None:
+    """Write each array as the gzipped IDX file ``name`` into ``cache`` and register its sha256 as the
+    expected one (Fashion-MNIST stand-ins)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    patched = dict(data.FILES)
+    for name, array in arrays.items():
+        content = gzip.compress(idx_bytes(array))
+        (cache / name).write_bytes(content)
+        patched[name] = data.RegistryFile(**{**patched[name].__dict__, "sha256": hashlib.sha256(content).hexdigest()})
+    monkeypatch.setattr(data, "FILES", patched)

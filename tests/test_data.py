@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import install_idx
 from mdlib import data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
@@ -127,26 +128,12 @@ def test_wordpiece_tokenizer_from_a_vocabulary_file(cache):
         data.wordpiece_tokenizer(max_length=1)
 
 
-def idx_bytes(array: np.ndarray) -> bytes:
-    """An IDX file of unsigned bytes, as in the MNIST / Fashion-MNIST distributions."""
-    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
-    return header + array.astype(np.uint8).tobytes()
-
-
 def test_fashion_mnist_reads_gzipped_idx_files(cache, monkeypatch):
-    import gzip
-
     rng = np.random.default_rng(0)
     files = {"train-images-idx3-ubyte.gz": rng.integers(0, 256, (6, 28, 28)), "train-labels-idx1-ubyte.gz":
              np.array([0, 1, 2, 9, 9, 3]), "t10k-images-idx3-ubyte.gz": rng.integers(0, 256, (2, 28, 28)),
              "t10k-labels-idx1-ubyte.gz": np.array([5, 7])}
-    cache.mkdir(parents=True)
-    patched = dict(data.FILES)
-    for name, array in files.items():
-        content = gzip.compress(idx_bytes(array))
-        (cache / name).write_bytes(content)
-        patched[name] = data.RegistryFile(**{**patched[name].__dict__, "sha256": hashlib.sha256(content).hexdigest()})
-    monkeypatch.setattr(data, "FILES", patched)
+    install_idx(cache, monkeypatch, files)
     train = data.fashion_mnist("train", data.image_transform("fashion_mnist", train=True))
     test = data.fashion_mnist("test")
     assert (len(train), len(test)) == (6, 2)

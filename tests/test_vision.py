@@ -1,0 +1,83 @@
+"""E7 run configs on a tiny Fashion-MNIST in the real IDX format: subsets, held-out validation, seeds."""
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import install_idx
+from mdlib import data, train, vision
+
+MODEL = dict(patch=7, width=8, depth=1, heads=2, mlp=8, dropout=0.1, embedding_dropout=0.1)
+TRAIN_PER_CLASS, TEST_PER_CLASS = 12, 2
+
+
+@pytest.fixture(autouse=True)
+def fashion(tmp_path, monkeypatch):
+    """A 120 / 20 image Fashion-MNIST (10 balanced classes) in the data cache; returns its train labels."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MDLIB_DATA_DIR", str(cache))
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    rng = np.random.default_rng(0)
+    labels = {split: rng.permutation(np.repeat(np.arange(10), per)) for split, per in
+              (("train", TRAIN_PER_CLASS), ("t10k", TEST_PER_CLASS))}
+    files = {f"{split}-labels-idx1-ubyte.gz": y for split, y in labels.items()}
+    files.update({f"{split}-images-idx3-ubyte.gz": rng.integers(0, 256, (len(y), 28, 28)) for split, y in labels.items()})
+    install_idx(cache, monkeypatch, files)
+    return labels["train"]
+
+
+def config(**kw):
+    settings = dict(optimizer="md", lr=0.05, p=1.1, seed=0, epochs=1, model=MODEL, batch_size=10)
+    return vision.run_config("fashion_mnist", **{**settings, **kw})
+
+
+def test_subset_is_stratified_and_validation_is_held_out(fashion):
+    keep, held_out = vision.split_indices(fashion, train_size=50, validation=20, seed=3)
+    assert len(keep) == 50 and len(held_out) == 20 and not set(keep) & set(held_out)
+    assert np.bincount(fashion[keep], minlength=10).tolist() == [5] * 10
+    assert np.bincount(fashion[held_out], minlength=10).tolist() == [2] * 10
+    again = vision.split_indices(fashion, train_size=50, validation=20, seed=3)
+    assert all(np.array_equal(a, b) for a, b in zip((keep, held_out), again))
+    assert not np.array_equal(vision.split_indices(fashion, 50, 20, seed=4)[0], keep)
+    everything, none = vision.split_indices(fashion, train_size=None, validation=0, seed=3)
+    assert len(everything) == len(fashion) and len(none) == 0
+
+
+def test_sweep_runs_evaluate_on_validation_never_on_test(fashion):
+    setup = vision.build(config(train_size=50, validation=20))
+    assert (len(setup.train_set), len(setup.test_set)) == (50, 20)
+    keep, held_out = vision.split_indices(fashion, 50, 20, seed=0)
+    assert np.array_equal(setup.test_set.labels, fashion[held_out])
+    full = data.fashion_mnist("train")
+    assert np.array_equal(setup.test_set.images, full.images[held_out])
+    assert np.array_equal(setup.train_set.images, full.images[keep])
+    # no validation: the evaluation set is the test set, untransformed apart from normalization
+    final = vision.build(config(train_size=50))
+    assert len(final.test_set) == 10 * TEST_PER_CLASS
+    image, _ = final.test_set[0]
+    mean, std = data.NORMALIZATION["fashion_mnist"]
+    expected = (torch.from_numpy(data.fashion_mnist("test").images[0, ..., 0]).float() / 255 - mean[0]) / std[0]
+    torch.testing.assert_close(image[0], expected)
+
+
+def test_seeds_give_distinct_initializations_and_reruns_are_identical():
+    first, second = vision.make_model(config(seed=0)), vision.make_model(config(seed=1))
+    assert not torch.equal(first.embed.weight, second.embed.weight)
+    assert torch.equal(first.embed.weight, vision.make_model(config(seed=0)).embed.weight)
+    run_config = config(train_size=40)
+    stored = train.run("e7-test", run_config, vision.build, extras=train.model_state, progress=False)
+    model = vision.trained_model(run_config, stored)
+    assert not model.training and not torch.equal(model.embed.weight, first.embed.weight)
+    setup = vision.build(run_config)  # the same run again, outside the store
+    history = train.fit(setup.model, setup.optimizer, setup.train_set, setup.test_set, progress=False,
+                        **run_config["fit"])
+    cols = ["train_loss", "train_accuracy", "test_loss", "test_accuracy"]
+    assert history[cols].equals(stored["history"][cols])
+    for name, value in setup.model.state_dict().items():
+        assert torch.equal(value, model.state_dict()[name]), name
+
+
+def test_unknown_dataset_is_rejected():
+    with pytest.raises(ValueError, match="unknown dataset 'mnist'.*fashion_mnist, cifar10, cifar100"):
+        vision.run_config("mnist", optimizer="adam", lr=1e-4, seed=0, epochs=1, model=MODEL)
