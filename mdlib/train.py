@@ -516,7 +516,7 @@ def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mappi
             results.append(run(kind, config, build, extras=extras, progress=progress, device=device))
         except skip as error:
             failed[key] = error
-            log.warning("run %s/%s failed and is skipped: %s", kind, key[:12], error)
+            log.info("run %s/%s failed and is skipped: %s", kind, key[:12], error)
             results.append(None)
     return results
 
