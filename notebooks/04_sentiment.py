@@ -55,7 +55,7 @@ long_epochs = 24  # the longer comparison: most epochs of l_1.1 and GD at sweep_
 long_seeds = 2  # seeds of the longer comparison
 workers = 2  # runs trained at once, one CPU thread each (use 1 on a GPU)
 
-# %%
+# %% tags=["remove-stderr"]
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -179,7 +179,7 @@ plots.save_figure(fig, "fig-sentiment-curves", data=history)
 # to 99.5 % training accuracy. Here $\ell_{1.1}$ and GD (the pair of the paper's claim) train longer
 # at the sweep's depth, with the same step sizes.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "remove-stderr"]
 pair = [k for k in ("1.1", "2") if k in methods]
 long_lrs = sentiment.table_step_sizes([sweep_layers], pair, chosen, step_sizes)
 _, _, long_history = sentiment.grid(long_lrs, long_seeds, workers=workers, **(settings | {"epochs": long_epochs}))

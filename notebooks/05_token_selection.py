@@ -53,7 +53,7 @@ min_valence = 2.0  # lexicon |valence| a word needs to be designated pivotal (VA
 heatmap_sentences = 10  # hand-written sentences shown in the heat maps
 deletion_seed = 0  # seeds the random token of the deletion control
 
-# %%
+# %% tags=["remove-stderr"]
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd

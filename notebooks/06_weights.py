@@ -44,7 +44,7 @@ workers = 2  # runs trained at once if they are not stored yet (one CPU thread e
 threshold = 0.06  # |w| threshold of the paper's count
 sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95]  # fractions of weights pruned
 
-# %%
+# %% tags=["remove-stderr"]
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd

@@ -54,7 +54,7 @@ sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]  # global magnitude-
 threshold = 0.06  # |w| threshold of the weight counts and histograms (the paper's)
 workers = 2  # training processes at once on a CPU (one thread each)
 
-# %%
+# %% tags=["remove-stderr"]
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -103,7 +103,7 @@ print(f"profile={profile}: {len(sweep_runs)} sweep runs, {sum(np.isnan(list(vali
 # %% [markdown]
 # ## The step-size sweep
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "remove-stderr"]
 sweep = pd.DataFrame([{"dataset": d, "method": name(m), "p": m[1], "lr": lr, "seed": s, "validation_accuracy": a}
                       for (d, m, lr, s), a in validation_accuracy.items()])
 sweep = sweep.groupby(["dataset", "method", "p", "lr"], as_index=False).validation_accuracy.mean()  # NaN: diverged
