@@ -108,6 +108,9 @@ def _download(requirement: str, kind: str, into: Path) -> Path:
                    "-d", str(into), requirement] + (["--no-binary", ":all:"] if kind == "sdist" else [])
     try:
         done = subprocess.run(command, capture_output=True, text=True, cwd=into)
+        if kind == "deb" and done.returncode != 0:  # package lists missing (a fresh machine): update, retry
+            subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True)
+            done = subprocess.run(command, capture_output=True, text=True, cwd=into)
     except FileNotFoundError as exc:
         raise DataError(f"cannot download {requirement}: {command[0]} is not available ({exc}); on a machine "
                         "without Debian's apt, use the online loader instead") from exc

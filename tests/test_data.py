@@ -2,6 +2,7 @@
 
 import hashlib
 import io
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -174,3 +175,19 @@ def test_cifar_reads_torchvision_layout(tmp_path, name):
     np.testing.assert_allclose(test[1][0][2].numpy().ravel(), raw[b"data"][1, 2048:] / 255, rtol=1e-6)
     with pytest.raises(data.DataError, match="download=True"):
         data.cifar(name, "test", tmp_path / "empty")
+
+
+def test_deb_download_updates_the_package_lists_once_when_apt_cannot_find_the_package(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(command, capture_output, text, cwd=None):
+        calls.append(command)
+        if command[:2] == ["apt-get", "download"] and ["apt-get", "update", "-qq"] in calls:
+            (tmp_path / "pkg.deb").write_bytes(b"deb")
+            return subprocess.CompletedProcess(command, 0, "", "")
+        return subprocess.CompletedProcess(command, 0 if command[1] == "update" else 100, "", "E: Unable to locate")
+
+    monkeypatch.setattr(data.subprocess, "run", fake_run)
+    assert data._download("dataset-fashion-mnist", "deb", tmp_path) == tmp_path / "pkg.deb"
+    assert calls == [["apt-get", "download", "dataset-fashion-mnist"], ["apt-get", "update", "-qq"],
+                     ["apt-get", "download", "dataset-fashion-mnist"]]
