@@ -28,7 +28,7 @@ from mdlib import analysis, data, paths, runs, train
 from mdlib.models import EncoderClassifier
 
 __all__ = ["KIND", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "TokenizedDataset", "attention_scores", "build",
-           "collate", "config", "deletion_drops", "designated_positions", "encode", "extras", "grid",
+           "collate", "config", "deletion_drops", "designated_positions", "encode", "grid",
            "lexicon_pivots", "method", "method_key", "pad", "pivotal_sentences", "splits", "sweep",
            "table_models", "table_step_sizes", "tokens", "train_run", "train_runs", "trained_model"]
 
@@ -122,21 +122,16 @@ def build(config: Mapping[str, Any]) -> train.Setup:
     return train.Setup(model, optimizer, parts["train"], parts[config["evaluate_on"]], collate, lengths)
 
 
-def extras(model) -> dict[str, np.ndarray]:
-    """What the store keeps besides the history: the final weights."""
-    return train.model_state(model)
-
-
 def train_run(config: Mapping[str, Any], progress: bool = True) -> runs.RunResult:
     """The stored result of one run (history + final weights), training it when missing."""
-    return train.run(KIND, config, build, extras=extras, progress=progress)
+    return train.run(KIND, config, build, extras=train.model_state, progress=progress)
 
 
 def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: bool = True,
                skip: tuple[type[BaseException], ...] = ()) -> list[runs.RunResult | None]:
     """``train_run`` for each config, the missing ones ``workers`` at a time (None for a run that
     raised one of ``skip``)."""
-    return train.run_many(KIND, configs, build, extras=extras, workers=workers, skip=skip, progress=progress)
+    return train.run_many(KIND, configs, build, extras=train.model_state, workers=workers, skip=skip, progress=progress)
 
 
 def table_models(layers: int, methods: list[str], seeds: int, *, sweep_lrs: Mapping[str, list[float]],

@@ -10,10 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import install_idx
+from conftest import FIXTURES, install_idx
 from mdlib import data
 
-FIXTURES = Path(__file__).parent / "fixtures" / "data"
 
 
 def install(cache: Path, name: str) -> None:
