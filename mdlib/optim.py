@@ -16,13 +16,17 @@ Design choices:
   parameter is changed outside the optimizer (in-place edit, ``load_state_dict``), its version
   counter changes and u is resynchronized from it (kept when it still maps exactly onto w).
 - Low-precision parameters (fp16/bf16) keep u in float32.
-- Check, then write: a non-finite gradient or an inverse map that would overflow raises
-  FloatingPointError naming the parameter before anything is written, so parameters and state are
-  exactly as before the step. Overflow is ruled out from max |g| (one pass over the gradients, which
-  also finds non-finite entries) and an upper bound on max |u| carried in the state; the exact
-  maximum of the new dual is computed only when that bound gets near the limit.
-- The update then runs in place: ``compile=True`` fuses each tensor's update into one vectorized
-  pass with torch.compile; the eager path uses in-place torch operations and one reused work buffer.
+- One pass, then verify: each step writes the new dual into a second buffer (u and the spare swap
+  roles after a successful step, so the state is u plus one spare, as much memory as Adam's two
+  moments) and the new parameter in place, and reports whether every new entry is finite. A
+  non-finite gradient or an inverse map that overflows makes some entry infinite or NaN: the step
+  then rebuilds the parameters from the untouched dual u (the same computation that produced them,
+  so bit for bit; parameters that had no such dual yet are copied back from a backup) and raises
+  FloatingPointError naming them. So a failed step leaves parameters and state exactly as before.
+- ``compile=True`` fuses each tensor's update, check included, into one vectorized pass with
+  torch.compile: it reads u and g and writes the spare and w, 6 array transfers counting a write as
+  a read and a write, against fused Adam's 7. The eager path uses in-place torch operations and one
+  reused work buffer.
 """
 
 from __future__ import annotations
@@ -35,39 +39,54 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from mdlib.mirror import _signed_power, check_p, lp_norm, mirror_map
+from mdlib.mirror import _fused_signed_power, _signed_power, check_p, lp_norm, mirror_map
 
 __all__ = ["LpMirrorDescent"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-def _power_into(w: Tensor, u: Tensor, r: float, scratch: Tensor | None) -> None:
-    """w <- sign(u)|u|^r, in place when w has u's dtype (``scratch``: a flat buffer of >= u.numel())."""
-    if w.dtype == u.dtype:
-        _signed_power(u, r, out=w, scratch=None if scratch is None else scratch[:u.numel()].view_as(u))
-    else:
-        w.copy_(_signed_power(u, r))
+def _finite(tensors: list[Tensor]) -> Tensor:
+    """Whether each tensor is all finite (one min/max pass each: NaN and infinities propagate)."""
+    extremes = torch.stack([m for t in tensors for m in t.aminmax()]).reshape(-1, 2).double()
+    return torch.isfinite(extremes).all(dim=1)
 
 
-def _mirror_update(params: list[Tensor], duals: list[Tensor], grads: list[Tensor], lr: Tensor, r: float,
-                   scratch: Tensor | None = None) -> None:
-    """u <- u - lr g  and  w <- sign(u)|u|^r in place, r = 1/(p-1) (``scratch``: eager work buffer)."""
-    for w, u, g in zip(params, duals, grads):
-        if scratch is None:
-            u.sub_(g.to(u.dtype) * lr)
+def _eager_update(params: list[Tensor], duals: list[Tensor], spares: list[Tensor], grads: list[Tensor],
+                  lr: Tensor, r: float, scratch: Tensor | None) -> Tensor:
+    """spare <- u - lr g and w <- sign(spare)|spare|^r, by in-place torch operations (``scratch``: a flat
+    work buffer of >= the largest numel, or None); returns, per tensor, whether the new w is finite."""
+    for w, u, s, g in zip(params, duals, spares, grads):
+        work = None if scratch is None else scratch[:u.numel()].view_as(u)
+        torch.sub(u, torch.mul(g.to(u.dtype), lr, out=work), out=s)
+        if w.dtype == s.dtype:
+            _signed_power(s, r, out=w, scratch=work)
         else:
-            step = torch.mul(g.to(u.dtype), lr, out=scratch[:u.numel()].view_as(u))
-            u.sub_(step)
-        _power_into(w, u, r, scratch)
+            w.copy_(_signed_power(s, r))
+    return _finite(params)
+
+
+def _fused_update(params: list[Tensor], duals: list[Tensor], spares: list[Tensor], grads: list[Tensor],
+                  lr: Tensor, r: float) -> Tensor:
+    """The same update as one expression per tensor, for torch.compile; returns the finite flags."""
+    flags = []
+    for w, u, s, g in zip(params, duals, spares, grads):
+        s.copy_(u - g.to(u.dtype) * lr)
+        w.copy_(_fused_signed_power(s, r).to(w.dtype))
+        flags.append(torch.isfinite(w).all())
+    return torch.stack(flags)
 
 
 def _compiled(fn: Callable) -> Callable:
     """``fn`` under torch.compile, on a private copy of its code object: torch caches compiled
     variants (and counts recompilations) per code object, so each optimizer gets its own kernels,
-    specialized to its tensors' shapes and p, instead of exhausting a shared recompilation limit."""
+    specialized to its tensors' shapes and p, instead of exhausting a shared recompilation limit.
+    ``realize_reads_threshold=1`` makes inductor store each new value once and run the finiteness
+    reduction in the same loop as the stores (without it, the reduction recomputes the update in a
+    loop of its own)."""
     code = fn.__code__.replace()
-    return torch.compile(types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__), dynamic=False)
+    return torch.compile(types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__), dynamic=False,
+                         options={"realize_reads_threshold": 1})
 
 
 class LpMirrorDescent(Optimizer):
@@ -88,8 +107,9 @@ class LpMirrorDescent(Optimizer):
         defaults = dict(lr=lr, p=p, normalize=normalize, eps=eps)
         self._validate(defaults)
         self.compile = bool(compile)
-        self._update = _compiled(_mirror_update) if compile else _mirror_update
+        self._fused = _compiled(_fused_update) if compile else None
         self._scratch: Tensor | None = None  # eager path: one flat work buffer, reused every step
+        self._spares: dict[Tensor, Tensor] = {}  # per parameter: the buffer the next dual is written to
         super().__init__(params, defaults)
         self.register_load_state_dict_post_hook(LpMirrorDescent._after_load)
 
@@ -153,15 +173,12 @@ class LpMirrorDescent(Optimizer):
         return out
 
     @staticmethod
-    def _check_gradients(grads: list[Tensor], labels: list[str], lr: float) -> list[float]:
-        """Raise if a gradient has a non-finite entry; else return max |g| per tensor."""
-        extremes = torch.stack([m for g in grads for m in g.aminmax()]).reshape(-1, 2).double()
-        finite = torch.isfinite(extremes).all(dim=1)
-        if not bool(finite.all()):
-            bad = [name for name, ok in zip(labels, finite.tolist()) if not ok]
+    def _check_gradients(grads: list[Tensor], labels: list[str], lr: float) -> None:
+        """Raise FloatingPointError if a gradient has a non-finite entry."""
+        bad = [name for name, ok in zip(labels, _finite(grads).tolist()) if not ok]
+        if bad:
             raise FloatingPointError(f"non-finite gradient in {', '.join(bad)}: parameters left unchanged; "
                                      f"check the loss or reduce lr (now {lr})")
-        return extremes.abs().amax(dim=1).tolist()
 
     def _gradient_step(self, params: list[Tensor], grads: list[Tensor], lr: float, labels: list[str]) -> None:
         """p = 2: the dual variable is the parameter itself; identical arithmetic to torch SGD."""
@@ -169,26 +186,54 @@ class LpMirrorDescent(Optimizer):
         for w, g in zip(params, grads):
             w.add_(g, alpha=-lr)
 
-    def _duals(self, params: list[Tensor], p: float) -> list[Tensor]:
-        """The dual variable of each parameter, created or resynchronized from the parameter when
-        it is new, when p changed, or when the parameter was modified outside this optimizer. With
-        it, state["bound"] >= max |u|, kept up to date step by step (see :meth:`_mirror_step`)."""
-        duals = []
-        for w in params:
+    def _spares_for(self, params: list[Tensor], duals: list[Tensor]) -> list[Tensor]:
+        """Each parameter's spare dual buffer (allocated on first use, like the dual)."""
+        spares = []
+        for w, u in zip(params, duals):
+            s = self._spares.get(w)
+            if s is None or s.shape != u.shape or s.dtype != u.dtype or s.device != u.device:
+                s = self._spares[w] = torch.empty_like(u)
+            spares.append(s)
+        return spares
+
+    def _update(self, params: list[Tensor], duals: list[Tensor], spares: list[Tensor], grads: list[Tensor],
+                lr: float, r: float) -> list[bool]:
+        """Write m^-1(u - lr g) into ``params`` and u - lr g into ``spares`` (duals untouched); returns,
+        per parameter, whether its new value is finite."""
+        lr_t = torch.tensor(lr, dtype=torch.float64, device=duals[0].device)
+        if self._fused is not None:
+            return self._fused(params, duals, spares, grads, lr_t, r).tolist()
+        return _eager_update(params, duals, spares, grads, lr_t, r, self._scratch_for(duals)).tolist()
+
+    def _duals(self, params: list[Tensor], p: float, lr: float) -> tuple[list[Tensor], list[bool]]:
+        """The dual variable of each parameter, and whether the parameter is this optimizer's inverse map
+        of it bit for bit. A dual is created, or resynchronized from its parameter, when the parameter is
+        new, when p changed, or when the parameter was modified outside this optimizer and no longer
+        maps exactly (checked by the update itself with a zero gradient, into temporary buffers)."""
+        r = 1.0 / (p - 1.0)
+        duals, exact, changed = [], [], []
+        for i, w in enumerate(params):
             state = self.state[w]
             dtype = torch.float32 if w.dtype in _LOW_PRECISION else w.dtype
             u = state.get("dual")
-            stale = u is None or state.get("p") != p or u.shape != w.shape
-            if not stale and state.get("version") != w._version:
-                # Changed outside (or just loaded): keep u only if it still maps exactly onto w.
+            if u is None or state.get("p") != p or u.shape != w.shape:
+                u = mirror_map(w.detach().to(dtype), p)
+                state["exact"] = False
+            elif state.get("version") != w._version:
                 u = u.to(device=w.device, dtype=dtype)
-                stale = not torch.equal(_signed_power(u, 1.0 / (p - 1.0)).to(w.dtype), w)
-            if stale or "bound" not in state:
-                u = mirror_map(w.detach().to(dtype), p) if stale else u
-                state["bound"] = float(u.abs().amax()) if u.numel() else 0.0
+                changed.append(i)
             state["dual"], state["p"] = u, p
             duals.append(u)
-        return duals
+        if changed:  # edited, or loaded with the optimizer: keep u where it still reproduces w exactly
+            probes = [torch.empty_like(w) for w in params]
+            self._update(probes, duals, [torch.empty_like(u) for u in duals], [torch.zeros_like(w) for w in params],
+                         lr, r)
+            for i in changed:
+                state = self.state[params[i]]
+                state["exact"] = torch.equal(probes[i], params[i])
+                if not state["exact"]:
+                    state["dual"] = duals[i] = mirror_map(params[i].detach().to(duals[i].dtype), p)
+        return duals, [self.state[w]["exact"] for w in params]
 
     def _scratch_for(self, duals: list[Tensor]) -> Tensor | None:
         """A flat buffer as large as the largest dual, when the duals share a dtype and device."""
@@ -201,30 +246,25 @@ class LpMirrorDescent(Optimizer):
         return self._scratch
 
     def _mirror_step(self, params: list[Tensor], grads: list[Tensor], group: dict, labels: list[str]) -> None:
-        """Check first, then update in place: nothing is written unless every gradient is finite and
-        every new dual provably stays where sign(u)|u|^r is finite. max |u - lr g| <= bound + lr max|g|
-        with bound >= max |u| carried in the state; only when that bound reaches the limit is the
-        exact maximum computed (an extra pass, rare)."""
+        """One pass, then verify (see the module docstring): on a non-finite result, restore and raise."""
         p, lr = group["p"], group["lr"]
         r = 1.0 / (p - 1.0)
-        duals = self._duals(params, p)
-        grad_max = self._check_gradients(grads, labels, lr)
-        if r > 1:  # |u|^r overflows exactly when |u| > max^(1/r); p >= 2 cannot overflow
-            for i, (u, g) in enumerate(zip(duals, grads)):
-                state = self.state[params[i]]
-                limit = torch.finfo(u.dtype).max ** (1.0 / r) * (1 - 1e-6)
-                bound = (state["bound"] + lr * grad_max[i]) * (1 + 1e-6)
-                if bound > limit:  # the bound is not enough: look at the new dual itself
-                    bound = float((u - g.to(u.dtype) * lr).abs().amax())
-                    if not bound <= limit:
-                        raise FloatingPointError(
-                            f"the inverse mirror map would overflow in {labels[i]} (|u|^{r:.3g} exceeds the float "
-                            f"range): parameters left unchanged; reduce lr (now {lr}, p={p})")
-                state["bound"] = bound
-        else:
-            for i, w in enumerate(params):
-                self.state[w]["bound"] += lr * grad_max[i]
-        scratch = None if self.compile else self._scratch_for(duals)
-        self._update(params, duals, grads, torch.tensor(lr, dtype=duals[0].dtype), r, scratch)
-        for w in params:
-            self.state[w]["version"] = w._version
+        duals, exact = self._duals(params, p, lr)
+        spares = self._spares_for(params, duals)
+        backups = [None if ok else w.detach().clone() for w, ok in zip(params, exact)]
+        finite = self._update(params, duals, spares, grads, lr, r)
+        if not all(finite):
+            self._update(params, duals, spares, [torch.zeros_like(g) for g in grads], lr, r)  # w <- m^-1(u) as before
+            for w, backup in zip(params, backups):
+                if backup is not None:
+                    w.copy_(backup)
+                self.state[w]["version"] = w._version
+            self._check_gradients(grads, labels, lr)
+            bad = [name for name, ok in zip(labels, finite) if not ok]
+            raise FloatingPointError(
+                f"the inverse mirror map overflowed in {', '.join(bad)} (|u|^{r:.3g} exceeds the float range): "
+                f"parameters left unchanged; reduce lr (now {lr}, p={p})")
+        for w, s in zip(params, spares):
+            state = self.state[w]
+            state["dual"], self._spares[w] = s, state["dual"]
+            state["exact"], state["version"] = True, w._version

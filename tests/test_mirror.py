@@ -139,3 +139,29 @@ def test_mirror_step_errors():
     for bad_lr in [0.0, -1.0, float("nan")]:
         with pytest.raises(ValueError, match="step size"):
             mirror.mirror_step(w, w, bad_lr, 2.0)
+
+
+@pytest.mark.parametrize("p", [1.75, 1.6, 1.375])  # r = 4/3, 5/3, 8/3: the cube-root Newton branch
+def test_fused_power_cube_root_branch_matches_float64(p):
+    r = 1.0 / (p - 1.0)
+    a = np.logspace(-25, 25, 20001)
+    u = np.concatenate([a, -a]).astype(np.float32)
+    exact = np.sign(u.astype(np.float64)) * np.abs(u.astype(np.float64)) ** r
+    finfo = np.finfo(np.float32)
+    keep = (np.abs(exact) < finfo.max) & (np.abs(exact) >= finfo.tiny)  # results in the normal range
+    got = mirror._fused_signed_power(torch.from_numpy(u), r).double().numpy()
+    rel = np.abs(got[keep] - exact[keep]) / np.abs(exact[keep])
+    assert rel.max() < 1e-6  # float32 precision; exp(r log|u|) in float32 errs up to ~1e-5 here
+    assert np.all(np.isinf(got[np.abs(exact) >= finfo.max]))  # a true overflow stays one (the optimizer refuses it)
+    specials = torch.tensor([0.0, -0.0, 1e-41, -1e-41, float("inf"), -float("inf"), float("nan")])
+    out = mirror._fused_signed_power(specials, r)
+    assert out[:4].eq(0).all() and torch.equal(out[:4].signbit(), specials[:4].signbit())
+    assert out[4] == float("inf") and out[5] == -float("inf") and out[6].isnan()
+
+
+@pytest.mark.parametrize("dtype,p", [(torch.float64, 1.75), (torch.float32, 1.1), (torch.float32, 3.0),
+                                     (torch.float32, 2.5)])
+def test_fused_power_elsewhere_is_the_eager_power(dtype, p):
+    u = torch.randn(1000, dtype=dtype) * 5
+    r = 1.0 / (p - 1.0)
+    assert torch.equal(mirror._fused_signed_power(u, r), mirror._signed_power(u, r))

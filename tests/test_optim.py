@@ -149,9 +149,10 @@ def test_non_finite_gradient_names_parameter_and_changes_nothing(p, warm):
 
 
 @pytest.mark.parametrize("warm", [False, True])
-def test_overflow_raises_and_changes_nothing(warm):
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_overflow_raises_and_changes_nothing(warm, compile):
     w = torch.nn.Parameter(torch.linspace(1.0, 50.0, 10))
-    opt = LpMirrorDescent([w], lr=1e-3, p=1.1)
+    opt = LpMirrorDescent([w], lr=1e-3, p=1.1, compile=compile)
     if warm:
         for _ in range(3):
             w.grad = torch.ones_like(w) * 1e-3
@@ -228,3 +229,22 @@ def test_compiled_path_matches_eager_and_restores_exactly():
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
     assert_refused_unchanged(fused, opt, lambda m: m[0].weight.grad.__setitem__((0, 0), float("nan")),
                              r"params'\]\[0\]", seed=9)
+
+
+@pytest.mark.slow
+def test_compiled_path_restores_a_first_step_and_resumes_exactly():
+    """A failure on the very first step (parameters not yet produced by the optimizer) is undone
+    from a backup; a checkpoint taken in compiled mode resumes bit for bit."""
+    model = make_model()
+    opt = LpMirrorDescent(model.parameters(), lr=0.01, p=1.75, compile=True)
+    assert_refused_unchanged(model, opt, lambda m: m[2].bias.grad.__setitem__(0, float("inf")), "non-finite")
+    train(model, opt, 4)
+    saved_model, saved_opt = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+    train(model, opt, 3, start=4)
+    resumed = make_model(seed=99)
+    resumed.load_state_dict(saved_model)
+    opt2 = LpMirrorDescent(resumed.parameters(), lr=0.01, p=1.75, compile=True)
+    opt2.load_state_dict(saved_opt)
+    train(resumed, opt2, 3, start=4)
+    for x, y in zip(model.parameters(), resumed.parameters()):
+        assert torch.equal(x, y)
