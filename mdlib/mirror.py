@@ -98,18 +98,21 @@ def _fused_signed_power(u: Tensor, r: float) -> Tensor:
     |u|^(1/3) = |u| y^2, |u|^(2/3) = |u| y, times an integer power of |u|. About a third of the
     operations of exp(r log|u|), and more accurate (max relative error 5e-7 instead of 1e-5 over
     1e-28 <= |u| <= 1e28). Inputs below the normal range give 0, as the true value underflows for n > 3.
+    Every read of a value is re-evaluated inside the compiled expression, so the iteration reads y
+    only twice per step (y^3 as one power); otherwise compiling grows like 4^steps.
     Eagerly this would be slow (every operation a pass over memory): eager code uses _signed_power.
     """
     n = round(3 * r)
     if u.dtype != torch.float32 or abs(3 * r - n) > 1e-9 or n <= 3 or n % 3 == 0 or n > 96:
         return _signed_power(u, r)
     a = u.abs()
-    y = (float(_CUBE_ROOT_SEED) - a.view(torch.int32).to(torch.float32) * (1.0 / 3.0)).to(torch.int32).view(
+    b = a.clamp_min(torch.finfo(torch.float32).tiny)  # the seed needs a normal number (a = 0: see below)
+    y = (float(_CUBE_ROOT_SEED) - b.view(torch.int32).to(torch.float32) * (1.0 / 3.0)).to(torch.int32).view(
         torch.float32)
-    third = a * (1.0 / 3.0)
-    for _ in range(3):
-        y = y * (4.0 / 3.0 - third * y * y * y)  # in this order: no overflow for |u| = 0 or tiny
-    out = a * y * y if n % 3 == 1 else a * y
+    third = b * (1.0 / 3.0)
+    for _ in range(3):  # y is read twice per step: torch.compile re-evaluates an expression at every read
+        y = y * (4.0 / 3.0 - third * y.pow(3))
+    out = a * y.square() if n % 3 == 1 else a * y  # the true |u|: 0 and subnormals end at 0 (n > 3)
     for _ in range(n // 3):
         out = out * a
     return out.copysign(u)
