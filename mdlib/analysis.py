@@ -14,11 +14,12 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 __all__ = ["cls_attention", "win_loss_tie", "wilson_interval", "delete_tokens", "probability_drop",
-           "count_above", "prunable_weights", "magnitude_prune",
+           "magnitudes", "count_above", "prunable_weights", "magnitude_prune",
            "pruning_curve"]
 
 
@@ -87,6 +88,11 @@ def probability_drop(model: nn.Module, input_ids: Tensor, attention_mask: Tensor
         model.train(was_training)
     positive = before >= 0.5
     return torch.where(positive, before - after, after - before)
+
+
+def magnitudes(tensors) -> np.ndarray:
+    """|w| of every entry of the given tensors, concatenated (float, on the CPU), e.g. for a histogram."""
+    return torch.cat([w.detach().abs().flatten().float().cpu() for w in tensors]).numpy()
 
 
 def count_above(tensors, threshold: float = 0.06) -> int:

@@ -197,12 +197,7 @@ def sweep(lrs: Mapping[str, list[float]], *, workers: int = 1, **settings) -> tu
     table = pd.concat([table, pd.DataFrame(diverged)], ignore_index=True) if diverged else table
     order = {(k, lr): i for i, (k, values) in enumerate(lrs.items()) for lr in values}
     table = table.assign(order=[order[k, lr] for k, lr in zip(table.method, table.lr)]).sort_values("order")
-    chosen = {}
-    for key in lrs:
-        finished = table[(table.method == key) & table.best_validation.notna()]
-        if finished.empty:
-            raise ValueError(f"every candidate step size of method {key} diverged ({lrs[key]}): try smaller ones")
-        chosen[key] = float(finished.sort_values(["best_validation", "lr"], ascending=[False, True])["lr"].iloc[0])
+    chosen = train.choose_step_sizes(table, "best_validation", "method")
     return table.drop(columns="order").reset_index(drop=True), chosen
 
 

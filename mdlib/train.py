@@ -541,3 +541,20 @@ def make_optimizer(params, name: str, lr: float, p: float | None = None, compile
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
     raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def choose_step_sizes(table: pd.DataFrame, score: str, by: str | list[str]) -> dict:
+    """The step size of a sweep table (one row per candidate: ``by`` columns, ``lr``, ``score``; NaN for
+    a candidate that diverged) with the highest score per ``by`` group, ties going to the smaller lr.
+    Returns {group key: lr}; raises ValueError if every candidate of a group diverged."""
+    chosen = {}
+    for key, group in table.groupby(by, sort=False):
+        finished = group[group[score].notna()]
+        if finished.empty:
+            where = ", ".join(f"{c}={v}" for c, v in zip([by] if isinstance(by, str) else by,
+                                                          [key] if isinstance(by, str) else key))
+            raise ValueError(f"every candidate step size diverged for {where} (lr {sorted(group.lr)}): "
+                             "try smaller ones")
+        chosen[key] = float(finished.sort_values([score, "lr"], ascending=[False, True])["lr"].iloc[0])
+    return chosen
+

@@ -46,7 +46,6 @@ sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95]  # fractions o
 
 # %% tags=["remove-stderr"]
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 from myst_nb import glue
 
@@ -100,7 +99,7 @@ glue("w-shares", " / ".join(f"{shares[k]:.1%}" for k in ["init"] + methods), dis
 
 # %% tags=["hide-input"]
 def abs_weights(model, kind):
-    return np.concatenate([w.detach().abs().flatten().numpy() for w in model.attention_weights()[kind]])
+    return analysis.magnitudes(model.attention_weights()[kind])
 
 
 colors = {k: plots.method_color(*sentiment.method(k)) for k in methods} | {"init": "0.6"}

@@ -107,10 +107,8 @@ print(f"profile={profile}: {len(sweep_runs)} sweep runs, {sum(np.isnan(list(vali
 sweep = pd.DataFrame([{"dataset": d, "method": name(m), "p": m[1], "lr": lr, "seed": s, "validation_accuracy": a}
                       for (d, m, lr, s), a in validation_accuracy.items()])
 sweep = sweep.groupby(["dataset", "method", "p", "lr"], as_index=False).validation_accuracy.mean()  # NaN: diverged
-if sweep.groupby(["dataset", "p"]).validation_accuracy.count().min() == 0:
-    raise ValueError(f"every candidate step size diverged for some p: {sweep.to_dict('records')}; try smaller ones")
-best = sweep.loc[sweep.groupby(["dataset", "p"]).validation_accuracy.idxmax()]
-chosen = {(d, ("md", p)): float(lr) for d, p, lr in zip(best.dataset, best.p, best.lr)}
+chosen = {(d, ("md", p)): lr  # the best validation accuracy; ties: the smaller lr
+          for (d, p), lr in train.choose_step_sizes(sweep, "validation_accuracy", ["dataset", "p"]).items()}
 sweep["chosen"] = [chosen[(d, ("md", p))] == lr for d, p, lr in zip(sweep.dataset, sweep.p, sweep.lr)]
 edges = [f"{name(m)} on {NAMES[d]}" for (d, m), lr in chosen.items()
          if len(swept[m]) > 1 and lr in (min(swept[m]), max(swept[m]))]
@@ -237,9 +235,8 @@ styles = [("initialization", "initialization", "black")] + [(name(m), plots.meth
 fig, axes = plt.subplots(len(datasets), len(kinds), figsize=(14, 3.8 * len(datasets)), squeeze=False)
 for row, d in enumerate(datasets):
     for col, kind in enumerate(kinds):
-        plots.magnitude_histogram(axes[row, col], {(label, color): torch.cat(
-            [w.detach().abs().flatten() for w in nets[(d, key, 0)].attention_weights()[kind]]).cpu().numpy()
-            for key, label, color in styles}, threshold=threshold)
+        plots.magnitude_histogram(axes[row, col], {(label, color): analysis.magnitudes(
+            nets[(d, key, 0)].attention_weights()[kind]) for key, label, color in styles}, threshold=threshold)
         axes[row, col].set(title=f"{NAMES[d]}: {kind} weights")
         axes[row, col].legend(fontsize=7)
 fig.tight_layout()

@@ -76,6 +76,9 @@ def test_count_above_and_magnitude_pruning():
     weights = [w for _, w in analysis.prunable_weights(model)]
     assert [tuple(w.shape) for w in weights] == [(10, 4), (3, 4)]
     assert analysis.count_above(weights, 0.5) == sum(int((w.abs() > 0.5).sum()) for w in weights)
+    values = analysis.magnitudes(weights)
+    assert values.shape == (sum(w.numel() for w in weights),) and (values >= 0).all()
+    assert int((values > 0.5).sum()) == analysis.count_above(weights, 0.5)
     pruned = analysis.magnitude_prune(model, 0.5)
     kept = torch.cat([w.flatten() for _, w in analysis.prunable_weights(pruned)])
     everything = torch.cat([w.detach().flatten() for w in weights])

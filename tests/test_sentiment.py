@@ -101,7 +101,7 @@ def test_sweep_takes_the_best_validation_accuracy_and_the_smaller_lr_on_ties(mon
     assert list(zip(table.method, table.lr)) == [("2", 0.1), ("2", 0.3), ("2", 1.0), ("2", 3.0), ("adam", 0.001)]
     assert table.last_validation.tolist()[1] == 0.65 and np.isnan(table.best_validation[3])  # 3.0 diverged
     accuracy.update({("md", lr): None for lr in (0.1, 0.3, 1.0)})
-    with pytest.raises(ValueError, match="every candidate step size of method 2 diverged"):
+    with pytest.raises(ValueError, match=r"every candidate step size diverged for method=2 \(lr \[0.1, 0.3, 1.0, 3.0\]\)"):
         sentiment.sweep({"2": [0.1, 0.3, 1.0, 3.0]}, layers=3, width=6)
 
 

@@ -478,3 +478,13 @@ def test_run_many_skips_runs_that_raise_the_named_errors(build_dir, workers):
     with pytest.raises(FloatingPointError, match="reduce lr"):
         train.run_many("skip", [bad], build_either, workers=workers, progress=False)
 
+
+
+def test_choose_step_sizes_best_score_smaller_lr_on_ties_and_refuses_all_diverged():
+    table = pd.DataFrame({"dataset": ["a"] * 3 + ["b"] * 3, "p": [1.75] * 6, "lr": [0.3, 0.1, 1.0] * 2,
+                          "score": [0.7, 0.7, np.nan, 0.5, 0.6, 0.4]})
+    assert train.choose_step_sizes(table, "score", ["dataset", "p"]) == {("a", 1.75): 0.1, ("b", 1.75): 0.1}
+    assert train.choose_step_sizes(table[table.dataset == "b"], "score", "dataset") == {"b": 0.1}
+    table.loc[table.dataset == "b", "score"] = np.nan
+    with pytest.raises(ValueError, match=r"diverged for dataset=b, p=1.75 \(lr \[0.1, 0.3, 1.0\]\)"):
+        train.choose_step_sizes(table, "score", ["dataset", "p"])
