@@ -28,7 +28,7 @@ def median_time(fn, repeats: int) -> float:
 TENSOR_SPLIT = (0.4, 0.2, 0.2, 0.1, 0.05, 0.03, 0.02)
 
 
-def optimizer_step_times(total: int, ps=(1.1, 1.75, 3.0), repeats: int = 15, modes=("eager", "compiled"),
+def optimizer_step_times(total: int, ps=(1.1, 1.75, 3.0), repeats: int = 31, modes=("eager", "compiled"),
                          seed: int = 0) -> dict[str, list[float]]:
     """Seconds per optimizer step on ``total`` float32 parameters (split as ``TENSOR_SPLIT``), for
     torch SGD (foreach, fused), Adam (foreach, fused) and LpMirrorDescent at each p in each mode
@@ -72,7 +72,7 @@ def optimizer(args) -> dict:
     Adam on 10M float32 parameters, interleaved round by round; medians and median ratios to fused Adam."""
     import torch
 
-    repeats = args.repeats or 15
+    repeats = args.repeats or 31
     rounds = optimizer_step_times(10_000_000, repeats=repeats)
     ms = {name: 1e3 * statistics.median(t) for name, t in rounds.items()}
     ratio = {name: statistics.median(a / b for a, b in zip(rounds[name], rounds["adam_fused"]))
