@@ -171,6 +171,7 @@ def svm(args) -> dict:
         }
     return {
         "benchmark": "svm",
+        "target_100x_cvxpy_every_p": all(r["speedup_batched"] >= 100 for r in results.values()),
         "problem": {"n": n, "T": T, "d": d, "constraints": n * (T - 1), "unknowns": d * d},
         "batch": batch,
         "cvxpy_problems": handful,

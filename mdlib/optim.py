@@ -48,8 +48,8 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 def _finite(tensors: list[Tensor]) -> Tensor:
     """Whether each tensor is all finite (one min/max pass each: NaN and infinities propagate)."""
-    extremes = torch.stack([m for t in tensors for m in t.aminmax()]).reshape(-1, 2).double()
-    return torch.isfinite(extremes).all(dim=1)
+    extremes = torch.stack([m for t in tensors for m in (t.aminmax() if t.numel() else (t.new_zeros(()),) * 2)])
+    return torch.isfinite(extremes.reshape(-1, 2).double()).all(dim=1)
 
 
 def _eager_update(params: list[Tensor], duals: list[Tensor], spares: list[Tensor], grads: list[Tensor],
@@ -100,7 +100,8 @@ class LpMirrorDescent(Optimizer):
         p: the l_p exponent, p > 1 (p = 2 is SGD). The paper uses 1.1, 1.75, 2 and 3.
         normalize: divide each tensor's gradient by its dual norm ||g||_q (+ eps).
         eps: added to the dual norm when normalizing.
-        compile: fuse the update with torch.compile (first step compiles; fastest for large models).
+        compile: fuse the update with torch.compile (fastest for large models; the first step compiles,
+            e.g. 25-80 s for a vision transformer's 80 tensors on two CPU cores, most at p = 1.75).
     """
 
     def __init__(self, params: Iterable, lr: float, p: float = 2.0, *, normalize: bool = False,

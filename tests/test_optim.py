@@ -176,6 +176,15 @@ def test_large_step_near_the_float_limit_is_checked_exactly_not_refused():
     torch.testing.assert_close(w.detach().double(), expected, rtol=1e-5, atol=0)
 
 
+@pytest.mark.parametrize("p", [2.0, 1.5])
+def test_an_empty_parameter_is_fine(p):
+    empty, w = torch.nn.Parameter(torch.zeros(0, 3)), torch.nn.Parameter(torch.ones(2))
+    opt = LpMirrorDescent([empty, w], lr=0.1, p=p)
+    empty.grad, w.grad = torch.zeros(0, 3), torch.ones(2)
+    opt.step()
+    torch.testing.assert_close(w.detach(), mirror.mirror_step(torch.ones(2), torch.ones(2), 0.1, p))
+
+
 def test_sparse_gradient_is_refused():
     emb = torch.nn.Embedding(10, 3, sparse=True)
     opt = LpMirrorDescent(emb.parameters(), lr=0.1, p=1.5)
