@@ -213,7 +213,7 @@ class LpMirrorDescent(Optimizer):
         new, when p changed, or when the parameter was modified outside this optimizer and no longer
         maps exactly (checked by the update itself with a zero gradient, into temporary buffers)."""
         r = 1.0 / (p - 1.0)
-        duals, exact, changed = [], [], []
+        duals, changed = [], []
         for i, w in enumerate(params):
             state = self.state[w]
             dtype = torch.float32 if w.dtype in _LOW_PRECISION else w.dtype

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,6 +29,9 @@ from tqdm.auto import tqdm
 
 from mdlib import mirror, svm
 from mdlib.models import SyntheticData, attention_logits, gaussian_instances, joint_training_data, logistic_loss
+
+if TYPE_CHECKING:  # pandas loads lazily, in the functions that build tables
+    import pandas as pd
 
 __all__ = ["scaled_gradients", "record_steps", "Path", "train", "selected_tokens", "svm_divergences"]
 
@@ -247,7 +251,7 @@ def fixed_decoder_experiment(seeds: int, steps: dict, lr: float = 0.1, n: int = 
             "tokens": pd.concat(tokens, ignore_index=True)}
 
 
-def _entries(matrix_path: Tensor, reference: Tensor, p: float, step: np.ndarray, kind: str) -> "pd.DataFrame":
+def _entries(matrix_path: Tensor, reference: Tensor, p: float, step: np.ndarray, kind: str) -> pd.DataFrame:
     """Tidy table of every entry of an l_p-normalized path (R, *shape) next to the normalized
     reference (*shape): columns step, entry (e.g. 'W[0,1]'), value, svm."""
     import pandas as pd
