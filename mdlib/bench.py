@@ -7,6 +7,7 @@ and reports medians and ratios measured side by side in one run.
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 
@@ -32,8 +33,8 @@ def optimizer_step_times(total: int, ps=(1.1, 1.75, 3.0), repeats: int = 31, mod
                          seed: int = 0) -> dict[str, list[float]]:
     """Seconds per optimizer step on ``total`` float32 parameters (split as ``TENSOR_SPLIT``), for
     torch SGD (foreach, fused), Adam (foreach, fused) and LpMirrorDescent at each p in each mode
-    ("eager", "compiled"); the contenders take turns, one step each per round, after two warm-up
-    steps (which also compile). Returns {contender: [seconds per round]}."""
+    ("eager", "compiled"); after two warm-up steps (which also compile), the contenders take one step
+    each per round, in a new random order every round (seeded). Returns {contender: [seconds per round]}."""
     import torch
 
     from mdlib.optim import LpMirrorDescent
@@ -61,9 +62,12 @@ def optimizer_step_times(total: int, ps=(1.1, 1.75, 3.0), repeats: int = 31, mod
         opt.step()
         opt.step()
     rounds = {name: [] for name in contenders}
+    order = random.Random(seed)
     for _ in range(repeats):
-        for name, opt in contenders.items():
-            rounds[name].append(median_time(opt.step, 1))
+        names = list(contenders)
+        order.shuffle(names)  # no contender always follows the same one (caches, dirty lines, clocks)
+        for name in names:
+            rounds[name].append(median_time(contenders[name].step, 1))
     return rounds
 
 
