@@ -207,12 +207,17 @@ class LpMirrorDescent(Optimizer):
             return self._fused(params, duals, spares, grads, lr_t, r).tolist()
         return _eager_update(params, duals, spares, grads, lr_t, r, self._scratch_for(duals)).tolist()
 
-    def _duals(self, params: list[Tensor], p: float, lr: float) -> tuple[list[Tensor], list[bool]]:
+    def _inverse_into(self, targets: list[Tensor], duals: list[Tensor], spares: list[Tensor], lr: float,
+                      r: float) -> None:
+        """targets <- m^-1(u) by the very computation of a step (a zero gradient, the same kernel): bit
+        for bit the parameters a step that ended at these duals wrote."""
+        self._update(targets, duals, spares, [torch.zeros_like(w) for w in targets], lr, r)
+
+    def _duals(self, params: list[Tensor], p: float, lr: float, r: float) -> tuple[list[Tensor], list[bool]]:
         """The dual variable of each parameter, and whether the parameter is this optimizer's inverse map
         of it bit for bit. A dual is created, or resynchronized from its parameter, when the parameter is
         new, when p changed, or when the parameter was modified outside this optimizer and no longer
-        maps exactly (checked by the update itself with a zero gradient, into temporary buffers)."""
-        r = 1.0 / (p - 1.0)
+        maps exactly (checked with :meth:`_inverse_into`, into temporary buffers)."""
         duals, changed = [], []
         for i, w in enumerate(params):
             state = self.state[w]
@@ -228,8 +233,7 @@ class LpMirrorDescent(Optimizer):
             duals.append(u)
         if changed:  # edited, or loaded with the optimizer: keep u where it still reproduces w exactly
             probes = [torch.empty_like(w) for w in params]
-            self._update(probes, duals, [torch.empty_like(u) for u in duals], [torch.zeros_like(w) for w in params],
-                         lr, r)
+            self._inverse_into(probes, duals, [torch.empty_like(u) for u in duals], lr, r)
             for i in changed:
                 state = self.state[params[i]]
                 state["exact"] = torch.equal(probes[i], params[i])
@@ -251,12 +255,12 @@ class LpMirrorDescent(Optimizer):
         """One pass, then verify (see the module docstring): on a non-finite result, restore and raise."""
         p, lr = group["p"], group["lr"]
         r = 1.0 / (p - 1.0)
-        duals, exact = self._duals(params, p, lr)
+        duals, exact = self._duals(params, p, lr, r)
         spares = self._spares_for(params, duals)
         backups = [None if ok else w.detach().clone() for w, ok in zip(params, exact)]
         finite = self._update(params, duals, spares, grads, lr, r)
         if not all(finite):
-            self._update(params, duals, spares, [torch.zeros_like(g) for g in grads], lr, r)  # w <- m^-1(u) as before
+            self._inverse_into(params, duals, spares, lr, r)  # the parameters as the last step left them
             for w, backup in zip(params, backups):
                 if backup is not None:
                     w.copy_(backup)

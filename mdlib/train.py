@@ -551,10 +551,9 @@ def choose_step_sizes(table: pd.DataFrame, score: str, by: str | list[str]) -> d
     for key, group in table.groupby(by, sort=False):
         finished = group[group[score].notna()]
         if finished.empty:
-            where = ", ".join(f"{c}={v}" for c, v in zip([by] if isinstance(by, str) else by,
-                                                          [key] if isinstance(by, str) else key))
+            columns, values = ([by], [key]) if isinstance(by, str) else (by, key)
+            where = ", ".join(f"{c}={v}" for c, v in zip(columns, values))
             raise ValueError(f"every candidate step size diverged for {where} (lr {sorted(group.lr)}): "
                              "try smaller ones")
         chosen[key] = float(finished.sort_values([score, "lr"], ascending=[False, True])["lr"].iloc[0])
     return chosen
-
