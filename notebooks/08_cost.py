@@ -179,11 +179,12 @@ for mode in ("eager", "compiled"):
 #   as measured, but do not predict the rest: every kernel here is limited by memory traffic and by
 #   how many passes it makes over the arrays, not by arithmetic (Adam's fused kernel is several times
 #   faster than its multi-tensor "foreach" version with the same arithmetic). Eager mirror descent
-#   runs one torch operation per elementary step, in place (seven passes over the arrays at
-#   $p = 1.1$). The compiled step is one fused pass per tensor: it reads the dual and the gradient,
-#   writes the new dual into a spare buffer and the new parameter in place, and checks in the same
-#   loop that every new entry is finite; a failed check rebuilds the parameters from the untouched
-#   dual and raises (the optimizer never leaves infinities or half a step behind). That is six
+#   runs one torch operation per elementary step, each a pass over the arrays, and one more pass that
+#   checks the new parameters are finite. The compiled step is one fused pass per tensor: it reads
+#   the dual and the gradient, writes the new dual into a spare buffer and the new parameter in
+#   place, and checks in the same loop that every new entry is finite; a failed check rebuilds the
+#   parameters from the untouched dual and raises (the optimizer never leaves infinities or half a
+#   step behind). That is six
 #   array passes against fused Adam's seven (read parameter, gradient and two moments, write three
 #   back), so the two run at about the same speed. The power $|u|^{1/(p-1)}$ is cheap arithmetic at
 #   every $p$ timed: $|u|^{10}$ by squaring at $p = 1.1$, a square root at $p = 3$, and at $p = 1.75$
