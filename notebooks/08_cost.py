@@ -184,9 +184,9 @@ for mode in ("eager", "compiled"):
 #   the dual and the gradient, writes the new dual into a spare buffer and the new parameter in
 #   place, and checks in the same loop that every new entry is finite; a failed check rebuilds the
 #   parameters from the untouched dual and raises (the optimizer never leaves infinities or half a
-#   step behind). That is six
-#   array passes against fused Adam's seven (read parameter, gradient and two moments, write three
-#   back), so the two run at about the same speed. The power $|u|^{1/(p-1)}$ is cheap arithmetic at
+#   step behind). It moves six arrays through memory (reads two, and writes two it has not read, each
+#   of which the CPU first fetches) against fused Adam's seven (reads parameter, gradient and two
+#   moments, writes three of them back), so the two run at about the same speed. The power $|u|^{1/(p-1)}$ is cheap arithmetic at
 #   every $p$ timed: $|u|^{10}$ by squaring at $p = 1.1$, a square root at $p = 3$, and at $p = 1.75$
 #   $|u|^{4/3}$ from a Newton iteration for $|u|^{-1/3}$ seeded by the float's exponent bits (the
 #   eager step uses $\exp(\tfrac{4}{3}\log|u|)$, hence its larger time).
