@@ -34,6 +34,11 @@ def assert_refused_unchanged(model, opt, poison, match, seed=7):
         assert torch.equal(w, b)
 
 
+#: Run a test on both step implementations: eager torch operations, and the fused one (on CPU float
+#: tensors, the C++ kernel of mdlib.cpu_kernel).
+both_paths = pytest.mark.parametrize("compile", [False, True], ids=["eager", "fused"])
+
+
 def train(model, opt, steps, start=0):
     for k in range(start, start + steps):
         opt.zero_grad()
@@ -53,10 +58,11 @@ def test_p2_is_sgd_bit_for_bit(dtype, foreach):
 
 @pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
 @pytest.mark.parametrize("normalize", [False, True])
-def test_matches_functional_mirror_step(p, normalize):
+@both_paths
+def test_matches_functional_mirror_step(p, normalize, compile):
     model = make_model(torch.float64)
     reference = [w.detach().clone() for w in model.parameters()]
-    opt = LpMirrorDescent(model.parameters(), lr=0.01, p=p, normalize=normalize)
+    opt = LpMirrorDescent(model.parameters(), lr=0.01, p=p, normalize=normalize, compile=compile)
     for k in range(10):
         opt.zero_grad()
         loss_of(model, k).backward()
@@ -69,11 +75,12 @@ def test_matches_functional_mirror_step(p, normalize):
         reference = [w.detach().clone() for w in model.parameters()]
 
 
-def test_param_groups_have_their_own_lr_and_p():
+@both_paths
+def test_param_groups_have_their_own_lr_and_p(compile):
     model = make_model(torch.float64)
     first, second = model[0], model[2]
     opt = LpMirrorDescent([{"params": first.parameters(), "p": 1.5, "lr": 0.02},
-                           {"params": second.parameters()}], lr=0.1, p=3.0)
+                           {"params": second.parameters()}], lr=0.1, p=3.0, compile=compile)
     before = {n: w.detach().clone() for n, w in model.named_parameters()}
     loss_of(model, 0).backward()
     grads = {n: w.grad.clone() for n, w in model.named_parameters()}
@@ -84,18 +91,19 @@ def test_param_groups_have_their_own_lr_and_p():
 
 
 @pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
-def test_state_dict_round_trip_resumes_exactly(p):
+@both_paths
+def test_state_dict_round_trip_resumes_exactly(p, compile):
     straight = make_model()
-    opt = LpMirrorDescent(straight.parameters(), lr=0.01, p=p)
+    opt = LpMirrorDescent(straight.parameters(), lr=0.01, p=p, compile=compile)
     train(straight, opt, 12)
 
     first = make_model()
-    opt1 = LpMirrorDescent(first.parameters(), lr=0.01, p=p)
+    opt1 = LpMirrorDescent(first.parameters(), lr=0.01, p=p, compile=compile)
     train(first, opt1, 5)
     saved_model, saved_opt = copy.deepcopy(first.state_dict()), copy.deepcopy(opt1.state_dict())
     resumed = make_model(seed=99)  # different weights, overwritten by the checkpoint
     resumed.load_state_dict(saved_model)
-    opt2 = LpMirrorDescent(resumed.parameters(), lr=0.01, p=p)
+    opt2 = LpMirrorDescent(resumed.parameters(), lr=0.01, p=p, compile=compile)
     opt2.load_state_dict(saved_opt)
     train(resumed, opt2, 7, start=5)
     for x, y in zip(straight.parameters(), resumed.parameters()):
@@ -135,9 +143,10 @@ def test_bad_group_hyperparameters_raise():
 
 @pytest.mark.parametrize("p", [2.0, 1.75])
 @pytest.mark.parametrize("warm", [False, True])
-def test_non_finite_gradient_names_parameter_and_changes_nothing(p, warm):
+@both_paths
+def test_non_finite_gradient_names_parameter_and_changes_nothing(p, warm, compile):
     model = make_model()
-    opt = LpMirrorDescent(model.named_parameters(), lr=0.01, p=p)
+    opt = LpMirrorDescent(model.named_parameters(), lr=0.01, p=p, compile=compile)
     if warm:
         train(model, opt, 3)
     assert_refused_unchanged(model, opt, lambda m: m[2].weight.grad.__setitem__((0, 1), float("inf")),
@@ -149,7 +158,7 @@ def test_non_finite_gradient_names_parameter_and_changes_nothing(p, warm):
 
 
 @pytest.mark.parametrize("warm", [False, True])
-@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)])
+@both_paths
 def test_overflow_raises_and_changes_nothing(warm, compile):
     w = torch.nn.Parameter(torch.linspace(1.0, 50.0, 10))
     opt = LpMirrorDescent([w], lr=1e-3, p=1.1, compile=compile)
@@ -165,10 +174,11 @@ def test_overflow_raises_and_changes_nothing(warm, compile):
     assert torch.equal(w, before)
 
 
-def test_large_step_near_the_float_limit_is_checked_exactly_not_refused():
+@both_paths
+def test_large_step_near_the_float_limit_is_checked_exactly_not_refused(compile):
     limit = torch.finfo(torch.float32).max ** 0.1  # |u|^10 overflows float32 beyond this
     w = torch.nn.Parameter(torch.tensor([(0.9 * limit) ** 10, 1.0]))
-    opt = LpMirrorDescent([w], lr=0.2 * limit, p=1.1)
+    opt = LpMirrorDescent([w], lr=0.2 * limit, p=1.1, compile=compile)
     w.grad = torch.tensor([1.0, 0.0])  # the crude bound 0.9 + 0.2 > 1 of the limit, the new dual 0.7
     opt.step()
     expected = mirror.mirror_step(torch.tensor([(0.9 * limit) ** 10, 1.0], dtype=torch.float64),
@@ -177,9 +187,10 @@ def test_large_step_near_the_float_limit_is_checked_exactly_not_refused():
 
 
 @pytest.mark.parametrize("p", [2.0, 1.5])
-def test_an_empty_parameter_is_fine(p):
+@both_paths
+def test_an_empty_parameter_is_fine(p, compile):
     empty, w = torch.nn.Parameter(torch.zeros(0, 3)), torch.nn.Parameter(torch.ones(2))
-    opt = LpMirrorDescent([empty, w], lr=0.1, p=p)
+    opt = LpMirrorDescent([empty, w], lr=0.1, p=p, compile=compile)
     empty.grad, w.grad = torch.zeros(0, 3), torch.ones(2)
     opt.step()
     torch.testing.assert_close(w.detach(), mirror.mirror_step(torch.ones(2), torch.ones(2), 0.1, p))
@@ -194,20 +205,22 @@ def test_sparse_gradient_is_refused():
 
 
 @pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
-def test_no_drift_over_1000_zero_gradient_steps(p):
+@both_paths
+def test_no_drift_over_1000_zero_gradient_steps(p, compile):
     torch.manual_seed(0)
     w = torch.nn.Parameter(torch.randn(5000))
     start = w.detach().clone()
-    opt = LpMirrorDescent([w], lr=0.1, p=p)
+    opt = LpMirrorDescent([w], lr=0.1, p=p, compile=compile)
     for _ in range(1000):
         w.grad = torch.zeros_like(w)
         opt.step()
     assert ((w.detach() - start).norm() / start.norm()).item() < 1e-6
 
 
-def test_outside_modification_is_picked_up():
+@both_paths
+def test_outside_modification_is_picked_up(compile):
     w = torch.nn.Parameter(torch.randn(20, dtype=torch.float64))
-    opt = LpMirrorDescent([w], lr=0.1, p=1.5)
+    opt = LpMirrorDescent([w], lr=0.1, p=1.5, compile=compile)
     w.grad = torch.randn_like(w)
     opt.step()
     with torch.no_grad():
@@ -228,8 +241,19 @@ def test_low_precision_parameters_keep_a_float32_dual():
     assert w.dtype == torch.bfloat16
 
 
+@pytest.fixture(params=["cpu_kernel", "torch_compile"])
+def compiled_route(request, monkeypatch):
+    """The two routes of compile=True: the C++ kernel (CPU float tensors), and torch.compile (which
+    GPU, low-precision and non-contiguous tensors take), forced here by declining the kernel."""
+    if request.param == "torch_compile":
+        from mdlib import cpu_kernel
+
+        monkeypatch.setattr(cpu_kernel, "supports", lambda w, u: False)
+    return request.param
+
+
 @pytest.mark.slow
-def test_compiled_path_matches_eager_and_restores_exactly():
+def test_compiled_path_matches_eager_and_restores_exactly(compiled_route):
     eager, fused = make_model(), make_model()
     train(eager, LpMirrorDescent(eager.parameters(), lr=0.01, p=1.75), 5)
     opt = LpMirrorDescent(fused.parameters(), lr=0.01, p=1.75, compile=True)
@@ -241,7 +265,7 @@ def test_compiled_path_matches_eager_and_restores_exactly():
 
 
 @pytest.mark.slow
-def test_compiled_path_restores_a_first_step_and_resumes_exactly():
+def test_compiled_path_restores_a_first_step_and_resumes_exactly(compiled_route):
     """A failure on the very first step (parameters not yet produced by the optimizer) is undone
     from a backup; a checkpoint taken in compiled mode resumes bit for bit."""
     model = make_model()
@@ -257,3 +281,25 @@ def test_compiled_path_restores_a_first_step_and_resumes_exactly():
     train(resumed, opt2, 3, start=4)
     for x, y in zip(model.parameters(), resumed.parameters()):
         assert torch.equal(x, y)
+
+
+@pytest.mark.slow
+def test_compiled_finiteness_flag_sees_one_bad_entry_anywhere():
+    """The fused kernel's flag (max |w|, vectorized and split across threads) catches a single NaN,
+    +inf or -inf in any lane, in the vector tail, and an overflow of |u|^r, in its own tensor only."""
+    from mdlib.optim import _compiled, _fused_update
+
+    sizes = (1, 17, 4099)
+    fused = _compiled(_fused_update)
+    lr = torch.tensor(1e-3, dtype=torch.float64)
+    duals = [torch.linspace(-1, 1, n) for n in sizes]
+    params = [torch.empty(n) for n in sizes]
+    spares = [torch.empty(n) for n in sizes]
+    assert fused(params, duals, spares, [torch.zeros(n) for n in sizes], lr, 10.0).all()
+    for bad in (float("nan"), float("inf"), -float("inf"), 1e30):  # 1e30: |u - lr g|^10 overflows
+        for k, n in enumerate(sizes):
+            for position in sorted({0, n // 2, n - 2, n - 1} - {-1}):
+                grads = [torch.zeros(m) for m in sizes]
+                grads[k][position] = bad
+                flags = fused(params, duals, spares, grads, lr, 10.0)
+                assert flags.tolist() == [j != k for j in range(len(sizes))], (bad, n, position)
