@@ -11,8 +11,8 @@ and the Hessian is ``-A diag((q-1)|u|^(q-2)) A^T``. Every returned solution carr
 w is rescaled to ``min(A w) = 1`` (exactly feasible), the duality gap ``||w||_p^p / p - D(lambda)``
 (>= 0) bounds its suboptimality, and gap and violation must be below the tolerance.
 
-Method, batched over a leading axis with numpy's stacked linear algebra (converged problems drop
-out; the Newton systems of a batch are grouped by the size of their free sets):
+Method, per problem, compiled with numba (a batch is a loop over its problems; the first call of a
+fresh install compiles for about 20 s, cached on disk afterwards):
 
 1. p = 2 first. The dual is a quadratic program in G = A A^T, solved by the primal-dual active-set
    iteration F = {i: lambda_i G_ii >= (G lambda)_i - 1}, lambda_F = G_FF^-1 1, lambda = 0 off F
@@ -28,16 +28,19 @@ out; the Newton systems of a batch are grouped by the size of their free sets):
 3. A problem without a certificate is checked for feasibility with a linear program (scipy's
    HiGHS, only on this failure path): InfeasibleError if none, else ConvergenceError.
 
-Powers |x|^e with e within 1e-9 of a multiple of 1/2 (q = 11 for p = 1.1, q = 1.5 for p = 3) are
-evaluated by repeated squaring and one sqrt (`_pow`) instead of np.power.
+The Newton systems (at most m x m, on the free set) are solved by Cholesky, or by LU with pivoting
+when a pivot is not positive. Powers |x|^e with e within 1e-9 of n/2 or n/3 (q = 11 for p = 1.1,
+7/3 for p = 1.75, 3/2 for p = 3) are a square or cube root and repeated squaring, not pow.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
+from numba import njit
 
 __all__ = [
     "ConvergenceError",
@@ -56,12 +59,10 @@ __all__ = [
 _AIM = 1e-2  # iterate to a relative gap of tol * _AIM (see lp_margin)
 _SIGMA = 1e-4  # Armijo sufficient-increase constant
 _SPAN = 1e10  # Hessian weights |x|^(negative) are capped at this multiple of their smallest value
-_BACKTRACKS = 40  # halvings of a dual step before its line search gives up (a multiple of 8)
+_BACKTRACKS = 40  # halvings of a dual step before its line search gives up
 _PD_TRIES = 4  # halvings of a primal-dual step before it is rejected
-_GROUPS = 3  # at most this many free-set-size groups per Newton solve
 _PD_SLACK = 10.0  # a primal-dual step may raise the relative gap up to this multiple of the best one,
 _PD_PATIENCE = 3  # for this many iterations after the best one; then it must improve on the best
-
 
 class InfeasibleError(ValueError):
     """No w satisfies A w >= 1 (confirmed by a linear-programming feasibility check).
@@ -121,273 +122,356 @@ def _check_array(name: str, x, ndims: tuple[int, ...]) -> np.ndarray:
     return x
 
 
-def _pow(a: np.ndarray, e: float) -> np.ndarray:
-    """a^e for a >= 0. Exponents within 1e-9 of a multiple of 1/2 (q = 11 for p = 1.1, 1.5 for p = 3)
-    use products of repeated squares and one sqrt, several times cheaper than np.power (and within
-    rounding of it: the exponent moves by at most 1e-9 |e|, ~1e-15 for the q of a decimal p)."""
-    twice = round(2 * e)
-    if abs(2 * e - twice) > 1e-9 * max(1.0, abs(e)) or abs(twice) > 64:
-        return a**e
-    k = abs(twice) // 2
-    out = np.sqrt(a) if twice % 2 else None
-    square = a
-    while k:
-        if k & 1:
-            out = square if out is None else out * square
-        k >>= 1
-        if k:
-            square = square * square
-    if out is None:
-        out = np.ones_like(a)
-    return 1 / out if twice < 0 else out
+_jit = njit(cache=True, error_model="numpy")
+# the small dense linear algebra: reassociated sums (vectorized dot products) and fused multiply-adds
+_linalg = njit(cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
 
-def _mirror(x: np.ndarray, r: float) -> np.ndarray:
+@_linalg
+def _matvec(A, x):
+    """A x."""
+    m, N = A.shape
+    out = np.empty(m)
+    for i in range(m):
+        acc = 0.0
+        for j in range(N):
+            acc += A[i, j] * x[j]
+        out[i] = acc
+    return out
+
+
+@_linalg
+def _rmatvec(A, y):
+    """A^T y."""
+    m, N = A.shape
+    out = np.zeros(N)
+    for i in range(m):
+        yi = y[i]
+        if yi != 0.0:
+            for j in range(N):
+                out[j] += yi * A[i, j]
+    return out
+
+
+@_linalg
+def _weighted_gram(A, idx, h):
+    """A_F diag(h) A_F^T for the rows idx (symmetric, k x k)."""
+    k, N = idx.size, A.shape[1]
+    B = np.empty((k, N))
+    for a in range(k):
+        for j in range(N):
+            B[a, j] = A[idx[a], j] * h[j]
+    M = np.empty((k, k))
+    for a in range(k):
+        for b in range(a + 1):
+            acc = 0.0
+            for j in range(N):
+                acc += B[a, j] * A[idx[b], j]
+            M[a, b] = acc
+            M[b, a] = acc
+    return M
+
+
+@_linalg
+def _cholesky_solve(M, r):
+    """Solve M x = r for symmetric positive definite M by Cholesky (in place on a copy); ok False when
+    a pivot is not positive."""
+    k = M.shape[0]
+    L = M.copy()
+    for j in range(k):
+        d = L[j, j]
+        for s in range(j):
+            d -= L[j, s] * L[j, s]
+        if not d > 0.0:
+            return r, False
+        d = np.sqrt(d)
+        L[j, j] = d
+        for i in range(j + 1, k):
+            acc = L[i, j]
+            for s in range(j):
+                acc -= L[i, s] * L[j, s]
+            L[i, j] = acc / d
+    x = r.copy()
+    for i in range(k):
+        acc = x[i]
+        for s in range(i):
+            acc -= L[i, s] * x[s]
+        x[i] = acc / L[i, i]
+    for i in range(k - 1, -1, -1):
+        acc = x[i]
+        for s in range(i + 1, k):
+            acc -= L[s, i] * x[s]
+        x[i] = acc / L[i, i]
+    return x, True
+
+
+@_jit
+def _exponent(e):
+    """(root, n) with e = n / root for root in 1, 2, 3 (within 1e-9), else (0, 0): np.power."""
+    for root in (1, 2, 3):
+        n = round(root * e)
+        if abs(root * e - n) <= 1e-9 * max(1.0, abs(e)) and abs(n) <= 96:
+            return root, int(n)
+    return 0, 0
+
+
+@_jit
+def _power(a, e):
+    """a**e for a >= 0, elementwise: exponents n/2 and n/3 by a square or cube root and repeated squaring
+    (several times cheaper than pow, and within rounding of it)."""
+    root, n = _exponent(e)
+    out = np.empty_like(a)
+    if root == 0:
+        for i in range(a.size):
+            out[i] = a[i] ** e
+        return out
+    k = abs(n)
+    for i in range(a.size):
+        x = a[i]
+        base = x if root == 1 else (math.sqrt(x) if root == 2 else np.cbrt(x))
+        result = 1.0
+        j = k
+        while j:
+            if j & 1:
+                result *= base
+            j >>= 1
+            if j:
+                base *= base
+        out[i] = 1.0 / result if n < 0 else result
+    return out
+
+
+@_jit
+def _mirror(x, r):
     """sign(x) |x|^(r-1): the gradient of ||x||_r^r / r."""
-    return np.copysign(_pow(np.abs(x), r - 1), x)
+    return np.sign(x) * _power(np.abs(x), r - 1)
 
 
-def _rowvec(lam: np.ndarray, A: np.ndarray) -> np.ndarray:
-    """Batched A^T lambda: (b, m), (b, m, N) -> (b, N)."""
-    return np.matmul(lam[:, None, :], A)[:, 0]
-
-
-def _matvec(A: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Batched A x: (b, m, N), (b, N) -> (b, m)."""
-    return np.matmul(A, x[:, :, None])[:, :, 0]
-
-
-def _primal_value(Aw: np.ndarray, wp: np.ndarray, p: float) -> np.ndarray:
+@_jit
+def _primal_value(Aw, wp, p):
     """||w / s||_p^p / p with s = min(A w) (inf where s <= 0), from ``Aw`` and ``wp = ||w||_p^p``."""
-    s = Aw.min(axis=1)
-    value = wp / (p * _pow(s, p))
-    return np.where(s > 0, value, np.inf)
+    s = Aw.min()
+    return wp / (p * s**p) if s > 0 else np.inf
 
 
-def _scale(lam: np.ndarray, u: np.ndarray, q: float) -> np.ndarray:
-    """Best multiple c of each row of lambda: argmax_c c 1^T lambda - c^q ||u||_q^q / q, as (b, 1)."""
-    return ((lam.sum(axis=1) / np.sum(_pow(np.abs(u), q), axis=1)) ** (1 / (q - 1)))[:, None]
-
-
-def _weights(x: np.ndarray, exponent: float, factor: float) -> np.ndarray:
-    """factor |x|^exponent per entry; for exponent < 0, |x| is floored so that a row spans <= _SPAN."""
-    ax = np.abs(x)
-    if exponent < 0:
-        ax = np.maximum(ax, _SPAN ** (1 / exponent) * ax.max(axis=1, keepdims=True))
-    return factor * _pow(ax, exponent)
-
-
-def _certify(A, lam, u, wbar, p: float, q: float):
+@_jit
+def _certify(A, lam, u, wbar, use_wbar, p, q):
     """Certificate of an iterate: D(lambda+), the relative gap of the better primal candidate
-    (mirror_q(A^T lambda+) or wbar), that candidate, A mirror_q(A^T lambda+) and A wbar.
-
-    ``u = A^T lambda``; rows with negative entries (primal-dual iterates) are projected first.
-    """
+    (mirror_q(A^T lambda+) or wbar), that candidate, A mirror_q(A^T lambda+) and A wbar."""
     if (lam < 0).any():
         lam = np.maximum(lam, 0.0)
-        u = _rowvec(lam, A)
-    S = np.sum(_pow(np.abs(u), q), axis=1)  # = ||mirror_q(u)||_p^p
-    D = lam.sum(axis=1) - S / q
+        u = _rmatvec(A, lam)
+    S = _power(np.abs(u), q).sum()  # = ||mirror_q(u)||_p^p
+    D = lam.sum() - S / q
     w = _mirror(u, q)
     Aw = _matvec(A, w)
     P = _primal_value(Aw, S, p)
-    Awbar = None
-    if wbar is not None:
+    Awbar = Aw
+    if use_wbar:
         Awbar = _matvec(A, wbar)
-        Pbar = _primal_value(Awbar, np.sum(_pow(np.abs(wbar), p), axis=1), p)
-        w = np.where((Pbar < P)[:, None], wbar, w)
-        P = np.minimum(P, Pbar)
+        Pbar = _primal_value(Awbar, _power(np.abs(wbar), p).sum(), p)
+        if Pbar < P:
+            w, P = wbar.copy(), Pbar
     rel = (P - D) / P
-    return D, np.where(np.isfinite(rel), rel, np.inf), w, Aw, Awbar
+    return D, (rel if np.isfinite(rel) else np.inf), w, Aw, Awbar
 
 
-def _solve_free(H, lam, free, rhs_free, mu):
-    """Solve (H_FF + mu diag H_FF) d_F = rhs_F on each row's free set F; d = -lambda off F.
-
-    ``H(rows, idx)`` returns the (len(rows), k, k) blocks of the given batch rows at indices ``idx``.
-    Rows are grouped by free-set size (a group's blocks are padded to its largest set with identity
-    rows), so that a few large free sets do not inflate every problem's solve.
-    """
-    nfree = free.sum(axis=1)
-    order = np.argsort(nfree, kind="stable")
-    step = -lam
-    for rows in np.array_split(order, max(1, min(_GROUPS, len(order) // 32))):
-        k = max(int(nfree[rows[-1]]), 1)
-        idx = np.argsort(~free[rows], axis=1, kind="stable")[:, :k]  # free indices first, then padding
-        isfree = np.take_along_axis(free[rows], idx, axis=1)
-        M = H(rows, idx)
-        diag = np.arange(k)
-        Mdiag = M[:, diag, diag]
-        M *= isfree[:, :, None] & isfree[:, None, :]
-        M[:, diag, diag] = np.where(isfree, np.maximum(Mdiag * (1 + mu[rows, None]), 1e-300), 1.0)  # > 0
-        rhs = np.where(isfree, np.take_along_axis(rhs_free[rows], idx, axis=1),
-                       -np.take_along_axis(lam[rows], idx, axis=1))
-        step[rows[:, None], idx] = np.linalg.solve(M, rhs[:, :, None])[:, :, 0]
-    return step
-
-
-def _block_of(G: np.ndarray):
-    """The `_solve_free` block function of a stack of matrices G (b, m, m): G[rows][:, idx][:, :, idx]."""
-    b, m, _ = G.shape
-    flat = G.reshape(-1)
-    return lambda rows, idx: flat.take(((rows * m)[:, None, None] + idx[:, :, None]) * m + idx[:, None, :])
+@_jit
+def _solve_on(M, lam, free, rhs, mu):
+    """Solve (M + mu diag M) d_F = rhs_F with M the free block (k x k); d = -lambda off F.
+    Returns (d, ok)."""
+    idx = np.flatnonzero(free)
+    d = -lam.copy()
+    k = idx.size
+    if k == 0:
+        return d, True
+    for i in range(k):
+        M[i, i] = max(M[i, i] * (1.0 + mu), 1e-300)
+    r = np.empty(k)
+    for i in range(k):
+        r[i] = rhs[idx[i]]
+    x, ok = _cholesky_solve(M, r)
+    if not ok:  # not numerically positive definite: LU with pivoting
+        try:
+            x = np.linalg.solve(M, r)
+        except Exception:
+            return d, False
+    for i in range(k):
+        d[idx[i]] = x[i]
+    return d, np.isfinite(x).all()
 
 
-def _quadratic(A: np.ndarray, tol: float, max_iter: int):
-    """p = 2 by the primal-dual active-set method on G = A A^T.
-
-    From lambda = G^-1 1 (every constraint free), iterates F = {i: lambda_i G_ii >= (G lambda)_i - 1},
-    lambda_F = G_FF^-1 1, lambda_A = 0; the certificate uses w = A^T lambda+. Returns (lambda+, G,
-    iterations, converged), iterations -1 where it did not converge; it stops at relative gap
-    tol * _AIM.
-    """
-    b, m, _ = A.shape
-    G = np.matmul(A, A.transpose(0, 2, 1))
-    out_lam, out_it = np.ones((b, m)), np.full(b, -1)
-    live, Gl, dG = np.arange(b), G, np.einsum("bii->bi", G)
-    ones = np.ones((b, m))
-    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        reg = G.copy()
-        reg[:, np.arange(m), np.arange(m)] *= 1 + 1e-12
-        lam = np.linalg.solve(reg, ones[:, :, None])[:, :, 0]
-        for it in range(1, max_iter + 1):
-            Glam = _matvec(Gl, lam)
-            lp, Glp = lam, Glam  # A w for w = A^T lambda+
-            if (lam < 0).any():
-                lp = np.maximum(lam, 0.0)
-                Glp = _matvec(Gl, lp)
-            curv = np.sum(lp * Glp, axis=1)  # ||w||^2
-            P = _primal_value(Glp, curv, 2.0)
-            rel = (P - lp.sum(axis=1) + curv / 2) / P
-            done = rel <= tol * _AIM
-            out_lam[live[done]], out_it[live[done]] = lp[done], it
-            keep = ~done & np.all(np.isfinite(lam), axis=1)
-            if it == max_iter or not keep.any():
-                break
-            if not keep.all():
-                live, Gl, dG, lam, Glam, ones = (x[keep] for x in (live, Gl, dG, lam, Glam, ones))
-            free = lam * dG >= Glam - 1
-            lam = _solve_free(_block_of(Gl), np.zeros_like(lam), free, ones, np.full(len(live), 1e-12))
-    return out_lam, G, out_it, out_it >= 0
+@_jit
+def _gram_block(G, free):
+    idx = np.flatnonzero(free)
+    k = idx.size
+    M = np.empty((k, k))
+    for i in range(k):
+        for j in range(k):
+            M[i, j] = G[idx[i], idx[j]]
+    return M
 
 
-def _armijo(trial, u_trial, lam, grad, D, q: float) -> np.ndarray:
-    """Armijo test of D(trial) >= D(lambda) + sigma * (first-order increase), any leading shape."""
-    gain = np.sum(grad * (trial - lam), axis=-1)  # first-order increase along the projection arc
-    D_trial = trial.sum(axis=-1) - np.sum(_pow(np.abs(u_trial), q), axis=-1) / q
-    return D_trial - D >= _SIGMA * gain - 1e-14 * np.abs(D)
+@_jit
+def _quadratic(A, G, tol, max_iter):
+    """p = 2 by the primal-dual active-set method on G = A A^T. Returns (lambda+, iterations, ok)."""
+    m = A.shape[0]
+    ones = np.ones(m)
+    lam, ok = _solve_on(G.copy(), np.zeros(m), ones > 0, ones, 1e-12)  # every constraint free
+    if not ok:
+        return ones, -1, False
+    dG = np.diag(G).copy()
+    for it in range(1, max_iter + 1):
+        Glam = _matvec(G, lam)
+        lp, Glp = lam, Glam
+        if (lam < 0).any():
+            lp = np.maximum(lam, 0.0)
+            Glp = _matvec(G, lp)
+        curv = lp @ Glp  # ||w||^2
+        P = _primal_value(Glp, curv, 2.0)
+        rel = (P - lp.sum() + curv / 2) / P
+        if rel <= tol * _AIM:
+            return lp, it, True
+        if not np.isfinite(lam).all() or it == max_iter:
+            break
+        free = lam * dG >= Glam - 1
+        lam, ok = _solve_on(_gram_block(G, free), np.zeros(m), free, ones, 1e-12)
+        if not ok:
+            break
+    return lam, -1, False
 
 
-def _newton(A: np.ndarray, p: float, lam: np.ndarray, tol: float, max_iter: int):
-    """Batched damped Newton from ``lam`` >= 0 (b, m) until the relative gap is <= tol * _AIM.
+@_jit
+def _weights(x, exponent, factor):
+    """factor |x|^exponent per entry; for exponent < 0, |x| is floored so that the entries span <= _SPAN."""
+    ax = np.abs(x)
+    if exponent < 0:
+        ax = np.maximum(ax, _SPAN ** (1 / exponent) * ax.max())
+    return factor * _power(ax, exponent)
 
-    Each step linearizes the primal w(lambda) and solves an active-set Newton system: with h the
-    derivative of the linearized map u -> w, H = A diag(h) A^T and g = 1 - A w_lin (the dual
-    gradient when w_lin = mirror_q(A^T lambda)), the free set is F = {i: lambda_i H_ii >= (A w)_i - 1},
-    lambda_A -> 0 and (H_FF + mu diag H_FF) d_F = g_F + H_FA lambda_A. Dual steps (p <= 2, and p > 2
-    after a rejected primal-dual step) linearize u -> mirror_q(u), use mu = min(1e-2, |g_F|_inf) and
-    an Armijo search on D along max(0, lambda + t d), then take the best multiple of lambda.
-    Primal-dual steps (p > 2) keep a primal iterate wbar (from mirror_q(A^T lambda)), linearize
-    w -> mirror_p(w) = A^T lambda there and take t = 1, 1/2, ... once the relative gap stays below
-    _PD_SLACK times the best so far (below the best after _PD_PATIENCE iterations without a new
-    best). Returns (lambda+, w, iterations, converged); w is the certified primal before rescaling;
-    problems that stall, overflow or run out of iterations come back with converged False.
-    """
-    b, _, N = A.shape
+
+@_jit
+def _dual_value(trial, u_trial, q):
+    return trial.sum() - _power(np.abs(u_trial), q).sum() / q
+
+
+@_jit
+def _newton(A, p, lam, tol, max_iter):
+    """Damped Newton from ``lam`` >= 0 until the relative gap is <= tol * _AIM (see the module
+    docstring). Returns (lambda+, w, iterations, converged)."""
+    m, N = A.shape
     q = p / (p - 1)
     primal_dual = p > 2.0
-    out_lam, out_w, out_it = lam.copy(), np.zeros((b, N)), np.full(b, -1)
-    live = np.arange(b)  # working row -> problem
     A2 = A * A
-    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        u = _rowvec(lam, A)
-        c = _scale(lam, u, q)
-        lam, u = lam * c, u * c
-        wbar = _mirror(u, q) if primal_dual else None
-        pd = np.full(b, primal_dual)  # next step is primal-dual (else dual with line search)
-        stalled = np.zeros(b, dtype=bool)
-        best = np.full(b, np.inf)  # smallest relative gap so far
-        since_best = np.zeros(b, dtype=int)  # iterations since the best one
-        for it in range(max_iter + 1):
-            D, rel, w, Aw, Awbar = _certify(A, lam, u, wbar if primal_dual else None, p, q)
-            since_best = np.where(rel < best, 0, since_best + 1)
-            best = np.minimum(best, rel)
-            done = (rel <= tol * _AIM) & np.isfinite(D)
-            out_lam[live[done]], out_w[live[done]], out_it[live[done]] = np.maximum(lam[done], 0.0), w[done], it
-            keep = ~done & np.isfinite(D) & ~stalled
-            if it == max_iter or not keep.any():
-                break
-            if not keep.all():
-                live, A, A2, lam, u, D, Aw, best, since_best, pd, stalled = (
-                    x[keep] for x in (live, A, A2, lam, u, D, Aw, best, since_best, pd, stalled))
-                if primal_dual:
-                    wbar, Awbar = wbar[keep], Awbar[keep]
-            b = len(live)
-            # Newton system at the current primal: mirror_q(u) (dual steps) or wbar (primal-dual steps)
+    u = _rmatvec(A, lam)
+    c = (lam.sum() / _power(np.abs(u), q).sum()) ** (1 / (q - 1))
+    lam, u = lam * c, u * c
+    wbar = _mirror(u, q) if primal_dual else np.zeros(N)
+    pd = primal_dual  # next step is primal-dual (else dual with line search)
+    best = np.inf  # smallest relative gap so far
+    since_best = 0  # iterations since the best one
+    for it in range(max_iter + 1):
+        D, rel, w, Aw, Awbar = _certify(A, lam, u, wbar, primal_dual, p, q)
+        since_best = 0 if rel < best else since_best + 1
+        best = min(best, rel)
+        if rel <= tol * _AIM and np.isfinite(D):
+            return np.maximum(lam, 0.0), w, it, True
+        if not np.isfinite(D) or it == max_iter:
+            break
+        # Newton system at the current primal: mirror_q(u) (dual steps) or wbar (primal-dual steps)
+        if pd:
+            h = _weights(wbar, 2 - p, 1 / (p - 1))
+            resid = u - _mirror(wbar, p)  # stationarity residual
+            cons = Awbar
+            grad = 1 - cons - _matvec(A, h * resid)
+        else:
             h = _weights(u, q - 2, q - 1)
+            resid = np.zeros(N)
             cons = Aw
             grad = 1 - Aw
-            if primal_dual:
-                h = np.where(pd[:, None], _weights(wbar, 2 - p, 1 / (p - 1)), h)
-                resid = np.where(pd[:, None], u - _mirror(wbar, p), 0.0)  # stationarity residual
-                cons = np.where(pd[:, None], Awbar, Aw)
-                grad = 1 - cons - _matvec(A, h * resid)
-            free = lam * _matvec(A2, h) >= cons - 1
-            rhs = grad + _matvec(A, h * _rowvec(np.where(free, 0.0, lam), A))  # g + H lambda_A
-            mu = np.where(pd, 1e-12, np.clip(np.abs(np.where(free, grad, 0.0)).max(axis=1), 1e-12, 1e-2))
+        free = lam * _matvec(A2, h) >= cons - 1
+        rhs = grad + _matvec(A, h * _rmatvec(A, np.where(free, 0.0, lam)))  # g + H lambda_A
+        if pd:
+            mu = 1e-12
+        else:
+            mu = 0.0
+            for i in range(m):
+                if free[i]:
+                    mu = max(mu, abs(grad[i]))
+            mu = min(max(mu, 1e-12), 1e-2)
+        step, ok = _solve_on(_weighted_gram(A, np.flatnonzero(free), h), lam, free, rhs, mu)
+        if not ok:
+            break
+        accepted = False
+        if pd:  # primal-dual: (unprojected) steps t = 1, 1/2, ... within the gap slack
+            du = _rmatvec(A, step)
+            dw = h * (resid + du)
+            t = 1.0
+            for _ in range(_PD_TRIES):
+                lam_t, u_t, wbar_t = lam + t * step, u + t * du, wbar + t * dw
+                D_t, rel_t, _, _, _ = _certify(A, lam_t, u_t, wbar_t, True, p, q)
+                slack = _PD_SLACK if since_best < _PD_PATIENCE else 1.0
+                if rel_t < slack * best and (np.isfinite(best) or D_t > D):
+                    lam, u, wbar = lam_t, u_t, wbar_t
+                    accepted = True
+                    break
+                t /= 2
+            if not accepted:  # rejected: back to a dual step from lambda+
+                lam = np.maximum(lam, 0.0)
+                u = _rmatvec(A, lam)
+        else:  # dual: Armijo along max(0, lambda + t d), t = 1, 1/2, ...; then the best multiple
+            t = 1.0
+            found = False
+            trial, u_t = lam, u
+            for _ in range(_BACKTRACKS):
+                trial = np.maximum(0.0, lam + t * step)
+                u_t = _rmatvec(A, trial)
+                gain = grad @ (trial - lam)  # first-order increase along the projection arc
+                if _dual_value(trial, u_t, q) - D >= _SIGMA * gain - 1e-14 * abs(D):
+                    found = True
+                    break
+                t /= 2
+            if not found:
+                break  # stalled
+            c = (trial.sum() / _power(np.abs(u_t), q).sum()) ** (1 / (q - 1))
+            lam, u = trial * c, u_t * c
+        if primal_dual:
+            if not accepted:  # after a dual step or a rejected primal-dual step: resynchronize wbar
+                wbar = _mirror(u, q)
+            pd = (not pd) or accepted
+    return np.maximum(lam, 0.0), np.zeros(N), -1, False
 
-            def block(rows, idx):
-                AF = A.reshape(-1, A.shape[2]).take(rows[:, None] * A.shape[1] + idx, axis=0)
-                return np.matmul(AF * h[rows, None, :], AF.transpose(0, 2, 1))
 
-            step = _solve_free(block, lam, free, rhs, mu)
-            new_lam, new_u = lam.copy(), u.copy()
-            accepted = np.zeros(b, dtype=bool)
-            j = np.flatnonzero(pd)
-            if len(j):  # primal-dual: (unprojected) steps t = 1, 1/2, ... within the gap slack
-                Aj = A if len(j) == b else A[j]
-                du = _rowvec(step[j], Aj)
-                dw = h[j] * (resid[j] + du)
-                t = 1.0
-                for _ in range(_PD_TRIES):
-                    lam_t, u_t, wbar_t = lam[j] + t * step[j], u[j] + t * du, wbar[j] + t * dw
-                    D_t, rel_t, *_ = _certify(Aj, lam_t, u_t, wbar_t, p, q)
-                    slack = np.where(since_best[j] < _PD_PATIENCE, _PD_SLACK, 1.0)
-                    ok = (rel_t < slack * best[j]) & (np.isfinite(best[j]) | (D_t > D[j]))
-                    new_lam[j[ok]], new_u[j[ok]], wbar[j[ok]] = lam_t[ok], u_t[ok], wbar_t[ok]
-                    accepted[j[ok]] = True
-                    if ok.all():
-                        break
-                    j, Aj, du, dw, t = j[~ok], Aj[~ok], du[~ok], dw[~ok], t / 2
-                else:  # rejected: back to a dual step from lambda+
-                    new_lam[j] = np.maximum(lam[j], 0.0)
-                    new_u[j] = _rowvec(new_lam[j], Aj)
-            j = np.flatnonzero(~pd)
-            if len(j):  # dual: Armijo along max(0, lambda + t d), t = 1 then 8 halvings at a time; rescale
-                Aj = A if len(j) == b else A[j]
-                trial = np.maximum(0.0, lam[j] + step[j])
-                u_t = _rowvec(trial, Aj)
-                ok = _armijo(trial, u_t, lam[j], grad[j], D[j], q)
-                for first in range(1, _BACKTRACKS, 8):
-                    f = np.flatnonzero(~ok)
-                    if not len(f):
-                        break
-                    t = 0.5 ** np.arange(first, first + 8)[:, None]
-                    trials = np.maximum(0.0, lam[j[f], None, :] + t * step[j[f], None, :])  # (f, 8, m)
-                    u_trials = np.matmul(trials, Aj[f])
-                    passed = _armijo(trials, u_trials, lam[j[f], None, :], grad[j[f], None, :], D[j[f], None], q)
-                    hit = np.flatnonzero(passed.any(axis=1))
-                    longest = passed[hit].argmax(axis=1)
-                    trial[f[hit]], u_t[f[hit]], ok[f[hit]] = trials[hit, longest], u_trials[hit, longest], True
-                c = _scale(trial[ok], u_t[ok], q)
-                new_lam[j[ok]], new_u[j[ok]] = trial[ok] * c, u_t[ok] * c
-                stalled[j[~ok]] = True
-            lam, u = new_lam, new_u
-            if primal_dual:  # after a dual step or a rejected primal-dual step: resynchronize wbar
-                sync = ~accepted
-                wbar[sync] = _mirror(u[sync], q)
-                pd = ~pd | accepted
-    return out_lam, out_w, out_it, out_it >= 0
+@_jit
+def _solve_all(A3, p, tol, max_iter):
+    """Every problem of A3 (b, m, N): the p = 2 active-set start, then Newton for p != 2.
+    Returns (lambda (b, m), w (b, N), iterations (b,), converged (b,))."""
+    b, m, N = A3.shape
+    lams = np.zeros((b, m))
+    ws = np.zeros((b, N))
+    its = np.full(b, -1)
+    oks = np.zeros(b, dtype=np.bool_)
+    for k in range(b):
+        A = np.ascontiguousarray(A3[k])
+        G = _weighted_gram(A, np.arange(m), np.ones(N))  # A A^T
+        lam, it, ok = _quadratic(A, G, tol if p == 2.0 else max(tol, 1e-6), max_iter)
+        if not ok:  # the active-set iteration can stall on singular A A^T; the damped one cannot
+            lam, _, it2, ok = _newton(A, 2.0, np.ones(m), tol, max_iter)
+            it = max_iter + it2
+            if not ok:
+                continue
+        if p < 2.0:  # start from the least-squares fit of A^T lambda to mirror_p(w_2) on the p = 2 support
+            free = lam > 0
+            fit, fit_ok = _solve_on(_gram_block(G, free), np.zeros(m), free, _matvec(A, _mirror(_rmatvec(A, lam), p)), 1e-12)
+            if fit_ok and (fit > 0).any():
+                lam = np.maximum(fit, 0.0)
+        if p == 2.0:
+            w = _rmatvec(A, lam)
+        else:
+            lam, w, it3, ok = _newton(A, p, lam, tol, max_iter)
+            it += it3
+        lams[k], ws[k], its[k], oks[k] = lam, w, it, ok
+    return lams, ws, its, oks
 
 
 def _feasible(A: np.ndarray) -> bool | None:
@@ -416,13 +500,15 @@ def _fail(A: np.ndarray, failed: np.ndarray, batched: bool, p: float, reason: st
 
 
 def _certificate(A: np.ndarray, lam: np.ndarray, w: np.ndarray, p: float):
-    """Rescale w to min(A w) = 1; return (w, ||w||_p, gap, relative gap, violation) per problem."""
+    """Rescale w to min(A w) = 1; return (w, ||w||_p, gap, relative gap, violation) per problem.
+
+    Plain numpy over the batch, independent of the compiled solver that proposed (lambda, w)."""
     q = p / (p - 1)
-    w = w / _matvec(A, w).min(axis=1)[:, None]
+    w = w / np.einsum("bmn,bn->bm", A, w).min(axis=1)[:, None]
     norm = np.sum(np.abs(w) ** p, axis=1) ** (1 / p)
     primal = norm**p / p
-    gap = primal - (lam.sum(axis=1) - np.sum(np.abs(_rowvec(lam, A)) ** q, axis=1) / q)
-    violation = np.maximum(0.0, np.max(1 - _matvec(A, w), axis=1))
+    gap = primal - (lam.sum(axis=1) - np.sum(np.abs(np.einsum("bm,bmn->bn", lam, A)) ** q, axis=1) / q)
+    violation = np.maximum(0.0, np.max(1 - np.einsum("bmn,bn->bm", A, w), axis=1))
     return w, norm, gap, gap / primal, violation
 
 
@@ -448,26 +534,10 @@ def lp_margin(A, p, *, tol: float = 1e-8, max_iter: int = 200) -> MarginSolution
     zero = np.flatnonzero(~np.any(A3 != 0, axis=2).all(axis=1))
     if len(zero):
         _fail(A3, zero, batched, p, "a zero row")
-    lam, G, iterations, ok = _quadratic(A3, tol if p == 2 else max(tol, 1e-6), max_iter)
-    if not ok.all():  # the active-set iteration can stall on singular A A^T; the damped one cannot
-        redo = np.flatnonzero(~ok)
-        lam[redo], _, it2, ok2 = _newton(A3[redo], 2.0, np.ones((len(redo), A3.shape[1])), tol, max_iter)
-        iterations[redo] = max_iter + it2
-        if not ok2.all():
-            _fail(A3, redo[~ok2], batched, p, f"no certificate after {max_iter} iterations")
-    if p < 2:  # start from the least-squares fit of A^T lambda to mirror_p(w_2) on the p = 2 support
-        fit = _solve_free(_block_of(G), np.zeros_like(lam), lam > 0, _matvec(A3, _mirror(_rowvec(lam, A3), p)),
-                          np.full(len(lam), 1e-12))
-        usable = np.any(fit > 0, axis=1) & np.all(np.isfinite(fit), axis=1)
-        lam[usable] = np.maximum(fit[usable], 0.0)
-    if p == 2:
-        w = _rowvec(lam, A3)
-    else:
-        lam, w, it, ok = _newton(A3, p, lam, tol, max_iter)
-        if not ok.all():
-            _fail(A3, np.flatnonzero(~ok), batched, p, f"relative gap still above {tol:g} (iteration limit "
-                  f"{max_iter}, or the line search stalled at the limit of float64)")
-        iterations = iterations + it
+    lam, w, iterations, ok = _solve_all(A3, p, tol, max_iter)
+    if not ok.all():
+        _fail(A3, np.flatnonzero(~ok), batched, p, f"relative gap still above {tol:g} (iteration limit "
+              f"{max_iter}, or the line search stalled at the limit of float64)")
     w, norm, gap, rel_gap, violation = _certificate(A3, lam, w, p)
     bad = np.flatnonzero(~((rel_gap <= tol) & (violation <= tol)))
     if len(bad):
