@@ -141,8 +141,9 @@ static double run(T* w, const T* u, T* s, const T* g, double lr_, double r_, int
     {
         const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
         const int64_t lo = head + (vectors * t / nt) * V, hi = head + (vectors * (t + 1) / nt) * V;
-        Vectorized<T> mine = streaming ? span<T, KIND, true>(w, u, s, g, lr, r, k, s_aligned, lo, hi, Vectorized<T>(T(0)))
-                                       : span<T, KIND, false>(w, u, s, g, lr, r, k, s_aligned, lo, hi, Vectorized<T>(T(0)));
+        const Vectorized<T> zero(T(0));
+        Vectorized<T> mine = streaming ? span<T, KIND, true>(w, u, s, g, lr, r, k, s_aligned, lo, hi, zero)
+                                       : span<T, KIND, false>(w, u, s, g, lr, r, k, s_aligned, lo, hi, zero);
         if (streaming) fence();
         #pragma omp critical
         top = at::vec::maximum(top, mine);

@@ -64,6 +64,7 @@ _PD_TRIES = 4  # halvings of a primal-dual step before it is rejected
 _PD_SLACK = 10.0  # a primal-dual step may raise the relative gap up to this multiple of the best one,
 _PD_PATIENCE = 3  # for this many iterations after the best one; then it must improve on the best
 
+
 class InfeasibleError(ValueError):
     """No w satisfies A w >= 1 (confirmed by a linear-programming feasibility check).
 
@@ -174,8 +175,8 @@ def _weighted_gram(A, idx, h):
 
 @_linalg
 def _cholesky_solve(M, r):
-    """Solve M x = r for symmetric positive definite M by Cholesky (in place on a copy); ok False when
-    a pivot is not positive."""
+    """Solve M x = r for a symmetric positive definite M by Cholesky: (x, True), or (r, False) when a
+    pivot is not positive (M not numerically positive definite)."""
     k = M.shape[0]
     L = M.copy()
     for j in range(k):
@@ -207,7 +208,7 @@ def _cholesky_solve(M, r):
 
 @_jit
 def _exponent(e):
-    """(root, n) with e = n / root for root in 1, 2, 3 (within 1e-9), else (0, 0): np.power."""
+    """(root, n) with e = n / root for root 1, 2 or 3 (within 1e-9 relative), else (0, 0): use pow."""
     for root in (1, 2, 3):
         n = round(root * e)
         if abs(root * e - n) <= 1e-9 * max(1.0, abs(e)) and abs(n) <= 96:
@@ -303,6 +304,7 @@ def _solve_on(M, lam, free, rhs, mu):
 
 @_jit
 def _gram_block(G, free):
+    """G[F][:, F], the block of G on the free set."""
     idx = np.flatnonzero(free)
     k = idx.size
     M = np.empty((k, k))
@@ -313,9 +315,10 @@ def _gram_block(G, free):
 
 
 @_jit
-def _quadratic(A, G, tol, max_iter):
-    """p = 2 by the primal-dual active-set method on G = A A^T. Returns (lambda+, iterations, ok)."""
-    m = A.shape[0]
+def _quadratic(G, tol, max_iter):
+    """p = 2 by the primal-dual active-set method on G = A A^T, from lambda = G^-1 1 (every constraint
+    free); stops at relative gap tol * _AIM. Returns (lambda+, iterations, ok)."""
+    m = G.shape[0]
     ones = np.ones(m)
     lam, ok = _solve_on(G.copy(), np.zeros(m), ones > 0, ones, 1e-12)  # every constraint free
     if not ok:
@@ -351,8 +354,15 @@ def _weights(x, exponent, factor):
 
 
 @_jit
-def _dual_value(trial, u_trial, q):
-    return trial.sum() - _power(np.abs(u_trial), q).sum() / q
+def _dual_value(lam, u, q):
+    """D(lambda) = 1^T lambda - ||u||_q^q / q with u = A^T lambda."""
+    return lam.sum() - _power(np.abs(u), q).sum() / q
+
+
+@_jit
+def _best_multiple(lam, u, q):
+    """argmax_c D(c lambda) = c 1^T lambda - c^q ||u||_q^q / q, i.e. c = (1^T lambda / ||u||_q^q)^(1/(q-1))."""
+    return (lam.sum() / _power(np.abs(u), q).sum()) ** (1 / (q - 1))
 
 
 @_jit
@@ -364,7 +374,7 @@ def _newton(A, p, lam, tol, max_iter):
     primal_dual = p > 2.0
     A2 = A * A
     u = _rmatvec(A, lam)
-    c = (lam.sum() / _power(np.abs(u), q).sum()) ** (1 / (q - 1))
+    c = _best_multiple(lam, u, q)
     lam, u = lam * c, u * c
     wbar = _mirror(u, q) if primal_dual else np.zeros(N)
     pd = primal_dual  # next step is primal-dual (else dual with line search)
@@ -433,7 +443,7 @@ def _newton(A, p, lam, tol, max_iter):
                 t /= 2
             if not found:
                 break  # stalled
-            c = (trial.sum() / _power(np.abs(u_t), q).sum()) ** (1 / (q - 1))
+            c = _best_multiple(trial, u_t, q)
             lam, u = trial * c, u_t * c
         if primal_dual:
             if not accepted:  # after a dual step or a rejected primal-dual step: resynchronize wbar
@@ -454,7 +464,7 @@ def _solve_all(A3, p, tol, max_iter):
     for k in range(b):
         A = np.ascontiguousarray(A3[k])
         G = _weighted_gram(A, np.arange(m), np.ones(N))  # A A^T
-        lam, it, ok = _quadratic(A, G, tol if p == 2.0 else max(tol, 1e-6), max_iter)
+        lam, it, ok = _quadratic(G, tol if p == 2.0 else max(tol, 1e-6), max_iter)
         if not ok:  # the active-set iteration can stall on singular A A^T; the damped one cannot
             lam, _, it2, ok = _newton(A, 2.0, np.ones(m), tol, max_iter)
             it = max_iter + it2
@@ -462,7 +472,8 @@ def _solve_all(A3, p, tol, max_iter):
                 continue
         if p < 2.0:  # start from the least-squares fit of A^T lambda to mirror_p(w_2) on the p = 2 support
             free = lam > 0
-            fit, fit_ok = _solve_on(_gram_block(G, free), np.zeros(m), free, _matvec(A, _mirror(_rmatvec(A, lam), p)), 1e-12)
+            target = _matvec(A, _mirror(_rmatvec(A, lam), p))
+            fit, fit_ok = _solve_on(_gram_block(G, free), np.zeros(m), free, target, 1e-12)
             if fit_ok and (fit > 0).any():
                 lam = np.maximum(fit, 0.0)
         if p == 2.0:

@@ -185,10 +185,13 @@ for mode in ("eager", "compiled"):
 #   into a spare buffer and the new parameter in place, and tracks in the same loop the largest
 #   $|w|$, which is finite only if every new entry is; a failed check rebuilds the parameters from
 #   the untouched dual and raises (the optimizer never leaves infinities or half a step behind). It
-#   writes with streaming stores, which send a line to memory without fetching it first, so it moves
-#   four arrays through memory (reads two, writes two) against fused Adam's seven (reads parameter,
-#   gradient and two moments, writes three of them back); `torch.compile`'s kernel of the same
-#   update, which cannot stream, ran at Adam's speed. The power $|u|^{1/(p-1)}$ is cheap arithmetic at
+#   writes tensors of 1 MiB or more with streaming stores, which send a line to memory without
+#   fetching it first, so it moves four arrays through memory (reads two, writes two) against fused
+#   Adam's seven (reads parameter, gradient and two moments, writes three of them back);
+#   `torch.compile`'s kernel of the same update, which cannot stream, ran at Adam's speed. The gain
+#   is smallest between one and three million parameters ({numref}`fig-cost-step`), where the arrays
+#   partly fit in the processor's cache; we did not pin down why (streaming every tensor there, small
+#   ones included, helped only a few percent). The power $|u|^{1/(p-1)}$ is cheap arithmetic at
 #   every $p$ timed: $|u|^{10}$ by squaring at $p = 1.1$, a square root at $p = 3$, and at $p = 1.75$
 #   $|u|^{4/3}$ from a Newton iteration for $|u|^{-1/3}$ seeded by the float's exponent bits (the
 #   eager step uses $\exp(\tfrac{4}{3}\log|u|)$, hence its larger time).
