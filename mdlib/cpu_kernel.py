@@ -9,10 +9,12 @@ with u and g read once and s and w written once. Large tensors are written with 
 transfers per entry against fused Adam's 7 (Adam reads and rewrites its two moments and the
 parameter). torch.compile's kernel for the same update cannot stream its stores (6 transfers).
 
-The powers, as in :func:`mdlib.mirror._fused_signed_power`: r = 1 copies; an integer r (p = 1 + 1/r,
-e.g. 1.1) multiplies |s|^(r-1) = products of repeated squares (the order of the eager path, so the
-results agree bit for bit) by s; r = 1/2 (p = 3) is a square root; float32 r = n/3 (p = 1.75) uses a
-bit-seeded Newton cube root; other r use exp(r log|s|) (SLEEF, as torch's own vectorized exp/log).
+The powers are of the kind :func:`mdlib.mirror._power_kind` chooses, as on the torch paths: r = 1
+copies; an integer r (p = 1 + 1/r, e.g. 1.1) multiplies |s|^(r-1), a product of repeated squares in
+the eager path's order (so the results agree bit for bit), by s; r = 1/2 (p = 3) is a square root;
+float32 r = n/3 (p = 1.75) is the bit-seeded Newton cube root of
+:func:`mdlib.mirror._fused_signed_power` (same seed constant, same steps); other r use exp(r log|s|)
+(SLEEF, as torch's own vectorized exp/log).
 ``u - lr g`` is rounded as eager torch rounds it (no fused multiply-add), so the new dual is the eager
 path's bit for bit.
 
@@ -28,10 +30,10 @@ import functools
 import torch
 from torch import Tensor
 
+from mdlib.mirror import _CUBE_ROOT_SEED, _POWER_KINDS, _power_kind
+
 __all__ = ["available", "supports", "update"]
 
-#: Kinds of power, chosen per call in Python and dispatched once per tensor in C++.
-_COPY, _INTEGER, _SQRT, _CUBE, _GENERAL = range(5)
 #: Tensors of at least this many bytes are written with streaming stores (smaller ones stay cached).
 STREAM_BYTES = 1 << 20
 
@@ -60,7 +62,8 @@ static inline void fence() {
 #endif
 }
 
-// sign(x) |x|^r for the kind of r (see the Python module docstring); k: the integer r, or n of r = n/3.
+// sign(x) |x|^r; KIND: the index in mirror._POWER_KINDS (copy, integer, sqrt, cube, general), and k
+// its integer from mirror._power_kind (the integer r, or n of r = n/3).
 template <typename T, int KIND> static inline Vectorized<T> power(const Vectorized<T>& x, int64_t k, T r) {
     const Vectorized<T> sign(T(-0.0));
     if constexpr (KIND == 0) {
@@ -80,7 +83,7 @@ template <typename T, int KIND> static inline Vectorized<T> power(const Vectoriz
         const Vectorized<float> b = at::vec::maximum(a, Vectorized<float>(std::numeric_limits<float>::min()));
         const Vectorized<float> bits = at::vec::convert_to_fp_of_same_size<float>(at::vec::cast<int32_t>(b));
         Vectorized<float> y = at::vec::cast<float>(at::vec::convert_to_int_of_same_size<float>(
-            Vectorized<float>(1419915904.0f) - bits * Vectorized<float>(1.0f / 3.0f)));
+            Vectorized<float>(CUBE_ROOT_SEED.0f) - bits * Vectorized<float>(1.0f / 3.0f)));
         const Vectorized<float> third = b * Vectorized<float>(1.0f / 3.0f);
         for (int i = 0; i < 3; ++i) y = y * (Vectorized<float>(4.0f / 3.0f) - third * (y * y * y));
         Vectorized<float> out = (k % 3 == 1) ? a * (y * y) : a * y;
@@ -201,7 +204,8 @@ def _kernel():
     from torch._inductor.codecache import CppPythonBindingsCodeCache
 
     return CppPythonBindingsCodeCache.load_pybinding(
-        ["uintptr_t"] * 6 + ["int64_t"] * 5, _SOURCE, extra_flags=("-ffp-contract=off",))
+        ["uintptr_t"] * 6 + ["int64_t"] * 5, _SOURCE.replace("CUBE_ROOT_SEED", str(_CUBE_ROOT_SEED)),
+        extra_flags=("-ffp-contract=off",))
 
 
 def supports(w: Tensor, u: Tensor) -> bool:
@@ -211,30 +215,16 @@ def supports(w: Tensor, u: Tensor) -> bool:
             and w.is_contiguous() and u.is_contiguous() and available())
 
 
-def _kind(r: float, dtype: torch.dtype) -> tuple[int, int]:
-    k = round(r)
-    if r == 1.0:
-        return _COPY, 1
-    if abs(r - k) < 1e-12 and 2 <= k <= 32:
-        return _INTEGER, k
-    if r == 0.5:
-        return _SQRT, 0
-    n = round(3 * r)
-    if dtype == torch.float32 and abs(3 * r - n) <= 1e-9 and n > 3 and n % 3 and n <= 96:
-        return _CUBE, n
-    return _GENERAL, 0
-
-
 def update(w: Tensor, u: Tensor, s: Tensor, g: Tensor, lr: float, r: float) -> float:
     """s <- u - lr g, w <- sign(s)|s|^r in one pass (``supports(w, u)`` must hold, s like u); returns
     max |w|, NaN or infinite iff some new entry of w is."""
     g = g.to(u.dtype).contiguous()
     if not (s.is_contiguous() and s.dtype == u.dtype and s.numel() == u.numel() == g.numel() == w.numel()):
-        raise ValueError("cpu_kernel.update: s and g must be contiguous tensors like u")
-    kind, k = _kind(r, u.dtype)
+        raise ValueError("cpu_kernel.update: s must be a contiguous tensor like u, and g and w of its size")
+    kind, k = _power_kind(r, u.dtype)
     scalars = torch.tensor([lr, r], dtype=torch.float64)
     top = torch.empty(1, dtype=torch.float64)
     streaming = int(w.numel() * w.element_size() >= STREAM_BYTES)
     _kernel()(w.data_ptr(), u.data_ptr(), s.data_ptr(), g.data_ptr(), scalars.data_ptr(), top.data_ptr(), w.numel(),
-              int(u.dtype == torch.float64), kind, k, streaming)
+              int(u.dtype == torch.float64), _POWER_KINDS.index(kind), k, streaming)
     return top.item()

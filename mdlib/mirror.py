@@ -50,6 +50,28 @@ def dual_exponent(p: float) -> float:
     return p / (p - 1.0)
 
 
+#: The ways sign(u)|u|^r is computed, chosen once per exponent by :func:`_power_kind`.
+_POWER_KINDS = ("copy", "integer", "sqrt", "cube", "general")
+
+
+def _power_kind(r: float, dtype: torch.dtype) -> tuple[str, int]:
+    """How sign(u)|u|^r is computed, and its integer: ("copy", 1) for r = 1; ("integer", k) for
+    r = k in 2..32 (binary powering; p = 1.1 gives 10); ("sqrt", 0) for r = 1/2 (p = 3); ("cube", n)
+    for float32 r = n/3, 3 < n <= 96, n not a multiple of 3 (p = 1.75 gives 4: the fused paths' Newton
+    cube root, exp/log eagerly); else ("general", 0): exp(r log|u|)."""
+    k = round(r)
+    if r == 1.0:
+        return "copy", 1
+    if abs(r - k) < 1e-12 and 2 <= k <= 32:
+        return "integer", k
+    if r == 0.5:
+        return "sqrt", 0
+    n = round(3 * r)
+    if dtype == torch.float32 and abs(3 * r - n) <= 1e-9 and 3 < n <= 96 and n % 3:
+        return "cube", n
+    return "general", 0
+
+
 def _signed_power(u: Tensor, r: float, out: Tensor | None = None, scratch: Tensor | None = None) -> Tensor:
     """sign(u) |u|^r, written into ``out`` (a new tensor if None) by in-place operations, so that a
     caller passing ``out`` (and ``scratch``, a tensor like u, used for integer r >= 3) allocates nothing.
@@ -59,10 +81,10 @@ def _signed_power(u: Tensor, r: float, out: Tensor | None = None, scratch: Tenso
     transcendental functions (faster than pow on CPU and under torch.compile). ``out`` must not be u.
     """
     out = torch.empty_like(u) if out is None else out
-    if r == 1.0:
+    kind, k = _power_kind(r, u.dtype)
+    if kind == "copy":
         return out.copy_(u)
-    k = round(r)
-    if abs(r - k) < 1e-12 and 2 <= k <= 32:  # |u|^(k-1) by binary powering, then times u
+    if kind == "integer":  # |u|^(k-1) by binary powering, then times u
         n = k - 1
         base = torch.abs(u, out=torch.empty_like(u) if scratch is None else scratch)
         first = True
@@ -78,7 +100,7 @@ def _signed_power(u: Tensor, r: float, out: Tensor | None = None, scratch: Tenso
                 base.square_()
         return out.mul_(u)
     torch.abs(u, out=out)
-    if r == 0.5:
+    if kind == "sqrt":
         out.sqrt_()
     else:  # |u|^r = exp(r log|u|); log(0) = -inf gives exp(-inf) = 0, as it should
         out.log_().mul_(r).exp_()
@@ -102,8 +124,8 @@ def _fused_signed_power(u: Tensor, r: float) -> Tensor:
     only twice per step (y^3 as one power); otherwise compiling grows like 4^steps.
     Eagerly this would be slow (every operation a pass over memory): eager code uses _signed_power.
     """
-    n = round(3 * r)
-    if u.dtype != torch.float32 or abs(3 * r - n) > 1e-9 or n <= 3 or n % 3 == 0 or n > 96:
+    kind, n = _power_kind(r, u.dtype)
+    if kind != "cube":
         return _signed_power(u, r)
     a = u.abs()
     b = a.clamp_min(torch.finfo(torch.float32).tiny)  # the seed needs a normal number (a = 0: see below)
