@@ -30,6 +30,8 @@ __all__ = [
     "SingleHeadAttention",
     "gaussian_instances",
     "joint_training_data",
+    "SETUPS",
+    "check_setup",
     "SelfAttention",
     "EncoderBlock",
     "EncoderClassifier",
@@ -132,49 +134,77 @@ def joint_training_data(dtype: torch.dtype = torch.float64) -> SyntheticData:
     return SyntheticData(X=X[None], z=X[None, :, 0, :].clone(), y=y[None], v=torch.zeros(1, 2, dtype=dtype))
 
 
-class SelfAttention(nn.Module):
-    """Multi-head self-attention without biases; separate query, key and value maps (their weights
-    are what the sparsity chapter inspects) and an output map. Padding keys are masked out."""
+#: Initializations of the real-data models: "authors" reproduces the authors' public code (torch's
+#: defaults; PAPER.md 5a), "modern" the project's earlier choice (BERT-style embeddings, Glorot-normal
+#: matrices), kept as an ablation.
+SETUPS = ("authors", "modern")
 
-    def __init__(self, width: int, heads: int, dropout: float):
+
+def check_setup(setup: str) -> None:
+    if setup not in SETUPS:
+        raise ValueError(f"unknown setup {setup!r}; choose one of {', '.join(SETUPS)}")
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention: one fused query/key/value map ``qkv`` = Linear(width, 3 width) without
+    bias (rows: queries, keys, values), scaled dot products, padding keys masked out, dropout
+    ``attention_dropout`` on the attention probabilities, an output map (bias ``out_bias``) and dropout
+    ``dropout`` on the result."""
+
+    def __init__(self, width: int, heads: int, dropout: float, attention_dropout: float = 0.0,
+                 out_bias: bool = False):
         super().__init__()
         if width % heads:
             raise ValueError(f"width {width} is not divisible by the number of heads {heads}")
-        self.heads = heads
-        self.query = nn.Linear(width, width, bias=False)
-        self.key = nn.Linear(width, width, bias=False)
-        self.value = nn.Linear(width, width, bias=False)
-        self.out = nn.Linear(width, width, bias=False)
+        self.heads, self.width, self.attention_dropout = heads, width, attention_dropout
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.out = nn.Linear(width, width, bias=out_bias)
         self.dropout = nn.Dropout(dropout)
 
     def _split(self, x: Tensor) -> Tensor:
         B, T, width = x.shape
         return x.reshape(B, T, self.heads, width // self.heads).transpose(1, 2)  # (B, heads, T, dh)
 
+    def weights(self) -> dict[str, Tensor]:
+        """The query, key and value matrices (width, width): views of the rows of ``qkv.weight``."""
+        return dict(zip(("query", "key", "value"), self.qkv.weight.split(self.width)))
+
     def forward(self, x: Tensor, key_mask: Tensor | None, return_attention: bool = False):
-        q, k, v = self._split(self.query(x)), self._split(self.key(x)), self._split(self.value(x))
+        q, k, v = (self._split(part) for part in self.qkv(x).split(self.width, dim=-1))
         bias = None
         if key_mask is not None:  # (B, T) True for real tokens -> additive -inf on padding keys
             bias = torch.zeros(key_mask.shape, dtype=x.dtype, device=x.device).masked_fill(~key_mask, -torch.inf)
             bias = bias[:, None, None, :]
+        dropout = self.attention_dropout if self.training else 0.0
         if return_attention:
             scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
             attention = torch.softmax(scores if bias is None else scores + bias, dim=-1)
-            mixed = attention @ v
+            mixed = F.dropout(attention, dropout) @ v if dropout else attention @ v
         else:
             attention = None
-            mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
         B, _, T, _ = mixed.shape
         return self.dropout(self.out(mixed.transpose(1, 2).reshape(B, T, -1))), attention
 
 
+def _glorot_init(module: nn.Module) -> None:
+    """The "modern" matrices: Glorot normal, each query/key/value block of a fused map on its own."""
+    for child in module.modules():
+        if isinstance(child, nn.Linear):
+            nn.init.xavier_normal_(child.weight)
+    for child in module.modules():
+        if isinstance(child, SelfAttention):
+            for block in child.weights().values():
+                nn.init.xavier_normal_(block)
+
+
 class EncoderBlock(nn.Module):
     """Post-LN transformer block without biases: x = LN(x + Attn(x)); x = LN(x + MLP(x)),
-    MLP = Linear(width, mlp) -> GELU -> Linear(mlp, width)."""
+    MLP = Linear(width, mlp) -> GELU -> Linear(mlp, width) -> dropout."""
 
-    def __init__(self, width: int, heads: int, mlp: int, dropout: float):
+    def __init__(self, width: int, heads: int, mlp: int, dropout: float, attention_dropout: float = 0.0):
         super().__init__()
-        self.attention = SelfAttention(width, heads, dropout)
+        self.attention = SelfAttention(width, heads, dropout, attention_dropout)
         self.norm1 = nn.LayerNorm(width, bias=False)
         self.mlp = nn.Sequential(nn.Linear(width, mlp, bias=False), nn.GELU(), nn.Linear(mlp, width, bias=False),
                                  nn.Dropout(dropout))
@@ -192,24 +222,30 @@ class EncoderClassifier(nn.Module):
     returns one logit per sequence. Padding (``attention_mask`` 0) is masked out as attention keys.
 
     Paper scale: vocab 30,522, 512 positions, width 384, MLP 1536, dropout 0.2, layers = heads in
-    {3, 4, 6}. Initialization (the paper does not state one): embeddings N(0, 0.02^2), as BERT, and
-    Glorot-normal weight matrices. With torch's N(0, 1) embeddings, gradient descent barely moves the
-    embeddings and learns nothing in the first epochs.
+    {3, 4, 6}. ``setup="authors"`` is the authors' model as their code builds it: torch's default
+    initialization (embeddings N(0, 1), matrices U(+-1/sqrt(fan_in))), dropout on the attention
+    probabilities and on both residual branches, none on the embeddings, a classifier without bias.
+    With the same seed its initial weights are those of the authors' code. ``setup="modern"``:
+    embeddings N(0, 0.02^2) as BERT, Glorot-normal matrices, dropout on the embeddings and on both
+    residual branches (not on the probabilities), a classifier with bias.
     """
 
     def __init__(self, vocab_size: int = 30522, max_length: int = 512, width: int = 384, layers: int = 3,
-                 heads: int = 3, mlp: int = 1536, dropout: float = 0.2):
+                 heads: int = 3, mlp: int = 1536, dropout: float = 0.2, setup: str = "authors"):
         super().__init__()
+        check_setup(setup)
+        authors = setup == "authors"
+        self.setup = setup
         self.token = nn.Embedding(vocab_size, width)
         self.position = nn.Embedding(max_length, width)
-        self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(EncoderBlock(width, heads, mlp, dropout) for _ in range(layers))
-        self.classifier = nn.Linear(width, 1)
-        for module in self.modules():  # embeddings N(0, 0.02^2) as in BERT, weight matrices Glorot normal
-            if isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=0.02)
-            elif isinstance(module, nn.Linear):
-                nn.init.xavier_normal_(module.weight)
+        self.dropout = nn.Dropout(0.0 if authors else dropout)
+        self.blocks = nn.ModuleList(EncoderBlock(width, heads, mlp, dropout, dropout if authors else 0.0)
+                                    for _ in range(layers))
+        self.classifier = nn.Linear(width, 1, bias=not authors)
+        if not authors:
+            nn.init.normal_(self.token.weight, std=0.02)
+            nn.init.normal_(self.position.weight, std=0.02)
+            _glorot_init(self)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, return_attention: bool = False):
         """Logits (B,); with ``return_attention`` also each layer's attention maps (B, heads, T, T)."""
@@ -228,19 +264,23 @@ class EncoderClassifier(nn.Module):
 
     def attention_weights(self) -> dict[str, list[Tensor]]:
         """The query, key and value weight matrices of every layer: {"query": [...], "key": [...],
-        "value": [...]}, one (width, width) tensor per layer."""
-        return {kind: [getattr(block.attention, kind).weight for block in self.blocks]
-                for kind in ("query", "key", "value")}
+        "value": [...]}, one (width, width) view per layer."""
+        return _attention_weights(block.attention for block in self.blocks)
+
+
+def _attention_weights(attentions) -> dict[str, list[Tensor]]:
+    maps = [a.weights() for a in attentions]
+    return {kind: [m[kind] for m in maps] for kind in ("query", "key", "value")}
 
 
 class PreNormBlock(nn.Module):
     """Pre-LN transformer block: x = x + Attn(LN(x)); x = x + MLP(LN(x)),
     MLP = Linear(width, mlp) -> GELU -> dropout -> Linear(mlp, width) -> dropout."""
 
-    def __init__(self, width: int, heads: int, mlp: int, dropout: float):
+    def __init__(self, width: int, heads: int, mlp: int, dropout: float, out_bias: bool = False):
         super().__init__()
         self.norm1 = nn.LayerNorm(width)
-        self.attention = SelfAttention(width, heads, dropout)
+        self.attention = SelfAttention(width, heads, dropout, out_bias=out_bias)
         self.norm2 = nn.LayerNorm(width)
         self.mlp = nn.Sequential(nn.Linear(width, mlp), nn.GELU(), nn.Dropout(dropout), nn.Linear(mlp, width),
                                  nn.Dropout(dropout))
@@ -257,22 +297,31 @@ class VisionTransformer(nn.Module):
     LayerNorm + Linear on the [CLS] output.
 
     Paper scale (CIFAR): 48 x 48 images, patch 4 (144 patches), width 512, depth 6, 8 heads of 64,
-    MLP 512, dropout 0.1, embedding dropout 0.1.
+    MLP 512, dropout 0.1, embedding dropout 0.1. ``setup="authors"``: the authors' (lucidrains-style)
+    model, positions and [CLS] token N(0, 1), torch's default Linear init, an output map with bias;
+    with the same seed its initial weights are those of the authors' code. ``setup="modern"``: [CLS]
+    token 0, positions N(0, 0.02^2), an output map without bias.
     """
 
     def __init__(self, image_size: int = 48, patch: int = 4, channels: int = 3, classes: int = 10,
                  width: int = 512, depth: int = 6, heads: int = 8, mlp: int = 512, dropout: float = 0.1,
-                 embedding_dropout: float = 0.1):
+                 embedding_dropout: float = 0.1, setup: str = "authors"):
         super().__init__()
+        check_setup(setup)
         if image_size % patch:
             raise ValueError(f"image size {image_size} is not a multiple of the patch size {patch}")
-        self.patch, self.channels, self.image_size = patch, channels, image_size
+        authors = setup == "authors"
+        self.patch, self.channels, self.image_size, self.setup = patch, channels, image_size, setup
         patches = (image_size // patch) ** 2
         self.embed = nn.Linear(channels * patch * patch, width)
-        self.cls = nn.Parameter(torch.zeros(1, 1, width))
-        self.position = nn.Parameter(torch.randn(1, patches + 1, width) * 0.02)
+        if authors:  # drawn in the authors' order: positions, then the [CLS] token
+            self.position = nn.Parameter(torch.randn(1, patches + 1, width))
+            self.cls = nn.Parameter(torch.randn(1, 1, width))
+        else:
+            self.cls = nn.Parameter(torch.zeros(1, 1, width))
+            self.position = nn.Parameter(torch.randn(1, patches + 1, width) * 0.02)
         self.dropout = nn.Dropout(embedding_dropout)
-        self.blocks = nn.ModuleList(PreNormBlock(width, heads, mlp, dropout) for _ in range(depth))
+        self.blocks = nn.ModuleList(PreNormBlock(width, heads, mlp, dropout, out_bias=authors) for _ in range(depth))
         self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, classes))
 
     def forward(self, images: Tensor, return_attention: bool = False):
@@ -291,14 +340,13 @@ class VisionTransformer(nn.Module):
         return (logits, maps) if return_attention else logits
 
     def patchify(self, images: Tensor) -> Tensor:
-        """(B, C, H, W) -> (B, H/p * W/p, C * p * p): patches in row-major order, each flattened
-        channel by channel."""
+        """(B, C, H, W) -> (B, H/p * W/p, p * p * C): patches in row-major order, each flattened row by
+        row, pixel by pixel, channels last (the authors' order)."""
         B, C, H, W = images.shape
         p = self.patch
         patches = images.unfold(2, p, p).unfold(3, p, p)  # (B, C, H/p, W/p, p, p)
-        return patches.permute(0, 2, 3, 1, 4, 5).reshape(B, (H // p) * (W // p), C * p * p)
+        return patches.permute(0, 2, 3, 4, 5, 1).reshape(B, (H // p) * (W // p), p * p * C)
 
     def attention_weights(self) -> dict[str, list[Tensor]]:
         """The query, key and value weight matrices of every block (as :class:`EncoderClassifier`)."""
-        return {kind: [getattr(block.attention, kind).weight for block in self.blocks]
-                for kind in ("query", "key", "value")}
+        return _attention_weights(block.attention for block in self.blocks)

@@ -2,14 +2,17 @@
 
 A run config (a plain dict, hashed by the results store) names everything that changes the numbers::
 
-    {"dataset": "rotten_tomatoes", "split_seed": 0, "max_length": 64,
-     "model": {"width": 48, "layers": 3, "heads": 3, "mlp": 192, "dropout": 0.2},
+    {"dataset": "rotten_tomatoes", "split_seed": 0, "max_length": 64, "train_size": 1000,
+     "model": {"width": 48, "layers": 3, "heads": 3, "mlp": 192, "dropout": 0.2, "setup": "authors"},
      "optimizer": {"name": "md", "lr": 8e-4, "p": 1.1},
      "evaluate_on": "test",                      # or "validation" (step-size sweeps)
-     "fit": {"epochs": 6, "batch_size": 100, "seed": 0, "loss": "binary", "stop_train_accuracy": 0.995}}
+     "fit": {"epochs": 600, "batch_size": 100, "seed": 0, "loss": "binary", "reduction": "sum",
+             "stop_train_accuracy": 0.995}}
 
 ``fit.seed`` seeds the initialization as well as the data order and dropout, so seeds are distinct
-initializations (the authors' code reused one). ``train_run(config)`` trains it (or reads it back from
+initializations (the authors' code reused one). ``train_size`` trains on a seeded, stratified subset
+of the training split (the same sentences for every method and seed; None: all of it). The loss is
+the batch's summed binary cross-entropy, as in the authors' code (their step sizes assume the sum). ``train_run(config)`` trains it (or reads it back from
 the store) and keeps the final weights; ``trained_model(result, config)`` rebuilds the model.
 """
 
@@ -25,7 +28,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from mdlib import analysis, data, paths, runs, train
-from mdlib.models import EncoderClassifier
+from mdlib.models import EncoderClassifier, check_setup
 
 __all__ = ["KIND", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "TokenizedDataset", "attention_scores", "build",
            "collate", "config", "deletion_drops", "designated_positions", "encode", "grid",
@@ -34,7 +37,7 @@ __all__ = ["KIND", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "TokenizedDataset", "att
 
 KIND = "e4-sentiment"
 #: Bumped when a change of this module changes the numbers of a run with the same config.
-VERSION = 1
+VERSION = 2
 #: The paper's Table 1 (IMDb, best test accuracy %, mean of the authors' runs): layers -> method -> value.
 PAPER_TABLE_1 = {3: {"1.1": 83.47, "2": 81.66, "3": 82.57}, 4: {"1.1": 83.36, "2": 81.05, "3": 82.40},
                  6: {"1.1": 83.65, "2": 82.23, "3": 81.98}}
@@ -90,36 +93,62 @@ def splits(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: in
 
 
 def config(*, layers: int, optimizer: str, lr: float, p: float | None = None, seed: int = 0,
-           dataset: str = "rotten_tomatoes", max_length: int = 64, width: int = 48, mlp: int | None = None,
-           dropout: float = 0.2, epochs: int = 6, batch_size: int = 100, stop_train_accuracy: float = 0.995,
+           dataset: str = "rotten_tomatoes", max_length: int = 64, train_size: int | None = None,
+           width: int = 48, mlp: int | None = None, dropout: float = 0.2, setup: str = "authors",
+           epochs: int = 600, batch_size: int = 100, stop_train_accuracy: float = 0.995,
            evaluate_on: str = "test", split_seed: int = 0) -> dict[str, Any]:
     """A run config (see the module docstring); heads = layers as in the paper, MLP 4 x width."""
+    check_setup(setup)
+    if train_size is not None and (not isinstance(train_size, int) or train_size < batch_size):
+        raise ValueError(f"train_size must be None (the whole training split) or an integer >= the batch "
+                         f"size {batch_size}, got {train_size!r}")
     if evaluate_on not in ("test", "validation"):
         raise ValueError(f"evaluate_on must be 'test' or 'validation', got {evaluate_on!r}")
     if width % layers:
         raise ValueError(f"width {width} is not divisible by {layers} heads (heads = layers)")
     return {"kind_version": VERSION, "dataset": dataset, "split_seed": split_seed, "max_length": max_length,
+            "train_size": train_size,
             "model": {"width": width, "layers": layers, "heads": layers, "mlp": mlp or 4 * width,
-                      "dropout": dropout},
+                      "dropout": dropout, "setup": setup},
             "optimizer": {"name": optimizer, "lr": float(lr), "p": None if p is None else float(p)},
             "evaluate_on": evaluate_on,
-            "fit": {"epochs": epochs, "batch_size": batch_size, "seed": seed, "loss": "binary",
+            "fit": {"epochs": epochs, "batch_size": batch_size, "seed": seed, "loss": "binary", "reduction": "sum",
                     "stop_train_accuracy": stop_train_accuracy}}
 
 
-def _model(config: Mapping[str, Any]) -> EncoderClassifier:
+def initial_model(config: Mapping[str, Any]) -> EncoderClassifier:
+    """The run's model as initialized (seeded by ``fit.seed``), before any training step."""
+    torch.manual_seed(config["fit"]["seed"])
     return EncoderClassifier(max_length=config["max_length"], **config["model"])
+
+
+def training_subset(dataset: TokenizedDataset, train_size: int | None, seed: int) -> TokenizedDataset:
+    """A seeded, label-stratified subset of ``train_size`` examples (all of them when None)."""
+    if train_size is None or train_size >= len(dataset):
+        return dataset
+    share = train_size / len(dataset)
+    keep = data.stratified_split(dataset.labels.numpy(), {"train": share, "unused": 1 - share}, seed)["train"]
+    return TokenizedDataset([dataset.ids[i].tolist() for i in keep], dataset.labels[keep],
+                            None if dataset.texts is None else [dataset.texts[i] for i in keep])
 
 
 def build(config: Mapping[str, Any]) -> train.Setup:
     """The Setup of a run: the seeded model, its optimizer, train split and the evaluation split."""
     parts = splits(config["dataset"], config["split_seed"], config["max_length"])
-    torch.manual_seed(config["fit"]["seed"])
-    model = _model(config)
+    train_set = training_subset(parts["train"], config["train_size"], config["split_seed"])
+    model = initial_model(config)
     spec = config["optimizer"]
     optimizer = train.make_optimizer(model.parameters(), spec["name"], spec["lr"], spec["p"])
-    lengths = [len(ids) for ids in parts["train"].ids]
-    return train.Setup(model, optimizer, parts["train"], parts[config["evaluate_on"]], collate, lengths)
+    lengths = [len(ids) for ids in train_set.ids]
+    return train.Setup(model, optimizer, train_set, by_length(parts[config["evaluate_on"]]), collate, lengths)
+
+
+def by_length(dataset: TokenizedDataset) -> TokenizedDataset:
+    """The same examples sorted by length (stable): evaluation batches of similar lengths, less padding
+    (accuracy and mean loss do not depend on the order)."""
+    order = sorted(range(len(dataset)), key=lambda i: len(dataset.ids[i]))
+    return TokenizedDataset([dataset.ids[i].tolist() for i in order], dataset.labels[order],
+                            None if dataset.texts is None else [dataset.texts[i] for i in order])
 
 
 def train_run(config: Mapping[str, Any], progress: bool = True) -> runs.RunResult:
@@ -147,7 +176,7 @@ def table_models(layers: int, methods: list[str], seeds: int, *, sweep_lrs: Mapp
 
 def trained_model(result: Mapping[str, Any], config: Mapping[str, Any]) -> EncoderClassifier:
     """The model of a stored run with its final weights, in eval mode."""
-    return train.load_model_state(_model(config), result).eval()
+    return train.load_model_state(initial_model(config), result).eval()
 
 
 def method(key: str) -> tuple[str, float | None]:

@@ -57,6 +57,7 @@ __all__ = ["COLUMNS", "OPTIMIZERS", "Setup", "evaluate", "fit", "load_model_stat
 COLUMNS = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds", "lr"]
 CHECKPOINT = "checkpoint.pt"
 LOSSES = ("binary", "multiclass")
+REDUCTIONS = ("mean", "sum")
 _ORDER, _RNG, _WORKERS = 0, 1, 2  # purposes of the seeds derived from ``seed``
 POOL = 50  # batches per length-sorted pool (``fit(lengths=...)``)
 
@@ -212,7 +213,8 @@ def _forward(model: nn.Module, inputs: Any) -> Tensor:
 
 
 def _loss(logits: Tensor, labels: Tensor, loss: str) -> tuple[Tensor, Tensor]:
-    """The mean loss over the batch and the number of correct predictions."""
+    """The mean loss over the batch and the number of correct predictions (the step's loss is this
+    mean, or with ``fit(reduction="sum")`` the batch's sum)."""
     if not isinstance(logits, Tensor):
         raise TypeError(f"the model must return a tensor of logits, got {type(logits).__name__}")
     if loss == "binary":
@@ -264,7 +266,8 @@ def _evaluate(model: nn.Module, dataset: Dataset, batch_size: int, loss: str, co
 
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, test_set: Dataset | None, *,
         epochs: int, batch_size: int, seed: int, loss: str = "binary", collate_fn: Callable | None = None,
-        stop_train_accuracy: float | None = None, checkpoint: str | os.PathLike | None = None,
+        reduction: str = "mean", stop_train_accuracy: float | None = None,
+        checkpoint: str | os.PathLike | None = None,
         eval_every: int = 1, num_workers: int = 0, progress: bool = True,
         device: str | torch.device | None = None, lengths=None) -> pd.DataFrame:
     """Train ``model`` with ``optimizer`` for up to ``epochs`` epochs; the history, one row per epoch.
@@ -278,6 +281,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
             epoch may be smaller.
         seed: seeds the data order of every epoch and the dropout/augmentation RNGs.
         loss: "binary" (one logit per example, BCE) or "multiclass" ((B, C) logits, cross-entropy).
+        reduction: the step's loss is the batch's "mean" (torch's default) or its "sum" (the authors'
+            sentiment code: ``BCELoss(reduction="sum")``, so their step sizes assume it).
         collate_fn: builds a batch from a list of (inputs, label) (e.g. to pad token ids); default
             torch's default_collate.
         stop_train_accuracy: stop after the first epoch whose training accuracy reaches it (paper: 0.995).
@@ -295,6 +300,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
     """
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     for name, value in (("epochs", epochs), ("batch_size", batch_size), ("eval_every", eval_every)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -318,7 +325,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
 
     model.to(world.device)
     folder = Path(checkpoint) if checkpoint is not None else None
-    settings = {"seed": seed, "batch_size": batch_size, "loss": loss, "train_size": n, "processes": world.size,
+    settings = {"seed": seed, "batch_size": batch_size, "loss": loss, "reduction": reduction, "train_size": n,
+                "processes": world.size,
                 "by_length": lengths is not None}
     state = _load(folder, settings) if folder is not None else None
     history: list[dict] = []
@@ -357,8 +365,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
                 mean, correct = _loss(_forward(net, _to(inputs, world.device)), _to(labels, world.device), loss)
                 optimizer.zero_grad(set_to_none=True)
                 # DDP averages gradients over processes: weight each local mean by its share of the
-                # global batch (1 when the shares are equal), so the step follows the global mean.
-                share = len(indices) * world.size / global_count
+                # global batch (1 when the shares are equal), so the step follows the global mean,
+                # times the global batch size for a summed loss.
+                share = len(indices) * world.size / global_count * (global_count if reduction == "sum" else 1)
                 (mean if share == 1 else mean * share).backward()
                 optimizer.step()
                 sums += torch.stack([mean.detach().double() * len(indices), correct.double()])

@@ -64,11 +64,27 @@ def test_build_seeds_distinct_initializations_and_evaluates_on_the_named_split(f
     first = lambda setup: next(setup.model.parameters()).detach()  # noqa: E731
     assert torch.equal(first(a), first(b)) and not torch.equal(first(a), first(c))
     parts = sentiment.splits("rotten_tomatoes", 0, 16)
-    assert a.test_set is parts["test"] and a.train_set is parts["train"]
-    assert sentiment.build(small(evaluate_on="validation")).test_set is parts["validation"]
+    assert a.train_set is parts["train"]
+    for setup, split in ((a, "test"), (sentiment.build(small(evaluate_on="validation")), "validation")):
+        lengths = [len(x) for x in setup.test_set.ids]  # the named split, sorted by length
+        assert lengths == sorted(lengths) and sorted(setup.test_set.texts) == sorted(parts[split].texts)
     assert a.lengths == [len(x) for x in parts["train"].ids]
     assert all(x[0] == 2 and x[-1] == 3 for x in parts["train"].ids)  # [CLS] ... [SEP] in the fixture vocab
     assert isinstance(a.optimizer, torch.optim.Optimizer) and a.optimizer.defaults["p"] == 1.1
+
+
+def test_training_subset_is_stratified_seeded_and_shared(fixture_data):
+    full = sentiment.splits("rotten_tomatoes", 0, 16)["train"]
+    setup = sentiment.build(small(train_size=4))
+    again = sentiment.build(small(train_size=4, seed=1, optimizer="md", p=2.0))
+    assert len(setup.train_set) == 4 and setup.train_set.texts == again.train_set.texts  # every run: the same
+    assert set(setup.train_set.texts) <= set(full.texts)
+    assert sorted(setup.train_set.labels.tolist()) == [0, 0, 1, 1]  # stratified
+    assert setup.lengths == [len(x) for x in setup.train_set.ids]
+    with pytest.raises(ValueError, match="train_size must be None"):
+        small(train_size=1)
+    with pytest.raises(ValueError, match="unknown setup"):
+        small(setup="bert")
 
 
 def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):

@@ -43,13 +43,16 @@ def test_no_biases_in_blocks_and_kqv_access():
     weights = model.attention_weights()
     assert set(weights) == {"query", "key", "value"}
     assert [w.shape for w in weights["key"]] == [(12, 12), (12, 12)]
-    assert weights["value"][1] is model.blocks[1].attention.value.weight
+    qkv = model.blocks[1].attention.qkv.weight  # fused (3 width, width): queries, keys, values
+    for k, kind in enumerate(("query", "key", "value")):
+        assert weights[kind][1].data_ptr() == qkv[12 * k:12 * (k + 1)].data_ptr()  # views, not copies
 
 
-def test_paper_scale_parameter_count():
-    model = EncoderClassifier(layers=3, heads=3)
+@pytest.mark.parametrize("setup, classifier_bias", [("authors", 0), ("modern", 1)])
+def test_paper_scale_parameter_count(setup, classifier_bias):
+    model = EncoderClassifier(layers=3, heads=3, setup=setup)
     block = 4 * 384 * 384 + 2 * 384 * 1536 + 2 * 384  # q, k, v, out; MLP; two LayerNorm weights
-    expected = 30522 * 384 + 512 * 384 + 3 * block + 384 + 1
+    expected = 30522 * 384 + 512 * 384 + 3 * block + 384 + classifier_bias
     assert sum(p.numel() for p in model.parameters()) == expected
 
 
@@ -65,6 +68,8 @@ def test_dropout_is_active_in_training_only():
 def test_errors():
     with pytest.raises(ValueError, match="divisible"):
         EncoderClassifier(width=10, heads=3)
+    with pytest.raises(ValueError, match="unknown setup 'bert'; choose one of authors, modern"):
+        EncoderClassifier(setup="bert")
     model = small()
     with pytest.raises(ValueError, match="positions"):
         model(torch.zeros(1, 17, dtype=torch.long))
@@ -83,8 +88,9 @@ def test_vision_transformer_shapes_patches_and_weights():
     pictures = torch.randn(2, 3, 8, 8)
     patches = rgb.patchify(pictures)
     assert patches.shape == (2, 4, 48)
-    for k, (row, col) in enumerate([(0, 0), (0, 4), (4, 0), (4, 4)]):  # row-major patches, channel by channel
-        torch.testing.assert_close(patches[:, k], pictures[:, :, row:row + 4, col:col + 4].reshape(2, 48))
+    for k, (row, col) in enumerate([(0, 0), (0, 4), (4, 0), (4, 4)]):  # row-major patches, channels last
+        patch = pictures[:, :, row:row + 4, col:col + 4].permute(0, 2, 3, 1)
+        torch.testing.assert_close(patches[:, k], patch.reshape(2, 48))
     assert [w.shape for w in model.attention_weights()["query"]] == [(16, 16), (16, 16)]
     with pytest.raises(ValueError, match="expected images"):
         model(torch.randn(1, 3, 8, 8))
