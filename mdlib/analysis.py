@@ -2,11 +2,13 @@
 
 - ``cls_attention``: the paper's token score: the last layer's attention row of the [CLS] query,
   averaged over heads and min-max normalized over the sequence's real tokens.
-- ``win_loss_tie`` and ``wilson_interval``: comparing two optimizers' scores on designated tokens.
+- ``win_loss_tie`` and ``wilson_interval``: comparing two optimizers' scores on designated tokens;
+  ``difference_interval``: the difference of two methods' mean accuracies over seeds.
 - ``delete_tokens`` and ``probability_drop``: does the prediction depend on a token? Remove it and
   measure the drop of the predicted class's probability.
 - ``count_above`` and ``magnitude_prune``: the weight-sparsity statistics and global magnitude
-  pruning (no retraining).
+  pruning (no retraining); ``top_share`` and ``effective_density``: scale-free sparsity of a change
+  of weights W - W(0).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["cls_attention", "win_loss_tie", "wilson_interval", "delete_tokens", "probability_drop",
-           "magnitudes", "count_above", "prunable_weights", "magnitude_prune",
+__all__ = ["cls_attention", "win_loss_tie", "wilson_interval", "difference_interval", "delete_tokens", "probability_drop",
+           "magnitudes", "count_above", "top_share", "effective_density", "prunable_weights", "magnitude_prune",
            "pruning_curve"]
 
 
@@ -61,6 +63,25 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
     return centre - half, centre + half
 
 
+def difference_interval(first, second, confidence: float = 0.95) -> tuple[float, float, float]:
+    """mean(first) - mean(second) with Welch's t interval (unequal variances): (difference, low, high).
+    With fewer than two values on a side, or no spread at all, the interval is (NaN, NaN)."""
+    a, b = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("difference_interval needs at least one value on each side")
+    difference = float(a.mean() - b.mean())
+    if min(a.size, b.size) < 2:
+        return difference, math.nan, math.nan
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    if va + vb == 0:
+        return difference, math.nan, math.nan
+    from scipy.stats import t
+
+    dof = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = float(t.ppf(0.5 + confidence / 2, dof) * math.sqrt(va + vb))
+    return difference, difference - half, difference + half
+
+
 def delete_tokens(input_ids: Tensor, attention_mask: Tensor, positions: Tensor, pad_id: int = 0):
     """Remove the token at ``positions[b]`` from sequence b (later tokens move one place left, a pad
     enters at the end). Returns new (input_ids, attention_mask)."""
@@ -98,6 +119,29 @@ def magnitudes(tensors) -> np.ndarray:
 def count_above(tensors, threshold: float = 0.06) -> int:
     """Number of entries with |w| > threshold over the given tensors."""
     return int(sum((w.detach().abs() > threshold).sum().item() for w in tensors))
+
+
+def _flat(tensors) -> Tensor:
+    return torch.cat([w.detach().flatten().double().cpu() for w in tensors])
+
+
+def top_share(tensors, fraction: float = 0.01) -> float:
+    """The share of the squared l2 norm held by the largest ``fraction`` of the entries (at least one),
+    over all the tensors together: 1 for a single nonzero entry, ``fraction`` when all are equal."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    squares = _flat(tensors) ** 2
+    k = max(1, int(round(fraction * squares.numel())))
+    total = squares.sum().item()
+    return squares.topk(k).values.sum().item() / total if total > 0 else math.nan
+
+
+def effective_density(tensors) -> float:
+    """||x||_1^2 / (n ||x||_2^2) of all entries x together: 1 when every entry has the same magnitude,
+    1/n for a single nonzero entry (a scale-free share of entries in use)."""
+    x = _flat(tensors)
+    squares = (x ** 2).sum().item()
+    return x.abs().sum().item() ** 2 / (x.numel() * squares) if squares > 0 else math.nan
 
 
 def prunable_weights(model: nn.Module) -> list[tuple[str, nn.Parameter]]:

@@ -5,7 +5,6 @@ A run config (a plain dict, hashed by the results store) names everything that c
     {"dataset": "rotten_tomatoes", "split_seed": 0, "max_length": 64, "train_size": 1000,
      "model": {"width": 48, "layers": 3, "heads": 3, "mlp": 192, "dropout": 0.2, "setup": "authors"},
      "optimizer": {"name": "md", "lr": 8e-4, "p": 1.1},
-     "evaluate_on": "test",                      # or "validation" (step-size sweeps)
      "fit": {"epochs": 600, "batch_size": 100, "seed": 0, "loss": "binary", "reduction": "sum",
              "stop_train_accuracy": 0.995}}
 
@@ -19,6 +18,7 @@ the store) and keeps the final weights; ``trained_model(result, config)`` rebuil
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -30,10 +30,10 @@ from torch.utils.data import Dataset
 from mdlib import analysis, data, paths, runs, train
 from mdlib.models import EncoderClassifier, check_setup
 
-__all__ = ["KIND", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "TokenizedDataset", "attention_scores", "build",
-           "collate", "config", "deletion_drops", "designated_positions", "encode", "grid",
-           "lexicon_pivots", "method", "method_key", "pad", "pivotal_sentences", "splits", "sweep",
-           "table_models", "table_step_sizes", "tokens", "train_run", "train_runs", "trained_model"]
+__all__ = ["ADAM_STEP", "KIND", "PAPER_EPOCHS_TO_STOP", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "Table", "TokenizedDataset", "attention_scores",
+           "build", "by_length", "choose", "collate", "config", "deletion_drops", "designated_positions", "encode",
+           "initial_model", "lexicon_pivots", "method", "method_key", "pad", "pivotal_sentences", "reference_step",
+           "splits", "table", "tokens", "train_run", "train_runs", "trained_model", "training_subset"]
 
 KIND = "e4-sentiment"
 #: Bumped when a change of this module changes the numbers of a run with the same config.
@@ -41,6 +41,11 @@ VERSION = 2
 #: The paper's Table 1 (IMDb, best test accuracy %, mean of the authors' runs): layers -> method -> value.
 PAPER_TABLE_1 = {3: {"1.1": 83.47, "2": 81.66, "3": 82.57}, 4: {"1.1": 83.36, "2": 81.05, "3": 82.40},
                  6: {"1.1": 83.65, "2": 82.23, "3": 81.98}}
+#: Adam's reference step size (torch's default), for Adam as an extra column.
+ADAM_STEP = 1e-3
+#: Epochs to the stop rule in the authors' runs (their test_acc notebook, mean of 10): layers -> method -> epochs.
+PAPER_EPOCHS_TO_STOP = {3: {"1.1": 72, "2": 80, "3": 162}, 4: {"1.1": 87, "2": 88, "3": 135},
+                        6: {"1.1": 150, "2": 58, "3": 95}}
 #: The paper's step sizes for IMDb (PAPER.md, E4): layers -> method key -> lr.
 PAPER_STEP_SIZES = {3: {"1.1": 8e-4, "2": 4e-4, "3": 4e-6}, 4: {"1.1": 6e-4, "2": 4e-4, "3": 6e-6},
                     6: {"1.1": 1e-3, "2": 1e-3, "3": 1e-5}}
@@ -96,14 +101,12 @@ def config(*, layers: int, optimizer: str, lr: float, p: float | None = None, se
            dataset: str = "rotten_tomatoes", max_length: int = 64, train_size: int | None = None,
            width: int = 48, mlp: int | None = None, dropout: float = 0.2, setup: str = "authors",
            epochs: int = 600, batch_size: int = 100, stop_train_accuracy: float = 0.995,
-           evaluate_on: str = "test", split_seed: int = 0) -> dict[str, Any]:
+           split_seed: int = 0) -> dict[str, Any]:
     """A run config (see the module docstring); heads = layers as in the paper, MLP 4 x width."""
     check_setup(setup)
     if train_size is not None and (not isinstance(train_size, int) or train_size < batch_size):
         raise ValueError(f"train_size must be None (the whole training split) or an integer >= the batch "
                          f"size {batch_size}, got {train_size!r}")
-    if evaluate_on not in ("test", "validation"):
-        raise ValueError(f"evaluate_on must be 'test' or 'validation', got {evaluate_on!r}")
     if width % layers:
         raise ValueError(f"width {width} is not divisible by {layers} heads (heads = layers)")
     return {"kind_version": VERSION, "dataset": dataset, "split_seed": split_seed, "max_length": max_length,
@@ -111,7 +114,6 @@ def config(*, layers: int, optimizer: str, lr: float, p: float | None = None, se
             "model": {"width": width, "layers": layers, "heads": layers, "mlp": mlp or 4 * width,
                       "dropout": dropout, "setup": setup},
             "optimizer": {"name": optimizer, "lr": float(lr), "p": None if p is None else float(p)},
-            "evaluate_on": evaluate_on,
             "fit": {"epochs": epochs, "batch_size": batch_size, "seed": seed, "loss": "binary", "reduction": "sum",
                     "stop_train_accuracy": stop_train_accuracy}}
 
@@ -133,14 +135,16 @@ def training_subset(dataset: TokenizedDataset, train_size: int | None, seed: int
 
 
 def build(config: Mapping[str, Any]) -> train.Setup:
-    """The Setup of a run: the seeded model, its optimizer, train split and the evaluation split."""
+    """The Setup of a run: the seeded model, its optimizer, the training (sub)set, the test split
+(evaluated after every epoch) and the validation split (evaluated once, at the end)."""
     parts = splits(config["dataset"], config["split_seed"], config["max_length"])
     train_set = training_subset(parts["train"], config["train_size"], config["split_seed"])
     model = initial_model(config)
     spec = config["optimizer"]
     optimizer = train.make_optimizer(model.parameters(), spec["name"], spec["lr"], spec["p"])
     lengths = [len(ids) for ids in train_set.ids]
-    return train.Setup(model, optimizer, train_set, by_length(parts[config["evaluate_on"]]), collate, lengths)
+    return train.Setup(model, optimizer, train_set, by_length(parts["test"]), collate, lengths,
+                       final_evaluations={"validation": by_length(parts["validation"])})
 
 
 def by_length(dataset: TokenizedDataset) -> TokenizedDataset:
@@ -161,17 +165,6 @@ def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: boo
     """``train_run`` for each config, the missing ones ``workers`` at a time (None for a run that
     raised one of ``skip``)."""
     return train.run_many(KIND, configs, build, extras=train.model_state, workers=workers, skip=skip, progress=progress)
-
-
-def table_models(layers: int, methods: list[str], seeds: int, *, sweep_lrs: Mapping[str, list[float]],
-                 sweep_layers: int, step_sizes: str = "sweep", workers: int = 1, **settings):
-    """The trained models of one Table 1 row, as chapter 04 trains them (read back from the store, or
-    trained when missing): {(method, seed): model}, and {(method, seed): config}."""
-    _, chosen = sweep(sweep_lrs, workers=workers, layers=sweep_layers, **settings)
-    lrs = table_step_sizes([layers], methods, chosen, step_sizes)
-    configs, results, _ = grid(lrs, seeds, workers=workers, **settings)
-    keys = [(method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"]) for c in configs]
-    return ({k: trained_model(r, c) for k, c, r in zip(keys, configs, results)}, dict(zip(keys, configs)))
 
 
 def trained_model(result: Mapping[str, Any], config: Mapping[str, Any]) -> EncoderClassifier:
@@ -208,47 +201,106 @@ def _history_table(configs: list[Mapping[str, Any]], results: list[Mapping[str, 
     return pd.concat(frames, ignore_index=True)
 
 
-def sweep(lrs: Mapping[str, list[float]], *, workers: int = 1, **settings) -> tuple[pd.DataFrame, dict[str, float]]:
-    """The step-size sweep on the validation split: one run per (method, lr) with ``config(**settings,
-    evaluate_on="validation")``. Returns (per (method, lr): best and last validation accuracy, NaN for
-    a run mirror descent stopped as diverging), {method: the lr with the best validation accuracy (ties:
-    the smaller lr)}. The test split is never used."""
-    configs = [config(optimizer=method(key)[0], p=method(key)[1], lr=lr, evaluate_on="validation", **settings)
-               for key, values in lrs.items() for lr in values]
-    results = train_runs(configs, workers, skip=(FloatingPointError,))
-    done = [(c, r) for c, r in zip(configs, results) if r is not None]
-    history = _history_table(*zip(*done)) if done else pd.DataFrame(columns=["method", "lr", "test_accuracy", "epoch"])
-    table = (history.groupby(["method", "lr"], sort=False)
-             .agg(best_validation=("test_accuracy", "max"), last_validation=("test_accuracy", "last"),
-                  epochs=("epoch", "max")).reset_index())
-    diverged = [{"method": method_key(c["optimizer"]["name"], c["optimizer"]["p"]), "lr": c["optimizer"]["lr"]}
-                for c, r in zip(configs, results) if r is None]
-    table = pd.concat([table, pd.DataFrame(diverged)], ignore_index=True) if diverged else table
-    order = {(k, lr): i for i, (k, values) in enumerate(lrs.items()) for lr in values}
-    table = table.assign(order=[order[k, lr] for k, lr in zip(table.method, table.lr)]).sort_values("order")
-    chosen = train.choose_step_sizes(table, "best_validation", "method")
-    return table.drop(columns="order").reset_index(drop=True), chosen
+def reference_step(layers: int, key: str) -> float:
+    """The step size a method's multiples refer to: the paper's (PAPER_STEP_SIZES) for the l_p methods
+    of Table 1, ADAM_STEP for Adam."""
+    if key == "adam":
+        return ADAM_STEP
+    if key not in PAPER_STEP_SIZES.get(layers, {}):
+        raise ValueError(f"no reference step size for method {key!r} at {layers} layers: the paper's table has "
+                         f"{sorted(PAPER_STEP_SIZES)} layers and methods {sorted(PAPER_STEP_SIZES[3])}, plus 'adam'")
+    return PAPER_STEP_SIZES[layers][key]
 
 
-def table_step_sizes(layers: list[int], methods: list[str], chosen: Mapping[str, float], source: str = "sweep"):
-    """{layers: {method: lr}}: the sweep's ``chosen`` lr for every depth, or with ``source="paper"``
-    the paper's table for the l_p methods it covers (``chosen`` for the others, e.g. Adam)."""
-    if source not in ("sweep", "paper"):
-        raise ValueError(f"step sizes come from 'sweep' or 'paper', got {source!r}")
-    table = PAPER_STEP_SIZES if source == "paper" else {}
-    missing = [k for k in methods if k not in chosen and any(k not in table.get(L, {}) for L in layers)]
+@dataclass
+class Table:
+    """The runs of a Table 1 grid (``table``): every candidate step size at seed 0, the chosen one at
+    every seed.
+
+    ``runs``: one row per run: layers, method, multiple (of the reference step), lr, seed, epochs,
+    reached (training accuracy >= the stop rule), train_accuracy (last epoch), best_test and last_test
+    (test accuracy, best over epochs and at the last epoch), validation (at the end), chosen, diverged
+    (a run mirror descent refused as overflowing: NaN results). ``history``: one row per (chosen run,
+    epoch). ``chosen``: {(layers, method): multiple}. ``configs``/``results``: the chosen runs'.
+    """
+
+    runs: pd.DataFrame
+    history: pd.DataFrame
+    chosen: dict[tuple[int, str], float]
+    configs: list[dict[str, Any]]
+    results: list[runs.RunResult]
+
+    def models(self) -> dict[tuple[int, str, int], EncoderClassifier]:
+        """{(layers, method, seed): trained model} of the chosen runs, in eval mode."""
+        return {_cell(c) + (c["fit"]["seed"],): trained_model(r, c) for c, r in zip(self.configs, self.results)}
+
+
+def _cell(config: Mapping[str, Any]) -> tuple[int, str]:
+    return config["model"]["layers"], method_key(config["optimizer"]["name"], config["optimizer"]["p"])
+
+
+def _summary(config: Mapping[str, Any], result: Mapping[str, Any] | None, multiple: float) -> dict[str, Any]:
+    layers, key = _cell(config)
+    row = {"layers": layers, "method": key, "multiple": multiple, "lr": config["optimizer"]["lr"],
+           "seed": config["fit"]["seed"], "diverged": result is None}
+    if result is None:
+        return row | {"reached": False}
+    h = result["history"]
+    return row | {"epochs": int(h.epoch.max()), "train_accuracy": float(h.train_accuracy.iloc[-1]),
+                  "reached": bool(h.train_accuracy.iloc[-1] >= config["fit"]["stop_train_accuracy"]),
+                  "best_test": float(h.test_accuracy.max()), "last_test": float(h.test_accuracy.iloc[-1]),
+                  "validation": float(result["validation_accuracy"])}
+
+
+def choose(candidates: pd.DataFrame) -> float:
+    """The chosen multiple among one cell's seed-0 candidates (``Table.runs`` rows): runs that reached
+    the stop rule before those that did not, then the higher validation accuracy at the end, then the
+    smaller step. Diverged candidates are never chosen."""
+    finished = candidates[~candidates.diverged]
+    if finished.empty:
+        cell = candidates.iloc[0]
+        raise ValueError(f"every candidate step size diverged for {cell.method} at {cell.layers} layers "
+                         f"(multiples {sorted(candidates.multiple)}): try smaller ones")
+    ranked = finished.sort_values(["reached", "validation", "lr"], ascending=[False, False, True])
+    return float(ranked.multiple.iloc[0])
+
+
+def table(*, layers: list[int], methods: list[str], seeds: int, multiples: Mapping[str, list[float]],
+          workers: int = 1, progress: bool = True, **settings) -> Table:
+    """Table 1's runs: for every (layers, method), seed 0 at each step size ``multiples[method]`` times
+    the reference step (``reference_step``); the validation split chooses one (``choose``: at the
+    stop rule); seeds 1..seeds-1 run at the chosen step. Every run evaluates the test split after each
+    epoch (the paper's "best test accuracy over epochs") and the validation split once, at the end;
+    the test split plays no part in the choice. ``settings``: the rest of ``config``'s arguments."""
+    missing = [k for k in methods if k not in multiples]
     if missing:
-        raise ValueError(f"no step size for {missing}: add candidates for them to the sweep")
-    return {L: {k: table.get(L, {}).get(k, chosen.get(k)) for k in methods} for L in layers}
+        raise ValueError(f"no step-size multiples for {missing}: give each method a list in multiples")
 
+    def make(L, key, multiple, seed):
+        name, p = method(key)
+        return config(layers=L, optimizer=name, p=p, lr=multiple * reference_step(L, key), seed=seed, **settings)
 
-def grid(lrs: Mapping[int, Mapping[str, float]], seeds: int, *, workers: int = 1, **settings):
-    """Every (layers, method, seed) run of Table 1: ``lrs[layers][method]`` the step size, seeds 0 ..
-    seeds-1 (distinct initializations). Returns (configs, results, history table)."""
-    configs = [config(layers=layers, optimizer=method(key)[0], p=method(key)[1], lr=lr, seed=seed, **settings)
-               for layers, by_method in lrs.items() for key, lr in by_method.items() for seed in range(seeds)]
-    results = train_runs(configs, workers)
-    return configs, results, _history_table(configs, results)
+    first = [(L, key, m) for L in layers for key in methods for m in multiples[key]]
+    configs = [make(L, key, m, 0) for L, key, m in first]
+    results = train_runs(configs, workers, skip=(FloatingPointError,), progress=progress)
+    candidates = pd.DataFrame([_summary(c, r, m) for c, r, (_, _, m) in zip(configs, results, first)])
+    chosen = {(L, key): choose(candidates[(candidates.layers == L) & (candidates.method == key)])
+              for L in layers for key in methods}
+    rest = [(L, key, chosen[L, key], seed) for L in layers for key in methods for seed in range(1, seeds)]
+    more = [make(*item) for item in rest]
+    more_results = train_runs(more, workers, progress=progress)
+    table_runs = pd.concat([candidates, pd.DataFrame([_summary(c, r, item[2]) for c, r, item in
+                                                      zip(more, more_results, rest)])], ignore_index=True)
+    table_runs["chosen"] = [chosen[L, k] == m for L, k, m in zip(table_runs.layers, table_runs.method,
+                                                                   table_runs.multiple)]
+    order = {cell: i for i, cell in enumerate((L, k) for L in layers for k in methods)}
+    table_runs = (table_runs.assign(order=[order[cell] for cell in zip(table_runs.layers, table_runs.method)])
+                  .sort_values(["order", "seed", "multiple"], kind="stable").drop(columns="order"))
+    keep = [(c, r) for c, r, (L, k, m) in zip(configs, results, first) if chosen[L, k] == m]
+    keep = sorted(keep + list(zip(more, more_results)), key=lambda cr: (order[_cell(cr[0])], cr[0]["fit"]["seed"]))
+    kept_configs, kept_results = [c for c, _ in keep], [r for _, r in keep]
+    return Table(table_runs.reset_index(drop=True), _history_table(kept_configs, kept_results), chosen,
+                 kept_configs, kept_results)
 
 
 # --- token selection (E5) -------------------------------------------------------------------------

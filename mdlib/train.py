@@ -35,6 +35,7 @@ import random
 import shutil
 import tempfile
 import time
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -413,6 +414,8 @@ class Setup:
     test_set: Dataset | None = None
     collate_fn: Callable | None = None
     lengths: Any = None  #: per-example lengths of train_set, to batch similar lengths (fit's ``lengths``)
+    #: datasets evaluated once, after training: ``run`` stores ``<name>_loss`` and ``<name>_accuracy``
+    final_evaluations: Mapping[str, Dataset] = dataclasses.field(default_factory=dict)
 
 
 def run(kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Setup], *,
@@ -424,7 +427,8 @@ def run(kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]
     arguments (epochs, batch_size, seed, loss, stop_train_accuracy, eval_every). On a miss,
     ``build(config)`` makes the ``Setup``, ``fit`` trains it with checkpoints in
     ``<build>/checkpoints/<kind>/<key>/`` (so an interrupted run resumes), and the store keeps
-    ``history`` (the DataFrame ``fit`` returns) plus whatever ``extras(trained_model)`` returns (arrays,
+    ``history`` (the DataFrame ``fit`` returns), the loss and accuracy of the trained model on each of
+    the Setup's ``final_evaluations``, plus whatever ``extras(trained_model)`` returns (arrays,
     DataFrames or JSON values, e.g. ``model_state(model)``); the checkpoint is deleted once stored.
     Under torchrun every process trains, rank 0 stores, and all return the stored result.
     """
@@ -443,6 +447,10 @@ def run(kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]
         if world.rank != 0:
             return {}
         result = {"history": history}
+        for name, dataset in setup.final_evaluations.items():
+            result[f"{name}_loss"], result[f"{name}_accuracy"] = evaluate(
+                setup.model, dataset, batch_size=config["fit"]["batch_size"], loss=config["fit"].get("loss", "binary"),
+                collate_fn=setup.collate_fn, device=world.device)
         for name, value in (extras(setup.model) if extras is not None else {}).items():
             if name in result:
                 raise ValueError(f"extras() returned {name!r}, a name run() already uses")

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from mdlib import data, train
-from mdlib.models import VisionTransformer
+from mdlib.models import VisionTransformer, check_setup
 
 __all__ = ["DATASETS", "run_config", "image_sets", "split_indices", "make_model", "build", "trained_model"]
 
@@ -33,14 +33,16 @@ DATASETS = {"fashion_mnist": (1, 10, 28), "cifar10": (3, 10, 32), "cifar100": (3
 def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = None, seed: int, epochs: int,
                model: Mapping[str, Any], image_size: int | None = None, train_size: int | None = None,
                validation: int = 0, data_seed: int = 0, batch_size: int = 100, eval_every: int = 1,
-               root: str | None = None) -> dict[str, Any]:
-    """The config of one E7 run (every setting that changes its numbers), for ``train.run``."""
+               root: str | None = None, setup: str = "authors") -> dict[str, Any]:
+    """The config of one E7 run (every setting that changes its numbers), for ``train.run``.
+    ``setup``: the model's initialization (``VisionTransformer``): the authors' or "modern"."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
-    return {"version": 1,
+    check_setup(setup)
+    return {"version": 2,
             "data": {"dataset": dataset, "image_size": image_size or DATASETS[dataset][2], "train_size": train_size,
                      "validation": validation, "seed": data_seed, "root": root},
-            "model": dict(model),
+            "model": dict(model) | {"setup": setup},
             "optimizer": {"name": optimizer, "lr": lr, "p": p},
             "fit": {"epochs": epochs, "batch_size": batch_size, "seed": seed, "loss": "multiclass",
                     "eval_every": eval_every}}

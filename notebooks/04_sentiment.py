@@ -26,33 +26,45 @@
 # | 6 | 83.65 | 82.23 | 81.98 |
 #
 # with standard deviations of 0.1-0.2 points: $\ell_{1.1}$ beats GD by 1.81, 2.31 and 1.43 points.
-# (These are the outputs of the authors' code, which reused one initialization for all ten runs of
-# a cell.) The model: token and learned position embeddings, post-LN blocks without biases, GELU MLP
-# of four times the width, dropout 0.2, padding masked, a linear classifier on the [CLS] token; batch
-# 100, binary cross-entropy, training until the training accuracy reaches 99.5 %.
+# Every run trains until its training accuracy reaches 99.5 %; in the authors' runs that took on
+# average 72 / 87 / 150 epochs for $\ell_{1.1}$, 80 / 88 / 58 for GD and 162 / 135 / 95 for $\ell_3$
+# (3 / 4 / 6 layers, 250 steps an epoch). (These are the outputs of the authors' code, whose ten runs
+# of a cell shared one initialization; its re-run notebook reports 82.57 / 81.03 / 80.65 at 6 layers.)
 #
-# **What we run.** The same model and training rule, with three changes that we state rather than
-# hide: distinct initializations per seed; step sizes chosen per method by a sweep on a validation
-# split (never on test), unless the profile asks for the paper's; and Adam as an extra, clearly marked
-# column, the optimizer practitioners would use. The default profile runs offline on the Rotten
-# Tomatoes sentences (section 6 of the spec; 8,455 / 1,056 / 1,057 stratified train / validation /
-# test sentences, see `data/README.md`) at a CPU-sized scale given below; the `paper` profile runs
-# IMDb with the paper's architecture and step sizes.
+# **What we run: the authors' setup.** The model and the training rule as the authors' public code
+# runs them (the spec's section 5a): token and position embeddings drawn $N(0, 1)$, torch's default
+# uniform initialization of every matrix (bound $1/\sqrt{\text{fan in}}$), post-LN blocks without
+# biases, dropout 0.2 on the attention probabilities and on both residual branches, a classifier
+# without bias on the [CLS] token; binary cross-entropy **summed** over the batch of 100 (the
+# paper's step sizes assume the sum); plain mirror descent on every parameter; training stops after
+# the first epoch whose running training accuracy (dropout on) reaches 99.5 %. Mirror descent is
+# not scale-invariant (an entry $w$ moves by about $\eta\, g\, |w|^{2-p}/(p-1)$), so these choices
+# decide which layers move and how fast: they are part of the replication. Three things differ, and
+# we state them: distinct initializations per seed; step sizes chosen per method among multiples
+# of the paper's, by the validation accuracy at the stop rule (never by test); and training batches
+# of similar lengths (the same random examples per epoch, less padding). The default profile runs
+# offline on a seeded subset of the Rotten Tomatoes sentences (the spec's section 6; test and
+# validation splits of 1,057 and 1,056 sentences) with a narrower model, sized so that every run
+# reaches the stop rule on two CPU cores; the `paper` profile runs IMDb at the paper's scale and step
+# sizes. Last, an ablation the paper does not have: the same comparison from the initialization
+# this project used before (`setup="modern"`), to ask whether the result depends on it.
 
 # %% tags=["parameters"]
 profile = "default"  # the params/ profile that produced this page (set by the pipeline)
 dataset = "rotten_tomatoes"  # "rotten_tomatoes" (offline) or "imdb" (internet)
-max_length = 64  # WordPiece tokens per text, [CLS] and [SEP] included (covers 99.5 % of the sentences)
-width = 48  # model width (paper: 384); the MLP is 4 x width
-layers = [3, 4, 6]  # numbers of layers (and heads) of the rows of Table 1
-methods = ["1.1", "2", "3", "adam"]  # l_p exponents of mirror descent ("2" is GD), and "adam" (extra)
+max_length = 64  # WordPiece tokens per text, [CLS] and [SEP] included (covers 99.9 % of the sentences)
+train_size = 1000  # training sentences (a seeded, stratified subset; None: the whole training split)
+width = 24  # model width (paper: 384); the MLP is 4 x width
+layers = [3]  # numbers of layers (and heads) of the rows of Table 1 (paper: [3, 4, 6])
+methods = ["1.1", "2", "3"]  # l_p exponents of mirror descent ("2" is GD); "adam" adds Adam as an extra column
 seeds = 3  # runs per cell, seeds 0..seeds-1: distinct initializations, data orders and dropout
-epochs = 8  # most epochs per run (training also stops at 99.5 % training accuracy)
-step_sizes = "sweep"  # "sweep": every method's step size from the validation sweep; "paper": the paper's table for l_p
-sweep_lrs = {"1.1": [0.03, 0.1, 0.3], "2": [0.03, 0.1, 0.3], "3": [0.001, 0.003, 0.01], "adam": [0.0003, 0.001, 0.003]}  # candidates
-sweep_layers = 3  # layers of the sweep's model (one seed, the same epochs, evaluated on validation)
-long_epochs = 24  # the longer comparison: most epochs of l_1.1 and GD at sweep_layers layers
-long_seeds = 2  # seeds of the longer comparison
+epochs = 600  # most epochs per run; a run stops at 99.5 % training accuracy
+setup = "authors"  # initialization: "authors" (the replication) or "modern"
+step_multiples = {"1.1": [1, 3], "2": [3, 10], "3": [3, 10]}  # candidate step sizes, as multiples of the paper's (Adam: of 1e-3)
+ablation_setup = "modern"  # the ablation's initialization ("" for no ablation)
+ablation_methods = ["1.1", "2"]  # methods of the ablation (at the first depth of layers)
+ablation_seeds = 2  # seeds of the ablation
+ablation_multiples = {"1.1": [3], "2": [3]}  # the ablation's candidate step multiples
 workers = 2  # runs trained at once, one CPU thread each (use 1 on a GPU)
 
 # %% tags=["remove-stderr"]
@@ -62,166 +74,199 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 from myst_nb import glue
 
-from mdlib import plots, sentiment
+from mdlib import analysis, plots, sentiment
 
 plots.set_theme()
-settings = dict(dataset=dataset, max_length=max_length, width=width, epochs=epochs)
-sweep_table, chosen = sentiment.sweep(sweep_lrs, workers=workers, layers=sweep_layers, **settings)
-lrs = sentiment.table_step_sizes(layers, methods, chosen, step_sizes)
-configs, results, history = sentiment.grid(lrs, seeds, workers=workers, **settings)
-print(f"profile={profile}: {dataset}, width {width}, layers {layers}, {seeds} seeds, <= {epochs} epochs, "
-      f"step sizes ({step_sizes}): {lrs}")
+settings = dict(dataset=dataset, max_length=max_length, train_size=train_size, width=width, epochs=epochs)
+grid = sentiment.table(layers=layers, methods=methods, seeds=seeds, multiples=step_multiples, workers=workers,
+                       setup=setup, **settings)
+print(f"profile={profile}: {dataset} ({train_size or 'all'} training texts), width {width}, layers {layers}, "
+      f"{seeds} seeds, <= {epochs} epochs, setup {setup!r}")
+label = {key: plots.method_label(*sentiment.method(key)) for key in methods}
+text = {key: plots.method_text(*sentiment.method(key)) for key in methods}
 
 # %% [markdown]
 # ## Step sizes
 #
-# Each method's step size is the candidate with the best validation accuracy (over the epochs) of a
-# single run of the smallest model; the test split plays no part. The same step size then serves
-# every depth. The sweep's table is saved as `_build/results/table-sentiment-sweep.csv`.
+# For every depth and method, seed 0 trains at each candidate step size (a multiple of the paper's).
+# The candidate chosen is the one that reached the stop rule with the best validation accuracy at
+# the end (ties: the smaller step); the test split plays no part. The other seeds then train at the
+# chosen step. Saved as `_build/results/table-sentiment-steps.csv`.
 
 # %% tags=["hide-input"]
-shown = sweep_table.assign(method=[plots.method_label(*sentiment.method(k)) for k in sweep_table.method],
-                           chosen=[lr == chosen[k] for k, lr in zip(sweep_table.method, sweep_table.lr)])
-plots.save_table(sweep_table.assign(chosen=shown.chosen), "table-sentiment-sweep", styled=shown.style.format(
-    {"lr": "{:g}", "best_validation": "{:.2%}", "last_validation": "{:.2%}"}).hide(axis="index"))
+steps = grid.runs[grid.runs.seed == 0]
+shown = pd.DataFrame({
+    "layers": steps.layers, "method": [label[k] for k in steps.method], "× paper": steps.multiple,
+    "lr": [f"{lr:.3g}" for lr in steps.lr],
+    "epochs": ["diverged" if d else f"{e:.0f}" for d, e in zip(steps.diverged, steps.epochs)],
+    "training acc.": [f"{a:.1%}" if a == a else "–" for a in steps.train_accuracy],
+    "validation acc.": [f"{a:.1%}" if a == a else "–" for a in steps.validation],
+    "chosen": ["✓" if c else "" for c in steps.chosen]})
+plots.save_table(steps, "table-sentiment-steps", styled=shown.style.hide(axis="index"))
 
 # %% [markdown]
-# ```{glue:figure} table-sentiment-sweep
-# :name: table-sentiment-sweep
+# ```{glue:figure} table-sentiment-steps
+# :name: table-sentiment-steps
 #
-# The validation sweep: best and last validation accuracy of each candidate step size, and the
-# chosen one (`chosen`).
+# The step-size choice (seed 0): epochs to the stop rule (or the cap), the training accuracy of the
+# last epoch, the validation accuracy at the end, and the chosen multiple.
 # ```
 #
 # ## Table 1
 
 # %% tags=["hide-input"]
-final = history.groupby(["layers", "method", "seed"], sort=False).agg(
-    best_test=("test_accuracy", "max"), last_test=("test_accuracy", "last"), epochs=("epoch", "max"),
-    train=("train_accuracy", "last")).reset_index()
-cells = final.groupby(["layers", "method"], sort=False).agg(
+paper, paper_epochs = sentiment.PAPER_TABLE_1, sentiment.PAPER_EPOCHS_TO_STOP
+chosen_runs = grid.runs[grid.runs.chosen]
+cells = chosen_runs.groupby(["layers", "method"], sort=False).agg(
     mean=("best_test", "mean"), std=("best_test", "std"), last=("last_test", "mean"), epochs=("epochs", "mean"),
-    train=("train", "mean"), runs=("seed", "count")).reset_index()
-paper = sentiment.PAPER_TABLE_1
+    reached=("reached", "sum"), runs=("seed", "count"), multiple=("multiple", "first")).reset_index()
 rows = []
 for L in layers:
     row = {"layers": L}
     for key in methods:
         cell = cells[(cells.layers == L) & (cells.method == key)].iloc[0]
-        name = plots.method_label(*sentiment.method(key)) + (" [extra]" if key == "adam" else "")
+        name = label[key] + (" [extra]" if key == "adam" else "")
         row[name] = f"{100 * cell['mean']:.2f} ± {100 * cell['std']:.2f}"
+        row[f"{name} epochs"] = f"{cell['epochs']:.0f} ({cell['reached']}/{cell['runs']})"
         glue(f"t1-{L}-{key}", float(100 * cell["mean"]), display=False)
     for key in ("1.1", "2", "3"):
-        row[f"paper {plots.method_label(*sentiment.method(key))}"] = f"{paper[L][key]:.2f}" if L in paper else "–"
+        row[f"paper {label[key]}"] = (f"{paper[L][key]:.2f} ({paper_epochs[L][key]} ep.)" if L in paper else "–")
     rows.append(row)
 table1 = pd.DataFrame(rows)
-plots.save_table(cells.assign(paper=[paper.get(L, {}).get(k, np.nan) for L, k in zip(cells.layers, cells.method)]),
+plots.save_table(cells.assign(paper=[paper.get(L, {}).get(k, np.nan) for L, k in zip(cells.layers, cells.method)],
+                              paper_epochs=[paper_epochs.get(L, {}).get(k, np.nan) for L, k in zip(cells.layers, cells.method)]),
                  "table-1", styled=table1.style.hide(axis="index"))
 
+reached, total = int(chosen_runs.reached.sum()), len(chosen_runs)
+glue("t1-reached", f"{reached} of {total}", display=False)
+glue("t1-epochs", "; ".join(f"{text[k]} {cells[(cells.layers == L) & (cells.method == k)].epochs.iloc[0]:.0f}"
+                            for L in layers for k in methods), display=False)
+glue("t1-data", f"{dataset}, {train_size or 'all'} training texts, width {width}, {seeds} seeds, "
+                f"at most {epochs} epochs", display=False)
 mean = cells.set_index(["layers", "method"])["mean"]
-md_keys = [k for k in methods if k != "adam"]
-best = {L: max(md_keys, key=lambda k: mean[L, k]) for L in layers}
-glue("t1-best", "; ".join(f"{plots.method_text(*sentiment.method(best[L]))} at {L} layers" for L in layers),
+lp_keys = [k for k in methods if k != "adam"]
+glue("t1-best", "; ".join(f"{text[max(lp_keys, key=lambda k: mean[L, k])]} at {L} layers" for L in layers),
      display=False)
-gaps = " / ".join(f"{100 * (mean[L, '1.1'] - mean[L, '2']):+.2f}" for L in layers) if {"1.1", "2"} <= set(methods) else "n/a"
-glue("t1-gaps", gaps, display=False)
-glue("t1-layers", " / ".join(map(str, layers)), display=False)
-glue("t1-data", f"{dataset}, width {width}, {seeds} seeds, at most {epochs} epochs", display=False)
-glue("t1-adam", " / ".join(f"{100 * mean[L, 'adam']:.2f}" for L in layers) if "adam" in methods else "n/a",
-     display=False)
+gaps = []
+for L in layers:
+    if {"1.1", "2"} <= set(methods):
+        by = lambda k: chosen_runs[(chosen_runs.layers == L) & (chosen_runs.method == k)].best_test  # noqa: E731
+        d, low, high = analysis.difference_interval(100 * by("1.1"), 100 * by("2"))
+        gaps.append(f"{d:+.2f} [{low:+.2f}, {high:+.2f}] at {L} layers" if low == low else f"{d:+.2f} at {L} layers")
+glue("t1-gaps", "; ".join(gaps) or "not measured", display=False)
 
 # %% [markdown]
 # ```{glue:figure} table-1
 # :name: table-1
 #
-# Table 1: best test accuracy over epochs (%), mean ± standard deviation over seeds, next to the
-# paper's IMDb numbers. Adam is an extra column, not in the paper. Per-cell numbers (also the last
-# epoch's accuracy and the epochs run): `_build/results/table-1.csv`.
+# Table 1: best test accuracy over epochs (%), mean ± standard deviation over seeds, with the mean
+# number of epochs to the stop rule (and how many runs reached it), next to the paper's IMDb numbers
+# and the authors' epochs to the stop. Per cell (also the last epoch's accuracy):
+# `_build/results/table-1.csv`; per run: `_build/results/table-sentiment-runs.csv`.
 # ```
 
 # %% tags=["hide-input"]
+plots.save_table(grid.runs, "table-sentiment-runs", glue=False)
+
+
 def plot_curves(ax, history, keys):
-    """Test accuracy (mean, band: one std over seeds) and training accuracy (dotted) per method."""
+    """Test accuracy (mean, band: one std over seeds, while every seed still runs) and training
+    accuracy (dotted, mean) per method."""
     for key in keys:
         runs_ = history[history.method == key]
-        curve = runs_.groupby("epoch")["test_accuracy"].agg(["mean", "std"]).reset_index()
-        train_curve = runs_.groupby("epoch")["train_accuracy"].mean()
+        alive = runs_.groupby("epoch")["seed"].count() == runs_.seed.nunique()
+        curve = runs_.groupby("epoch")["test_accuracy"].agg(["mean", "std"])[alive].reset_index()
+        train_curve = runs_.groupby("epoch")["train_accuracy"].mean()[alive]
         color = plots.method_color(*sentiment.method(key))
-        ax.plot(curve.epoch, 100 * curve["mean"], color=color, label=plots.method_label(*sentiment.method(key)))
+        ax.plot(curve.epoch, 100 * curve["mean"], color=color, label=label.get(key, key))
         ax.fill_between(curve.epoch, 100 * (curve["mean"] - curve["std"].fillna(0)),
                         100 * (curve["mean"] + curve["std"].fillna(0)), color=color, alpha=0.2, linewidth=0)
         ax.plot(train_curve.index, 100 * train_curve.values, color=color, linestyle=":", linewidth=1.2)
+        for _, run in runs_.groupby("seed"):  # where each run stopped
+            ax.plot(run.epoch.iloc[-1], 100 * run.train_accuracy.iloc[-1], marker="|", color=color, markersize=9)
+    ax.axhline(99.5, color="0.5", linestyle=":", linewidth=1)
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-fig, axes = plt.subplots(1, len(layers), figsize=(4.4 * len(layers), 3.8), sharey=True, squeeze=False)
+fig, axes = plt.subplots(1, len(layers), figsize=(5.6 * len(layers), 3.9), sharey=True, squeeze=False)
 for ax, L in zip(axes[0], layers):
-    plot_curves(ax, history[history.layers == L], methods)
+    plot_curves(ax, grid.history[grid.history.layers == L], methods)
     ax.set_title(f"{L} layers, {L} heads")
 axes[0, 0].set_ylabel("accuracy (%)")
-axes[0, -1].legend(loc="lower right", fontsize="small")
+axes[0, -1].legend(loc="center right", fontsize="small")
 fig.tight_layout()
-plots.save_figure(fig, "fig-sentiment-curves", data=history)
+plots.save_figure(fig, "fig-sentiment-curves", data=grid.history)
 
 # %% [markdown]
 # ```{glue:figure} fig-sentiment-curves
 # :name: fig-sentiment-curves
 #
-# Test accuracy against epoch (solid: mean over seeds, band: ± one standard deviation) and training
-# accuracy (dotted, mean), per method and depth. Numbers: `_build/results/fig-sentiment-curves.csv`.
+# Test accuracy against epoch (solid: mean over seeds while all of them run, band: ± one standard
+# deviation) and training accuracy (dotted, mean; ticks: where each run stopped; grey line: the
+# 99.5 % stop rule), per method and depth. Every run and epoch: `_build/results/fig-sentiment-curves.csv`.
 # ```
 
 # %% [markdown]
-# ## Longer training: does the ranking hold?
+# ## Ablation: does the result depend on the initialization?
 #
-# A budget of a few epochs compares how fast the methods start, not where they end; the paper trains
-# to 99.5 % training accuracy. Here $\ell_{1.1}$ and GD (the pair of the paper's claim) train longer
-# at the sweep's depth, with the same step sizes.
+# The paper does not state an initialization; its code uses torch's defaults, under which the
+# embeddings are large ($N(0, 1)$) and mirror descent with $p$ near 1 moves them much faster than
+# GD. The same comparison from the initialization this project used before (embeddings
+# $N(0, 0.02^2)$ as in BERT, Glorot-normal matrices, a classifier bias, dropout on the embeddings
+# instead of the attention probabilities), at the first depth, with its own choice of step size.
 
 # %% tags=["hide-input", "remove-stderr"]
-pair = [k for k in ("1.1", "2") if k in methods]
-long_lrs = sentiment.table_step_sizes([sweep_layers], pair, chosen, step_sizes)
-_, _, long_history = sentiment.grid(long_lrs, long_seeds, workers=workers, **(settings | {"epochs": long_epochs}))
-fig, ax = plt.subplots(figsize=(6.4, 3.9))
-plot_curves(ax, long_history, pair)
-ax.set_ylabel("accuracy (%)")
-ax.set_title(f"{sweep_layers} layers, {long_seeds} seeds, up to {long_epochs} epochs")
-ax.legend(loc="lower right", fontsize="small")
-fig.tight_layout()
-plots.save_figure(fig, "fig-sentiment-long", data=long_history)
-ends = long_history.groupby(["method", "seed"]).agg(best=("test_accuracy", "max"), train=("train_accuracy", "last"))
-ends = ends.groupby("method").mean()
-glue("long-summary", "; ".join(f"{plots.method_text(*sentiment.method(k))} {100 * ends.loc[k, 'best']:.2f} % "
-                               f"(final training accuracy {100 * ends.loc[k, 'train']:.1f} %)" for k in pair),
-     display=False)
+if ablation_setup:
+    ablation = sentiment.table(layers=layers[:1], methods=ablation_methods, seeds=ablation_seeds,
+                               multiples=ablation_multiples, workers=workers, setup=ablation_setup, **settings)
+    both = pd.concat([grid.runs[grid.runs.chosen & (grid.runs.layers == layers[0])
+                                & grid.runs.method.isin(ablation_methods)].assign(setup=setup),
+                      ablation.runs[ablation.runs.chosen].assign(setup=ablation_setup)], ignore_index=True)
+    summary = both.groupby(["setup", "method"], sort=False).agg(
+        mean=("best_test", "mean"), std=("best_test", "std"), epochs=("epochs", "mean"), reached=("reached", "sum"),
+        runs=("seed", "count"), multiple=("multiple", "first")).reset_index()
+    shown = pd.DataFrame({"initialization": summary.setup, "method": [label[k] for k in summary.method],
+                          "× paper step": summary.multiple,
+                          "best test acc. (%)": [f"{100 * m:.2f} ± {100 * s:.2f}" for m, s in zip(summary["mean"], summary["std"])],
+                          "epochs (reached)": [f"{e:.0f} ({r}/{n})" for e, r, n in zip(summary.epochs, summary.reached, summary.runs)]})
+    plots.save_table(both, "table-sentiment-ablation", styled=shown.style.hide(axis="index"))
+    gap = {}
+    for name in (setup, ablation_setup):
+        rows_ = both[both.setup == name]
+        gap[name] = analysis.difference_interval(100 * rows_[rows_.method == "1.1"].best_test,
+                                                 100 * rows_[rows_.method == "2"].best_test)
+    glue("ablation-gaps", "; ".join(f"{d:+.2f} points under the {name} initialization" for name, (d, _, _) in gap.items()),
+         display=False)
+else:
+    plots.save_table(pd.DataFrame({"note": ["no ablation at this profile"]}), "table-sentiment-ablation")
+    glue("ablation-gaps", "not measured at this profile", display=False)
 
 # %% [markdown]
-# ```{glue:figure} fig-sentiment-long
-# :name: fig-sentiment-long
+# ```{glue:figure} table-sentiment-ablation
+# :name: table-sentiment-ablation
 #
-# $\ell_{1.1}$ against GD trained longer (same step sizes as above): test accuracy (mean and band over
-# seeds) and training accuracy (dotted). Numbers: `_build/results/fig-sentiment-long.csv`.
+# The authors' initialization against the earlier one: best test accuracy (mean ± std over seeds),
+# epochs to the stop rule and how many runs reached it. Per run: `_build/results/table-sentiment-ablation.csv`.
 # ```
 #
-# Best test accuracy of the longer runs (mean over seeds), with the final training accuracy:
-# {glue:text}`long-summary`.
+# $\ell_{1.1}$ minus GD: {glue:text}`ablation-gaps`.
 #
 # ## What we got, next to the paper
 #
-# This page was computed on {glue:text}`t1-data`. Among the $\ell_p$ methods, the best mean in each
-# row is {glue:text}`t1-best`; the $\ell_{1.1}$ minus GD differences are {glue:text}`t1-gaps` points
-# ({glue:text}`t1-layers` layers; the paper: +1.81 / +2.31 / +1.43 at 3 / 4 / 6 layers). Adam, the
-# extra column, reaches {glue:text}`t1-adam` %.
+# This page was computed on {glue:text}`t1-data`. {glue:text}`t1-reached` Table 1 runs reached the
+# stop rule; mean epochs to it: {glue:text}`t1-epochs` (the authors, 3 layers on IMDb: 72 / 80 / 162
+# for $\ell_{1.1}$ / GD / $\ell_3$). Among the $\ell_p$ methods the best mean in each row is
+# {glue:text}`t1-best`; $\ell_{1.1}$ minus GD, in points with a 95 % Welch interval over seeds:
+# {glue:text}`t1-gaps` (the paper: +1.81 / +2.31 / +1.43 at 3 / 4 / 6 layers).
 #
-# **What this shows.** At the default profile's budget the comparison is one of early training: the
-# mirror-descent models are still far from fitting the training set (the dotted curves), while Adam
-# fits it within a few epochs. What decides the $\ell_p$ ranking here is how fast each geometry makes
-# progress from this initialization, and the differences between the three exponents are of the size
-# of the seed-to-seed spread. Trained three times longer, $\ell_{1.1}$ and GD end level
-# ({numref}`fig-sentiment-long`): the early gap is a matter of speed, not of where the two
-# geometries arrive at this scale. **What it does not show.** It does not test the paper's claim, which is
-# about models trained to 99.5 % training accuracy on IMDb: that is the `paper` profile (IMDb, width
-# 384, the paper's step sizes, up to 1000 epochs, 10 seeds; a GPU). Nor is "best test accuracy over
-# epochs", the paper's metric, an unbiased estimate: it selects the epoch on the test set. We report
-# it to be comparable and keep the last epoch's accuracy in `table-1.csv`.
+# **What this shows.** The comparison in the regime the claim is about: the authors' model,
+# initialization, loss and step sizes (up to the chosen multiple), every run trained to 99.5 %
+# training accuracy. **What it does not show.** At the default profile the training set is a
+# thousand short sentences and the model is narrow, so the models memorize their training set and
+# generalize weakly: test accuracies sit in the 50s, far below the paper's 83 % on 25,000 long IMDb
+# reviews, and differences of a point are within the seed-to-seed spread of three seeds. A
+# difference in test accuracy here is not evidence for or against the paper's ranking; the `paper`
+# profile (IMDb, width 384, 3 / 4 / 6 layers, 10 seeds, a GPU) is the test of the claim. Nor is
+# "best test accuracy over epochs", the paper's metric, an unbiased estimate: it selects the epoch on
+# the test set. We report it to be comparable, with the last epoch's accuracy in `table-1.csv`.

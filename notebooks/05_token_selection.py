@@ -26,7 +26,8 @@
 # model per optimizer cannot tell 22 : 16 from chance.
 #
 # **What we run.** The trained models of the Table 1 chapter (the same runs, read back from the
-# results store: same data, sizes, step sizes and seeds), at one depth. Three measurements:
+# results store: the authors' setup, trained to 99.5 % training accuracy, same data, sizes, step
+# sizes and seeds), at one depth. Three measurements:
 #
 # 1. *Paper style*: 48 sentences written for this project, each with one designated pivotal word
 #    (`data/pivotal_sentences.csv`); heat maps of the scores, and win / loss / tie counts.
@@ -38,16 +39,17 @@
 
 # %% tags=["parameters"]
 profile = "default"  # the params/ profile that produced this page (set by the pipeline)
-dataset = "rotten_tomatoes"  # "rotten_tomatoes" (offline) or "imdb" (internet); as in chapter 04
-max_length = 64  # WordPiece tokens per text; as in chapter 04
-width = 48  # model width; as in chapter 04
-layers = 3  # depth (and heads) of the compared models: one of chapter 04's rows
-methods = ["1.1", "2", "3", "adam"]  # methods measured; "1.1" and "2" are the paper's pair
-seeds = 3  # models per method (seeds 0..seeds-1); as in chapter 04
-epochs = 8  # as in chapter 04
-step_sizes = "sweep"  # as in chapter 04
-sweep_lrs = {"1.1": [0.03, 0.1, 0.3], "2": [0.03, 0.1, 0.3], "3": [0.001, 0.003, 0.01], "adam": [0.0003, 0.001, 0.003]}  # as in chapter 04
-sweep_layers = 3  # as in chapter 04
+dataset = "rotten_tomatoes"  # as in chapter 04
+max_length = 64  # as in chapter 04
+train_size = 1000  # as in chapter 04
+width = 24  # as in chapter 04
+layers = [3]  # as in chapter 04
+methods = ["1.1", "2", "3"]  # as in chapter 04; "1.1" and "2" are the paper's pair
+seeds = 3  # as in chapter 04
+epochs = 600  # as in chapter 04
+setup = "authors"  # as in chapter 04
+step_multiples = {"1.1": [1, 3], "2": [3, 10], "3": [3, 10]}  # as in chapter 04
+depth = 3  # the depth (and heads) of the compared models: one of the layers above
 workers = 2  # runs trained at once if they are not stored yet (one CPU thread each)
 min_valence = 2.0  # lexicon |valence| a word needs to be designated pivotal (VADER scale 0..4)
 heatmap_sentences = 10  # hand-written sentences shown in the heat maps
@@ -62,11 +64,12 @@ from myst_nb import glue
 from mdlib import analysis, plots, sentiment
 
 plots.set_theme()
-models, _ = sentiment.table_models(layers, methods, seeds, sweep_lrs=sweep_lrs, sweep_layers=sweep_layers,
-                                   step_sizes=step_sizes, workers=workers, dataset=dataset,
-                                   max_length=max_length, width=width, epochs=epochs)
+grid = sentiment.table(layers=layers, methods=methods, seeds=seeds, multiples=step_multiples, workers=workers,
+                       setup=setup, dataset=dataset, max_length=max_length, train_size=train_size, width=width,
+                       epochs=epochs)
+models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
 label = {key: plots.method_label(*sentiment.method(key)) for key in methods}
-print(f"profile={profile}: {len(models)} models ({dataset}, {layers} layers, width {width}, seeds 0..{seeds - 1})")
+print(f"profile={profile}: {len(models)} models ({dataset}, {depth} layers, width {width}, seeds 0..{seeds - 1})")
 
 # hand-written sentences and the test sentences the lexicon designates a pivotal word in
 written = sentiment.pivotal_sentences()
@@ -252,12 +255,13 @@ glue("tok-methods", " / ".join(plots.method_text(*sentiment.method(k)) for k in 
 # leave a wide interval, as the paper's 40 did; the lexicon-designated pivots give about ten times
 # more comparisons and a narrow one. The deletion control separates attention from importance: if
 # deleting the most-attended token hurts the prediction more than deleting a random one, the [CLS]
-# attention points at tokens the classifier uses. At the default profile all of this is read off
-# models trained for a few epochs (see chapter 04: the mirror-descent models are far from fitting
-# their training set, Adam's are not), so it says which geometry selects the pivot *early* in
-# training, not where training ends. **What it does not show.** The Wilson interval treats
+# attention points at tokens the classifier uses. The models are those of chapter 04, each trained
+# until its training accuracy reached 99.5 % (the late phase the theory speaks about), but at the
+# default profile they are narrow and fitted to a thousand sentences, so they generalize weakly
+# (chapter 04): their attention on unseen test sentences reflects what they memorized as much as
+# what decides sentiment. **What it does not show.** The Wilson interval treats
 # every (sentence, seed) comparison as independent; the same sentences recur across seeds, so the
 # interval is somewhat too narrow. The lexicon designates words by their valence out of context
 # ("war", "horror" count as pivots), and a higher normalized score on one token is only one way to
-# be "sparser": the theory's statement is about the limit of the attention weights, which a few
-# epochs do not reach.
+# be "sparser": the theory's statement is about the limit of the attention weights along the
+# training path, of which the stop rule is one point.

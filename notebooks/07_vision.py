@@ -21,9 +21,11 @@
 # value matrices {cite}`julistiono2026mirror`. Adam uses step size $10^{-4}$; the authors' public code
 # has $\ell_{1.1}$ at $5 \cdot 10^{-2}$; the step sizes of the other exponents are not given.
 #
-# **What we run.** The paper's recipe (ViT with pre-norm blocks, [CLS] pooling, dropout 0.1, batch 100,
-# cross-entropy, random crop with padding, horizontal flip, normalization; mirror descent on every
-# parameter with the plain step: no momentum, weight decay or schedule) at the profile's scale, with
+# **What we run.** The paper's recipe as the authors' code runs it (ViT with pre-norm blocks, [CLS]
+# pooling, dropout 0.1, batch 100, mean cross-entropy, random crop with padding, horizontal flip,
+# normalization; their initialization: positions and the [CLS] token drawn $N(0, 1)$, torch's default
+# elsewhere; mirror descent on every parameter with the plain step: no momentum, weight decay or
+# schedule) at the profile's scale, with
 # Adam at $10^{-4}$ and $\ell_{1.1}$ at $5 \cdot 10^{-2}$ as in the paper. The step sizes of
 # $p = 1.75$, 2 and 3 are chosen by a validation sweep: each candidate trains on the same number of
 # images with the held-out validation images removed from the training set, and the step size with
@@ -52,6 +54,7 @@ sweep_epochs = 8  # epochs of a sweep run
 sweep_window = 3  # a step size's score: mean validation accuracy over this many last epochs
 sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]  # global magnitude-pruning levels
 threshold = 0.06  # |w| threshold of the weight counts and histograms (the paper's)
+setup = "authors"  # initialization: "authors" (their code: positions and [CLS] N(0, 1), torch defaults) or "modern"
 workers = 2  # training processes at once on a CPU (one thread each)
 
 # %% tags=["remove-stderr"]
@@ -81,7 +84,7 @@ def name(method):
 
 
 def config(dataset, method, lr, seed, sweep=False):
-    return vision.run_config(dataset, optimizer=method[0], lr=lr, p=method[1], seed=seed, model=model,
+    return vision.run_config(dataset, optimizer=method[0], lr=lr, p=method[1], seed=seed, model=model, setup=setup,
                              epochs=sweep_epochs if sweep else epochs, image_size=image_size,
                              train_size=train_size or None, validation=validation if sweep else 0,
                              batch_size=batch_size, root=cifar_root or None)

@@ -2,6 +2,8 @@
 
 import math
 
+import numpy as np
+
 import pytest
 import torch
 from torch import nn
@@ -89,3 +91,29 @@ def test_count_above_and_magnitude_pruning():
     assert int((weights[0] == 0).sum()) == 0  # the original model is not modified
     with pytest.raises(ValueError):
         analysis.magnitude_prune(model, 1.0)
+
+
+def test_difference_interval_matches_welch():
+    from scipy import stats
+
+    a, b = [0.83, 0.84, 0.82, 0.85], [0.80, 0.81, 0.83]
+    d, low, high = analysis.difference_interval(a, b)
+    result = stats.ttest_ind(a, b, equal_var=False)
+    ci = result.confidence_interval(0.95)
+    assert abs(d - (np.mean(a) - np.mean(b))) < 1e-12
+    assert abs(low - ci.low) < 1e-9 and abs(high - ci.high) < 1e-9
+    assert np.isnan(analysis.difference_interval([0.8], [0.7, 0.75])[1])
+
+
+def test_scale_free_sparsity_measures():
+    spike = [torch.tensor([0.0, 0.0, 3.0]), torch.zeros(2, 3)]
+    flat = [torch.full((10,), -2.0), torch.full((90,), 2.0)]
+    assert analysis.top_share(spike, 0.01) == 1.0 and analysis.effective_density(spike) == 1 / 9
+    assert abs(analysis.top_share(flat, 0.1) - 0.1) < 1e-12 and abs(analysis.effective_density(flat) - 1) < 1e-12
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(1000)
+    scaled = [torch.tensor(x * 37.0)]
+    assert abs(analysis.top_share([torch.tensor(x)], 0.05) - analysis.top_share(scaled, 0.05)) < 1e-12
+    assert abs(analysis.effective_density([torch.tensor(x)]) - 2 / np.pi) < 0.05  # Gaussian: 2/pi
+    with pytest.raises(ValueError, match="fraction"):
+        analysis.top_share(spike, 0.0)

@@ -45,8 +45,6 @@ def test_collate_pads_to_the_longest_and_masks_padding():
 def test_config_rejects_bad_settings():
     with pytest.raises(ValueError, match="not divisible by 4 heads"):
         sentiment.config(layers=4, optimizer="md", p=2.0, lr=0.1, width=6)
-    with pytest.raises(ValueError, match="evaluate_on"):
-        sentiment.config(layers=3, optimizer="md", p=2.0, lr=0.1, width=6, evaluate_on="train")
     with pytest.raises(ValueError, match="3 token sequences but 2 labels"):
         sentiment.TokenizedDataset([[1], [2], [3]], [0, 1])
 
@@ -65,9 +63,9 @@ def test_build_seeds_distinct_initializations_and_evaluates_on_the_named_split(f
     assert torch.equal(first(a), first(b)) and not torch.equal(first(a), first(c))
     parts = sentiment.splits("rotten_tomatoes", 0, 16)
     assert a.train_set is parts["train"]
-    for setup, split in ((a, "test"), (sentiment.build(small(evaluate_on="validation")), "validation")):
-        lengths = [len(x) for x in setup.test_set.ids]  # the named split, sorted by length
-        assert lengths == sorted(lengths) and sorted(setup.test_set.texts) == sorted(parts[split].texts)
+    for dataset, split in ((a.test_set, "test"), (a.final_evaluations["validation"], "validation")):
+        lengths = [len(x) for x in dataset.ids]  # the named split, sorted by length
+        assert lengths == sorted(lengths) and sorted(dataset.texts) == sorted(parts[split].texts)
     assert a.lengths == [len(x) for x in parts["train"].ids]
     assert all(x[0] == 2 and x[-1] == 3 for x in parts["train"].ids)  # [CLS] ... [SEP] in the fixture vocab
     assert isinstance(a.optimizer, torch.optim.Optimizer) and a.optimizer.defaults["p"] == 1.1
@@ -91,6 +89,7 @@ def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):
     config = small()
     result = sentiment.train_run(config, progress=False)
     assert list(result["history"].epoch) == [1, 2]
+    assert 0 <= result["validation_accuracy"] <= 1 and result["validation_loss"] > 0  # evaluated once, at the end
     again = sentiment.train_run(config, progress=False)
     assert again.cached
     model = sentiment.trained_model(again, config)
@@ -101,36 +100,58 @@ def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):
         assert torch.equal(mine, theirs), name
 
 
-def test_sweep_takes_the_best_validation_accuracy_and_the_smaller_lr_on_ties(monkeypatch):
-    accuracy = {("md", 0.1): [0.6, 0.7], ("md", 0.3): [0.7, 0.65], ("md", 1.0): [0.5, 0.7], ("md", 3.0): None,
-                ("adam", 0.001): [0.8, 0.8]}
+def test_choose_prefers_the_stop_rule_then_validation_then_the_smaller_step():
+    rows = pd.DataFrame({"layers": 3, "method": "2", "multiple": [1.0, 3.0, 10.0, 30.0],
+                         "lr": [1.0, 3.0, 10.0, 30.0], "diverged": [False, False, False, True],
+                         "reached": [False, True, True, False], "validation": [0.9, 0.6, 0.6, np.nan]})
+    assert sentiment.choose(rows) == 3.0  # 1x did not reach the rule; 3x and 10x tie: the smaller
+    assert sentiment.choose(rows.assign(reached=False)) == 1.0  # none reached: the best validation
+    with pytest.raises(ValueError, match=r"every candidate step size diverged for 2 at 3 layers"):
+        sentiment.choose(rows.assign(diverged=True))
+
+
+def test_reference_steps_are_the_papers():
+    assert sentiment.reference_step(4, "3") == 6e-6 and sentiment.reference_step(6, "1.1") == 1e-3
+    assert sentiment.reference_step(3, "adam") == sentiment.ADAM_STEP
+    with pytest.raises(ValueError, match="no reference step size for method '1.75'"):
+        sentiment.reference_step(3, "1.75")
+
+
+def test_table_chooses_on_seed_zero_then_runs_the_other_seeds(monkeypatch):
+    """Fake runs: accuracies keyed by (method, multiple, seed); the choice never looks at test."""
+    outcome = {("1.1", 1): (0.99, 0.70, 0.60), ("1.1", 3): (1.0, 0.65, 0.90), ("2", 3): None, ("2", 10): (1.0, 0.6, 0.5)}
+    calls = []
 
     def fake_runs(configs, workers=1, progress=True, skip=()):
-        assert all(c["evaluate_on"] == "validation" for c in configs) and FloatingPointError in skip
-        values = [accuracy[c["optimizer"]["name"], c["optimizer"]["lr"]] for c in configs]
-        return [None if v is None else {"history": pd.DataFrame({"epoch": [1, 2], "test_accuracy": v})}
-                for v in values]
+        calls.append([(sentiment.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"])
+                      for c in configs])
+        out = []
+        for c in configs:
+            key = sentiment.method_key(c["optimizer"]["name"], c["optimizer"]["p"])
+            multiple = round(c["optimizer"]["lr"] / sentiment.reference_step(3, key))
+            values = outcome[key, multiple]
+            if values is None:
+                out.append(None)
+                continue
+            train_acc, validation, test = values
+            history = pd.DataFrame({"epoch": [1, 2], "train_accuracy": [0.5, train_acc], "test_accuracy": [0.5, test]})
+            out.append({"history": history, "validation_accuracy": validation, "state.x": np.zeros(1)})
+        return out
 
     monkeypatch.setattr(sentiment, "train_runs", fake_runs)
-    table, chosen = sentiment.sweep({"2": [0.1, 0.3, 1.0, 3.0], "adam": [0.001]}, layers=3, width=6)
-    assert chosen == {"2": 0.1, "adam": 0.001}  # 0.1, 0.3 and 1.0 all reach 0.7: the smallest wins
-    assert list(zip(table.method, table.lr)) == [("2", 0.1), ("2", 0.3), ("2", 1.0), ("2", 3.0), ("adam", 0.001)]
-    assert table.last_validation.tolist()[1] == 0.65 and np.isnan(table.best_validation[3])  # 3.0 diverged
-    accuracy.update({("md", lr): None for lr in (0.1, 0.3, 1.0)})
-    with pytest.raises(ValueError, match=r"every candidate step size diverged for method=2 \(lr \[0.1, 0.3, 1.0, 3.0\]\)"):
-        sentiment.sweep({"2": [0.1, 0.3, 1.0, 3.0]}, layers=3, width=6)
-
-
-def test_table_step_sizes_from_the_sweep_or_the_paper():
-    chosen = {"1.1": 0.1, "2": 0.2, "adam": 1e-3}
-    assert sentiment.table_step_sizes([3, 6], ["1.1", "adam"], chosen) == {3: {"1.1": 0.1, "adam": 1e-3},
-                                                                     6: {"1.1": 0.1, "adam": 1e-3}}
-    paper = sentiment.table_step_sizes([4], ["1.1", "3", "adam"], {"adam": 1e-4}, "paper")
-    assert paper == {4: {"1.1": 6e-4, "3": 6e-6, "adam": 1e-4}}
-    with pytest.raises(ValueError, match=r"no step size for \['3'\]"):
-        sentiment.table_step_sizes([3], ["3"], chosen)
-    with pytest.raises(ValueError, match="'sweep' or 'paper'"):
-        sentiment.table_step_sizes([3], ["2"], chosen, "table")
+    grid = sentiment.table(layers=[3], methods=["1.1", "2"], seeds=3, multiples={"1.1": [1, 3], "2": [3, 10]}, width=6)
+    assert grid.chosen == {(3, "1.1"): 3.0, (3, "2"): 10.0}  # 1x missed the rule despite its validation
+    assert calls[0] == [("1.1", 0), ("1.1", 0), ("2", 0), ("2", 0)]
+    assert calls[1] == [("1.1", 1), ("1.1", 2), ("2", 1), ("2", 2)]
+    runs = grid.runs
+    assert list(zip(runs.method, runs.seed, runs.multiple)) == [("1.1", 0, 1.0), ("1.1", 0, 3.0), ("1.1", 1, 3.0),
+                                                                ("1.1", 2, 3.0), ("2", 0, 3.0), ("2", 0, 10.0),
+                                                                ("2", 1, 10.0), ("2", 2, 10.0)]
+    assert runs.chosen.tolist() == [False, True, True, True, False, True, True, True]
+    assert runs.diverged.tolist()[4] and not runs.reached.tolist()[4]
+    assert len(grid.configs) == 6 and set(grid.history.seed) == {0, 1, 2}
+    with pytest.raises(ValueError, match=r"no step-size multiples for \['3'\]"):
+        sentiment.table(layers=[3], methods=["3"], seeds=1, multiples={})
 
 
 def test_lexicon_designates_the_strongest_whole_word(fixture_data):
