@@ -96,7 +96,7 @@ text = {key: plots.method_text(*sentiment.method(key)) for key in methods}
 # %% tags=["hide-input"]
 steps = grid.runs[grid.runs.seed == 0]
 shown = pd.DataFrame({
-    "layers": steps.layers, "method": [label[k] for k in steps.method], "× paper": steps.multiple,
+    "layers": steps.layers, "method": [label[k] for k in steps.method], "× paper": [f"{m:g}" for m in steps.multiple],
     "lr": [f"{lr:.3g}" for lr in steps.lr],
     "epochs": ["diverged" if d else f"{e:.0f}" for d, e in zip(steps.diverged, steps.epochs)],
     "training acc.": [f"{a:.1%}" if a == a else "–" for a in steps.train_accuracy],
@@ -227,8 +227,9 @@ if ablation_setup:
         mean=("best_test", "mean"), std=("best_test", "std"), epochs=("epochs", "mean"), reached=("reached", "sum"),
         runs=("seed", "count"), multiple=("multiple", "first")).reset_index()
     shown = pd.DataFrame({"initialization": summary.setup, "method": [label[k] for k in summary.method],
-                          "× paper step": summary.multiple,
-                          "best test acc. (%)": [f"{100 * m:.2f} ± {100 * s:.2f}" for m, s in zip(summary["mean"], summary["std"])],
+                          "× paper step": [f"{m:g}" for m in summary.multiple],
+                          "best test acc. (%)": [f"{100 * m:.2f}" + (f" ± {100 * s:.2f}" if s == s else "")
+                                                 for m, s in zip(summary["mean"], summary["std"])],
                           "epochs (reached)": [f"{e:.0f} ({r}/{n})" for e, r, n in zip(summary.epochs, summary.reached, summary.runs)]})
     plots.save_table(both, "table-sentiment-ablation", styled=shown.style.hide(axis="index"))
     gap = {}
@@ -260,13 +261,15 @@ else:
 # {glue:text}`t1-best`; $\ell_{1.1}$ minus GD, in points with a 95 % Welch interval over seeds:
 # {glue:text}`t1-gaps` (the paper: +1.81 / +2.31 / +1.43 at 3 / 4 / 6 layers).
 #
-# **What this shows.** The comparison in the regime the claim is about: the authors' model,
-# initialization, loss and step sizes (up to the chosen multiple), every run trained to 99.5 %
-# training accuracy. **What it does not show.** At the default profile the training set is a
-# thousand short sentences and the model is narrow, so the models memorize their training set and
-# generalize weakly: test accuracies sit in the 50s, far below the paper's 83 % on 25,000 long IMDb
-# reviews, and differences of a point are within the seed-to-seed spread of three seeds. A
-# difference in test accuracy here is not evidence for or against the paper's ranking; the `paper`
+# **What this shows.** The comparison in the regime the claim is about, as far as the runs reached
+# it: the authors' model, initialization, loss and step sizes (up to the chosen multiple), every run
+# trained until 99.5 % training accuracy or the epoch cap (the count above says how many reached
+# the rule; a run that did not is outside the claim's regime). **What it does not show.** At the
+# default profile the training set is a thousand short sentences and the model is narrow, so the
+# models memorize their training set and generalize weakly (compare Table 1's test accuracies with
+# the paper's 83 % on 25,000 long IMDb reviews), and three seeds resolve differences only as
+# finely as the interval above. A difference in test accuracy here is not evidence for or against
+# the paper's ranking; the `paper`
 # profile (IMDb, width 384, 3 / 4 / 6 layers, 10 seeds, a GPU) is the test of the claim. Nor is
 # "best test accuracy over epochs", the paper's metric, an unbiased estimate: it selects the epoch on
 # the test set. We report it to be comparable, with the last epoch's accuracy in `table-1.csv`.
