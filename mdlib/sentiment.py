@@ -77,23 +77,22 @@ def collate(batch: list[tuple[Tensor, Tensor]], pad_id: int = 0) -> tuple[dict[s
 
 
 @functools.lru_cache(maxsize=4)
-def _tokenizer(max_length: int, hub: bool):
-    tokenizer = data.wordpiece_tokenizer(max_length, hub=hub)
+def _tokenizer(max_length: int):
+    tokenizer = data.wordpiece_tokenizer(max_length)
     tokenizer.no_padding()
     return tokenizer
 
 
-def encode(texts: list[str], max_length: int, hub: bool = False) -> list[list[int]]:
+def encode(texts: list[str], max_length: int) -> list[list[int]]:
     """WordPiece ids of each text ([CLS] first, [SEP] last, at most ``max_length``), unpadded."""
-    return [e.ids for e in _tokenizer(max_length, hub).encode_batch(list(texts))]
+    return [e.ids for e in _tokenizer(max_length).encode_batch(list(texts))]
 
 
 @functools.lru_cache(maxsize=2)
 def splits(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: int = 64) -> dict[str, TokenizedDataset]:
     """The train / validation / test splits of a sentiment source, tokenized (cached per process)."""
     source = data.sentiment_dataset(dataset, seed=split_seed)
-    hub = dataset != "rotten_tomatoes"  # IMDb needs the internet anyway: take the hub's tokenizer
-    return {name: TokenizedDataset(encode(part["text"], max_length, hub), part["label"], list(part["text"]))
+    return {name: TokenizedDataset(encode(part["text"], max_length), part["label"], list(part["text"]))
             for name, part in source.items()}
 
 
@@ -319,14 +318,14 @@ def pad(ids: list[list[int]] | list[Tensor], pad_id: int = 0) -> tuple[Tensor, T
 
 def tokens(ids: list[int], max_length: int = 64) -> list[str]:
     """The WordPiece strings of an id sequence."""
-    tokenizer = _tokenizer(max_length, False)
+    tokenizer = _tokenizer(max_length)
     return [tokenizer.id_to_token(i) for i in ids]
 
 
 def designated_positions(ids: list[list[int]], words: list[str], max_length: int = 64) -> np.ndarray:
     """The position of each sequence's designated word (first occurrence); the word must be a single
     WordPiece token of the vocabulary."""
-    tokenizer = _tokenizer(max_length, False)
+    tokenizer = _tokenizer(max_length)
     positions = []
     for sequence, word in zip(ids, words):
         token = tokenizer.token_to_id(word)
