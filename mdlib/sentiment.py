@@ -268,7 +268,7 @@ def table(*, layers: list[int], methods: list[str], seeds: int, multiples: Mappi
           workers: int = 1, progress: bool = True, **settings) -> Table:
     """Table 1's runs: for every (layers, method), seed 0 at each step size ``multiples[method]`` times
     the reference step (``reference_step``); the validation split chooses one (``choose``: at the
-    stop rule); seeds 1..seeds-1 run at the chosen step. Every run evaluates the test split after each
+    stop rule); seeds 1..seeds-1 run at the chosen step (with a single candidate, together with seed 0). Every run evaluates the test split after each
     epoch (the paper's "best test accuracy over epochs") and the validation split once, at the end;
     the test split plays no part in the choice. ``settings``: the rest of ``config``'s arguments."""
     missing = [k for k in methods if k not in multiples]
@@ -279,24 +279,29 @@ def table(*, layers: list[int], methods: list[str], seeds: int, multiples: Mappi
         name, p = method(key)
         return config(layers=L, optimizer=name, p=p, lr=multiple * reference_step(L, key), seed=seed, **settings)
 
-    first = [(L, key, m) for L in layers for key in methods for m in multiples[key]]
-    configs = [make(L, key, m, 0) for L, key, m in first]
+    # Phase 1: seed 0 of every candidate, and every seed of a cell with a single candidate (nothing to
+    # choose there); phase 2: the other seeds at the chosen step.
+    cells = [(L, key) for L in layers for key in methods]
+    first = [(L, key, m, seed) for L, key in cells for m in multiples[key]
+             for seed in (range(seeds) if len(multiples[key]) == 1 else [0])]
+    configs = [make(*item) for item in first]
     results = train_runs(configs, workers, skip=(FloatingPointError,), progress=progress)
-    candidates = pd.DataFrame([_summary(c, r, m) for c, r, (_, _, m) in zip(configs, results, first)])
-    chosen = {(L, key): choose(candidates[(candidates.layers == L) & (candidates.method == key)])
-              for L in layers for key in methods}
-    rest = [(L, key, chosen[L, key], seed) for L in layers for key in methods for seed in range(1, seeds)]
+    done = pd.DataFrame([_summary(c, r, item[2]) for c, r, item in zip(configs, results, first)])
+    chosen = {(L, key): choose(done[(done.layers == L) & (done.method == key) & (done.seed == 0)])
+              for L, key in cells}
+    rest = [(L, key, chosen[L, key], seed) for L, key in cells if len(multiples[key]) > 1 for seed in range(1, seeds)]
     more = [make(*item) for item in rest]
     more_results = train_runs(more, workers, progress=progress)
-    table_runs = pd.concat([candidates, pd.DataFrame([_summary(c, r, item[2]) for c, r, item in
-                                                      zip(more, more_results, rest)])], ignore_index=True)
+    table_runs = pd.concat([done, pd.DataFrame([_summary(c, r, item[2]) for c, r, item in
+                                                zip(more, more_results, rest)])], ignore_index=True)
     table_runs["chosen"] = [chosen[L, k] == m for L, k, m in zip(table_runs.layers, table_runs.method,
                                                                    table_runs.multiple)]
-    order = {cell: i for i, cell in enumerate((L, k) for L in layers for k in methods)}
+    order = {cell: i for i, cell in enumerate(cells)}
     table_runs = (table_runs.assign(order=[order[cell] for cell in zip(table_runs.layers, table_runs.method)])
                   .sort_values(["order", "seed", "multiple"], kind="stable").drop(columns="order"))
-    keep = [(c, r) for c, r, (L, k, m) in zip(configs, results, first) if chosen[L, k] == m]
-    keep = sorted(keep + list(zip(more, more_results)), key=lambda cr: (order[_cell(cr[0])], cr[0]["fit"]["seed"]))
+    keep = [(c, r) for c, r, item in zip(configs + more, results + more_results, first + rest)
+            if chosen[item[0], item[1]] == item[2]]
+    keep.sort(key=lambda cr: (order[_cell(cr[0])], cr[0]["fit"]["seed"]))
     kept_configs, kept_results = [c for c, _ in keep], [r for _, r in keep]
     return Table(table_runs.reset_index(drop=True), _history_table(kept_configs, kept_results), chosen,
                  kept_configs, kept_results)

@@ -143,6 +143,10 @@ def test_table_chooses_on_seed_zero_then_runs_the_other_seeds(monkeypatch):
     assert grid.chosen == {(3, "1.1"): 3.0, (3, "2"): 10.0}  # 1x missed the rule despite its validation
     assert calls[0] == [("1.1", 0), ("1.1", 0), ("2", 0), ("2", 0)]
     assert calls[1] == [("1.1", 1), ("1.1", 2), ("2", 1), ("2", 2)]
+    calls.clear()
+    single = sentiment.table(layers=[3], methods=["1.1", "2"], seeds=2, multiples={"1.1": [3], "2": [3, 10]}, width=6)
+    assert calls == [[("1.1", 0), ("1.1", 1), ("2", 0), ("2", 0)], [("2", 1)]]  # nothing to choose: no waiting
+    assert single.runs.chosen.tolist() == [True, True, False, True, True]
     runs = grid.runs
     assert list(zip(runs.method, runs.seed, runs.multiple)) == [("1.1", 0, 1.0), ("1.1", 0, 3.0), ("1.1", 1, 3.0),
                                                                 ("1.1", 2, 3.0), ("2", 0, 3.0), ("2", 0, 10.0),
