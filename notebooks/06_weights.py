@@ -109,7 +109,7 @@ for (key, seed), model in models.items():
                  "effective_density": analysis.effective_density(delta),
                  "relative_change": float(sum(d.norm() ** 2 for d in delta) ** 0.5
                                           / sum(w.norm() ** 2 for ws in start.values() for w in ws) ** 0.5),
-                 "epochs": int(grid.runs.set_index(["layers", "method", "seed"]).loc[(depth, key, seed), "epochs"])})
+                 "epochs": int(grid.runs[grid.runs.chosen].set_index(["layers", "method", "seed"]).loc[(depth, key, seed), "epochs"])})
 change = pd.DataFrame(rows)
 summary = change.groupby("method", sort=False).agg(["mean", "std"])
 shown = pd.DataFrame({"method": [label[k] for k in summary.index],
