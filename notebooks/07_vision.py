@@ -53,7 +53,7 @@ sweep_seeds = 1  # training seeds per candidate step size
 sweep_epochs = 8  # epochs of a sweep run
 sweep_window = 3  # a step size's score: mean validation accuracy over this many last epochs
 sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]  # global magnitude-pruning levels
-threshold = 0.06  # |w| threshold of the weight counts and histograms (the paper's)
+threshold = 0.06  # |w| threshold of the weight counts and histograms at the paper's width 512; scaled by sqrt(512 / width)
 setup = "authors"  # initialization: "authors" (their code: positions and [CLS] N(0, 1), torch defaults) or "modern"
 workers = 2  # training processes at once on a CPU (one thread each)
 
@@ -170,18 +170,25 @@ plots.save_figure(fig, "fig-vit-accuracy", data=history)
 
 # %% tags=["hide-input"]
 device = "cuda" if torch.cuda.is_available() else "cpu"
+# The paper's 0.06 at width 512 lies above the authors' init bound 1/sqrt(512) = 0.044: the same
+# threshold relative to the bound 1/sqrt(width) at this width.
+scaled = threshold * (512 / model["width"]) ** 0.5
 models = {key: vision.trained_model(c, results[key]).to(device) for key, c in final.items()}
 # the initialization of each training seed, shared by all optimizers
 starts = {(d, s): vision.make_model(final[(d, methods[0], s)]) for d in datasets for s in range(seeds)}
 nets = {**{(d, name(m), s): net for (d, m, s), net in models.items()},
         **{(d, "initialization", s): net for (d, s), net in starts.items()}}
 counts = pd.DataFrame([{"dataset": d, "method": label, "seed": s, "matrix": kind,
-                        "count": analysis.count_above(weights, threshold)}
+                        "count": analysis.count_above(weights, scaled)}
                        for (d, label, s), net in nets.items() for kind, weights in net.attention_weights().items()])
 mean_counts = counts.groupby(["dataset", "method", "matrix"], sort=False)["count"].mean()
 kinds = ("key", "query", "value")
 lrs = {(d, m): fixed[m] if m in fixed else chosen[(d, m)] for d in datasets for m in methods}
 scores = history.groupby(["dataset", "method", "seed"]).test_accuracy.agg(final="last", best="max").reset_index()
+quarter = max(1, epochs // 4)  # has the training loss levelled off? its relative change over the last quarter
+losses = history.pivot_table(index=["dataset", "method", "seed"], columns="epoch", values="train_loss")
+scores["train_loss"] = losses[epochs].values
+scores["loss_change"] = (losses[epochs] / losses[epochs - quarter] - 1).values
 rows = []
 for d in datasets:
     for m in methods:
@@ -190,6 +197,7 @@ for d in datasets:
                      "lr from": "sweep" if m in swept else "paper",
                      "final_mean": 100 * score.final.mean(), "final_std": 100 * score.final.std(),
                      "best_mean": 100 * score.best.mean(), "best_std": 100 * score.best.std(),
+                     "train_loss": score.train_loss.mean(), "loss_change": score.loss_change.mean(),
                      **{f"{kind}_above": mean_counts[(d, name(m), kind)] for kind in kinds},
                      "paper": PAPER.get(d, np.nan)})
 table = pd.DataFrame(rows)
@@ -198,7 +206,8 @@ shown = pd.DataFrame({
     "step size from": table["lr from"],
     "final test acc. (%)": [f"{a:.2f} ± {b:.2f}" for a, b in zip(table.final_mean, table.final_std)],
     "best test acc. (%)": [f"{a:.2f} ± {b:.2f}" for a, b in zip(table.best_mean, table.best_std)],
-    f"K / Q / V entries > {threshold:g}": [f"{k:,.0f} / {q:,.0f} / {v:,.0f}" for k, q, v in
+    "training loss, last epoch (change over the last quarter)": [f"{a:.3f} ({b:+.1%})" for a, b in zip(table.train_loss, table.loss_change)],
+    f"K / Q / V entries > {scaled:.3g}": [f"{k:,.0f} / {q:,.0f} / {v:,.0f}" for k, q, v in
                                            zip(table.key_above, table.query_above, table.value_above)],
     "paper (%)": table.paper.map(lambda a: f"≈ {a:.0f}" if a == a else "not run")})
 plots.save_table(table, "table-vit", styled=shown.style.hide(axis="index"))
@@ -215,6 +224,8 @@ def accuracy_text(column):
 
 
 glue("vit-final", accuracy_text("final"), display=False)
+glue("vit-loss-change", f"{table.loss_change.abs().max():.1%}", display=False)
+glue("vit-quarter", f"epochs {epochs - quarter} to {epochs}", display=False)
 glue("vit-best", accuracy_text("best"), display=False)
 glue("vit-spread", per_dataset(lambda d: f"{np.ptp(table[table.dataset == NAMES[d]].final_mean):.1f} points"),
      display=False)
@@ -239,7 +250,7 @@ fig, axes = plt.subplots(len(datasets), len(kinds), figsize=(14, 3.8 * len(datas
 for row, d in enumerate(datasets):
     for col, kind in enumerate(kinds):
         plots.magnitude_histogram(axes[row, col], {(label, color): analysis.magnitudes(
-            nets[(d, key, 0)].attention_weights()[kind]) for key, label, color in styles}, threshold=threshold)
+            nets[(d, key, 0)].attention_weights()[kind]) for key, label, color in styles}, threshold=scaled)
         axes[row, col].set(title=f"{NAMES[d]}: {kind} weights")
         axes[row, col].legend(fontsize=7)
 fig.tight_layout()
