@@ -242,7 +242,8 @@ if ablation_setup:
                                 for _, r in summary[summary.setup == name].iterrows())
         for name in (setup, ablation_setup)), display=False)
     glue("ablation-gaps", "; ".join(f"{d:+.2f} points [{low:+.2f}, {high:+.2f}] from the {name} initialization"
-                                    for name, (d, low, high) in gap.items()), display=False)
+                                    for name, (d, low, high) in gap.items()).replace("authors ", "authors' "),
+         display=False)
 else:
     plots.save_table(pd.DataFrame({"note": ["no ablation at this profile"]}), "table-sentiment-ablation")
     glue("ablation-gaps", "not measured at this profile", display=False)
