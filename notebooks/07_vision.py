@@ -195,7 +195,7 @@ scores = history.groupby(["dataset", "method", "seed"]).test_accuracy.agg(final=
 quarter = max(1, epochs // 4)  # has the training loss levelled off? its relative change over the last quarter
 losses = history.pivot_table(index=["dataset", "method", "seed"], columns="epoch", values="train_loss")
 scores["train_loss"] = losses[epochs].values
-scores["loss_change"] = (losses[epochs] / losses[epochs - quarter] - 1).values
+scores["loss_change"] = (losses[epochs] / losses[epochs - quarter] - 1).values if epochs > quarter else np.nan
 rows = []
 for d in datasets:
     for m in methods:
@@ -232,7 +232,7 @@ def accuracy_text(column):
 
 glue("vit-final", accuracy_text("final"), display=False)
 glue("vit-loss-change", f"{table.loss_change.abs().max():.1%}", display=False)
-glue("vit-quarter", f"epochs {epochs - quarter} to {epochs}", display=False)
+glue("vit-quarter", f"epochs {max(1, epochs - quarter)} to {epochs}", display=False)
 glue("vit-best", accuracy_text("best"), display=False)
 glue("vit-spread", per_dataset(lambda d: f"{np.ptp(table[table.dataset == NAMES[d]].final_mean):.1f} points"),
      display=False)
