@@ -67,6 +67,12 @@ class TokenizedDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         return self.ids[index], self.labels[index]
 
+    def subset(self, indices) -> "TokenizedDataset":
+        """The examples at ``indices``, in that order."""
+        indices = [int(i) for i in indices]
+        return TokenizedDataset([self.ids[i].tolist() for i in indices], self.labels[indices],
+                                None if self.texts is None else [self.texts[i] for i in indices])
+
 
 def collate(batch: list[tuple[Tensor, Tensor]], pad_id: int = 0) -> tuple[dict[str, Tensor], Tensor]:
     """Pad a list of (ids, label) to the batch's longest sequence: ({input_ids, attention_mask}, labels)."""
@@ -129,8 +135,7 @@ def training_subset(dataset: TokenizedDataset, train_size: int | None, seed: int
         return dataset
     share = train_size / len(dataset)
     keep = data.stratified_split(dataset.labels.numpy(), {"train": share, "unused": 1 - share}, seed)["train"]
-    return TokenizedDataset([dataset.ids[i].tolist() for i in keep], dataset.labels[keep],
-                            None if dataset.texts is None else [dataset.texts[i] for i in keep])
+    return dataset.subset(keep)
 
 
 def build(config: Mapping[str, Any]) -> train.Setup:
@@ -149,9 +154,7 @@ def build(config: Mapping[str, Any]) -> train.Setup:
 def by_length(dataset: TokenizedDataset) -> TokenizedDataset:
     """The same examples sorted by length (stable): evaluation batches of similar lengths, less padding
     (accuracy and mean loss do not depend on the order)."""
-    order = sorted(range(len(dataset)), key=lambda i: len(dataset.ids[i]))
-    return TokenizedDataset([dataset.ids[i].tolist() for i in order], dataset.labels[order],
-                            None if dataset.texts is None else [dataset.texts[i] for i in order])
+    return dataset.subset(sorted(range(len(dataset)), key=lambda i: len(dataset.ids[i])))
 
 
 def train_run(config: Mapping[str, Any], progress: bool = True) -> runs.RunResult:
