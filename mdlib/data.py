@@ -42,7 +42,7 @@ from mdlib import paths
 
 __all__ = ["DataError", "FILES", "data_dir", "fetch", "path_of", "stratified_split", "rotten_tomatoes", "imdb",
            "sentiment_dataset", "wordpiece_tokenizer", "sentiment_lexicon", "ImageDataset", "read_idx",
-           "image_transform", "fashion_mnist", "cifar"]
+           "ImageTransform", "image_transform", "fashion_mnist", "cifar"]
 
 
 class DataError(RuntimeError):
@@ -306,7 +306,9 @@ _CIFAR = {"cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1
 
 class ImageDataset:
     """A map-style dataset of uint8 images (N, H, W, C) and integer labels, yielding
-    ``(transform(image), label)`` with the image as a float CHW tensor in [0, 1] before the transform."""
+    ``(transform(image), label)`` with the image as a float CHW tensor in [0, 1] before the transform.
+    The transform takes a batch (B, C, H, W): the DataLoader fetches a batch's images in one call
+    (``__getitems__``), so an ``ImageTransform`` runs once per batch, not once per image."""
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, transform=None):
         if images.ndim == 3:
@@ -319,10 +321,16 @@ class ImageDataset:
         return len(self.labels)
 
     def __getitem__(self, index: int):
+        [item] = self.__getitems__([index])
+        return item
+
+    def __getitems__(self, indices: list[int]) -> list[tuple]:
         import torch
 
-        image = torch.from_numpy(self.images[index]).permute(2, 0, 1).float().div_(255)
-        return (self.transform(image) if self.transform else image), int(self.labels[index])
+        images = torch.from_numpy(self.images[indices]).permute(0, 3, 1, 2).float().div_(255)
+        if self.transform is not None:
+            images = self.transform(images)
+        return list(zip(images.unbind(0), self.labels[indices].tolist()))
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
@@ -342,23 +350,49 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     return data.reshape(shape)
 
 
-def image_transform(name: str, train: bool, image_size: int | None = None):
-    """The paper's preprocessing. Train: random crop with padding (4 for CIFAR's 32 px, 2 for 28 px),
-    resize to ``image_size`` (CIFAR: 48 in the paper), horizontal flip, normalize; test: resize and
-    normalize."""
-    from torchvision.transforms import v2
+class ImageTransform:
+    """The paper's preprocessing of a batch of images (B, C, H, W) in [0, 1]. Training: a random crop
+    of the native size from the image zero-padded by ``padding`` pixels (4 for CIFAR's 32 px, 2 for
+    28 px), a resize to ``image_size`` (bilinear, antialiased), a horizontal flip with probability 1/2,
+    then ``(x - mean) / std`` per channel; evaluation: resize and normalize. Each image draws its own
+    crop offset and flip from torch's global RNG; the steps are torchvision's ``RandomCrop``,
+    ``Resize``, ``RandomHorizontalFlip`` and ``Normalize``, applied to the whole batch at once."""
 
-    mean, std = NORMALIZATION[name]
-    native = 28 if name == "fashion_mnist" else 32
-    steps = []
-    if train:
-        steps.append(v2.RandomCrop(native, padding=native // 8 if native == 32 else 2))
-    if image_size and image_size != native:
-        steps.append(v2.Resize(image_size, antialias=True))
-    if train:
-        steps.append(v2.RandomHorizontalFlip())
-    steps.append(v2.Normalize(mean, std))
-    return v2.Compose(steps)
+    def __init__(self, name: str, train: bool, image_size: int | None = None):
+        if name not in NORMALIZATION:
+            raise ValueError(f"unknown image data set {name!r}; choose one of {', '.join(NORMALIZATION)}")
+        self.native = 28 if name == "fashion_mnist" else 32
+        self.padding = (self.native // 8 if self.native == 32 else 2) if train else 0
+        self.train, self.image_size = train, image_size or self.native
+        self.mean, self.std = NORMALIZATION[name]
+
+    def __call__(self, images):
+        import torch
+        import torch.nn.functional as F
+
+        count, _, height, width = images.shape
+        if self.padding:
+            pad = self.padding
+            padded = F.pad(images, (pad, pad, pad, pad))
+            top, left = (torch.randint(0, 2 * pad + 1, (count,)) for _ in range(2))
+            rows = (top[:, None] + torch.arange(height))[:, None, :, None]
+            columns = (left[:, None] + torch.arange(width))[:, None, None, :]
+            images = padded[torch.arange(count)[:, None, None, None], torch.arange(images.shape[1])[:, None, None],
+                            rows, columns]
+        if self.image_size != self.native:
+            images = F.interpolate(images, size=(self.image_size, self.image_size), mode="bilinear",
+                                   align_corners=False, antialias=True)
+        if self.train:
+            flip = torch.rand(count) < 0.5
+            images = torch.where(flip[:, None, None, None], images.flip(-1), images)
+        mean = torch.tensor(self.mean, dtype=images.dtype)[:, None, None]
+        std = torch.tensor(self.std, dtype=images.dtype)[:, None, None]
+        return (images - mean) / std
+
+
+def image_transform(name: str, train: bool, image_size: int | None = None) -> ImageTransform:
+    """The paper's preprocessing of ``name``'s images, for training or for evaluation (``ImageTransform``)."""
+    return ImageTransform(name, train, image_size)
 
 
 def fashion_mnist(split: str, transform=None) -> ImageDataset:

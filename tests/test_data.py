@@ -190,3 +190,65 @@ def test_deb_download_updates_the_package_lists_once_when_apt_cannot_find_the_pa
     assert data._download("dataset-fashion-mnist", "deb", tmp_path) == tmp_path / "pkg.deb"
     assert calls == [["apt-get", "download", "dataset-fashion-mnist"], ["apt-get", "update", "-qq"],
                      ["apt-get", "download", "dataset-fashion-mnist"]]
+
+
+@pytest.mark.parametrize("name, size", [("cifar10", 48), ("fashion_mnist", None), ("fashion_mnist", 36)])
+def test_batched_image_transform_equals_torchvision_per_image(name, size):
+    """The batch transform against torchvision's per-image functional ops, given the same draws: a crop
+    offset (top, left) per image, then a flip per image, from torch's global RNG in that order."""
+    import torch
+    from torchvision.transforms.v2 import functional as TF
+
+    channels, native = (1, 28) if name == "fashion_mnist" else (3, 32)
+    pad = 2 if native == 28 else 4
+    images = torch.rand(40, channels, native, native, generator=torch.Generator().manual_seed(0))
+    transform = data.image_transform(name, train=True, image_size=size)
+    torch.manual_seed(7)
+    batch = transform(images)
+    torch.manual_seed(7)
+    top, left = torch.randint(0, 2 * pad + 1, (40,)), torch.randint(0, 2 * pad + 1, (40,))
+    flip = torch.rand(40) < 0.5
+    mean, std = data.NORMALIZATION[name]
+    for i in range(40):
+        image = TF.crop(TF.pad(images[i], [pad]), int(top[i]), int(left[i]), native, native)
+        image = TF.resize(image, size, antialias=True) if size else image
+        image = TF.horizontal_flip(image) if flip[i] else image
+        torch.testing.assert_close(batch[i], TF.normalize(image, mean, std), rtol=1e-6, atol=1e-6)
+    assert 0.2 < flip.float().mean() < 0.8 and len(set(top.tolist())) > 1
+    # evaluation: resize and normalize only, no randomness
+    evaluation = data.image_transform(name, train=False, image_size=size)
+    expected = TF.normalize(TF.resize(images, size, antialias=True) if size else images, mean, std)
+    torch.testing.assert_close(evaluation(images), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_crop_offsets_cover_the_padding_uniformly():
+    import torch
+
+    transform = data.image_transform("fashion_mnist", train=True)
+    image = torch.zeros(2000, 1, 28, 28)
+    image[:, :, 0, 0] = 1.0  # a marked corner pixel: where it lands gives the crop offset
+    torch.manual_seed(0)
+    out = transform(image)
+    marked = out > out.amin()
+    assert marked.flatten(1).sum(1).le(1).all()  # a shifted corner: one pixel, or cropped away
+    landed = marked.flatten(1).float().argmax(1)[marked.flatten(1).any(1)]
+    rows = landed // 28
+    counts = np.bincount(rows.numpy(), minlength=5)[:5]  # corner row = pad - top in 0..2 (top 2..4 crop it)
+    assert set(np.flatnonzero(counts)) == {0, 1, 2}
+    assert counts[:3].min() > 0.8 * counts[:3].mean()
+
+
+def test_image_dataset_fetches_a_batch_in_one_call():
+    import torch
+
+    rng = np.random.default_rng(0)
+    images, labels = rng.integers(0, 256, (6, 28, 28), dtype=np.uint8), np.array([0, 1, 2, 3, 4, 5])
+    plain = data.ImageDataset(images, labels)
+    items = plain.__getitems__([4, 1])
+    assert [label for _, label in items] == [4, 1]
+    torch.testing.assert_close(items[0][0], plain[4][0])
+    torch.testing.assert_close(plain[1][0][0], torch.from_numpy(images[1]).float() / 255)
+    calls = []
+    counted = data.ImageDataset(images, labels, transform=lambda batch: calls.append(len(batch)) or batch)
+    loader = torch.utils.data.DataLoader(counted, batch_size=3)
+    assert [tuple(x.shape) for x, _ in loader] == [(3, 1, 28, 28)] * 2 and calls == [3, 3]
