@@ -17,7 +17,10 @@ and restored from the checkpoint on resume. Model initialization is the caller's
 
 Checkpoints: with ``checkpoint=<folder>``, ``<folder>/checkpoint.pt`` is replaced atomically after
 every epoch (model, optimizer, history, RNG states); ``fit`` resumes from it when it exists, and a
-resumed run gives bit-for-bit the numbers of an uninterrupted one (same device).
+resumed run gives bit-for-bit the numbers of an uninterrupted one (same device). A checkpoint written
+with other settings (fit's arguments, the optimizer's class and hyperparameters, the model's class and
+parameter shapes, the data sizes) is refused, naming what differs; an unreadable one is moved aside to
+``checkpoint.pt.corrupt`` with a warning and the run starts over.
 
 Data parallel: launched by ``torchrun --nproc_per_node N`` (WORLD_SIZE > 1), ``fit`` joins the process
 group (nccl on CUDA, gloo on CPU), wraps the model in DistributedDataParallel and gives each process
@@ -142,15 +145,56 @@ def _save(folder: Path, checkpoint: dict) -> None:
             os.unlink(tmp)
 
 
+def _plain_setting(value: Any) -> Any:
+    """A setting as plain data that compares by value (tensors -> numbers, tuples -> lists)."""
+    if isinstance(value, Tensor):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain_setting(item) for item in value]
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    return repr(value)
+
+
+def _fingerprint(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset,
+                 test_set: Dataset | None) -> dict:
+    """What changes the numbers and ``fit`` can see beyond its arguments: the optimizer's class and
+    hyperparameters (every param-group entry but ``params``), the model's class and parameter shapes,
+    the dataset sizes."""
+    groups = optimizer.param_groups
+    settings = {"optimizer": type(optimizer).__name__, "model": type(model).__name__,
+                "test_size": None if test_set is None else len(test_set)}
+    for i, group in enumerate(groups):
+        prefix = "optimizer." if len(groups) == 1 else f"optimizer.group{i}."
+        settings.update({prefix + key: _plain_setting(value) for key, value in group.items() if key != "params"})
+    settings.update({f"model.{name}": list(param.shape) for name, param in model.named_parameters()})
+    return settings
+
+
 def _load(folder: Path, settings: dict) -> dict | None:
+    """The checkpoint in ``folder`` if it exists and was written with ``settings``. A checkpoint that
+    cannot be read is moved aside to ``checkpoint.pt.corrupt`` (the run starts over); one written with
+    other settings is refused."""
     path = folder / CHECKPOINT
     if not path.exists():
         return None
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    if checkpoint["settings"] != settings:
-        differ = {k: (checkpoint["settings"].get(k), v) for k, v in settings.items()
-                  if checkpoint["settings"].get(k) != v}
-        raise ValueError(f"the checkpoint {path} belongs to another run (checkpoint vs now: {differ}); "
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("settings"), dict):
+            raise ValueError("not a checkpoint written by mdlib.train.fit")
+    except Exception as error:  # noqa: BLE001 - any unreadable file is a corrupt checkpoint
+        aside = path.with_name(CHECKPOINT + ".corrupt")
+        os.replace(path, aside)
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        log.warning("the checkpoint %s cannot be read (%s: %s); moved it to %s and starting this run from "
+                    "scratch", path, type(error).__name__, reason, aside.name)
+        return None
+    old = checkpoint["settings"]
+    if old != settings:
+        differ = {k: (old.get(k), settings.get(k)) for k in sorted({*old, *settings}, key=str)
+                  if old.get(k) != settings.get(k)}
+        shown = "; ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in differ.items())
+        raise ValueError(f"the checkpoint {path} belongs to another run (checkpoint vs now: {shown}); "
                          "use another checkpoint folder, or delete it to start over")
     return checkpoint
 
@@ -328,7 +372,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
     folder = Path(checkpoint) if checkpoint is not None else None
     settings = {"seed": seed, "batch_size": batch_size, "loss": loss, "reduction": reduction, "train_size": n,
                 "processes": world.size,
-                "by_length": lengths is not None}
+                "by_length": lengths is not None, **_fingerprint(model, optimizer, train_set, test_set)}
     state = _load(folder, settings) if folder is not None else None
     history: list[dict] = []
     stopped = False

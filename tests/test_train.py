@@ -121,7 +121,8 @@ def test_extending_a_finished_run_equals_the_longer_run(tmp_path):
     for a, b in zip(model.parameters(), straight.parameters()):
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="holds 3 epochs, more than epochs=2"):
-        train.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data, None, epochs=2, checkpoint=tmp_path, **kw)
+        train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=2,
+                  checkpoint=tmp_path, **kw)
     with pytest.raises(ValueError, match="belongs to another run"):
         train.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data, None, epochs=4, checkpoint=tmp_path,
                   batch_size=4, seed=1, progress=False)

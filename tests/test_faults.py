@@ -1,0 +1,76 @@
+"""Faults lose nothing: checkpoints of another run or corrupt ones, killed store writes, killed parents of
+worker processes, failed notebook re-executions."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from mdlib import train
+from mdlib.optim import LpMirrorDescent
+
+
+@pytest.fixture(autouse=True)
+def build_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    return tmp_path / "build"
+
+
+def toy(seed=0, n=32, d=4):
+    """A linear model and a binary data set of ``n`` points."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    y = (x[:, 0] > 0).float()
+    torch.manual_seed(seed)
+    return nn.Linear(d, 1), TensorDataset(x, y)
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoints
+
+
+def fit_md(folder, lr, p, epochs, **kw):
+    model, data = toy()
+    optimizer = LpMirrorDescent(model.parameters(), lr=lr, p=p)
+    return train.fit(model, optimizer, data, None, epochs=epochs, batch_size=8, seed=0, checkpoint=folder,
+                     progress=False, **kw), optimizer
+
+
+def test_a_checkpoint_of_other_optimizer_settings_is_refused_naming_both(tmp_path):
+    fit_md(tmp_path, lr=0.05, p=1.75, epochs=1)
+    # before: this resumed and went on at lr 0.05, p 1.75 (load_state_dict restores the param groups)
+    with pytest.raises(ValueError, match=r"belongs to another run.*optimizer\.lr: 0\.05 vs 0\.5; "
+                                         r"optimizer\.p: 1\.75 vs 3"):
+        fit_md(tmp_path, lr=0.5, p=3.0, epochs=2)
+    model, data = toy()
+    with pytest.raises(ValueError, match=r"optimizer: 'LpMirrorDescent' vs 'Adam'"):
+        train.fit(model, torch.optim.Adam(model.parameters(), lr=0.05), data, None, epochs=2, batch_size=8,
+                  seed=0, checkpoint=tmp_path, progress=False)
+    wider = nn.Linear(4, 2)
+    with pytest.raises(ValueError, match=r"model\.weight: \[1, 4\] vs \[2, 4\]"):
+        train.fit(wider, LpMirrorDescent(wider.parameters(), lr=0.05, p=1.75), data, None, epochs=2,
+                  batch_size=8, seed=0, loss="binary", checkpoint=tmp_path, progress=False)
+    model, data = toy()
+    with pytest.raises(ValueError, match=r"test_size: None vs 8"):
+        train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.75), data, TensorDataset(*data[:8]),
+                  epochs=2, batch_size=8, seed=0, checkpoint=tmp_path, progress=False)
+    history, optimizer = fit_md(tmp_path, lr=0.05, p=1.75, epochs=3)  # the same settings resume
+    assert history["epoch"].tolist() == [1, 2, 3] and optimizer.param_groups[0]["lr"] == 0.05
+
+
+def test_a_corrupt_checkpoint_is_reported_moved_aside_and_the_run_starts_over(tmp_path, caplog):
+    reference, _ = fit_md(tmp_path / "clean", lr=0.05, p=1.75, epochs=2)
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "checkpoint.pt").write_bytes(b"\x00not a checkpoint")
+    with caplog.at_level(logging.WARNING, logger="mdlib.train"):
+        history, _ = fit_md(folder, lr=0.05, p=1.75, epochs=2)
+    assert str(folder / "checkpoint.pt") in caplog.text and "starting this run from scratch" in caplog.text
+    assert (folder / "checkpoint.pt.corrupt").read_bytes() == b"\x00not a checkpoint"
+    assert history["train_loss"].tolist() == reference["train_loss"].tolist()
+    assert torch.load(folder / "checkpoint.pt", weights_only=True)["history"][-1]["epoch"] == 2
