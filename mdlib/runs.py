@@ -12,7 +12,10 @@ whitespace), and it lives in ``<build>/runs/<kind>/<key>/``::
 
 An entry is written into a temporary folder and moved into place with one ``os.replace``, so it is
 either complete or absent; an entry that does not read back completely (corrupt, partial, edited) is
-ignored, recomputed and replaced.
+ignored, recomputed and replaced. The temporary folders (``.tmp-*``, ``.trash-*``) are named after the
+writing process (``<pid>@<host>``); one left behind by a killed write is removed by the first ``load``
+or ``store`` of that kind in a later process, when its writer is no longer running on this host or it
+is older than ``STALE_SECONDS`` (a write takes seconds; the age covers other hosts and reused pids).
 
     from mdlib import runs
     result = runs.load_or_run("e1-paths", config, lambda: train(config))
@@ -29,6 +32,7 @@ import math
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
 import warnings
@@ -41,6 +45,9 @@ from mdlib import paths
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 FORMAT = 1
+STALE_SECONDS = 3600  #: a temporary folder this old is removed whoever wrote it
+_WRITER_RE = re.compile(r"^\.(?:tmp|trash)-(?:[0-9a-f]{16}-)?([0-9]+)@([A-Za-z0-9_]*)-")
+_cleaned: set[Path] = set()
 
 
 class RunResult(dict):
@@ -110,6 +117,49 @@ def entry_dir(kind: str, config: Mapping[str, Any]) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
+# temporary folders
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40]
+
+
+def _temp_prefix(kind: str, key: str = "") -> str:
+    """The name prefix of this process's temporary folders: ``.<kind>-[<key16>-]<pid>@<host>-``."""
+    return f".{kind}-{key[:16] + '-' if key else ''}{os.getpid()}@{_host()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _clean_stale(folder: Path) -> None:
+    """Remove the temporary folders in ``folder`` (a kind's folder) left by killed writes, once per
+    process: those whose writer is not running on this host, or older than ``STALE_SECONDS``."""
+    if folder in _cleaned or not folder.is_dir():
+        return
+    _cleaned.add(folder)
+    now = time.time()
+    for entry in os.scandir(folder):
+        if not entry.name.startswith((".tmp-", ".trash-")):
+            continue
+        match = _WRITER_RE.match(entry.name)
+        try:
+            old = now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS
+        except FileNotFoundError:
+            continue
+        dead = match is not None and match.group(2) == _host() and not _alive(int(match.group(1)))
+        if old or dead:
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
 # reading
 
 
@@ -153,7 +203,9 @@ def _read(path: Path, kind: str, config: Mapping[str, Any]) -> RunResult | None:
 
 def load(kind: str, config: Mapping[str, Any]) -> RunResult | None:
     """The stored result of this run, or None."""
-    return _read(entry_dir(kind, config), kind, config)
+    path = entry_dir(kind, config)
+    _clean_stale(path.parent)
+    return _read(path, kind, config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +273,8 @@ def store(kind: str, config: Mapping[str, Any], result: Mapping[str, Any], *, se
     key = config_key(kind, config)
     final = paths.runs_dir() / kind / key
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=final.parent))
+    _clean_stale(final.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix("tmp", key), dir=final.parent))
     try:
         _write_entry(tmp, kind, key, config, result, seconds)
         try:
@@ -230,7 +283,7 @@ def store(kind: str, config: Mapping[str, Any], result: Mapping[str, Any], *, se
             # Something is already there: a complete entry from a concurrent run (keep it), or a
             # corrupt one (move it aside, then put ours in place).
             if _read(final, kind, config) is None and final.exists():
-                trash = Path(tempfile.mkdtemp(prefix=f".trash-{key[:16]}-", dir=final.parent))
+                trash = Path(tempfile.mkdtemp(prefix=_temp_prefix("trash", key), dir=final.parent))
                 os.replace(final, trash / "entry")
                 shutil.rmtree(trash, ignore_errors=True)
                 os.replace(tmp, final)
@@ -261,7 +314,7 @@ def load_or_run(kind: str, config: Mapping[str, Any], compute: Callable[[], Mapp
     if force:
         existing = entry_dir(kind, config)
         if existing.exists():
-            trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=existing.parent))
+            trash = Path(tempfile.mkdtemp(prefix=_temp_prefix("trash"), dir=existing.parent))
             os.replace(existing, trash / "entry")
             shutil.rmtree(trash, ignore_errors=True)
     path = store(kind, config, result, seconds=seconds)

@@ -385,10 +385,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         _set_rng_state(state["rng"][world.rank], world.device)
-        message = f"resumed from {folder / CHECKPOINT} after epoch {len(history)}"
-        log.info(message)
-        if progress and world.rank == 0:
-            tqdm.write(message)
+        log.info("resumed from %s after epoch %d", folder / CHECKPOINT, len(history))
+        if progress and world.rank == 0:  # no path: this line can land on a book page
+            tqdm.write(f"resumed from its checkpoint after epoch {len(history)}")
     net = model
     if world.size > 1:
         net = nn.parallel.DistributedDataParallel(

@@ -4,13 +4,18 @@ worker processes, failed notebook re-executions."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from mdlib import train
+from mdlib import paths, runs, train
 from mdlib.optim import LpMirrorDescent
 
 
@@ -74,3 +79,51 @@ def test_a_corrupt_checkpoint_is_reported_moved_aside_and_the_run_starts_over(tm
     assert (folder / "checkpoint.pt.corrupt").read_bytes() == b"\x00not a checkpoint"
     assert history["train_loss"].tolist() == reference["train_loss"].tolist()
     assert torch.load(folder / "checkpoint.pt", weights_only=True)["history"][-1]["epoch"] == 2
+
+
+def test_resuming_prints_no_path(tmp_path, capsys):
+    fit_md(tmp_path, lr=0.05, p=1.75, epochs=1)
+    model, data = toy()
+    train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.75), data, None, epochs=2, batch_size=8,
+              seed=0, checkpoint=tmp_path, progress=True)
+    out = capsys.readouterr()
+    assert "resumed from its checkpoint after epoch 1" in out.out + out.err
+    assert str(tmp_path) not in out.out + out.err
+
+
+# ---------------------------------------------------------------------------------------------
+# the results store
+
+
+KILLED_WRITE = textwrap.dedent("""
+    import sys, time
+    from mdlib import runs
+
+    def stuck(folder, *args):  # a write that is killed half way
+        (folder / "config.json").write_text("{}")
+        print("writing", flush=True)
+        time.sleep(600)
+
+    runs._write_entry = stuck
+    runs.store("killed", {"a": 1}, {"x": 1})
+""")
+
+
+def test_a_killed_store_write_is_cleaned_up_by_the_next_load(build_dir, tmp_path):
+    script = tmp_path / "write.py"
+    script.write_text(KILLED_WRITE)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(paths.ROOT)})
+    assert proc.stdout.readline() == "writing\n"
+    folder = build_dir / "runs" / "killed"
+    (left,) = folder.glob(".tmp-*")
+    proc.kill()
+    proc.wait()
+    live = folder / f".tmp-{'0' * 16}-{os.getpid()}@{runs._host()}-x"  # a write in progress (this process)
+    live.mkdir()
+    old = folder / ".tmp-0123456789abcdef-x"  # no writer named: removed by age
+    old.mkdir()
+    os.utime(old, (time.time() - runs.STALE_SECONDS - 60,) * 2)
+    assert runs.load("killed", {"a": 1}) is None
+    assert not left.exists() and not old.exists() and live.exists()
+    assert runs.load_or_run("killed", {"a": 1}, lambda: {"x": 1})["x"] == 1
