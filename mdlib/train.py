@@ -31,12 +31,16 @@ only rank 0 writes checkpoints and results and shows progress.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import math
 import os
 import random
 import shutil
+import signal
+import sys
 import tempfile
+import threading
 import time
 import dataclasses
 from dataclasses import dataclass
@@ -524,6 +528,55 @@ def load_model_state(model: nn.Module, result: Mapping[str, Any], prefix: str = 
     return model
 
 
+def _worker_init(parent: int) -> None:
+    """Set up a ``run_many`` worker: one thread, and exit as soon as ``parent`` (the process that
+    started it) is gone: a parent-death signal on Linux, and on every system a daemon thread that
+    polls the parent's pid (a worker whose parent died is reparented)."""
+    torch.set_num_threads(1)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass  # the watchdog below still applies
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="mdlib-parent-watchdog", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _terminate_raises():
+    """Within the block, SIGTERM raises SystemExit(143) in the main thread (so the caller can stop its
+    workers and say what was kept) instead of ending the process at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(pool) -> None:
+    """Cancel the pending jobs of a ProcessPoolExecutor and kill its workers now."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API before 3.14
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.join(5)
+
+
 def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup], *,
              extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, workers: int = 1,
              skip: tuple[type[BaseException], ...] = (), progress: bool = True,
@@ -534,7 +587,8 @@ def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mappi
     must be module-level functions of an importable module (they are sent to spawned processes).
     On CUDA, or under torchrun, the runs go one after another in this process. A run that raises one
     of the exception types in ``skip`` (e.g. FloatingPointError: a step size too large) gives None
-    instead of stopping the others."""
+    instead of stopping the others. The worker processes end with the process that started them (even
+    when it is killed); on Ctrl-C or SIGTERM they are stopped and one line says what was kept."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     missing = [config for config in configs if runs.load(kind, config) is None]
@@ -554,19 +608,34 @@ def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mappi
                                  "module-level function of an importable module (not one defined in a notebook"
                                  f" or a lambda); got {function!r}, or use workers=1") from error
         context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(min(workers, len(missing)), mp_context=context,
-                                                    initializer=torch.set_num_threads, initargs=(1,)) as pool:
-            jobs = {pool.submit(run, kind, config, build, extras=extras, progress=False, device="cpu"):
-                    runs.config_key(kind, config) for config in missing}
-            with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs, {workers} processes",
-                      disable=not progress) as bar:
-                for job in concurrent.futures.as_completed(jobs):
-                    error = job.exception()
-                    if error is not None and not isinstance(error, skip):
-                        raise error
-                    if error is not None:
-                        failed[jobs[job]] = error
-                    bar.update()
+        pool = concurrent.futures.ProcessPoolExecutor(min(workers, len(missing)), mp_context=context,
+                                                      initializer=_worker_init, initargs=(os.getpid(),))
+        done = 0
+        try:
+            with _terminate_raises():
+                jobs = {pool.submit(run, kind, config, build, extras=extras, progress=False, device="cpu"):
+                        runs.config_key(kind, config) for config in missing}
+                with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs, {workers} processes",
+                          disable=not progress) as bar:
+                    try:
+                        for job in concurrent.futures.as_completed(jobs):
+                            error = job.exception()
+                            if error is not None and not isinstance(error, skip):
+                                raise error
+                            if error is not None:
+                                failed[jobs[job]] = error
+                            done += 1
+                            bar.update()
+                    except Exception:
+                        pool.shutdown()  # after an error, the other runs still finish and are stored
+                        raise
+        except (KeyboardInterrupt, SystemExit):
+            _stop(pool)
+            print(f"interrupted: {done} of {len(missing)} {kind} runs finished and are stored; the running ones "
+                  "keep their checkpoint of their last finished epoch; run the same command again to resume",
+                  file=sys.stderr, flush=True)
+            raise
+        pool.shutdown()
     results = []
     for config in configs:
         key = runs.config_key(kind, config)

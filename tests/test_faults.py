@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -127,3 +129,85 @@ def test_a_killed_store_write_is_cleaned_up_by_the_next_load(build_dir, tmp_path
     assert runs.load("killed", {"a": 1}) is None
     assert not left.exists() and not old.exists() and live.exists()
     assert runs.load_or_run("killed", {"a": 1}, lambda: {"x": 1})["x"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# worker processes
+
+
+SLOW_BUILD = textwrap.dedent("""
+    import os, time
+    import torch
+    from torch import nn
+    from torch.utils.data import Dataset
+    from mdlib import train
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, i):
+            time.sleep(0.05)
+            return torch.full((4,), float(i % 3)), float(i % 2)
+
+    def build(config):
+        (__import__("pathlib").Path(os.environ["PIDS"]) / str(os.getpid())).touch()
+        model = nn.Linear(4, 1)
+        return train.Setup(model, torch.optim.SGD(model.parameters(), lr=0.01), Slow())
+""")
+
+PARENT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from slowbuild import build
+    from mdlib import train
+
+    if __name__ == "__main__":
+        configs = [{"fit": {"epochs": 50, "batch_size": 8, "seed": seed}} for seed in range(3)]
+        train.run_many("fault", configs, build, workers=2, progress=False)
+""")
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie waiting to be reaped counts as ended)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except ImportError:
+        stat = Path(f"/proc/{pid}/stat")
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+    except Exception:  # psutil.NoSuchProcess
+        return True
+
+
+@pytest.mark.slow  # 6-10 s: a parent and two spawned workers, each importing torch
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_workers_end_with_a_killed_parent(tmp_path, build_dir, sig):
+    (tmp_path / "slowbuild.py").write_text(SLOW_BUILD)
+    (tmp_path / "parent.py").write_text(PARENT)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = {**os.environ, "PIDS": str(pids), "PYTHONPATH": str(paths.ROOT)}
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py"), str(tmp_path)], env=env,
+                              stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list(pids.iterdir())) < 2:
+        assert parent.poll() is None, parent.stderr.read()
+        assert time.monotonic() < deadline, "the workers did not start"
+        time.sleep(0.2)
+    workers = [int(p.name) for p in pids.iterdir()]
+    parent.send_signal(sig)
+    _, err = parent.communicate(timeout=30)
+    deadline = time.monotonic() + 5
+    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid in workers if not _gone(pid)] == []
+    if sig == signal.SIGTERM:
+        assert parent.returncode == 128 + signal.SIGTERM
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert lines == ["interrupted: 0 of 3 fault runs finished and are stored; the running ones keep their "
+                         "checkpoint of their last finished epoch; run the same command again to resume"]
