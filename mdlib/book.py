@@ -32,6 +32,7 @@ from mdlib import paths
 
 CHAPTER_RE = re.compile(r"^[0-9][0-9]_.+\.py$")
 KERNEL = "python3"
+FAILED_SUFFIX = ".failed.ipynb"  #: a failed execution is kept beside the executed notebook for inspection
 PROFILE_ORDER = ("smoke", "default", "paper")
 
 
@@ -259,14 +260,20 @@ def _kernel_environment() -> Iterator[None]:
                 os.environ[key] = value
 
 
+def _first_line(text: Any) -> str:
+    return (str(text).strip().splitlines() or [""])[0]
+
+
 def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, Any] | None = None,
                  output_dir: Path | None = None, *, notebooks_dir: Path | None = None,
                  params_dir: Path | None = None, progress: bool = True) -> Path:
     """Execute ``notebooks/<name>.py`` with papermill at ``profile`` (plus ``overrides``) and write the
     executed notebook ``<output_dir or notebooks/>/<name>.ipynb``; returns its path.
 
-    The kernel (``python3``) runs in the notebooks folder. A failing cell raises ``NotebookError``
-    naming the notebook and cell; the executed notebook, with the traceback, is still written.
+    The kernel (``python3``) runs in the notebooks folder. The notebook is executed into a temporary
+    file beside the output and renamed over it only on success, so a failed or interrupted execution
+    keeps the previous executed notebook; the failed one, with its traceback, is saved as
+    ``<name>.failed.ipynb`` and a failing cell raises ``NotebookError`` naming the notebook and cell.
     """
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -283,6 +290,8 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     out_dir = Path(output_dir) if output_dir is not None else path.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / f"{nb_name}.ipynb"
+    failed = out_dir / f"{nb_name}{FAILED_SUFFIX}"
+    partial = out_dir / f".{nb_name}.{os.getpid()}.executing.ipynb"
     shown = ", ".join(f"{k}={v!r}" for k, v in parameters.items())
     if progress:
         print(f"executing {nb_name} ({shown})", file=sys.stderr, flush=True)
@@ -290,19 +299,61 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     try:
         with _kernel_environment():
             papermill.execute_notebook(
-                nb, str(output), parameters=parameters, kernel_name=KERNEL, language="python",
+                nb, str(partial), parameters=parameters, kernel_name=KERNEL, language="python",
                 cwd=str(path.parent), progress_bar=progress, start_timeout=300, log_output=False,
             )
-    except PapermillExecutionError as exc:
-        raise NotebookError(
-            f"notebook {nb_name} (profile {profile}) failed in cell [{exc.exec_count}]: {exc.ename}: "
-            f"{exc.evalue}\nThe executed notebook with the full traceback: {output}") from None
-    except Exception as exc:
-        raise NotebookError(f"notebook {nb_name} (profile {profile}) could not be executed: "
-                            f"{type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:
+        where = [f"the previous executed notebook {output} is kept"] if output.exists() else []
+        if partial.exists():
+            os.replace(partial, failed)
+            where.append(f"this run's, with the traceback: {failed}")
+        where_text = "".join(f"; {part}" for part in where)
+        if isinstance(exc, PapermillExecutionError):
+            raise NotebookError(f"notebook {nb_name} (profile {profile}) failed in cell [{exc.exec_count}]: "
+                                f"{exc.ename}: {_first_line(exc.evalue)}{where_text}") from None
+        if isinstance(exc, Exception):
+            raise NotebookError(f"notebook {nb_name} (profile {profile}) could not be executed: "
+                                f"{type(exc).__name__}: {_first_line(exc)}{where_text}") from exc
+        raise
+    os.replace(partial, output)
+    failed.unlink(missing_ok=True)  # a failure of an earlier run, now superseded
     if progress:
         print(f"  {nb_name}: {time.perf_counter() - start:.1f} s -> {output}", file=sys.stderr, flush=True)
     return output
+
+
+def notebook_failure(ipynb: Path) -> str | None:
+    """Why the executed notebook ``ipynb`` is not a good chapter (a cell's error output, papermill's
+    record of an exception, an execution that did not finish), or None."""
+    import nbformat
+
+    nb = nbformat.read(ipynb, as_version=4)
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                return (f"cell [{cell.get('execution_count')}] raised {output.get('ename')}: "
+                        f"{_first_line(output.get('evalue', ''))}")
+    record = nb.metadata.get("papermill", {})
+    if record.get("exception"):
+        return "papermill recorded an exception during its execution"
+    if record and record.get("end_time") is None:
+        return "its execution did not finish"
+    return None
+
+
+def check_executed(names: list[str], notebooks_dir: Path | None = None) -> None:
+    """Raise ``BookError`` unless every ``<notebooks>/<name>.ipynb`` exists and executed without error."""
+    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    missing = [n for n in names if not (folder / f"{n}.ipynb").is_file()]
+    if missing:
+        raise BookError(f"not executed yet: {', '.join(missing)}; run `python -m mdlib book` without "
+                        "--skip-execute (or `python -m mdlib run <notebook>`)")
+    failed = {n: why for n in names if (why := notebook_failure(folder / f"{n}.ipynb"))}
+    if failed:
+        again = f"`python -m mdlib run {next(iter(failed))}`" if len(failed) == 1 else \
+            "`python -m mdlib run <notebook>` for each"
+        raise BookError("; ".join(f"notebooks/{n}.ipynb failed: {why}" for n, why in failed.items())
+                        + f"; execute again with {again} (or `python -m mdlib book` without --skip-execute)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,10 +522,7 @@ def build(profile: str = "default", execute: bool = True) -> Path:
             run_notebook(nb_name, profile=profile)
             timings[nb_name] = time.perf_counter() - t0
     else:
-        missing = [n for n in names if not (paths.NOTEBOOKS / f"{n}.ipynb").is_file()]
-        if missing:
-            raise BookError(f"not executed yet: {', '.join(missing)}; run `python -m mdlib book` without "
-                            "--skip-execute (or `python -m mdlib run <notebook>`)")
+        check_executed(names)
         used = {_executed_profile(paths.NOTEBOOKS / f"{n}.ipynb") for n in names}
         profile = used.pop() if len(used) == 1 and None not in used else "mixed (see each chapter)"
     write_parameters_page(profile=profile)

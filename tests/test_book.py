@@ -196,11 +196,27 @@ def test_run_notebook_executes_with_parameters(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_failing_cell_names_the_notebook(tmp_path, monkeypatch):
+def test_failing_cell_names_the_notebook_and_keeps_the_good_one(tmp_path, monkeypatch):
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
-    with pytest.raises(book.NotebookError, match=r"01_fixture.*ValueError: the fixture was asked to fail"):
+    good = tmp_path / "01_fixture.ipynb"
+    good.write_bytes(b'{"the": "previous good notebook"}\n')
+    with pytest.raises(book.NotebookError) as error:
         book.run_notebook("01_fixture", "default", {"fail": True}, output_dir=tmp_path, progress=False, **FIX)
-    assert (tmp_path / "01_fixture.ipynb").is_file()  # with the traceback, for inspection
+    message = str(error.value)
+    assert "\n" not in message
+    assert re.match(r"notebook 01_fixture \(profile default\) failed in cell \[\d+\]: ValueError: the fixture "
+                    r"was asked to fail; the previous executed notebook .*01_fixture.ipynb is kept; this run's, "
+                    r"with the traceback: .*01_fixture.failed.ipynb$", message)
+    assert good.read_bytes() == b'{"the": "previous good notebook"}\n'
+    failed = tmp_path / "01_fixture.failed.ipynb"
+    assert sorted(p.name for p in tmp_path.glob("*.ipynb")) + sorted(p.name for p in tmp_path.glob(".*")) == [
+        "01_fixture.failed.ipynb", "01_fixture.ipynb"]  # no temporary file left
+    assert book.notebook_failure(failed).endswith("raised ValueError: the fixture was asked to fail")
+    # `book --skip-execute` refuses a failed notebook in place (e.g. one papermill wrote by hand)
+    shutil.copy(failed, good)
+    with pytest.raises(book.BookError, match=r"^notebooks/01_fixture.ipynb failed: cell \[\d+\] raised "
+                                             r"ValueError: the fixture was asked to fail; execute again with `python -m mdlib run 01_fixture`"):
+        book.check_executed(["01_fixture"], tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,12 +12,14 @@ import textwrap
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
+import yaml
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from mdlib import paths, runs, train
+from mdlib import book, paths, runs, train
 from mdlib.optim import LpMirrorDescent
 
 
@@ -211,3 +213,38 @@ def test_workers_end_with_a_killed_parent(tmp_path, build_dir, sig):
         lines = [line for line in err.splitlines() if line.strip()]
         assert lines == ["interrupted: 0 of 3 fault runs finished and are stored; the running ones keep their "
                          "checkpoint of their last finished epoch; run the same command again to resume"]
+
+
+# ---------------------------------------------------------------------------------------------
+# executed notebooks (a real failing re-execution: tests/test_book.py)
+
+
+def executed(path, outputs=(), **papermill):
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell("x = 1", execution_count=3, outputs=list(outputs)))
+    nb.metadata["papermill"] = {"end_time": "2026-01-01T00:00:00", "exception": None, **papermill}
+    nbformat.write(nb, path)
+
+
+def test_the_book_refuses_failed_or_unfinished_notebooks_naming_them(tmp_path):
+    executed(tmp_path / "01_good.ipynb")
+    book.check_executed(["01_good"], tmp_path)
+    error = nbformat.v4.new_output("error", ename="ZeroDivisionError", evalue="division by zero\nmore", traceback=[])
+    executed(tmp_path / "02_bad.ipynb", [error], exception=True)
+    executed(tmp_path / "03_cut.ipynb", end_time=None)
+    with pytest.raises(book.BookError) as refused:
+        book.check_executed(["01_good", "02_bad", "03_cut"], tmp_path)
+    assert str(refused.value) == (
+        "notebooks/02_bad.ipynb failed: cell [3] raised ZeroDivisionError: division by zero; "
+        "notebooks/03_cut.ipynb failed: its execution did not finish; execute again with "
+        "`python -m mdlib run <notebook>` for each (or `python -m mdlib book` without --skip-execute)")
+    with pytest.raises(book.BookError, match="not executed yet: 04_none"):
+        book.check_executed(["01_good", "04_none"], tmp_path)
+
+
+def test_failed_and_partial_notebooks_are_ignored_by_git_and_the_book():
+    config = yaml.safe_load((paths.ROOT / "_config.yml").read_text())
+    assert {"**.failed.ipynb", "**/.*.executing.ipynb"} <= set(config["exclude_patterns"])
+    names = ["notebooks/03_joint_training.failed.ipynb", "notebooks/.03_joint_training.12.executing.ipynb"]
+    ignored = subprocess.run(["git", "check-ignore", *names], cwd=paths.ROOT, capture_output=True, text=True)
+    assert ignored.stdout.split() == names
