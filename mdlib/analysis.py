@@ -21,8 +21,8 @@ import torch
 from torch import Tensor, nn
 
 __all__ = ["cls_attention", "win_loss_tie", "wilson_interval", "difference_interval", "delete_tokens", "probability_drop",
-           "magnitudes", "count_above", "top_share", "effective_density", "prunable_weights", "magnitude_prune",
-           "pruning_curve"]
+           "magnitudes", "count_above", "top_share", "effective_density", "late_means", "late_change", "late_share",
+           "prunable_weights", "magnitude_prune", "pruning_curve"]
 
 
 @torch.no_grad()
@@ -142,6 +142,35 @@ def effective_density(tensors) -> float:
     x = _flat(tensors)
     squares = (x ** 2).sum().item()
     return x.abs().sum().item() ** 2 / (x.numel() * squares) if squares > 0 else math.nan
+
+
+def late_means(values, fraction: float = 0.25, window: int | None = None) -> tuple[float, float]:
+    """(before, last) of a per-epoch curve: the mean of its last ``window`` values and of the ``window``
+    values ending ``fraction`` of the curve earlier (windows tame the epoch-to-epoch noise; default: a
+    fifth of that span, at least 1); NaNs when the curve is shorter than the span plus the window."""
+    values = np.asarray(values, dtype=float)
+    span = max(1, int(len(values) * fraction))
+    window = window or max(1, span // 5)
+    if len(values) < span + window:
+        return math.nan, math.nan
+    return float(values[-span - window:-span].mean()), float(values[-window:].mean())
+
+
+def late_change(values, fraction: float = 0.25, window: int | None = None) -> float:
+    """How much a per-epoch curve (e.g. the training loss) still moved at the end, relative to where it
+    is: last / before - 1 of ``late_means``. A curve falling like a power of the epoch, c t^-a, gives the
+    same (3/4)^-a - 1 at every length: this alone never says "flat"."""
+    before, last = late_means(values, fraction, window)
+    return last / before - 1
+
+
+def late_share(values, fraction: float = 0.25, window: int | None = None) -> float:
+    """The share of a curve's total change (first value to the last window's mean) that came in its last
+    ``fraction`` (windows of ``late_means``): near 0 for a curve that has flattened, ``fraction`` for a
+    straight line."""
+    before, last = late_means(values, fraction, window)
+    first = float(np.asarray(values, dtype=float)[0])
+    return (last - before) / (last - first) if last != first else math.nan
 
 
 def prunable_weights(model: nn.Module) -> list[tuple[str, nn.Parameter]]:

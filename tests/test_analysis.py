@@ -117,3 +117,28 @@ def test_scale_free_sparsity_measures():
     assert abs(analysis.effective_density([torch.tensor(x)]) - 2 / np.pi) < 0.05  # Gaussian: 2/pi
     with pytest.raises(ValueError, match="fraction"):
         analysis.top_share(spike, 0.0)
+
+
+def test_late_change_compares_window_means_a_fraction_apart():
+    flat = np.full(40, 0.5)
+    assert analysis.late_change(flat) == 0.0
+    falling = 1.0 / np.arange(1, 101)  # span 25, window 5: last five vs the five ending 25 earlier
+    expected = falling[-5:].mean() / falling[-30:-25].mean() - 1
+    assert analysis.late_change(falling) == pytest.approx(expected, rel=1e-12)
+    assert analysis.late_change(falling, fraction=0.5, window=1) == pytest.approx(falling[-1] / falling[-51] - 1)
+    noisy = 0.5 + 0.05 * np.resize([1.0, -1.0], 100)  # alternating noise: windowed means cancel it
+    assert abs(analysis.late_change(noisy, window=2)) < 1e-12 and abs(analysis.late_change(noisy, window=1)) > 0.1
+    assert np.isnan(analysis.late_change([1.0])) and np.isnan(analysis.late_change(np.ones(5), window=5))
+
+
+def test_late_share_is_the_last_fraction_of_the_total_change():
+    line = np.linspace(2.0, 1.0, 101)  # straight: the last quarter holds a quarter of the change (window 1)
+    assert analysis.late_share(line, window=1) == pytest.approx(0.25)
+    t = np.arange(1, 401.0)
+    power = t ** -0.5  # relative change stays (3/4)^-0.5 - 1 per quarter; the share shrinks with length
+    assert analysis.late_change(power[:100], window=1) == pytest.approx(analysis.late_change(power, window=1), abs=2e-3)
+    assert analysis.late_share(power, window=1) < analysis.late_share(power[:100], window=1) < 0.25
+    last, before = power[-5:].mean(), power[-105:-100].mean()
+    assert analysis.late_share(power, window=5) == pytest.approx((last - before) / (last - power[0]), rel=1e-12)
+    assert np.isnan(analysis.late_share(np.ones(40))) and np.isnan(analysis.late_share([3.0]))
+    assert analysis.late_share([3.0, 2.0]) == 1.0  # two epochs: all of the change came in the last
