@@ -26,7 +26,7 @@ DRY = {
     "05_token_selection": {"epochs": 1, "seeds": 1},
     "06_weights": {"epochs": 1, "seeds": 1},
     "07_vision": {"epochs": 1, "sweep_epochs": 1, "seeds": 1, "batch_size": 20, "validation": 20,
-                  "sweep_lrs": {1.75: [0.01], 2.0: [0.01], 3.0: [0.001]}},
+                  "step_sizes": {"adam": [1e-4], "1.1": [0.05], "1.75": [0.01], "2": [0.01, 0.03], "3": [0.001]}},
 }
 
 
