@@ -236,13 +236,20 @@ def resolve_parameters(name: str, profile: str = "default", overrides: Mapping[s
 
 @contextlib.contextmanager
 def _kernel_environment() -> Iterator[None]:
-    """The kernel imports this checkout's mdlib (PYTHONPATH) and sees MDLIB_BUILD_DIR as set here.
+    """The kernel imports this checkout's mdlib (PYTHONPATH) and writes where this process would.
 
+    ``MDLIB_BUILD_DIR`` and ``MDLIB_DATA_DIR``, when set, are passed down as absolute paths resolved
+    here: the kernel runs in ``notebooks/`` and would resolve a relative one against that folder.
     Progress bars (tqdm) are off inside executed notebooks (``TQDM_DISABLE=1`` unless set): their
     carriage-return output would clutter the book; papermill shows progress per cell instead.
     """
-    keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS")
+    from mdlib import data
+
+    keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, data.DATA_ENV)
     saved = {key: os.environ.get(key) for key in keys}
+    for key, resolved in ((paths.BUILD_ENV, paths.build_dir), (data.DATA_ENV, data.data_dir)):
+        if saved[key]:
+            os.environ[key] = str(resolved())
     parts = [str(paths.ROOT)] + [p for p in (saved["PYTHONPATH"] or "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -92,9 +92,13 @@ FETCHABLE = {name: [f for f in FILES.values() if f.fetch_as == name]
              for name in ("rotten_tomatoes", "wordpiece_vocab", "fashion_mnist")}
 
 
+DATA_ENV = "MDLIB_DATA_DIR"
+
+
 def data_dir() -> Path:
-    """Where fetched files live: ``$MDLIB_DATA_DIR`` or ``data/cache`` in the repository."""
-    return Path(os.environ.get("MDLIB_DATA_DIR") or paths.ROOT / "data" / "cache")
+    """Where fetched files live: ``$MDLIB_DATA_DIR`` (made absolute) or ``data/cache`` in the repository."""
+    value = os.environ.get(DATA_ENV)
+    return Path(value).expanduser().resolve() if value else paths.ROOT / "data" / "cache"
 
 
 def _sha256(data: bytes) -> str:

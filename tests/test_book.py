@@ -172,13 +172,32 @@ def test_book_config_is_offline():
         assert (paths.PARAMS / f"{profile}.yaml").is_file()
 
 
+def test_relative_dirs_reach_the_kernel_as_absolute_paths(tmp_path, monkeypatch):
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    monkeypatch.chdir(launch)
+    monkeypatch.setenv("MDLIB_BUILD_DIR", "relbuild")
+    monkeypatch.setenv("MDLIB_DATA_DIR", "reldata")
+    assert data.data_dir() == paths.build_dir().parent / "reldata" == launch / "reldata"
+    with book._kernel_environment():  # what the kernel, running in notebooks/, is given
+        seen = dict(os.environ)
+    assert seen["MDLIB_BUILD_DIR"] == str(launch / "relbuild")
+    assert seen["MDLIB_DATA_DIR"] == str(launch / "reldata")
+    assert os.environ["MDLIB_BUILD_DIR"] == "relbuild" and os.environ["MDLIB_DATA_DIR"] == "reldata"  # restored
+    monkeypatch.delenv("MDLIB_DATA_DIR")
+    with book._kernel_environment():
+        assert "MDLIB_DATA_DIR" not in os.environ  # unset stays unset: the kernel uses the default
+    assert "MDLIB_DATA_DIR" not in os.environ
+
+
 # ---------------------------------------------------------------------------------------------
 # executing a notebook (slow: starts a kernel)
 
 
 @pytest.mark.slow
 def test_run_notebook_executes_with_parameters(tmp_path, monkeypatch):
-    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MDLIB_BUILD_DIR", "build")  # relative to this process's cwd, not the kernel's
     out = book.run_notebook("01_fixture.py", "smoke", {"seeds": 3}, output_dir=tmp_path / "out",
                             progress=False, **FIX)
     assert out == tmp_path / "out" / "01_fixture.ipynb"
