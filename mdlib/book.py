@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import math
 import os
 import re
 import subprocess
@@ -27,6 +28,8 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
+
+import yaml
 
 from mdlib import paths
 
@@ -42,6 +45,45 @@ class NotebookError(RuntimeError):
 
 class BookError(RuntimeError):
     """The book could not be built (configuration, table of contents, Sphinx warnings)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """yaml's SafeLoader, refusing a mapping that repeats a key (SafeLoader keeps the last one)."""
+
+    def construct_mapping(self, node, deep=False):
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                seen = key in first
+            except TypeError:  # an unhashable key: SafeLoader reports it
+                continue
+            if seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {first[key] + 1})",
+                    key_node.start_mark)
+            first[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str, where: str, fix: str) -> Any:
+    """``text`` parsed by :class:`UniqueKeyLoader`; a YAML error becomes a one-line ValueError naming
+    ``where`` (a file or a command-line value), the line and column, the problem and ``fix``."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or _first_line(exc)
+        if not isinstance(exc, yaml.constructor.ConstructorError):
+            problem = f"not valid YAML: {problem}"
+        raise ValueError(f"{where}{at}: {problem}; {fix}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,14 +124,12 @@ def list_profiles(params_dir: Path | None = None) -> list[str]:
 
 def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict[str, Any]]:
     """``params/<profile>.yaml``: a mapping notebook name -> {parameter: value}."""
-    import yaml
-
     folder = Path(params_dir or paths.PARAMS)
     path = folder / f"{profile}.yaml"
     if not isinstance(profile, str) or not path.is_file():
         raise ValueError(f"unknown profile {profile!r}; the profiles are "
                          f"{', '.join(list_profiles(folder)) or '(none)'} (files {folder}/<profile>.yaml)")
-    data = yaml.safe_load(path.read_text("utf-8")) or {}
+    data = load_yaml(path.read_text("utf-8"), str(path), "correct the file") or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of notebook name -> parameters, got {type(data).__name__}")
     out = {}
@@ -165,28 +205,44 @@ def notebook_parameters(path: Path) -> dict[str, Parameter]:
     return parse_parameters(cell.source, where=str(path))
 
 
+def _non_finite(value: Any) -> bool:
+    """Whether ``value`` is, or holds in a list or mapping, a float nan or +-inf."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return any(map(_non_finite, value))
+    if isinstance(value, dict):
+        return any(map(_non_finite, value.values()))
+    return False
+
+
 def _check_value(notebook: str, param: Parameter, value: Any, origin: str) -> Any:
-    """``value`` coerced to the default's type where that is unambiguous, else a clear TypeError."""
+    """``value`` coerced to the default's type where that is unambiguous, else a clear TypeError;
+    a ValueError for nan or infinity anywhere in it."""
     if isinstance(value, tuple):
         value = list(value)
-    if not param.literal or param.value is None or value is None:
-        return value
-    default = param.value
+    default = param.value if param.literal else None
 
     def fail(expected: str):
         raise TypeError(f"{notebook}: parameter {param.name!r} from {origin} should be {expected} like its "
                         f"default {param.source}, got {value!r}")
 
+    numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
+    if numeric and isinstance(value, str):  # YAML reads 1e-3 as a string
+        try:
+            value = float(value) if any(c in value.lower() for c in ".en") else int(value)
+        except ValueError:
+            fail("a number")
+    if _non_finite(value):
+        raise ValueError(f"{notebook}: parameter {param.name!r} from {origin} is {value!r}: nan and infinity "
+                         "are not accepted; give finite numbers")
+    if default is None or value is None:
+        return value
     if isinstance(default, bool):
         if not isinstance(value, bool):
             fail("true/false")
         return value
-    if isinstance(default, (int, float)):
-        if isinstance(value, str):  # YAML reads 1e-3 as a string
-            try:
-                value = float(value) if any(c in value.lower() for c in ".en") else int(value)
-            except ValueError:
-                fail("a number")
+    if numeric:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail("a number")
         if isinstance(default, int) and isinstance(value, float):
@@ -305,9 +361,12 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     start = time.perf_counter()
     try:
         with _kernel_environment():
+            # The kernel's own log (a TCP warning at start, a traceback when Ctrl-C stops it mid-cell)
+            # says nothing about the notebook: a cell's error is in the notebook and raised here.
             papermill.execute_notebook(
                 nb, str(partial), parameters=parameters, kernel_name=KERNEL, language="python",
                 cwd=str(path.parent), progress_bar=progress, start_timeout=300, log_output=False,
+                extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
             )
     except BaseException as exc:
         where = [f"the previous executed notebook {output} is kept"] if output.exists() else []
@@ -469,8 +528,6 @@ def write_parameters_page(target: Path | None = None, profile: str | None = None
 
 def toc_files(toc: Path | None = None) -> list[str]:
     """Every ``file:`` entry of ``_toc.yml`` (the root first), in order."""
-    import yaml
-
     data = yaml.safe_load(Path(toc or paths.ROOT / "_toc.yml").read_text("utf-8"))
     found = [data["root"]] if "root" in data else []
 

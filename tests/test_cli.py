@@ -1,0 +1,140 @@
+"""The command line's errors: one or two lines naming the problem, before any work starts; Ctrl-C
+ends with one line and exit code 130."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from mdlib import book, cli, paths
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def fixture_repo(monkeypatch):
+    """The CLI sees the fixture notebook and profiles; returns the list of notebook executions started."""
+    monkeypatch.setattr(paths, "NOTEBOOKS", FIXTURES / "notebooks")
+    monkeypatch.setattr(paths, "PARAMS", FIXTURES / "params")
+    started = []
+    monkeypatch.setattr("papermill.execute_notebook", lambda *args, **kwargs: started.append(args))
+    return started
+
+
+def _error(capsys, started: list, argv: list[str]) -> str:
+    assert cli.main(argv) == 1
+    assert not started, "the command started work despite an error in its input"
+    err = capsys.readouterr().err
+    assert 1 <= len(err.strip().splitlines()) <= 2, err
+    return err
+
+
+def test_malformed_yaml_value_is_one_line(fixture_repo, capsys):
+    err = _error(capsys, fixture_repo, ["run", "01_fixture", "-p", "ps", "[1.5, 2"])
+    assert err.startswith("error: -p ps '[1.5, 2', line 1, column 8: not valid YAML: expected ',' or ']'")
+    assert "values are YAML" in err
+    err = _error(capsys, fixture_repo, ["run", "01_fixture", "-p", "schedule", "{kind: a, kind: b}"])
+    assert "-p schedule" in err and "duplicate key 'kind'" in err
+
+
+def test_repeated_parameter_is_refused(fixture_repo, capsys):
+    argv = ["run", "01_fixture", "-p", "seeds", "3", "-p", "lr", "0.1", "-p", "seeds", "4"]
+    err = _error(capsys, fixture_repo, argv)
+    assert err == "error: -p seeds given more than once; give each parameter once\n"
+
+
+@pytest.mark.parametrize("name,value", [("lr", "nan"), ("lr", "inf"), ("lr", "1e400"), ("seeds", "nan"),
+                                        ("ps", "[1.5, .nan]"), ("schedule", "{kind: cosine, scale: .inf}")])
+def test_non_finite_values_are_refused(fixture_repo, capsys, name, value):
+    err = _error(capsys, fixture_repo, ["run", "01_fixture", "-p", name, value])
+    assert f"parameter {name!r} from the overrides" in err and "nan and infinity are not accepted" in err
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("01_fixture:\n  seeds: 2\n  lr: [0.1\n", r"smoke.yaml, line 4, column 1: not valid YAML: expected ',' or ']'"),
+    ("01_fixture:\n  seeds: 2\n  lr: 0.1\n  seeds: 3\n", r"smoke.yaml, line 4, column 3: duplicate key 'seeds' "
+                                                          r"\(first on line 2\)"),
+    ("01_fixture:\n  seeds: 2\n01_fixture:\n  lr: 0.1\n", r"line 3, column 1: duplicate key '01_fixture'"),
+    ("01_fixture:\n  lr: .nan\n", r"'lr' from params/smoke.yaml is nan: nan and infinity are not accepted"),
+    ("01_fixture:\n  lr: inf\n", r"'lr' from params/smoke.yaml is inf"),  # YAML's string, made a number
+])
+def test_broken_profile_file_is_named_with_its_line(fixture_repo, tmp_path, monkeypatch, capsys, text, expected):
+    params = tmp_path / "params"
+    params.mkdir()
+    (params / "smoke.yaml").write_text(text)
+    monkeypatch.setattr(paths, "PARAMS", params)
+    err = _error(capsys, fixture_repo, ["run", "01_fixture", "--profile", "smoke"])
+    assert re.search(expected, err), err
+
+
+@pytest.mark.parametrize("argv,problem", [
+    (["bench", "synthetic", "--seeds", "0"], "argument --seeds: must be an integer >= 1, got '0'"),
+    (["bench", "optimizer", "--repeats", "-1"], "argument --repeats: must be an integer >= 1, got '-1'"),
+    (["bench", "svm", "--repeats", "many"], "argument --repeats: must be an integer >= 1, got 'many'"),
+    (["bench", "svn"], "invalid choice: 'svn' (choose from 'optimizer', 'svm', 'synthetic')"),
+    (["fetch", "mnist"], "invalid choice: 'mnist' (choose from 'rotten_tomatoes', 'wordpiece_vocab'"),
+])
+def test_bad_arguments_get_argparse_two_lines(capsys, argv, problem):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("usage: python -m mdlib") and problem in err[1], err
+
+
+@pytest.mark.parametrize("argv,target", [
+    (["run", "01_fixture"], "mdlib.book.run_notebook"),
+    (["book", "--skip-execute"], "mdlib.book.build"),
+    (["fetch", "rotten_tomatoes"], "mdlib.data.fetch"),
+    (["bench", "svm"], "mdlib.bench.svm"),
+])
+def test_ctrl_c_ends_with_one_line(fixture_repo, monkeypatch, capsys, argv, target):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(target, interrupted)
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("interrupted: "), err
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_execution_keeps_the_notebook_and_prints_one_line(tmp_path):
+    """A real SIGINT while the kernel runs a cell: one line, exit 130, the previous notebook intact."""
+    nbs, params = tmp_path / "notebooks", tmp_path / "params"
+    nbs.mkdir()
+    params.mkdir()
+    (params / "default.yaml").write_text("{}\n")
+    (nbs / "01_sleep.py").write_text('# %% tags=["parameters"]\nprofile = "default"  # profile\n\n'
+                                     "# %%\nimport time\ntime.sleep(120)\n")
+    previous = nbs / "01_sleep.ipynb"
+    previous.write_text('{"previous": "good"}\n')
+    script = textwrap.dedent(f"""
+        import signal, sys
+        from pathlib import Path
+        from mdlib import cli, paths
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job may ignore SIGINT
+        paths.NOTEBOOKS, paths.PARAMS = Path({str(nbs)!r}), Path({str(params)!r})
+        sys.exit(cli.main(["run", "01_sleep"]))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(paths.ROOT)})
+    deadline = time.monotonic() + 120
+    while not list(nbs.glob(".01_sleep.*.executing.ipynb")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # papermill writes the temporary notebook when the kernel has started
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("executing 01_sleep") and len(lines) == 2, err
+    assert lines[1].startswith("interrupted: the previous executed notebook")
+    assert previous.read_text() == '{"previous": "good"}\n'
