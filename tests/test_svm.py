@@ -137,6 +137,33 @@ def test_infeasible_attention_tokens():
     assert is_locally_optimal(X, y, z, v, alpha, 2.0) is False
 
 
+@pytest.mark.parametrize("p", [1.1, 1.75, 2.0, 3.0])
+@pytest.mark.parametrize("s", [1e-200, 1.0, 1e200])
+def test_attention_svm_is_scale_covariant(p, s):
+    """X -> s X turns the constraints (x_alpha - x_t)^T W z >= 1 into (x_alpha - x_t)^T (s W) z >= 1, and
+    ||s W||_p = s ||W||_p: so W_mm(s X) = W_mm(X) / s, and the same for z. Inputs at 1e-200 or 1e200 were
+    called infeasible (their Gram matrix under- or overflowed)."""
+    X, y, z, v, alpha = instance(5)
+    W = attention_svm(X, z, alpha, p)
+    np.testing.assert_allclose(attention_svm(X * s, z, alpha, p) * s, W, rtol=1e-12, atol=1e-12 * np.abs(W).max())
+    np.testing.assert_allclose(attention_svm(X, z * s, alpha, p) * s, W, rtol=1e-12, atol=1e-12 * np.abs(W).max())
+
+
+@pytest.mark.parametrize("p", [1.5, 3.0])
+def test_lp_margin_rescales_every_output(p):
+    """A -> s A: w / s, ||w|| / s, lambda s^-p, gap s^-p; relative gap and violation unchanged."""
+    X, y, z, v, alpha = instance(6)
+    A = attention_constraints(X, z, alpha)
+    ref, sol = lp_margin(A, p), lp_margin(A * 1e50, p)
+    np.testing.assert_allclose(sol.w * 1e50, ref.w, rtol=1e-12, atol=1e-12 * np.abs(ref.w).max())
+    assert sol.norm * 1e50 == pytest.approx(ref.norm, rel=1e-12)
+    np.testing.assert_allclose(sol.dual * 1e50**p, ref.dual, rtol=1e-10, atol=1e-12 * ref.dual.max())
+    assert sol.gap * 1e50**p == pytest.approx(ref.gap, rel=1e-3, abs=1e-15)
+    assert sol.rel_gap <= 1e-8 and sol.violation <= 1e-8
+    with pytest.raises(ValueError, match="exceeds float64's range"):
+        lp_margin(A * 1e-310, p)  # a w of 1e310
+
+
 def test_no_silent_failure():
     X, y, z, v, alpha = instance(8)
     with pytest.raises(ConvergenceError, match="did not converge"):
