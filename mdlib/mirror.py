@@ -50,10 +50,6 @@ def dual_exponent(p: float) -> float:
     return p / (p - 1.0)
 
 
-#: The ways sign(u)|u|^r is computed, chosen once per exponent by :func:`_power_kind`.
-_POWER_KINDS = ("copy", "integer", "sqrt", "cube", "general")
-
-
 def _power_kind(r: float, dtype: torch.dtype) -> tuple[str, int]:
     """How sign(u)|u|^r is computed, and its integer: ("copy", 1) for r = 1; ("integer", k) for
     r = k in 2..32 (binary powering; p = 1.1 gives 10); ("sqrt", 0) for r = 1/2 (p = 3); ("cube", n)

@@ -459,6 +459,22 @@ def test_make_optimizer_by_name():
         train.make_optimizer(params, "adam", 1e-3, p=2.0)
     with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
         train.make_optimizer(params, "lion", 1e-3)
+    # CPU: torch's defaults (single-tensor, checked at once); parameters may come as generators or groups
+    md = train.make_optimizer(iter(params), "md", 1e-1, p=1.5)
+    assert (md.foreach, md.fused, md._lazy()) == (None, None, False) and md.param_groups[0]["params"] == params
+    md = train.make_optimizer([{"params": iter(params), "lr": 0.5}], "md", 1e-1, p=1.5)
+    assert md.param_groups[0]["params"] == params and md.param_groups[0]["lr"] == 0.5
+
+
+def test_fit_reports_a_lazily_checked_refusal_of_the_last_step():
+    """An optimizer that reads its finiteness flags lazily (LpMirrorDescent on a GPU; forced here) has
+    its last step of an epoch settled by fit, so a refused step is not left in the model."""
+    x, y = blobs(32)
+    model = mlp(0)
+    optimizer = LpMirrorDescent(model.parameters(), lr=1e38, p=1.1, lazy_check=True)
+    with pytest.raises(FloatingPointError, match="reduce lr"):
+        train.fit(model, optimizer, TensorDataset(x, y), None, epochs=1, batch_size=32, seed=0, progress=False)
+    assert all(torch.isfinite(w).all() for w in model.parameters())
 
 
 def build_either(config):
