@@ -3,8 +3,10 @@
 # PROFILE=smoke make book   builds the CI-sized book in about a minute.
 
 PROFILE ?= default
-# Python 3.11 (pyproject: requires-python >=3.11,<3.12); PYTHON=... overrides.
+# Python 3.11 by default (pyproject: requires-python >=3.11); PYTHON=... overrides.
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+# The torch CI tests and the book's numbers come from (pyproject accepts any torch >= 2.6); TORCH=... overrides.
+TORCH ?= torch==2.14.1 torchvision==0.29.1
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mdlib-installed
@@ -25,7 +27,7 @@ test: $(STAMP)
 # The environment: created once, reinstalled when pyproject.toml changes.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -e '.[test]'
+	$(PY) -m pip install $(TORCH) -e '.[test]'
 	touch $@
 
 clean:
