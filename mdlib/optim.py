@@ -60,8 +60,8 @@ def _finite(tensors: list[Tensor]) -> Tensor:
 def _signed_power_into(s: Tensor, r: float, w: Tensor) -> None:
     """w <- sign(s)|s|^r by in-place operations on w, reading s, with no other buffer.
 
-    Integer r (p = 1 + 1/r, e.g. 1.1 -> 10): s^r by left-to-right binary powering on w, then the sign
-    of s (copysign); r = 1/2 (p = 3): a square root; other r: exp(r log|s|)."""
+    Integer r (p = 1 + 1/r, e.g. 1.1 -> 10): s^r by left-to-right binary powering on w (p = 1.1: four
+    passes), then the sign of s (copysign); r = 1/2 (p = 3): a square root; other r: exp(r log|s|)."""
     if w.dtype != s.dtype:  # a low-precision parameter: compute in the dual's precision, then round
         work = torch.empty_like(s)
         _signed_power_into(s, r, work)
@@ -71,9 +71,12 @@ def _signed_power_into(s: Tensor, r: float, w: Tensor) -> None:
     if kind == "copy":
         w.copy_(s)
         return
-    if kind == "integer":
-        w.copy_(s)
-        for bit in bin(k)[3:]:
+    if kind == "integer":  # bits of k after the leading one: s*s consumes the first of them
+        bits = bin(k)[3:]
+        torch.mul(s, s, out=w)
+        if bits[0] == "1":
+            w.mul_(s)
+        for bit in bits[1:]:
             w.square_()
             if bit == "1":
                 w.mul_(s)
