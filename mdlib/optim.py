@@ -99,11 +99,7 @@ def _foreach_signed_power_into(ss: list[Tensor], r: float, ws: list[Tensor]) -> 
             torch._foreach_mul_(out, out)
             if bit == "1":
                 torch._foreach_mul_(out, ss)
-        if k % 2:  # an odd power keeps the sign
-            signs = None
-        else:
-            torch._foreach_abs_(out)
-            signs = torch._foreach_sign(ss)
+        signs = None if k % 2 else torch._foreach_sign(ss)  # an odd power keeps the sign; an even one is >= 0
     else:
         torch._foreach_copy_(out, ss)
         torch._foreach_abs_(out)
