@@ -367,6 +367,20 @@ glue("vit-pruning", per_dataset(lambda d: ", ".join(
     f"{name(m)} " + " / ".join(f"{100 * at[(d, name(m), x)]:.1f}" for x in levels) for m in methods)), display=False)
 glue("vit-pruning-levels", " / ".join(f"{100 * x:.0f} %" for x in levels) or "(none of 50, 80, 90 % measured)",
      display=False)
+smallest = ("md", float(min(ps)))  # the paper's Figure 12 contrast: mirror descent with small p against Adam
+heavy = max(sparsities)
+
+
+def contrast(d):
+    """The smallest p against Adam: K/Q/V entries above the threshold, accuracy at the heaviest pruning."""
+    above = {m: sum(mean_counts[(d, name(m), kind)] for kind in kinds) for m in (smallest, ("adam", None))}
+    more = {1: "more", 0: "as many", -1: "fewer"}[int(np.sign(above[smallest] - above[("adam", None)]))]
+    return (f"{name(smallest)} has {more} entries above the threshold than Adam ({above[smallest]:,.0f} against "
+            f"{above[('adam', None)]:,.0f}) and keeps {100 * at[(d, name(smallest), heavy)]:.1f} % test accuracy "
+            f"with {100 * heavy:.0f} % of the weights pruned, against {100 * at[(d, 'Adam', heavy)]:.1f} % for Adam")
+
+
+glue("vit-contrast", per_dataset(contrast), display=False)
 
 # %% [markdown]
 # ```{glue:figure} fig-vit-pruning
@@ -406,6 +420,8 @@ glue("vit-seeds", f"{seeds} training seeds per optimizer; the sweep: {sweep_seed
 # - **Weights** ({numref}`fig-vit-weights`). Key / query / value entries above the scaled threshold, all blocks, mean
 #   over seeds (of {glue:text}`vit-attention-size` entries per matrix type): {glue:text}`vit-counts`.
 #   The paper's Figure 12 shows fewer large entries for mirror descent with small $p$ than for Adam.
+#   Here: {glue:text}`vit-contrast`. Fewer large entries and robustness to pruning are different
+#   properties: a model can hold its weight in a few large entries and many near zero.
 # - **Pruning** ({numref}`fig-vit-pruning`). Test accuracy (%) with {glue:text}`vit-pruning-levels`
 #   of the weights removed: {glue:text}`vit-pruning`. The paper reports no pruning experiment; this
 #   asks whether the weights that mirror descent keeps small are weights the model does not need.
