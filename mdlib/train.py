@@ -663,7 +663,8 @@ def make_optimizer(params, name: str, lr: float, p: float | None = None) -> torc
 
     Implementations: torch's defaults (single-tensor on CPU, foreach on CUDA), except that mirror descent
     on CUDA takes its fused step (torch.compile; foreach, with a warning, where that does not compile).
-    On CPU a chapter's runs are short and many, so compiling would cost more than it saves."""
+    On CPU the optimizer is a small part of a chapter's training step (chapter 08): compiling it would
+    buy little."""
     from mdlib.optim import LpMirrorDescent
 
     params = [dict(x, params=list(x["params"])) if isinstance(x, dict) else x for x in params]
