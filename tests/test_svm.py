@@ -308,3 +308,32 @@ def test_support_tokens_match_the_dual(p):
     support = support_tokens(X, z, alpha, sol.w.reshape(10, 10))
     others = np.array([[t for t in range(8) if t != alpha[i]] for i in range(6)])
     np.testing.assert_array_equal(support[np.arange(6)[:, None], others].ravel(), sol.dual > 1e-6 * sol.dual.max())
+
+
+_WITHOUT_NUMBA = """
+import json, sys
+import numpy as np
+sys.modules["numba"] = None  # import numba now raises ImportError: the interpreted fallback
+from mdlib import svm
+assert svm.njit is None
+A = np.asarray(json.loads(sys.argv[1]))
+print(json.dumps({str(p): svm.lp_margin(A, p).w.tolist() for p in (1.1, 1.75, 2.0, 3.0)}))
+"""
+
+
+def test_without_numba_the_interpreted_solver_gives_the_same_solutions():
+    """numba is only for speed: with it missing, the same code runs interpreted and agrees."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    X, _, z, _, alpha = instance(3, n=3, T=4, d=5)
+    A = attention_constraints(X, z, alpha).reshape(-1, 25)
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_NUMBA, json.dumps(A.tolist())], env=env, check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    for p, w in json.loads(out).items():
+        np.testing.assert_allclose(w, lp_margin(A, float(p)).w, rtol=1e-9, atol=1e-12)
