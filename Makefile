@@ -5,7 +5,7 @@
 PROFILE ?= default
 # Python 3.11 by default (pyproject: requires-python >=3.11); PYTHON=... overrides.
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
-# The torch CI tests and the book's numbers come from (pyproject accepts any torch >= 2.6); TORCH=... overrides.
+# The torch CI tests and the book's numbers come from (pyproject accepts any torch >= 2.13); TORCH=... overrides.
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 VENV := .venv
 PY := $(VENV)/bin/python

@@ -433,7 +433,11 @@ def cifar(name: str, split: str, root: str | os.PathLike, transform=None, downlo
     folder, train_files, test_file, label_key = _CIFAR[name]
     files = train_files if split == "train" else [test_file]
     if download and not all((Path(root) / folder / file).is_file() for file in files):
-        import torchvision
+        try:
+            import torchvision
+        except ImportError as error:
+            raise DataError("downloading CIFAR needs torchvision: pip install 'mdlib[cifar]' (or torchvision "
+                            "matching your torch), or put torchvision's CIFAR files under " + str(root)) from error
 
         getattr(torchvision.datasets, name.upper())(root, train=split == "train", download=True)
     images, labels = [], []

@@ -286,3 +286,11 @@ def test_image_dataset_fetches_a_batch_in_one_call():
     counted = data.ImageDataset(images, labels, transform=lambda batch: calls.append(len(batch)) or batch)
     loader = torch.utils.data.DataLoader(counted, batch_size=3)
     assert [tuple(x.shape) for x, _ in loader] == [(3, 1, 28, 28)] * 2 and calls == [3, 3]
+
+
+def test_cifar_download_without_torchvision_says_what_to_install(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision raises ImportError
+    with pytest.raises(data.DataError, match=r"mdlib\[cifar\]"):
+        data.cifar("cifar10", "train", tmp_path, download=True)
