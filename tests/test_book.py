@@ -368,6 +368,19 @@ def test_no_page_loads_anything_from_the_internet(smoke_book):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("book")
+def test_every_page_typesets_the_sidebar_math_and_has_one_search_box(smoke_book):
+    """Chapter 1's title has math, and every page's sidebar shows it: MathJax loads on every page,
+    including those without math of their own; the header's search box is the only one."""
+    for name in ("book/reproduce", "book/bibliography", "book/parameters", f"notebooks/{smoke_book.chapters[0]}"):
+        text = (smoke_book.html / f"{name}.html").read_text()
+        assert "_static/mathjax/tex-chtml.js" in text, f"{name}: no MathJax"
+        assert "\\(\\ell_p\\)" in text or "\\ell_p" in text, f"{name}: the sidebar lost chapter 1's title"
+        sidebar = text[text.index("bd-sidebar-primary"):text.index("<main", text.index("bd-sidebar-primary"))]
+        assert "search-button-field" not in sidebar, f"{name}: a second search box, in the sidebar"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
 def test_parameters_page_lists_every_parameter(smoke_book):
     text = (smoke_book.root / "book" / "parameters.md").read_text()
     assert "executed with the **smoke** profile" in text
