@@ -12,7 +12,7 @@ A run config (a plain dict, hashed by the results store) names everything that c
 initializations (the authors' code reused one). ``train_size`` trains on a seeded, stratified subset
 of the training split (the same sentences for every method and seed; None: all of it). The loss is
 the batch's summed binary cross-entropy, as in the authors' code (their step sizes assume the sum). ``train_run(config)`` trains it (or reads it back from
-the store) and keeps the final weights; ``trained_model(result, config)`` rebuilds the model.
+the store) and keeps the final weights; ``trained_model(config, result)`` rebuilds the model.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: boo
     return train.run_many(KIND, configs, build, extras=train.model_state, workers=workers, skip=skip, progress=progress)
 
 
-def trained_model(result: Mapping[str, Any], config: Mapping[str, Any]) -> EncoderClassifier:
+def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> EncoderClassifier:
     """The model of a stored run with its final weights, in eval mode."""
     return train.load_model_state(initial_model(config), result).eval()
 
@@ -234,7 +234,7 @@ class Table:
 
     def models(self) -> dict[tuple[int, str, int], EncoderClassifier]:
         """{(layers, method, seed): trained model} of the chosen runs, in eval mode."""
-        return {_cell(c) + (c["fit"]["seed"],): trained_model(r, c) for c, r in zip(self.configs, self.results)}
+        return {_cell(c) + (c["fit"]["seed"],): trained_model(c, r) for c, r in zip(self.configs, self.results)}
 
 
 def _cell(config: Mapping[str, Any]) -> tuple[int, str]:

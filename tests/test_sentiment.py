@@ -92,7 +92,7 @@ def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):
     assert 0 <= result["validation_accuracy"] <= 1 and result["validation_loss"] > 0  # evaluated once, at the end
     again = sentiment.train_run(config, progress=False)
     assert again.cached
-    model = sentiment.trained_model(again, config)
+    model = sentiment.trained_model(config, again)
     setup = sentiment.build(config)
     train.fit(setup.model, setup.optimizer, setup.train_set, None, collate_fn=setup.collate_fn,
               lengths=setup.lengths, progress=False, **config["fit"])
