@@ -42,7 +42,7 @@ from mdlib import paths
 
 __all__ = ["DataError", "FILES", "data_dir", "fetch", "path_of", "stratified_split", "rotten_tomatoes", "imdb",
            "sentiment_dataset", "wordpiece_tokenizer", "sentiment_lexicon", "ImageDataset", "read_idx",
-           "ImageTransform", "image_transform", "fashion_mnist", "cifar"]
+           "ImageTransform", "fashion_mnist", "cifar"]
 
 
 class DataError(RuntimeError):
@@ -407,11 +407,6 @@ class ImageTransform:
         mean = torch.tensor(self.mean, dtype=images.dtype)[:, None, None]
         std = torch.tensor(self.std, dtype=images.dtype)[:, None, None]
         return (images - mean) / std
-
-
-def image_transform(name: str, train: bool, image_size: int | None = None) -> ImageTransform:
-    """The paper's preprocessing of ``name``'s images, for training or for evaluation (``ImageTransform``)."""
-    return ImageTransform(name, train, image_size)
 
 
 def fashion_mnist(split: str, transform=None) -> ImageDataset:

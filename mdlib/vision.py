@@ -6,7 +6,7 @@
     model = vision.trained_model(config, result)
 
 Data: ``fashion_mnist`` (offline, 28 px grey) or ``cifar10`` / ``cifar100`` (torchvision's files under
-``root``, default ``<data cache>/cifar``), with the paper's transforms (``mdlib.data.image_transform``).
+``root``, default ``<data cache>/cifar``), with the paper's transforms (``mdlib.data.ImageTransform``).
 With ``validation > 0`` that many training images (seeded, stratified) are held out and the run is
 evaluated on them, never on the test set: a run of the step-size sweep. ``train_size`` trains on a
 seeded, stratified subset of the remaining training images. Both draws use the data seed
@@ -69,8 +69,8 @@ def image_sets(data_config: Mapping[str, Any], download: bool = False):
     validation images when ``validation > 0``, else the test set. ``download`` lets torchvision fetch
     CIFAR first (internet)."""
     name, size = data_config["dataset"], data_config["image_size"]
-    train_transform = data.image_transform(name, train=True, image_size=size)
-    eval_transform = data.image_transform(name, train=False, image_size=size)
+    train_transform = data.ImageTransform(name, train=True, image_size=size)
+    eval_transform = data.ImageTransform(name, train=False, image_size=size)
     if name == "fashion_mnist":
         load = data.fashion_mnist
     else:

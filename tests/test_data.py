@@ -134,7 +134,7 @@ def test_fashion_mnist_reads_gzipped_idx_files(cache, monkeypatch):
              np.array([0, 1, 2, 9, 9, 3]), "t10k-images-idx3-ubyte.gz": rng.integers(0, 256, (2, 28, 28)),
              "t10k-labels-idx1-ubyte.gz": np.array([5, 7])}
     install_idx(cache, monkeypatch, files)
-    train = data.fashion_mnist("train", data.image_transform("fashion_mnist", train=True))
+    train = data.fashion_mnist("train", data.ImageTransform("fashion_mnist", train=True))
     test = data.fashion_mnist("test")
     assert (len(train), len(test)) == (6, 2)
     image, label = test[1]
@@ -164,7 +164,7 @@ def test_cifar_reads_torchvision_layout(tmp_path, name):
                  label_key: rng.integers(0, 10, count).tolist()}
         with open(tmp_path / folder / file, "wb") as handle:
             pickle.dump(batch, handle)
-    train = data.cifar(name, "train", tmp_path, transform=data.image_transform(name, train=True, image_size=48))
+    train = data.cifar(name, "train", tmp_path, transform=data.ImageTransform(name, train=True, image_size=48))
     test = data.cifar(name, "test", tmp_path)
     assert len(train) == 3 * len(train_files) and len(test) == 2
     assert train[0][0].shape == (3, 48, 48) and test[0][0].shape == (3, 32, 32)
@@ -236,7 +236,7 @@ def test_batched_image_transform_equals_torchvision_per_image(name, size):
     channels, native = (1, 28) if name == "fashion_mnist" else (3, 32)
     pad = 2 if native == 28 else 4
     images = torch.rand(40, channels, native, native, generator=torch.Generator().manual_seed(0))
-    transform = data.image_transform(name, train=True, image_size=size)
+    transform = data.ImageTransform(name, train=True, image_size=size)
     torch.manual_seed(7)
     batch = transform(images)
     torch.manual_seed(7)
@@ -250,7 +250,7 @@ def test_batched_image_transform_equals_torchvision_per_image(name, size):
         torch.testing.assert_close(batch[i], TF.normalize(image, mean, std), rtol=1e-6, atol=1e-6)
     assert 0.2 < flip.float().mean() < 0.8 and len(set(top.tolist())) > 1
     # evaluation: resize and normalize only, no randomness
-    evaluation = data.image_transform(name, train=False, image_size=size)
+    evaluation = data.ImageTransform(name, train=False, image_size=size)
     expected = TF.normalize(TF.resize(images, size, antialias=True) if size else images, mean, std)
     torch.testing.assert_close(evaluation(images), expected, rtol=1e-6, atol=1e-6)
 
@@ -258,7 +258,7 @@ def test_batched_image_transform_equals_torchvision_per_image(name, size):
 def test_crop_offsets_cover_the_padding_uniformly():
     import torch
 
-    transform = data.image_transform("fashion_mnist", train=True)
+    transform = data.ImageTransform("fashion_mnist", train=True)
     image = torch.zeros(2000, 1, 28, 28)
     image[:, :, 0, 0] = 1.0  # a marked corner pixel: where it lands gives the crop offset
     torch.manual_seed(0)
