@@ -106,6 +106,15 @@ def _check_name(name: str, what: str) -> str:
     return name
 
 
+def check_keys(config: Mapping[str, Any], keys: tuple[str, ...], what: str) -> None:
+    """Raise ValueError unless ``config`` has exactly ``keys`` (an experiment's config is complete, so
+    the store keeps exactly what ran); ``what`` names the config in the message."""
+    missing = [k for k in keys if k not in config]
+    unknown = [k for k in config if k not in keys]
+    if missing or unknown:
+        raise ValueError(f"{what} has exactly the keys {', '.join(keys)}; missing {missing}, unknown {unknown}")
+
+
 def config_key(kind: str, config: Mapping[str, Any]) -> str:
     """sha256 (hex) of the canonical JSON of ``{"kind": kind, "config": config}``."""
     _check_name(kind, "run kind")
@@ -206,6 +215,38 @@ def load(kind: str, config: Mapping[str, Any]) -> RunResult | None:
     path = entry_dir(kind, config)
     _clean_stale(path.parent)
     return _read(path, kind, config)
+
+
+# ---------------------------------------------------------------------------------------------
+# names: how one chapter finds the runs another chapter built
+
+
+def _name_path(name: str) -> Path:
+    return paths.runs_dir() / "_names" / f"{_check_name(name, 'run name')}.json"
+
+
+def set_name(name: str, kind: str, config: Mapping[str, Any]) -> Path:
+    """Record that ``name`` now means the run (``kind``, ``config``), replacing what it meant before;
+    ``named(name)`` reads it back. Written atomically (``<build>/runs/_names/<name>.json``)."""
+    path = _name_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = canonical_json({"kind": _check_name(kind, "run kind"), "config": config}) + "\n"
+    tmp = path.with_name(f"{_temp_prefix('tmp')}{path.name}")
+    try:
+        tmp.write_text(text, "utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def named(name: str) -> tuple[str, dict[str, Any]] | None:
+    """(kind, config) of the run ``set_name`` last recorded under ``name``, or None."""
+    path = _name_path(name)
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text("utf-8"))
+    return record["kind"], record["config"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -164,3 +164,19 @@ def test_bad_results_are_rejected():
         runs.load_or_run("r", {"a": 2}, lambda: {"a/b": 1})
     with pytest.raises(TypeError, match="JSON"):
         runs.load_or_run("r", {"a": 3}, lambda: {"f": object()})
+
+
+def test_a_name_points_at_the_run_recorded_last(build_dir):
+    assert runs.named("table1.default") is None
+    runs.set_name("table1.default", "e4-grid", {"seeds": 2, "layers": [3]})
+    runs.set_name("table1.default", "e4-grid", {"seeds": 5, "layers": [3]})  # a rebuild replaces it
+    assert runs.named("table1.default") == ("e4-grid", {"layers": [3], "seeds": 5})
+    assert [p.name for p in (build_dir / "runs" / "_names").iterdir()] == ["table1.default.json"]  # no temporaries
+    with pytest.raises(ValueError, match="invalid run name 'a/b'"):
+        runs.set_name("a/b", "e4-grid", {})
+
+
+def test_check_keys_names_what_is_missing_and_unknown():
+    runs.check_keys({"a": 1, "b": 2}, ("a", "b"), "a config")
+    with pytest.raises(ValueError, match=r"a config has exactly the keys a, b; missing \['b'\], unknown \['c'\]"):
+        runs.check_keys({"a": 1, "c": 2}, ("a", "b"), "a config")
