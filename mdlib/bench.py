@@ -119,7 +119,7 @@ def training_setup(which: str, seed: int = 0):
 
     generator = torch.Generator().manual_seed(seed)
     if which == "sentiment":
-        config = sentiment.config(layers=3, optimizer="adam", lr=1e-3, width=24, max_length=64)
+        config = sentiment.run_config(layers=3, optimizer="adam", lr=1e-3, width=24, max_length=64)
         ids = torch.randint(1000, 30000, (100, 32), generator=generator)
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool)}
         labels = torch.randint(0, 2, (100,), generator=generator).double()
@@ -235,8 +235,10 @@ def synthetic(args) -> dict:
     from mdlib.synthetic import fixed_decoder_experiment
 
     steps = {1.75: 1500, 2.0: 2000, 3.0: 20000}
+    config = dict(seeds=args.seeds, steps={f"{p:g}": k for p, k in steps.items()}, lr=0.1, n=6, T=8, d=10,
+                  svm_ps=list(steps), seed=0, eps=None, points=250)
     start = time.perf_counter()
-    result = fixed_decoder_experiment(args.seeds, steps, lr=0.1, svm_ps=tuple(steps))
+    result = fixed_decoder_experiment(config, store=False)
     seconds = time.perf_counter() - start
     final = result["final"].groupby(["train_p", "svm_p"]).divergence.mean()
     table = {f"{p:g}": {f"{q:g}": round(float(final[(p, q)]), 6) for q in steps} for p in steps}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -27,13 +27,15 @@ from torch import Tensor
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from mdlib import mirror, svm
+from mdlib import mirror, runs, svm
 from mdlib.models import SyntheticData, attention_logits, gaussian_instances, joint_training_data, logistic_loss
 
 if TYPE_CHECKING:  # pandas loads lazily, in the functions that build tables
     import pandas as pd
 
-__all__ = ["scaled_gradients", "record_steps", "Path", "train", "selected_tokens", "svm_divergences"]
+__all__ = ["E1_KEYS", "E1_KIND", "E2_KEYS", "E2_KIND", "E3_KEYS", "E3_KIND", "Path", "fixed_decoder_experiment",
+           "joint_training_experiment", "record_steps", "scaled_gradients", "selected_tokens",
+           "single_instance_experiment", "svm_divergences", "train"]
 
 
 def _signed_log_sum(log_weights: Tensor, values: Tensor, dim: int) -> tuple[Tensor, Tensor]:
@@ -215,19 +217,38 @@ def initial_weights(trials: int, d: int, seed: int, dtype: torch.dtype = torch.f
     return torch.randn((trials, d, d), generator=g, dtype=dtype)
 
 
-def fixed_decoder_experiment(seeds: int, steps: dict, lr: float = 0.1, n: int = 6, T: int = 8, d: int = 10,
-                             svm_ps=(1.75, 2.0, 3.0), seed: int = 0, points: int = 250, eps: float | None = None,
-                             progress: bool = False) -> dict:
-    """Experiment E1: for each training exponent p (``steps`` maps p -> number of steps), train W
-    with normalized l_p MD from W(0) ~ N(0, 1) on ``seeds`` Gaussian instances (fixed unit decoder v),
-    then measure the directional Bregman divergence (in the training p's geometry) between the path
-    and the l_p' attention SVM of the final selected tokens, for every p' in ``svm_ps``.
+def _stored(kind: str, keys: tuple[str, ...], compute: Callable[..., dict], config: Mapping[str, Any],
+            progress: bool, store: bool) -> Mapping[str, Any]:
+    """``compute(**config)`` through the results store (``store=False``: computed, not stored)."""
+    runs.check_keys(config, keys, f"an {kind} config")
+    if not store:
+        return compute(**config, progress=progress)
+    return runs.load_or_run(kind, config, lambda: compute(**config, progress=progress))
+
+
+E1_KIND = "e1-fixed-decoder"
+#: An E1 config: seeds, steps ({p: steps}, p as a string), lr, n, T, d, svm_ps, seed, eps, points.
+E1_KEYS = ("seeds", "steps", "lr", "n", "T", "d", "svm_ps", "seed", "eps", "points")
+
+
+def fixed_decoder_experiment(config: Mapping[str, Any], *, progress: bool = False,
+                             store: bool = True) -> Mapping[str, Any]:
+    """Experiment E1, stored under ``config`` (exactly ``E1_KEYS``): for each training exponent p
+    (``steps`` maps p -> number of steps), train W with normalized l_p MD (step ``lr``) from
+    W(0) ~ N(0, 1) on ``seeds`` Gaussian instances (n examples, T tokens, dimension d, instance seeds
+    from ``seed``; fixed unit decoder v), then measure the directional Bregman divergence (in the
+    training p's geometry) between the path and the l_p' attention SVM of the final selected tokens,
+    for every p' in ``svm_ps``, at ``points`` recorded steps. ``eps``: None for the exact normalized
+    step, a number for the authors' g / (||g||_q + eps) (see :func:`train`).
 
     Returns tidy tables: ``curves`` (train_p, svm_p, step, mean, std, q10, q90 over seeds),
     ``final`` (train_p, svm_p, seed, divergence at the last step), and ``tokens`` (train_p, seed,
     the fraction of examples whose selected token is the globally optimal one, final loss).
-    ``eps`` selects the authors' normalization (see :func:`train`).
     """
+    return _stored(E1_KIND, E1_KEYS, _fixed_decoder, config, progress, store)
+
+
+def _fixed_decoder(*, seeds, steps, lr, n, T, d, svm_ps, seed, eps, points, progress) -> dict:
     import pandas as pd
 
     data = gaussian_instances(seeds, n, T, d, seed=seed)
@@ -265,10 +286,15 @@ def _entries(matrix_path: Tensor, reference: Tensor, p: float, step: np.ndarray,
                       for j, name in enumerate(names)], ignore_index=True)
 
 
-def single_instance_experiment(ps, normalized_steps: int = 2000, plain_steps: int = 100_000, lr: float = 0.1,
-                               plain_lr: float = 0.5, n: int = 2, T: int = 3, d: int = 3, seed: int = 0,
-                               points: int = 300, progress: bool = False) -> dict:
-    """Experiment E2 on one Gaussian instance (fixed decoder), W(0) = 0, for each exponent p:
+E2_KIND = "e2-single-instance"
+#: An E2 config: ps, normalized_steps, lr, plain_steps, plain_lr, n, T, d, seed, points.
+E2_KEYS = ("ps", "normalized_steps", "lr", "plain_steps", "plain_lr", "n", "T", "d", "seed", "points")
+
+
+def single_instance_experiment(config: Mapping[str, Any], *, progress: bool = False,
+                               store: bool = True) -> Mapping[str, Any]:
+    """Experiment E2, stored under ``config`` (exactly ``E2_KEYS``), on one Gaussian instance (n
+    examples, T tokens, dimension d, from ``seed``; fixed decoder), W(0) = 0, for each exponent p in ``ps``:
     the paper's normalized MD (``normalized_steps`` at ``lr``) and plain MD with a constant small
     step (``plain_steps`` at ``plain_lr``, the setting of Theorems 8 and 11).
 
@@ -276,6 +302,10 @@ def single_instance_experiment(ps, normalized_steps: int = 2000, plain_steps: in
     l_p SVM's), ``curves`` (p, method, step, norm ||W(k)||_p, selected softmax probability (min over
     examples), own-SVM directional divergence, loss) and ``svm`` (p, the selected tokens, whether they
     are globally optimal)."""
+    return _stored(E2_KIND, E2_KEYS, _single_instance, config, progress, store)
+
+
+def _single_instance(*, ps, normalized_steps, lr, plain_steps, plain_lr, n, T, d, seed, points, progress) -> dict:
     import pandas as pd
 
     data = gaussian_instances(1, n, T, d, seed=seed)
@@ -300,14 +330,25 @@ def single_instance_experiment(ps, normalized_steps: int = 2000, plain_steps: in
             "svm": pd.DataFrame(solutions).astype({"selected": str})}
 
 
-def joint_training_experiment(steps: dict, lr: float = 0.1, points: int = 300, progress: bool = False) -> dict:
-    """Experiment E3: W and v trained together by normalized l_p MD from W(0) = 0, v(0) = 0 on the
-    fixed two-example instance, for each p in ``steps`` (p -> number of steps). The attention SVM
+E3_KIND = "e3-joint"
+#: An E3 config: steps ({p: steps}, p as a string), lr, points.
+E3_KEYS = ("steps", "lr", "points")
+
+
+def joint_training_experiment(config: Mapping[str, Any], *, progress: bool = False,
+                              store: bool = True) -> Mapping[str, Any]:
+    """Experiment E3, stored under ``config`` (exactly ``E3_KEYS``): W and v trained together by
+    normalized l_p MD (step ``lr``) from W(0) = 0, v(0) = 0 on the fixed two-example instance, for each
+    p in ``steps`` (p -> number of steps), recorded at ``points`` steps. The attention SVM
     uses the final selected tokens alpha; the decoder SVM is min ||v||_p s.t. y_i x_{i alpha_i}^T v >= 1.
 
     Returns ``probabilities`` (p, step, example, attention on the finally selected token, classifier
     probability sigmoid(y_i f_i)), ``W`` and ``v`` (every normalized entry with the SVM's) and
     ``summary`` (p, selected tokens, final directional divergences of W and v to their SVMs)."""
+    return _stored(E3_KIND, E3_KEYS, _joint_training, config, progress, store)
+
+
+def _joint_training(*, steps, lr, points, progress) -> dict:
     import pandas as pd
 
     data = joint_training_data()

@@ -57,15 +57,14 @@ import numpy as np
 import pandas as pd
 from myst_nb import glue
 
-from mdlib import plots, runs, synthetic
+from mdlib import plots, synthetic
 
 plots.set_theme()
 if len(steps) != len(train_ps):
     raise ValueError(f"steps ({steps}) needs one entry per training exponent ({train_ps})")
-config = dict(version=1, seeds=seeds, steps={str(p): s for p, s in zip(train_ps, steps)}, svm_ps=svm_ps,
-              lr=lr, n=n, T=T, d=d, seed=seed)
-result = runs.load_or_run("e1-fixed-decoder", config, lambda: synthetic.fixed_decoder_experiment(
-    seeds, dict(zip(train_ps, steps)), lr=lr, n=n, T=T, d=d, svm_ps=svm_ps, seed=seed, progress=True))
+config = dict(seeds=seeds, steps={f"{p:g}": s for p, s in zip(train_ps, steps)}, lr=lr, n=n, T=T, d=d,
+              svm_ps=svm_ps, seed=seed, eps=None, points=250)
+result = synthetic.fixed_decoder_experiment(config, progress=True)
 curves, final, tokens = result["curves"], result["final"], result["tokens"]
 print(f"profile={profile}: {seeds} seeds, n={n}, T={T}, d={d}, lr={lr}, steps={dict(zip(train_ps, steps))}"
       f" ({'read from the results store' if result.cached else 'computed now'})")
@@ -178,9 +177,7 @@ glue("e1-optimal-tokens", 100 * float(optimal.mean()), display=False)
 
 # %% tags=["hide-input"]
 def stall_run(eps):
-    cfg = dict(config, seeds=stall_seeds, svm_ps=train_ps, eps=eps)
-    return runs.load_or_run("e1-fixed-decoder", cfg, lambda: synthetic.fixed_decoder_experiment(
-        stall_seeds, dict(zip(train_ps, steps)), lr=lr, n=n, T=T, d=d, svm_ps=train_ps, seed=seed, eps=eps))
+    return synthetic.fixed_decoder_experiment(dict(config, seeds=stall_seeds, svm_ps=train_ps, eps=eps))
 
 
 exact, naive = stall_run(None), stall_run(stall_eps)

@@ -44,13 +44,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 from myst_nb import glue
 
-from mdlib import plots, runs, synthetic
+from mdlib import plots, synthetic
 
 plots.set_theme()
-config = dict(version=1, ps=ps, normalized_steps=normalized_steps, lr=lr, plain_steps=plain_steps,
-              plain_lr=plain_lr, n=n, T=T, d=d, seed=seed)
-result = runs.load_or_run("e2-single-instance", config, lambda: synthetic.single_instance_experiment(
-    ps, normalized_steps, plain_steps, lr, plain_lr, n=n, T=T, d=d, seed=seed, progress=True))
+config = dict(ps=ps, normalized_steps=normalized_steps, lr=lr, plain_steps=plain_steps, plain_lr=plain_lr, n=n, T=T,
+              d=d, seed=seed, points=300)
+result = synthetic.single_instance_experiment(config, progress=True)
 paths, curves, solutions = result["paths"], result["curves"], result["svm"]
 print(f"profile={profile}: seed {seed}, n={n}, T={T}, d={d}; normalized: {normalized_steps} steps at {lr}; "
       f"plain: {plain_steps} steps at {plain_lr}")

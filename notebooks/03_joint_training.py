@@ -41,14 +41,13 @@ first_steps = 150  # window of the probability panel
 import matplotlib.pyplot as plt
 from myst_nb import glue
 
-from mdlib import plots, runs, synthetic
+from mdlib import plots, synthetic
 
 plots.set_theme()
 if len(steps) != len(ps):
     raise ValueError(f"steps ({steps}) needs one entry per exponent ({ps})")
-config = dict(version=1, steps={str(p): s for p, s in zip(ps, steps)}, lr=lr)
-result = runs.load_or_run("e3-joint", config, lambda: synthetic.joint_training_experiment(
-    dict(zip(ps, steps)), lr=lr, progress=True))
+config = dict(steps={f"{p:g}": s for p, s in zip(ps, steps)}, lr=lr, points=300)
+result = synthetic.joint_training_experiment(config, progress=True)
 probabilities, W_paths, v_paths, summary = (result[k] for k in ("probabilities", "W", "v", "summary"))
 print(f"profile={profile}: steps={dict(zip(ps, steps))}, lr={lr}")
 
