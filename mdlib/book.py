@@ -277,7 +277,10 @@ def resolve_parameters(name: str, profile: str = "default", overrides: Mapping[s
     for origin, values in ((f"params/{profile}.yaml", profile_values), ("the overrides", overrides or {})):
         for key, value in values.items():
             if key not in declared:
-                raise ValueError(f"{nb_name}: unknown parameter {key!r} in {origin}; the parameters cell "
+                owners = [name for name in chapters(path.parent) if name != nb_name
+                          and key in notebook_parameters(path.parent / f"{name}.py")]
+                elsewhere = f" ({key!r} is a parameter of {', '.join(owners)})" if owners else ""
+                raise ValueError(f"{nb_name}: unknown parameter {key!r} in {origin}{elsewhere}; the parameters cell "
                                  f"defines: {valid}")
             if key == "profile":
                 raise ValueError(f"{nb_name}: set the profile with --profile (profile=...), not as a parameter")

@@ -43,7 +43,7 @@ from torch.optim import Optimizer
 
 from mdlib.mirror import _fused_signed_power, _power_kind, check_p, lp_norm, mirror_map
 
-__all__ = ["LpMirrorDescent", "lp_mirror_descent"]
+__all__ = ["LpMirrorDescent", "lp_mirror_descent", "method", "method_key"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 #: Devices whose tensors take the foreach implementation when ``foreach=None`` (torch's rule).
@@ -502,3 +502,21 @@ class LpMirrorDescent(Optimizer):
         raise FloatingPointError(
             f"the inverse mirror map overflowed in {', '.join(overflow)}{where} (|u|^{r:.3g} exceeds the float "
             f"range): parameters left unchanged; reduce lr (now {lr}, p={p})")
+
+
+# --- method keys: how the experiments name an optimizer -------------------------------------------
+
+
+def method(key: str) -> tuple[str, float | None]:
+    """A method key as (optimizer, p): ``"adam"`` -> ("adam", None), ``"1.1"`` -> ("md", 1.1)."""
+    if key in ("adam", "sgd"):
+        return key, None
+    try:
+        return "md", float(key)
+    except ValueError:
+        raise ValueError(f"unknown method {key!r}: an l_p exponent such as '1.1', or 'adam' / 'sgd'") from None
+
+
+def method_key(optimizer: str, p: float | None = None) -> str:
+    """The inverse of ``method``: ("md", 2.0) -> "2", ("adam", None) -> "adam"."""
+    return f"{p:g}" if optimizer == "md" else optimizer

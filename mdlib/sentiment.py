@@ -1,4 +1,6 @@
-"""The sentiment experiments (E4-E6): tokenized data, and one training run per config.
+"""The sentiment experiments (E4-E6): tokenized data, one training run per run config, and the
+Table 1 grid (a step-size ``sweep`` then the chosen steps at every seed) as one function of one grid
+config: ``grid(config)``; ``built_grid(profile)`` reads back the grid chapter 04 built.
 
 A run config (a plain dict, hashed by the results store) names everything that changes the numbers::
 
@@ -11,8 +13,9 @@ A run config (a plain dict, hashed by the results store) names everything that c
 ``fit.seed`` seeds the initialization as well as the data order and dropout, so seeds are distinct
 initializations (the authors' code reused one). ``train_size`` trains on a seeded, stratified subset
 of the training split (the same sentences for every method and seed; None: all of it). The loss is
-the batch's summed binary cross-entropy, as in the authors' code (their step sizes assume the sum). ``train_run(config)`` trains it (or reads it back from
-the store) and keeps the final weights; ``trained_model(config, result)`` rebuilds the model.
+the batch's summed binary cross-entropy, as in the authors' code (their step sizes assume the sum).
+``train_run(config)`` trains it (or reads it back from the store) and keeps the final weights;
+``trained_model(config, result)`` rebuilds the model.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from mdlib import analysis, data, paths, runs, train
+from mdlib.optim import method, method_key
 from mdlib.models import EncoderClassifier, check_setup
 
-__all__ = ["ADAM_STEP", "KIND", "PAPER_EPOCHS_TO_STOP", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "Table", "TokenizedDataset", "attention_scores",
-           "build", "by_length", "choose", "collate", "config", "deletion_drops", "designated_positions", "encode",
-           "initial_model", "lexicon_pivots", "method", "method_key", "pad", "pivotal_sentences", "reference_step",
-           "splits", "table", "tokens", "train_run", "train_runs", "trained_model", "training_subset"]
+__all__ = ["ADAM_STEP", "GRID_KEYS", "GRID_KIND", "Grid", "KIND", "PAPER_EPOCHS_TO_STOP", "PAPER_STEP_SIZES",
+           "PAPER_TABLE_1", "TokenizedDataset", "attention_scores", "build", "built_grid", "by_length", "choose",
+           "collate", "deletion_drops", "designated_positions", "encode", "grid", "grid_name", "initial_model",
+           "lexicon_pivots", "pad", "pivotal_sentences", "reference_step", "run_config",
+           "splits", "sweep", "tokens", "train_run", "train_runs", "trained_model", "training_subset"]
 
 KIND = "e4-sentiment"
 #: Bumped when a change of this module changes the numbers of a run with the same config.
@@ -102,7 +107,7 @@ def splits(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: in
             for name, part in source.items()}
 
 
-def config(*, layers: int, optimizer: str, lr: float, p: float | None = None, seed: int = 0,
+def run_config(*, layers: int, optimizer: str, lr: float, p: float | None = None, seed: int = 0,
            dataset: str = "rotten_tomatoes", max_length: int = 64, train_size: int | None = None,
            width: int = 48, mlp: int | None = None, dropout: float = 0.2, setup: str = "authors",
            epochs: int = 600, batch_size: int = 100, stop_train_accuracy: float = 0.995,
@@ -174,21 +179,6 @@ def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> Encod
     return train.load_model_state(initial_model(config), result).eval()
 
 
-def method(key: str) -> tuple[str, float | None]:
-    """A method key as (optimizer, p): ``"adam"`` -> ("adam", None), ``"1.1"`` -> ("md", 1.1)."""
-    if key in ("adam", "sgd"):
-        return key, None
-    try:
-        return "md", float(key)
-    except ValueError:
-        raise ValueError(f"unknown method {key!r}: an l_p exponent such as '1.1', or 'adam' / 'sgd'") from None
-
-
-def method_key(optimizer: str, p: float | None = None) -> str:
-    """The inverse of ``method``: ("md", 2.0) -> "2", ("adam", None) -> "adam"."""
-    return f"{p:g}" if optimizer == "md" else optimizer
-
-
 def _history_table(configs: list[Mapping[str, Any]], results: list[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per (run, epoch): layers, method, seed and ``fit``'s history columns (lr included)."""
     frames = []
@@ -215,26 +205,28 @@ def reference_step(layers: int, key: str) -> float:
 
 
 @dataclass
-class Table:
-    """The runs of a Table 1 grid (``table``): every candidate step size at seed 0, the chosen one at
+class Grid:
+    """The runs of a Table 1 grid (``grid``): every candidate step size at seed 0, the chosen one at
     every seed.
 
-    ``runs``: one row per run: layers, method, multiple (of the reference step), lr, seed, epochs,
-    reached (training accuracy >= the stop rule), train_accuracy (last epoch), best_test and last_test
-    (test accuracy, best over epochs and at the last epoch), validation (at the end), chosen, diverged
-    (a run mirror descent refused as overflowing: NaN results). ``history``: one row per (chosen run,
-    epoch). ``chosen``: {(layers, method): multiple}. ``configs``/``results``: the chosen runs'.
+    ``config``: the grid's config (``grid``). ``runs``: one row per run: layers, method, multiple (of
+    the reference step), lr, seed, epochs, reached (training accuracy >= the stop rule), train_accuracy
+    (last epoch), best_test and last_test (test accuracy, best over epochs and at the last epoch),
+    validation (at the end), chosen, diverged (a run mirror descent refused as overflowing: NaN
+    results). ``history``: one row per (chosen run, epoch). ``chosen``: {(layers, method): multiple}.
+    ``configs``/``results``: the chosen runs', keyed (layers, method, seed).
     """
 
+    config: dict[str, Any]
     runs: pd.DataFrame
     history: pd.DataFrame
     chosen: dict[tuple[int, str], float]
-    configs: list[dict[str, Any]]
-    results: list[runs.RunResult]
+    configs: dict[tuple[int, str, int], dict[str, Any]]
+    results: dict[tuple[int, str, int], runs.RunResult]
 
     def models(self) -> dict[tuple[int, str, int], EncoderClassifier]:
         """{(layers, method, seed): trained model} of the chosen runs, in eval mode."""
-        return {_cell(c) + (c["fit"]["seed"],): trained_model(c, r) for c, r in zip(self.configs, self.results)}
+        return {key: trained_model(c, self.results[key]) for key, c in self.configs.items()}
 
 
 def _cell(config: Mapping[str, Any]) -> tuple[int, str]:
@@ -267,47 +259,121 @@ def choose(candidates: pd.DataFrame) -> float:
     return float(ranked.multiple.iloc[0])
 
 
-def table(*, layers: list[int], methods: list[str], seeds: int, multiples: Mapping[str, list[float]],
-          workers: int = 1, progress: bool = True, **settings) -> Table:
-    """Table 1's runs: for every (layers, method), seed 0 at each step size ``multiples[method]`` times
-    the reference step (``reference_step``); the validation split chooses one (``choose``: at the
-    stop rule); seeds 1..seeds-1 run at the chosen step (with a single candidate, together with seed 0). Every run evaluates the test split after each
-    epoch (the paper's "best test accuracy over epochs") and the validation split once, at the end;
-    the test split plays no part in the choice. ``settings``: the rest of ``config``'s arguments."""
-    missing = [k for k in methods if k not in multiples]
-    if missing:
-        raise ValueError(f"no step-size multiples for {missing}: give each method a list in multiples")
+#: The keys of a Table 1 grid config (``grid``): the shared run settings, then what the grid spans.
+GRID_KEYS = ("dataset", "max_length", "train_size", "width", "setup", "epochs", "layers", "methods", "seeds",
+             "multiples")
+GRID_KIND = "e4-grid"
 
-    def make(L, key, multiple, seed):
-        name, p = method(key)
-        return config(layers=L, optimizer=name, p=p, lr=multiple * reference_step(L, key), seed=seed, **settings)
 
-    # Phase 1: seed 0 of every candidate, and every seed of a cell with a single candidate (nothing to
-    # choose there); phase 2: the other seeds at the chosen step.
-    cells = [(L, key) for L in layers for key in methods]
-    first = [(L, key, m, seed) for L, key in cells for m in multiples[key]
-             for seed in (range(seeds) if len(multiples[key]) == 1 else [0])]
-    configs = [make(*item) for item in first]
+def _check_grid(config: Mapping[str, Any]) -> None:
+    runs.check_keys(config, GRID_KEYS, "a Table 1 grid config")
+    without = [k for k in config["methods"] if k not in config["multiples"]]
+    if without:
+        raise ValueError(f"no step-size multiples for {without}: give each method a list in multiples")
+    for key in config["methods"]:
+        method(key)
+
+
+def _run_config(config: Mapping[str, Any], layers: int, key: str, multiple: float, seed: int) -> dict[str, Any]:
+    """The run of a grid cell (layers, method) at ``multiple`` times the reference step, with ``seed``."""
+    name, p = method(key)
+    return run_config(layers=layers, optimizer=name, p=p, lr=multiple * reference_step(layers, key), seed=seed,
+                      **{k: config[k] for k in GRID_KEYS[:6]})
+
+
+def _cells(config: Mapping[str, Any]) -> list[tuple[int, str]]:
+    return [(L, key) for L in config["layers"] for key in config["methods"]]
+
+
+def sweep(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> pd.DataFrame:
+    """The step-size sweep of a grid (``grid``'s config): seed 0 of every cell at each candidate step
+    ``multiples[method]`` times the reference step (``reference_step``), and every seed of a cell with a
+    single candidate (nothing to choose there). One row per run (``Grid.runs``' columns, with
+    ``chosen``: the candidate ``choose`` picks, by the validation split at the stop rule)."""
+    _check_grid(config)
+    items = [(L, key, m, seed) for L, key in _cells(config) for m in config["multiples"][key]
+             for seed in (range(config["seeds"]) if len(config["multiples"][key]) == 1 else [0])]
+    configs = [_run_config(config, *item) for item in items]
     results = train_runs(configs, workers, skip=(FloatingPointError,), progress=progress)
-    done = pd.DataFrame([_summary(c, r, item[2]) for c, r, item in zip(configs, results, first)])
+    done = pd.DataFrame([_summary(c, r, item[2]) for c, r, item in zip(configs, results, items)])
     chosen = {(L, key): choose(done[(done.layers == L) & (done.method == key) & (done.seed == 0)])
-              for L, key in cells}
-    rest = [(L, key, chosen[L, key], seed) for L, key in cells if len(multiples[key]) > 1 for seed in range(1, seeds)]
-    more = [make(*item) for item in rest]
+              for L, key in _cells(config)}
+    done["chosen"] = [chosen[L, k] == m for L, k, m in zip(done.layers, done.method, done.multiple)]
+    return done
+
+
+def _grid_entry(config: Mapping[str, Any], workers: int, progress: bool) -> dict[str, Any]:
+    """What the store keeps of a grid: every run's summary row and the chosen multiple of every cell."""
+    done = sweep(config, workers=workers, progress=progress)
+    chosen = {(L, k): m for L, k, m, c in zip(done.layers, done.method, done.multiple, done.chosen) if c}
+    rest = [(L, key, chosen[L, key], seed) for L, key in _cells(config) if len(config["multiples"][key]) > 1
+            for seed in range(1, config["seeds"])]
+    more = [_run_config(config, *item) for item in rest]
     more_results = train_runs(more, workers, progress=progress)
-    table_runs = pd.concat([done, pd.DataFrame([_summary(c, r, item[2]) for c, r, item in
-                                                zip(more, more_results, rest)])], ignore_index=True)
+    table_runs = pd.concat([done.drop(columns="chosen"), pd.DataFrame(
+        [_summary(c, r, item[2]) for c, r, item in zip(more, more_results, rest)])], ignore_index=True)
     table_runs["chosen"] = [chosen[L, k] == m for L, k, m in zip(table_runs.layers, table_runs.method,
                                                                    table_runs.multiple)]
-    order = {cell: i for i, cell in enumerate(cells)}
+    order = {cell: i for i, cell in enumerate(_cells(config))}
     table_runs = (table_runs.assign(order=[order[cell] for cell in zip(table_runs.layers, table_runs.method)])
                   .sort_values(["order", "seed", "multiple"], kind="stable").drop(columns="order"))
-    keep = [(c, r) for c, r, item in zip(configs + more, results + more_results, first + rest)
-            if chosen[item[0], item[1]] == item[2]]
-    keep.sort(key=lambda cr: (order[_cell(cr[0])], cr[0]["fit"]["seed"]))
-    kept_configs, kept_results = [c for c, _ in keep], [r for _, r in keep]
-    return Table(table_runs.reset_index(drop=True), _history_table(kept_configs, kept_results), chosen,
-                 kept_configs, kept_results)
+    return {"runs": table_runs.reset_index(drop=True), "chosen": [[L, k, m] for (L, k), m in chosen.items()]}
+
+
+def grid(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True, name: str | None = None,
+         stored_only: bool = False, missing_hint: str = "") -> Grid:
+    """Table 1's runs: ``sweep`` chooses a step per cell (layers, method), then seeds 1..seeds-1 train at
+    the chosen step. Every run evaluates the test split after each epoch (the paper's "best test
+    accuracy over epochs") and the validation split once, at the end; the test split plays no part in
+    the choice.
+
+    ``config``: exactly ``GRID_KEYS``: dataset, max_length, train_size, width, setup, epochs (the run
+    settings, see ``run_config``), layers (list), methods (list of method keys), seeds, multiples
+    ({method: [multiples of the reference step]}). The store keeps the grid under this config (kind
+    ``GRID_KIND``) and each run under its run config; ``name`` records the finished grid under that
+    name (``runs.set_name``, see ``built_grid``). ``stored_only``: read the grid back, never train; a
+    grid or run that is not stored raises LookupError ending with ``missing_hint``."""
+    _check_grid(config)
+    if stored_only:
+        entry = runs.load(GRID_KIND, config)
+        if entry is None:
+            raise LookupError(f"the Table 1 grid is not in the results store. {missing_hint}".strip())
+    else:
+        entry = runs.load_or_run(GRID_KIND, config, lambda: _grid_entry(config, workers, progress))
+    chosen = {(L, k): m for L, k, m in entry["chosen"]}
+    configs = {(L, key, seed): _run_config(config, L, key, chosen[L, key], seed) for L, key in _cells(config)
+               for seed in range(config["seeds"])}
+    if stored_only:
+        found = [runs.load(KIND, c) for c in configs.values()]
+        if any(r is None for r in found):
+            raise LookupError(f"{sum(r is None for r in found)} of the grid's {len(found)} chosen runs are not "
+                              f"in the results store. {missing_hint}".strip())
+    else:
+        found = train_runs(list(configs.values()), workers, progress=progress)
+    if name is not None:
+        runs.set_name(name, GRID_KIND, config)
+    results = dict(zip(configs, found))
+    return Grid(dict(config), entry["runs"], _history_table(list(configs.values()), found), chosen, configs, results)
+
+
+def grid_name(profile: str) -> str:
+    """The name chapter 04 records its Table 1 grid under when it builds it at ``profile``."""
+    return f"table1.{profile}"
+
+
+def built_grid(profile: str, depth: int | None = None) -> Grid:
+    """The Table 1 grid chapter 04 last built at ``profile`` (``grid_name``), read from the results
+    store and never trained; LookupError, naming the command that builds it, when it is not there.
+    ``depth``: the number of layers the caller reads, checked to be one of the grid's."""
+    hint = f"Build it with `python -m mdlib run 04_sentiment --profile {profile}`."
+    record = runs.named(grid_name(profile))
+    if record is None or record[0] != GRID_KIND:
+        raise LookupError(f"chapter 04 has not built a Table 1 grid at profile {profile!r} in {paths.runs_dir()}. "
+                          f"{hint}")
+    if depth is not None and depth not in record[1]["layers"]:
+        raise ValueError(f"depth={depth} is not one of the layers {record[1]['layers']} of the Table 1 grid "
+                         f"chapter 04 built at profile {profile!r}")
+    return grid(record[1], stored_only=True, missing_hint=hint)
 
 
 # --- token selection (E5) -------------------------------------------------------------------------

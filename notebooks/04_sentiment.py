@@ -74,16 +74,16 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 from myst_nb import glue
 
-from mdlib import analysis, plots, sentiment
+from mdlib import analysis, optim, plots, sentiment
 
 plots.set_theme()
-settings = dict(dataset=dataset, max_length=max_length, train_size=train_size, width=width, epochs=epochs)
-grid = sentiment.table(layers=layers, methods=methods, seeds=seeds, multiples=step_multiples, workers=workers,
-                       setup=setup, **settings)
+config = dict(dataset=dataset, max_length=max_length, train_size=train_size, width=width, setup=setup,
+              epochs=epochs, layers=layers, methods=methods, seeds=seeds, multiples=step_multiples)
+grid = sentiment.grid(config, workers=workers, name=sentiment.grid_name(profile))  # chapters 05 and 06 read it
 print(f"profile={profile}: {dataset} ({train_size or 'all'} training texts), width {width}, layers {layers}, "
       f"{seeds} seeds, <= {epochs} epochs, setup {setup!r}")
-label = {key: plots.method_label(*sentiment.method(key)) for key in methods}
-text = {key: plots.method_text(*sentiment.method(key)) for key in methods}
+label = {key: plots.method_label(*optim.method(key)) for key in methods}
+text = {key: plots.method_text(*optim.method(key)) for key in methods}
 
 # %% [markdown]
 # ## Step sizes
@@ -177,7 +177,7 @@ def plot_curves(ax, history, keys):
         alive = runs_.groupby("epoch")["seed"].count() == runs_.seed.nunique()
         curve = runs_.groupby("epoch")["test_accuracy"].agg(["mean", "std"])[alive].reset_index()
         train_curve = runs_.groupby("epoch")["train_accuracy"].mean()[alive]
-        color = plots.method_color(*sentiment.method(key))
+        color = plots.method_color(*optim.method(key))
         ax.plot(curve.epoch, 100 * curve["mean"], color=color, label=label.get(key, key))
         ax.fill_between(curve.epoch, 100 * (curve["mean"] - curve["std"].fillna(0)),
                         100 * (curve["mean"] + curve["std"].fillna(0)), color=color, alpha=0.2, linewidth=0)
@@ -218,8 +218,8 @@ plots.save_figure(fig, "fig-sentiment-curves", data=grid.history)
 
 # %% tags=["hide-input", "remove-stderr"]
 if ablation_setup:
-    ablation = sentiment.table(layers=layers[:1], methods=ablation_methods, seeds=ablation_seeds,
-                               multiples=ablation_multiples, workers=workers, setup=ablation_setup, **settings)
+    ablation = sentiment.grid(dict(config, layers=layers[:1], methods=ablation_methods, seeds=ablation_seeds,
+                                   multiples=ablation_multiples, setup=ablation_setup), workers=workers)
     both = pd.concat([grid.runs[grid.runs.chosen & (grid.runs.layers == layers[0])
                                 & grid.runs.method.isin(ablation_methods)].assign(setup=setup),
                       ablation.runs[ablation.runs.chosen].assign(setup=ablation_setup)], ignore_index=True)

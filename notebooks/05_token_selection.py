@@ -25,9 +25,9 @@
 # {cite}`julistiono2026mirror`. Reviewers asked for a quantitative evaluation; 40 sentences and one
 # model per optimizer cannot tell 22 : 16 from chance.
 #
-# **What we run.** The trained models of the Table 1 chapter (the same runs, read back from the
-# results store: the authors' setup, trained to 99.5 % training accuracy, same data, sizes, step
-# sizes and seeds), at one depth. Three measurements:
+# **What we run.** The trained models of the Table 1 chapter at one depth: the grid chapter 04 built
+# at this page's profile (or the one the parameter `table1` names), read back from the results store
+# and never retrained (the authors' setup, trained to 99.5 % training accuracy). Three measurements:
 #
 # 1. *Paper style*: 48 sentences written for this project, each with one designated pivotal word
 #    (`data/pivotal_sentences.csv`); heat maps of the scores, and win / loss / tie counts.
@@ -39,18 +39,8 @@
 
 # %% tags=["parameters"]
 profile = "default"  # the params/ profile that produced this page (set by the pipeline)
-dataset = "rotten_tomatoes"  # as in chapter 04
-max_length = 64  # as in chapter 04
-train_size = 1000  # as in chapter 04
-width = 24  # as in chapter 04
-layers = [3]  # as in chapter 04
-methods = ["1.1", "2", "3"]  # as in chapter 04; "1.1" and "2" are the paper's pair
-seeds = 5  # as in chapter 04
-epochs = 600  # as in chapter 04
-setup = "authors"  # as in chapter 04
-step_multiples = {"1.1": [1, 3], "2": [3, 10], "3": [300]}  # as in chapter 04
-depth = 3  # the depth (and heads) of the compared models: one of the layers above
-workers = 2  # runs trained at once if they are not stored yet (one CPU thread each)
+table1 = ""  # the Table 1 grid to read: the profile chapter 04 built it at ("": this page's profile)
+depth = 3  # the depth (and heads) of the compared models: one of the grid's layers
 min_valence = 2.0  # lexicon |valence| a word needs to be designated pivotal (VADER scale 0..4)
 heatmap_sentences = 10  # hand-written sentences shown in the heat maps
 deletion_seed = 0  # seeds the random token of the deletion control
@@ -61,14 +51,13 @@ import numpy as np
 import pandas as pd
 from myst_nb import glue
 
-from mdlib import analysis, plots, sentiment
+from mdlib import analysis, optim, plots, sentiment
 
 plots.set_theme()
-grid = sentiment.table(layers=layers, methods=methods, seeds=seeds, multiples=step_multiples, workers=workers,
-                       setup=setup, dataset=dataset, max_length=max_length, train_size=train_size, width=width,
-                       epochs=epochs)
+grid = sentiment.built_grid(table1 or profile, depth)
+dataset, max_length, width, seeds, methods = map(grid.config.get, ("dataset", "max_length", "width", "seeds", "methods"))
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
-label = {key: plots.method_label(*sentiment.method(key)) for key in methods}
+label = {key: plots.method_label(*optim.method(key)) for key in methods}
 print(f"profile={profile}: {len(models)} models ({dataset}, {depth} layers, width {width}, seeds 0..{seeds - 1})")
 
 # hand-written sentences and the test sentences the lexicon designates a pivotal word in
@@ -221,7 +210,7 @@ bar = 0.8 / len(methods)
 for m, key in enumerate(methods):
     part = summary[summary.method == key].set_index("deleted").loc[targets]
     ax.bar(np.arange(len(targets)) + (m - (len(methods) - 1) / 2) * bar, part["mean"], bar, yerr=part["std"].fillna(0),
-           color=plots.method_color(*sentiment.method(key)), label=label[key], capsize=3)
+           color=plots.method_color(*optim.method(key)), label=label[key], capsize=3)
 ax.set_xticks(range(len(targets)), targets)
 ax.set_ylabel("drop of the predicted class's probability")
 ax.axhline(0, color="0.3", linewidth=0.8)
@@ -231,7 +220,7 @@ plots.save_figure(fig, "fig-token-intervention", data=drops)
 means = summary.set_index(["deleted", "method"])["mean"]
 for target in targets:
     glue(f"tok-drop-{target.split()[0]}", " / ".join(f"{means[target, k]:.3f}" for k in methods), display=False)
-glue("tok-methods", " / ".join(plots.method_text(*sentiment.method(k)) for k in methods), display=False)
+glue("tok-methods", " / ".join(plots.method_text(*optim.method(k)) for k in methods), display=False)
 
 # %% [markdown]
 # ```{glue:figure} fig-token-intervention

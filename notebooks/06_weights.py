@@ -22,26 +22,17 @@
 # above a threshold is not a sparsity result: it depends on the scale of the weights, and nothing is
 # removed.
 #
-# **What we run.** The trained models of the Table 1 chapter at one depth (the same runs, read back
-# from the results store). We repeat the paper's count, with the count at initialization as the
+# **What we run.** The trained models of the Table 1 chapter at one depth: the grid chapter 04 built
+# at this page's profile (or the one the parameter `table1` names), read back from the results store,
+# nothing retrained. We repeat the paper's count, with the count at initialization as the
 # reference it needs, and then actually prune: global magnitude pruning of all weight matrices and
 # embeddings (the smallest $|w|$ set to zero, from 0 to 95 % of the entries, without retraining),
 # and the test accuracy that survives.
 
 # %% tags=["parameters"]
 profile = "default"  # the params/ profile that produced this page (set by the pipeline)
-dataset = "rotten_tomatoes"  # as in chapter 04
-max_length = 64  # as in chapter 04
-train_size = 1000  # as in chapter 04
-width = 24  # as in chapter 04
-layers = [3]  # as in chapter 04
-methods = ["1.1", "2", "3"]  # as in chapter 04
-seeds = 5  # as in chapter 04
-epochs = 600  # as in chapter 04
-setup = "authors"  # as in chapter 04
-step_multiples = {"1.1": [1, 3], "2": [3, 10], "3": [300]}  # as in chapter 04
-depth = 3  # the depth (and heads) of the inspected models: one of the layers above (the paper's: 6)
-workers = 2  # runs trained at once if they are not stored yet (one CPU thread each)
+table1 = ""  # the Table 1 grid to read: the profile chapter 04 built it at ("": this page's profile)
+depth = 3  # the depth (and heads) of the inspected models: one of the grid's layers (the paper's: 6)
 threshold = 0.06  # |w| threshold of the paper's count at width 384; scaled by sqrt(384 / width) below
 top_fraction = 0.01  # the scale-free measure: share of ||W - W(0)||^2 in the largest 1 % of the entries
 sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95]  # fractions of weights pruned
@@ -51,18 +42,15 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from myst_nb import glue
 
-from mdlib import analysis, plots, sentiment, train
+from mdlib import analysis, optim, plots, sentiment, train
 
 plots.set_theme()
-grid = sentiment.table(layers=layers, methods=methods, seeds=seeds, multiples=step_multiples, workers=workers,
-                       setup=setup, dataset=dataset, max_length=max_length, train_size=train_size, width=width,
-                       epochs=epochs)
+grid = sentiment.built_grid(table1 or profile, depth)
+dataset, max_length, width, seeds, methods = map(grid.config.get, ("dataset", "max_length", "width", "seeds", "methods"))
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
-configs = {(c["model"]["layers"], sentiment.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"]): c
-           for c in grid.configs}
-initial = {seed: sentiment.initial_model(configs[depth, methods[0], seed]).eval()
+initial = {seed: sentiment.initial_model(grid.configs[depth, methods[0], seed]).eval()
            for seed in range(seeds)}  # a seed gives the same initialization for every method
-label = {key: plots.method_label(*sentiment.method(key)) for key in methods} | {"init": "initialization"}
+label = {key: plots.method_label(*optim.method(key)) for key in methods} | {"init": "initialization"}
 entries = depth * width * width
 # The paper's 0.06 at width 384 is above the authors' init bound 1/sqrt(384) = 0.051: the same
 # threshold relative to the bound 1/sqrt(width) at this width.
@@ -148,7 +136,7 @@ def abs_weights(model, kind):
     return analysis.magnitudes(model.attention_weights()[kind])
 
 
-colors = {k: plots.method_color(*sentiment.method(k)) for k in methods} | {"init": "0.6"}
+colors = {k: plots.method_color(*optim.method(k)) for k in methods} | {"init": "0.6"}
 fig, axes = plt.subplots(1, 3, figsize=(14, 3.9), sharey=True)
 for ax, (kind, short) in zip(axes, kinds.items()):
     plots.magnitude_histogram(ax, {(label[k], colors[k]): abs_weights(initial[0] if k == "init" else models[k, 0], kind)
@@ -185,7 +173,7 @@ pruning = pd.DataFrame(rows)
 fig, ax = plt.subplots(figsize=(6.8, 4))
 for key in methods:
     curve = pruning[pruning.method == key].groupby("sparsity")["test_accuracy"].agg(["mean", "std"])
-    color = plots.method_color(*sentiment.method(key))
+    color = plots.method_color(*optim.method(key))
     ax.errorbar(100 * curve.index, 100 * curve["mean"], yerr=100 * curve["std"].fillna(0), color=color,
                 marker="o", markersize=3.5, capsize=2.5, label=label[key])
 ax.axhline(50, color="0.5", linestyle=":", linewidth=1)
@@ -198,7 +186,7 @@ kept = pruning.groupby(["method", "sparsity"])["test_accuracy"].mean()
 for s in (0.5, 0.8, 0.9):
     glue(f"prune-{int(100 * s)}", " / ".join(f"{100 * kept[k, s]:.1f}" for k in methods) if s in sparsities
          else "not measured", display=False)
-glue("prune-methods", " / ".join(plots.method_text(*sentiment.method(k)) for k in methods), display=False)
+glue("prune-methods", " / ".join(plots.method_text(*optim.method(k)) for k in methods), display=False)
 glue("prune-loss-90", " / ".join(f"{100 * (kept[k, 0.0] - kept[k, 0.9]):.1f}" for k in methods)
      if {0.0, 0.9} <= set(sparsities) else "not measured", display=False)
 

@@ -138,3 +138,13 @@ def test_ctrl_c_during_execution_keeps_the_notebook_and_prints_one_line(tmp_path
     assert lines[0].startswith("executing 01_sleep") and len(lines) == 2, err
     assert lines[1].startswith("interrupted: the previous executed notebook")
     assert previous.read_text() == '{"previous": "good"}\n'
+
+
+def test_a_parameter_of_another_chapter_is_refused_and_named(monkeypatch, capsys):
+    """05 reads the Table 1 grid 04 built (one parameter); 04's settings are not 05's parameters."""
+    started = []
+    monkeypatch.setattr("papermill.execute_notebook", lambda *args, **kwargs: started.append(args))
+    err = _error(capsys, started, ["run", "05_token_selection", "-p", "epochs", "10"])
+    assert err.startswith("error: 05_token_selection: unknown parameter 'epochs' in the overrides ('epochs' is a "
+                          "parameter of 04_sentiment")
+    assert "table1" in err

@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("paper_profile")]
 #: What the dry runs cut, per notebook (everything else is the paper profile's).
 DRY = {
     "04_sentiment": {"epochs": 1, "seeds": 1, "ablation_seeds": 1},
-    "05_token_selection": {"epochs": 1, "seeds": 1},
-    "06_weights": {"epochs": 1, "seeds": 1},
+    "05_token_selection": {},
+    "06_weights": {},
     "07_vision": {"epochs": 1, "sweep_epochs": 1, "seeds": 1, "batch_size": 20, "validation": 20,
                   "step_sizes": {"adam": [1e-4], "1.1": [0.05], "1.75": [0.01], "2": [0.01, 0.03], "3": [0.001]}},
 }

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import FIXTURES
-from mdlib import sentiment, train
+from mdlib import optim, runs, sentiment, train
 from mdlib.models import EncoderClassifier
 
 
@@ -28,7 +28,7 @@ def fixture_data(cache, monkeypatch, tmp_path):
 
 
 def small(**overrides):
-    return sentiment.config(**dict(layers=3, optimizer="md", p=1.1, lr=0.05, width=6, max_length=16, epochs=2,
+    return sentiment.run_config(**dict(layers=3, optimizer="md", p=1.1, lr=0.05, width=6, max_length=16, epochs=2,
                                    batch_size=2) | overrides)
 
 
@@ -44,17 +44,17 @@ def test_collate_pads_to_the_longest_and_masks_padding():
 
 def test_config_rejects_bad_settings():
     with pytest.raises(ValueError, match="not divisible by 4 heads"):
-        sentiment.config(layers=4, optimizer="md", p=2.0, lr=0.1, width=6)
+        sentiment.run_config(layers=4, optimizer="md", p=2.0, lr=0.1, width=6)
     with pytest.raises(ValueError, match="3 token sequences but 2 labels"):
         sentiment.TokenizedDataset([[1], [2], [3]], [0, 1])
 
 
 def test_method_keys_round_trip():
     for key in ("1.1", "2", "3", "1.75", "adam"):
-        assert sentiment.method_key(*sentiment.method(key)) == key
-    assert sentiment.method("2") == ("md", 2.0)
+        assert optim.method_key(*optim.method(key)) == key
+    assert optim.method("2") == ("md", 2.0)
     with pytest.raises(ValueError, match="unknown method 'rmsprop'"):
-        sentiment.method("rmsprop")
+        optim.method("rmsprop")
 
 
 def test_build_seeds_distinct_initializations_and_evaluates_on_the_named_split(fixture_data):
@@ -117,17 +117,23 @@ def test_reference_steps_are_the_papers():
         sentiment.reference_step(3, "1.75")
 
 
-def test_table_chooses_on_seed_zero_then_runs_the_other_seeds(monkeypatch):
+def grid_config(**overrides):
+    return dict(dataset="rotten_tomatoes", max_length=64, train_size=None, width=6, setup="authors", epochs=600,
+                layers=[3], methods=["1.1", "2"], seeds=3, multiples={"1.1": [1, 3], "2": [3, 10]}) | overrides
+
+
+def test_grid_chooses_on_seed_zero_then_runs_the_other_seeds(monkeypatch, tmp_path):
     """Fake runs: accuracies keyed by (method, multiple, seed); the choice never looks at test."""
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
     outcome = {("1.1", 1): (0.99, 0.70, 0.60), ("1.1", 3): (1.0, 0.65, 0.90), ("2", 3): None, ("2", 10): (1.0, 0.6, 0.5)}
     calls = []
 
     def fake_runs(configs, workers=1, progress=True, skip=()):
-        calls.append([(sentiment.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"])
+        calls.append([(optim.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"])
                       for c in configs])
         out = []
         for c in configs:
-            key = sentiment.method_key(c["optimizer"]["name"], c["optimizer"]["p"])
+            key = optim.method_key(c["optimizer"]["name"], c["optimizer"]["p"])
             multiple = round(c["optimizer"]["lr"] / sentiment.reference_step(3, key))
             values = outcome[key, multiple]
             if values is None:
@@ -135,27 +141,40 @@ def test_table_chooses_on_seed_zero_then_runs_the_other_seeds(monkeypatch):
                 continue
             train_acc, validation, test = values
             history = pd.DataFrame({"epoch": [1, 2], "train_accuracy": [0.5, train_acc], "test_accuracy": [0.5, test]})
-            out.append({"history": history, "validation_accuracy": validation, "state.x": np.zeros(1)})
+            runs.store(sentiment.KIND, c, {"history": history, "validation_accuracy": validation, "state.x": np.zeros(1)})
+            out.append(runs.load(sentiment.KIND, c))
         return out
 
     monkeypatch.setattr(sentiment, "train_runs", fake_runs)
-    grid = sentiment.table(layers=[3], methods=["1.1", "2"], seeds=3, multiples={"1.1": [1, 3], "2": [3, 10]}, width=6)
+    grid = sentiment.grid(grid_config(), name=sentiment.grid_name("test"))
     assert grid.chosen == {(3, "1.1"): 3.0, (3, "2"): 10.0}  # 1x missed the rule despite its validation
     assert calls[0] == [("1.1", 0), ("1.1", 0), ("2", 0), ("2", 0)]
     assert calls[1] == [("1.1", 1), ("1.1", 2), ("2", 1), ("2", 2)]
+    assert calls[2] == [("1.1", 0), ("1.1", 1), ("1.1", 2), ("2", 0), ("2", 1), ("2", 2)]  # the chosen runs
     calls.clear()
-    single = sentiment.table(layers=[3], methods=["1.1", "2"], seeds=2, multiples={"1.1": [3], "2": [3, 10]}, width=6)
-    assert calls == [[("1.1", 0), ("1.1", 1), ("2", 0), ("2", 0)], [("2", 1)]]  # nothing to choose: no waiting
+    single = sentiment.grid(grid_config(seeds=2, multiples={"1.1": [3], "2": [3, 10]}))
+    assert calls[:2] == [[("1.1", 0), ("1.1", 1), ("2", 0), ("2", 0)], [("2", 1)]]  # nothing to choose: no waiting
     assert single.runs.chosen.tolist() == [True, True, False, True, True]
-    runs = grid.runs
-    assert list(zip(runs.method, runs.seed, runs.multiple)) == [("1.1", 0, 1.0), ("1.1", 0, 3.0), ("1.1", 1, 3.0),
+    table = grid.runs
+    assert list(zip(table.method, table.seed, table.multiple)) == [("1.1", 0, 1.0), ("1.1", 0, 3.0), ("1.1", 1, 3.0),
                                                                 ("1.1", 2, 3.0), ("2", 0, 3.0), ("2", 0, 10.0),
                                                                 ("2", 1, 10.0), ("2", 2, 10.0)]
-    assert runs.chosen.tolist() == [False, True, True, True, False, True, True, True]
-    assert runs.diverged.tolist()[4] and not runs.reached.tolist()[4]
+    assert table.chosen.tolist() == [False, True, True, True, False, True, True, True]
+    assert table.diverged.tolist()[4] and not table.reached.tolist()[4]
     assert len(grid.configs) == 6 and set(grid.history.seed) == {0, 1, 2}
     with pytest.raises(ValueError, match=r"no step-size multiples for \['3'\]"):
-        sentiment.table(layers=[3], methods=["3"], seeds=1, multiples={})
+        sentiment.grid(grid_config(methods=["3"], multiples={}))
+    with pytest.raises(ValueError, match=r"missing \['seeds'\], unknown \['workers'\]"):
+        sentiment.grid({k: v for k, v in grid_config(workers=2).items() if k != "seeds"})
+
+    # read back by the name chapter 04 records: the same grid, nothing trained
+    calls.clear()
+    again = sentiment.built_grid("test")
+    assert again.config == grid_config() and again.chosen == grid.chosen and calls == []
+    pd.testing.assert_frame_equal(again.runs, grid.runs)
+    with pytest.raises(LookupError, match=r"not built a Table 1 grid at profile 'paper'.*mdlib run 04_sentiment "
+                                          r"--profile paper"):
+        sentiment.built_grid("paper")
 
 
 def test_lexicon_designates_the_strongest_whole_word(fixture_data):
