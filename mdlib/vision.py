@@ -1,8 +1,10 @@
-"""Experiment E7, the vision transformer: a run config, the ``Setup`` it trains, the trained model back.
+"""Experiment E7, the vision transformer, in the shape of ``mdlib.sentiment``: a run config, the
+``Setup`` it trains, the trained model back; a validation ``sweep`` of step sizes and the ``grid`` of
+final runs as one function of one grid config; ``pruning`` of a trained model.
 
     config = vision.run_config("fashion_mnist", optimizer="md", lr=5e-2, p=1.1, seed=0, epochs=10,
                                model=dict(patch=7, width=64, depth=4, heads=4, mlp=64), train_size=10000)
-    result = train.run("e7-vit", config, vision.build, extras=train.model_state)
+    result, = vision.train_runs([config])
     model = vision.trained_model(config, result)
 
 Data: ``fashion_mnist`` (offline, 28 px grey) or ``cifar10`` / ``cifar100`` (torchvision's files under
@@ -16,15 +18,22 @@ seed (``config["fit"]["seed"]``) also seeds the model's initialization.
 
 from __future__ import annotations
 
+import functools
+import json
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
+import pandas as pd
 import torch
 
-from mdlib import data, train
+from mdlib import analysis, data, runs, train
 from mdlib.models import VisionTransformer, check_setup
+from mdlib.optim import method
 
-__all__ = ["DATASETS", "run_config", "image_sets", "split_indices", "make_model", "build", "trained_model"]
+__all__ = ["DATASETS", "GRID_KEYS", "GRID_KIND", "Grid", "KIND", "PAPER_ACCURACY", "PAPER_STEP_SIZES", "PRUNING_KIND",
+           "build", "choose", "grid", "image_sets", "make_model", "pruning", "run_config", "split_indices", "sweep",
+           "train_runs", "trained_model"]
 
 #: dataset -> (channels, classes, native image size)
 DATASETS = {"fashion_mnist": (1, 10, 28), "cifar10": (3, 10, 32), "cifar100": (3, 100, 32)}
@@ -107,3 +116,173 @@ def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> Visio
     """The model of a finished run, its weights loaded from the result (stored by ``train.model_state``),
     in evaluation mode."""
     return train.load_model_state(make_model(config), result).eval()
+
+
+# --- the chapter's experiment: a validation sweep of step sizes, then the final runs ----------------
+
+KIND = "e7-vit"
+GRID_KIND = "e7-grid"
+PRUNING_KIND = "e7-pruning"
+#: The keys of a grid config (``grid``).
+GRID_KEYS = ("datasets", "image_size", "train_size", "validation", "model", "setup", "batch_size", "root", "epochs",
+             "eval_every", "seeds", "methods", "step_sizes", "sweep_seeds", "sweep_epochs", "sweep_window")
+#: The paper's step sizes, by method key: Adam's (the paper) and p = 1.1's (the authors' code).
+PAPER_STEP_SIZES = {"adam": 1e-4, "1.1": 5e-2}
+#: The paper's test accuracy (%) after 2000 epochs, about the same for every method.
+PAPER_ACCURACY = {"cifar10": 82.0, "cifar100": 55.0}
+
+
+def _check_grid(config: Mapping[str, Any]) -> None:
+    runs.check_keys(config, GRID_KEYS, "a vision grid config")
+    for key in config["methods"]:
+        method(key)
+    steps = config["step_sizes"]
+    if set(steps) != set(config["methods"]) or not all(isinstance(v, list) and v for v in steps.values()):
+        raise ValueError(f"step_sizes={steps} needs a non-empty list of candidates for each of the methods "
+                         f"{config['methods']}, and nothing else")
+    for dataset in config["datasets"]:
+        if dataset not in DATASETS:
+            raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+
+
+def _run_config(config: Mapping[str, Any], dataset: str, key: str, lr: float, seed: int,
+                sweep: bool = False) -> dict[str, Any]:
+    """A final run of the grid, or (``sweep``) a run of its validation sweep."""
+    name, p = method(key)
+    return run_config(dataset, optimizer=name, lr=float(lr), p=p, seed=seed, model=config["model"],
+                      setup=config["setup"], epochs=config["sweep_epochs"] if sweep else config["epochs"],
+                      image_size=config["image_size"], train_size=config["train_size"] or None,
+                      validation=config["validation"] if sweep else 0, batch_size=config["batch_size"],
+                      eval_every=1 if sweep else config["eval_every"], root=config["root"] or None)
+
+
+def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: bool = True,
+               skip: tuple[type[BaseException], ...] = ()) -> list[runs.RunResult | None]:
+    """The stored result of each run config (history + final weights), the missing ones trained
+    ``workers`` at a time (None for a run that raised one of ``skip``)."""
+    return train.run_many(KIND, configs, build, extras=train.model_state, workers=workers, skip=skip,
+                          progress=progress)
+
+
+def choose(candidates: pd.DataFrame) -> float:
+    """The chosen step size among one method's candidates (``sweep`` rows): the highest validation
+    accuracy, ties going to the smaller step; diverged candidates (NaN) are never chosen."""
+    finished = candidates[candidates.validation_accuracy.notna()]
+    if finished.empty:
+        first = candidates.iloc[0]
+        raise ValueError(f"every candidate step size diverged for {first.method} on {first.dataset} "
+                         f"(lr {sorted(candidates.lr)}): try smaller ones")
+    return float(finished.sort_values(["validation_accuracy", "lr"], ascending=[False, True]).lr.iloc[0])
+
+
+def sweep(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> pd.DataFrame:
+    """The validation sweep of a grid (``grid``'s config): for every data set and method with more than
+    one candidate step size, ``sweep_seeds`` runs of ``sweep_epochs`` epochs per candidate, trained
+    without the ``validation`` held-out images and evaluated on them after every epoch. One row per
+    (dataset, method, lr): p, paper (the paper's step size), validation_accuracy (mean over the last
+    ``sweep_window`` evaluations and the seeds; NaN: diverged), chosen (``choose``)."""
+    _check_grid(config)
+    items = [(d, key, lr, s) for d in config["datasets"] for key in config["methods"]
+             if len(config["step_sizes"][key]) > 1 for lr in config["step_sizes"][key]
+             for s in range(config["sweep_seeds"])]
+    results = train_runs([_run_config(config, *item, sweep=True) for item in items], workers, progress,
+                         skip=(FloatingPointError,))
+    rows = pd.DataFrame([{"dataset": d, "method": key, "lr": float(lr), "p": method(key)[1],
+                          "paper": PAPER_STEP_SIZES.get(key) == lr,
+                          "validation_accuracy": np.nan if result is None else
+                          result["history"].test_accuracy.dropna().iloc[-config["sweep_window"]:].mean()}
+                         for (d, key, lr, _), result in zip(items, results)],
+                        columns=["dataset", "method", "lr", "p", "paper", "validation_accuracy"])
+    table = rows.groupby(["dataset", "method", "lr"], as_index=False, sort=False).agg(
+        p=("p", "first"), paper=("paper", "first"), validation_accuracy=("validation_accuracy", "mean"))
+    chosen = {cell: choose(group) for cell, group in table.groupby(["dataset", "method"], sort=False)}
+    table["chosen"] = [chosen[d, k] == lr for d, k, lr in zip(table.dataset, table.method, table.lr)]
+    return table
+
+
+@dataclass
+class Grid:
+    """A vision grid's runs (``grid``). ``config``: the grid's config; ``sweep``: the validation sweep
+    (``sweep``); ``chosen``: {(dataset, method): lr} of every method (its only candidate, or the
+    sweep's choice); ``configs``/``results``: the final runs that finished, keyed (dataset, method,
+    seed); ``diverged``: the (dataset, method, seed) of final runs mirror descent refused (non-finite
+    gradients); ``history``: one row per (final run, epoch)."""
+
+    config: dict[str, Any]
+    sweep: pd.DataFrame
+    chosen: dict[tuple[str, str], float]
+    configs: dict[tuple[str, str, int], dict[str, Any]]
+    results: dict[tuple[str, str, int], runs.RunResult]
+    diverged: list[tuple[str, str, int]]
+    history: pd.DataFrame
+
+    def models(self) -> dict[tuple[str, str, int], VisionTransformer]:
+        """{(dataset, method, seed): trained model} of the final runs, in eval mode."""
+        return {key: trained_model(c, self.results[key]) for key, c in self.configs.items()}
+
+
+def _grid_entry(config: Mapping[str, Any], workers: int, progress: bool) -> dict[str, Any]:
+    """What the store keeps of a grid: the sweep, every method's step size and the diverged final runs."""
+    table = sweep(config, workers=workers, progress=progress)
+    chosen = {(d, k): float(lr) for d, k, lr, c in zip(table.dataset, table.method, table.lr, table.chosen) if c}
+    chosen |= {(d, k): float(config["step_sizes"][k][0]) for d in config["datasets"] for k in config["methods"]
+               if len(config["step_sizes"][k]) == 1}
+    items = [(d, k, chosen[d, k], s) for d in config["datasets"] for k in config["methods"]
+             for s in range(config["seeds"])]
+    results = train_runs([_run_config(config, *item) for item in items], workers, progress, skip=(FloatingPointError,))
+    return {"sweep": table, "chosen": [[d, k, chosen[d, k]] for d in config["datasets"] for k in config["methods"]],
+            "diverged": [[d, k, s] for (d, k, _, s), result in zip(items, results) if result is None]}
+
+
+def grid(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> Grid:
+    """Chapter 07's runs: ``sweep`` chooses the step size of every method with more than one candidate
+    (by validation accuracy; the test set plays no part), then ``seeds`` final runs of ``epochs`` per
+    data set and method train at that step on ``train_size`` images, evaluated on the test set every
+    ``eval_every`` epochs.
+
+    ``config``: exactly ``GRID_KEYS``: datasets, image_size, train_size (0 or None: all), validation
+    (images held out for the sweep), model (``VisionTransformer``'s arguments), setup, batch_size, root
+    (CIFAR folder, "" or None: the data cache), epochs, eval_every, seeds, methods (method keys: "adam"
+    or an exponent p), step_sizes ({method: [candidates]}), sweep_seeds, sweep_epochs, sweep_window.
+    The store keeps the grid under this config (kind ``GRID_KIND``) and each run under its run config
+    (kind ``KIND``). CIFAR is downloaded first where missing (torchvision; internet)."""
+    _check_grid(config)
+    for dataset in config["datasets"]:  # before the training processes start
+        if dataset != "fashion_mnist":
+            image_sets(_run_config(config, dataset, config["methods"][0], 1.0, 0)["data"], download=True)
+    entry = runs.load_or_run(GRID_KIND, config, lambda: _grid_entry(config, workers, progress))
+    chosen = {(d, k): lr for d, k, lr in entry["chosen"]}
+    diverged = [tuple(item) for item in entry["diverged"]]
+    configs = {(d, k, s): _run_config(config, d, k, chosen[d, k], s) for d in config["datasets"]
+               for k in config["methods"] for s in range(config["seeds"]) if [d, k, s] not in entry["diverged"]}
+    results = dict(zip(configs, train_runs(list(configs.values()), workers, progress)))
+    history = pd.concat([results[key]["history"].assign(dataset=key[0], method=key[1], seed=key[2])
+                         for key in configs], ignore_index=True)
+    return Grid(dict(config), entry["sweep"], chosen, configs, results, diverged, history)
+
+
+@functools.lru_cache(maxsize=4)
+def _test_tensors(data_json: str) -> torch.utils.data.TensorDataset:
+    """The evaluation images of a run's data config (JSON), transformed once."""
+    _, test_set = image_sets(json.loads(data_json))
+    images, labels = zip(*(test_set[i] for i in range(len(test_set))))
+    return torch.utils.data.TensorDataset(torch.stack(images), torch.tensor(labels))
+
+
+def pruning(config: Mapping[str, Any]) -> runs.RunResult:
+    """Test accuracy of a final run's model after global magnitude pruning without retraining
+    (``analysis.pruning_curve``), stored: ``config`` = {"run": a run config of ``KIND`` (stored),
+    "sparsities": [fractions of the prunable weights set to zero]}; the result's "accuracy" has one
+    value per sparsity."""
+    run = config["run"]
+    result = runs.load(KIND, run)
+    if result is None:
+        raise LookupError("the run to prune is not in the results store: train it first (``grid``)")
+
+    def compute() -> dict[str, Any]:
+        model = trained_model(run, result).to("cuda" if torch.cuda.is_available() else "cpu")
+        test_set = _test_tensors(runs.canonical_json(run["data"]))
+        evaluate = lambda pruned: train.evaluate(pruned, test_set, batch_size=1000, loss="multiclass")[1]  # noqa: E731
+        return {"accuracy": np.array([a for _, a in analysis.pruning_curve(model, config["sparsities"], evaluate)])}
+
+    return runs.load_or_run(PRUNING_KIND, config, compute)

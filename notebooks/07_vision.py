@@ -68,68 +68,28 @@ import pandas as pd
 import torch
 from myst_nb import glue
 
-from mdlib import analysis, plots, runs, train, vision
+from mdlib import analysis, optim, plots, vision
 
 plots.set_theme()
 NAMES = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
-PAPER = {"cifar10": 82.0, "cifar100": 55.0}  # the paper's test accuracy, about the same for every method
-PAPER_STEP = {("adam", None): 1e-4, ("md", 1.1): 5e-2}  # the paper's step sizes (Adam; the authors' code, p 1.1)
-KIND = "e7-vit"
-methods = [("adam", None)] + [("md", float(p)) for p in ps]
-try:
-    candidates = {("adam", None) if key == "adam" else ("md", float(key)): [float(lr) for lr in lrs]
-                  for key, lrs in step_sizes.items()}
-except (TypeError, ValueError) as error:
-    raise ValueError(f"step_sizes={step_sizes}: keys 'adam' or an exponent p, values lists of step sizes") from error
-if set(candidates) != set(methods) or not all(candidates.values()):
-    raise ValueError(f"step_sizes={step_sizes} needs a non-empty list of candidates for 'adam' and for each p in "
-                     f"ps={ps}, and nothing else")
-fixed = {m: lrs[0] for m, lrs in candidates.items() if len(lrs) == 1}
-swept = {m: lrs for m, lrs in candidates.items() if len(lrs) > 1}
-
-
-def name(method):
-    optimizer, p = method
-    return "Adam" if optimizer == "adam" else f"p = {p:g}"
-
-
-def config(dataset, method, lr, seed, sweep=False):
-    return vision.run_config(dataset, optimizer=method[0], lr=lr, p=method[1], seed=seed, model=model, setup=setup,
-                             epochs=sweep_epochs if sweep else epochs, image_size=image_size,
-                             train_size=train_size or None, validation=validation if sweep else 0,
-                             batch_size=batch_size, eval_every=1 if sweep else eval_every, root=cifar_root or None)
-
-
-for dataset in datasets:  # CIFAR: let torchvision download it once, before the training processes start
-    if dataset != "fashion_mnist":
-        vision.image_sets(config(dataset, methods[0], 1e-4, 0)["data"], download=True)
-sweep_runs = {(d, m, lr, s): config(d, m, lr, s, sweep=True)
-              for d in datasets for m, lrs in swept.items() for lr in lrs for s in range(sweep_seeds)}
-final = {(d, m, s): config(d, m, fixed[m], s) for d in datasets for m in fixed for s in range(seeds)}
-# a candidate that diverges (mirror descent refuses a step with non-finite gradients) gives None
-done = train.run_many(KIND, list(sweep_runs.values()) + list(final.values()), vision.build,
-                      extras=train.model_state, workers=workers, skip=(FloatingPointError,))
-validation_accuracy = {key: np.nan if result is None else
-                       result["history"].test_accuracy.dropna().iloc[-sweep_window:].mean()
-                       for key, result in zip(sweep_runs, done)}
-print(f"profile={profile}: {len(sweep_runs)} sweep runs, {sum(np.isnan(list(validation_accuracy.values())))} diverged")
+methods = ["adam"] + [optim.method_key("md", float(p)) for p in ps]
+config = dict(datasets=datasets, image_size=image_size, train_size=train_size, validation=validation, model=model,
+              setup=setup, batch_size=batch_size, root=cifar_root, epochs=epochs, eval_every=eval_every, seeds=seeds,
+              methods=methods, step_sizes={optim.method_key(*optim.method(k)): v for k, v in step_sizes.items()},
+              sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window)
+grid = vision.grid(config, workers=workers)
+name = {k: "Adam" if k == "adam" else f"p = {k}" for k in methods}
+swept = [k for k in methods if len(config["step_sizes"][k]) > 1]
+print(f"profile={profile}: {len(grid.sweep)} candidate step sizes swept, "
+      f"{int(grid.sweep.validation_accuracy.isna().sum())} diverged")
 
 # %% [markdown]
 # ## The step-size sweep
 
 # %% tags=["hide-input", "remove-stderr"]
-sweep = pd.DataFrame([{"dataset": d, "method": name(m), "p": m[1], "lr": lr, "seed": s,
-                       "paper": PAPER_STEP.get(m) == lr, "validation_accuracy": a}
-                      for (d, m, lr, s), a in validation_accuracy.items()],
-                     columns=["dataset", "method", "p", "lr", "seed", "paper", "validation_accuracy"])
-sweep = sweep.groupby(["dataset", "method", "lr"], as_index=False, sort=False).agg(  # NaN: diverged
-    p=("p", "first"), paper=("paper", "first"), validation_accuracy=("validation_accuracy", "mean"))
-by_name = {name(m): m for m in methods}
-chosen = {(d, by_name[label]): lr  # the best validation accuracy; ties: the smaller lr
-          for (d, label), lr in train.choose_step_sizes(sweep, "validation_accuracy", ["dataset", "method"]).items()}
-sweep["chosen"] = [chosen[(d, by_name[label])] == lr for d, label, lr in zip(sweep.dataset, sweep.method, sweep.lr)]
-edges = {side: [f"{name(m)} on {NAMES[d]}" for (d, m), lr in chosen.items() if lr == pick(swept[m])]
-         for side, pick in (("largest", max), ("smallest", min))}
+sweep = grid.sweep.assign(method=grid.sweep.method.map(name))
+edges = {side: [f"{name[k]} on {NAMES[d]}" for (d, k), lr in grid.chosen.items()
+                if k in swept and lr == pick(config["step_sizes"][k])] for side, pick in (("largest", max), ("smallest", min))}
 glue("vit-edge", " ".join(f"The chosen step size is the grid's {side} for {', '.join(found)}." for side, found
                           in edges.items() if found) + " A wider grid might find a better one there."
      if any(edges.values()) else "Every chosen step size lies inside its grid.", display=False)
@@ -137,15 +97,10 @@ plots.save_table(sweep, "table-vit-sweep", styled=sweep.assign(dataset=sweep.dat
     {"p": lambda p: "" if pd.isna(p) else f"{p:g}", "lr": "{:g}", "chosen": lambda c: "chosen" if c else "",
      "paper": lambda c: "paper's" if c else ""}).format("{:.2%}", subset=["validation_accuracy"], na_rep="diverged")
     .hide(axis="index"))
-
-final.update({(d, m, s): config(d, m, lr, s) for (d, m), lr in chosen.items() for s in range(seeds)})
-results = dict(zip(final, train.run_many(KIND, list(final.values()), vision.build, extras=train.model_state,
-                                         workers=workers, skip=(FloatingPointError,))))
-# a seed whose run mirror descent refused (non-finite gradients) is reported and left out below
-diverged = [key for key, result in results.items() if result is None]
-final = {key: c for key, c in final.items() if results[key] is not None}
+# a seed whose final run mirror descent refused (non-finite gradients) is reported and left out below
+final, results = grid.configs, grid.results
 methods = [m for m in methods if all(any((d, m, s) in final for s in range(seeds)) for d in datasets)]
-glue("vit-diverged", "; ".join(f"{name(m)} on {NAMES[d]}, seed {s}" for d, m, s in diverged) or "none",
+glue("vit-diverged", "; ".join(f"{name[m]} on {NAMES[d]}, seed {s}" for d, m, s in grid.diverged) or "none",
      display=False)
 
 # %% [markdown]
@@ -167,20 +122,19 @@ glue("vit-diverged", "; ".join(f"{name(m)} on {NAMES[d]}, seed {s}" for d, m, s 
 # ## Accuracy
 
 # %% tags=["hide-input"]
-history = pd.concat([results[key]["history"].assign(dataset=key[0], method=name(key[1]), seed=key[2])
-                     for key in final], ignore_index=True)
+history = grid.history.assign(method=grid.history.method.map(name))
 fig, axes = plt.subplots(2, len(datasets), figsize=(6.4 * len(datasets), 7.6), squeeze=False)
 for column, dataset in enumerate(datasets):
     for method in methods:
-        runs_of = history[(history.dataset == dataset) & (history.method == name(method))]
-        color, label = plots.method_color(*method), plots.method_label(*method)
+        runs_of = history[(history.dataset == dataset) & (history.method == name[method])]
+        color, label = plots.method_color(*optim.method(method)), plots.method_label(*optim.method(method))
         for row, (metric, scale) in enumerate((("train_loss", 1), ("test_accuracy", 100))):
             curve = runs_of.dropna(subset=[metric]).groupby("epoch")[metric]  # test: the evaluated epochs
             mean, std = scale * curve.mean(), scale * curve.std().fillna(0)
             axes[row, column].plot(mean.index, mean, color=color, label=label)
             axes[row, column].fill_between(mean.index, mean - std, mean + std, color=color, alpha=0.2, lw=0)
-    if dataset in PAPER:
-        axes[1, column].axhline(PAPER[dataset], color="black", ls=":", lw=1, label="paper (2000 epochs)")
+    if dataset in vision.PAPER_ACCURACY:
+        axes[1, column].axhline(vision.PAPER_ACCURACY[dataset], color="black", ls=":", lw=1, label="paper (2000 epochs)")
     axes[0, column].set(title=NAMES[dataset], xlabel="epoch", ylabel="training loss", yscale="log")
     axes[1, column].set(xlabel="epoch", ylabel="test accuracy (%)")
     for ax in axes[:, column]:
@@ -207,14 +161,13 @@ scaled = threshold * (512 / model["width"]) ** 0.5
 models = {key: vision.trained_model(c, results[key]).to(device) for key, c in final.items()}
 # the initialization of each training seed, shared by all optimizers
 starts = {(d, s): vision.make_model(final[(d, methods[0], s)]) for d in datasets for s in range(seeds)}
-nets = {**{(d, name(m), s): net for (d, m, s), net in models.items()},
+nets = {**{(d, name[m], s): net for (d, m, s), net in models.items()},
         **{(d, "initialization", s): net for (d, s), net in starts.items()}}
 counts = pd.DataFrame([{"dataset": d, "method": label, "seed": s, "matrix": kind,
                         "count": analysis.count_above(weights, scaled)}
                        for (d, label, s), net in nets.items() for kind, weights in net.attention_weights().items()])
 mean_counts = counts.groupby(["dataset", "method", "matrix"], sort=False)["count"].mean()
 kinds = ("key", "query", "value")
-lrs = {(d, m): fixed[m] if m in fixed else chosen[(d, m)] for d in datasets for m in methods}
 scores = history.groupby(["dataset", "method", "seed"]).test_accuracy.agg(final="last", best="max")
 losses = history.groupby(["dataset", "method", "seed"]).train_loss
 accuracies = history.dropna(subset=["test_accuracy"]).groupby(["dataset", "method", "seed"]).test_accuracy
@@ -234,17 +187,17 @@ scores = scores.assign(train_loss=losses.last(), loss_change=losses.agg(analysis
 rows = []
 for d in datasets:
     for m in methods:
-        score = scores[(scores.dataset == d) & (scores.method == name(m))]
-        rows.append({"dataset": NAMES[d], "optimizer": name(m), "lr": lrs[(d, m)],
+        score = scores[(scores.dataset == d) & (scores.method == name[m])]
+        rows.append({"dataset": NAMES[d], "optimizer": name[m], "lr": grid.chosen[d, m],
                      "lr from": ("sweep" if m in swept else "fixed")
-                                + (", the paper's" if PAPER_STEP.get(m) == lrs[(d, m)] else ""),
+                                + (", the paper's" if vision.PAPER_STEP_SIZES.get(m) == grid.chosen[d, m] else ""),
                      "final_mean": 100 * score.final.mean(), "final_std": 100 * score.final.std(),
                      "best_mean": 100 * score.best.mean(), "best_std": 100 * score.best.std(),
                      "train_loss": score.train_loss.mean(), "loss_change": score.loss_change.mean(),
                      "loss_share": score.loss_share.mean(), "accuracy_change": 100 * score.accuracy_change.mean(),
                      "levelled": bool((score.loss_share <= flat_share).all()),
-                     **{f"{kind}_above": mean_counts[(d, name(m), kind)] for kind in kinds},
-                     "paper": PAPER.get(d, np.nan)})
+                     **{f"{kind}_above": mean_counts[(d, name[m], kind)] for kind in kinds},
+                     "paper": vision.PAPER_ACCURACY.get(d, np.nan)})
 table = pd.DataFrame(rows)
 shown = pd.DataFrame({
     "data": table.dataset, "optimizer": table.optimizer, "step size": table.lr.map("{:g}".format),
@@ -288,7 +241,7 @@ glue("vit-accuracy-change", f"{table.accuracy_change.min():+.2f} to {table.accur
 glue("vit-best", accuracy_text("best"), display=False)
 glue("vit-spread", per_dataset(lambda d: f"{np.ptp(table[table.dataset == NAMES[d]].final_mean):.1f} points"),
      display=False)
-glue("vit-lrs", per_dataset(lambda d: ", ".join(f"{name(m)}: {chosen[(d, m)]:g}" for m in swept)), display=False)
+glue("vit-lrs", per_dataset(lambda d: ", ".join(f"{name[m]}: {grid.chosen[d, m]:g}" for m in swept)), display=False)
 
 # %% [markdown]
 # ```{glue:figure} table-vit
@@ -306,7 +259,7 @@ glue("vit-lrs", per_dataset(lambda d: ", ".join(f"{name(m)}: {chosen[(d, m)]:g}"
 # ## Where the weights are
 
 # %% tags=["hide-input"]
-styles = [("initialization", "initialization", "black")] + [(name(m), plots.method_label(*m), plots.method_color(*m))
+styles = [("initialization", "initialization", "black")] + [(name[m], plots.method_label(*optim.method(m)), plots.method_color(*optim.method(m)))
                                                            for m in methods]
 fig, axes = plt.subplots(len(datasets), len(kinds), figsize=(14, 3.8 * len(datasets)), squeeze=False)
 for row, d in enumerate(datasets):
@@ -336,27 +289,20 @@ glue("vit-attention-size", f"{sum(w.numel() for w in starts[(datasets[0], 0)].at
 # ## Pruning by magnitude
 
 # %% tags=["hide-input"]
-test_sets, train_sizes = {}, {}
-for d in datasets:
-    train_set, test_set = vision.image_sets(final[(d, methods[0], 0)]["data"])
-    train_sizes[d] = len(train_set)
-    images, labels = zip(*(test_set[i] for i in range(len(test_set))))  # transformed once, not per evaluation
-    test_sets[d] = torch.utils.data.TensorDataset(torch.stack(images), torch.tensor(labels))
+sizes = {d: [len(part) for part in vision.image_sets(final[(d, methods[0], 0)]["data"])] for d in datasets}
 pruning = []
-for (d, m, s), net in models.items():
-    curve = runs.load_or_run("e7-pruning", {"run": final[(d, m, s)], "sparsities": sparsities}, lambda: {
-        "accuracy": np.array([a for _, a in analysis.pruning_curve(net, sparsities, lambda pruned: train.evaluate(
-            pruned, test_sets[d], batch_size=1000, loss="multiclass")[1])])})["accuracy"]
-    pruning += [{"dataset": d, "method": name(m), "seed": s, "sparsity": x, "test_accuracy": a}
+for (d, m, s), run in final.items():
+    curve = vision.pruning({"run": run, "sparsities": sparsities})["accuracy"]
+    pruning += [{"dataset": d, "method": name[m], "seed": s, "sparsity": x, "test_accuracy": a}
                 for x, a in zip(sparsities, curve)]
 pruning = pd.DataFrame(pruning)
 fig, axes = plt.subplots(1, len(datasets), figsize=(6.4 * len(datasets), 4.2), squeeze=False)
 for ax, d in zip(axes[0], datasets):
     for m in methods:
-        curve = pruning[(pruning.dataset == d) & (pruning.method == name(m))].groupby("sparsity").test_accuracy
+        curve = pruning[(pruning.dataset == d) & (pruning.method == name[m])].groupby("sparsity").test_accuracy
         mean, std = 100 * curve.mean(), 100 * curve.std().fillna(0)
-        ax.plot(100 * mean.index, mean, marker="o", ms=3, color=plots.method_color(*m), label=plots.method_label(*m))
-        ax.fill_between(100 * mean.index, mean - std, mean + std, color=plots.method_color(*m), alpha=0.2, lw=0)
+        ax.plot(100 * mean.index, mean, marker="o", ms=3, color=plots.method_color(*optim.method(m)), label=plots.method_label(*optim.method(m)))
+        ax.fill_between(100 * mean.index, mean - std, mean + std, color=plots.method_color(*optim.method(m)), alpha=0.2, lw=0)
     ax.set(title=NAMES[d], xlabel="weights pruned (%)", ylabel="test accuracy (%)")
     ax.legend(fontsize=8)
 fig.tight_layout()
@@ -364,19 +310,19 @@ plots.save_figure(fig, "fig-vit-pruning", data=pruning)
 levels = [x for x in (0.5, 0.8, 0.9) if x in sparsities]
 at = pruning.groupby(["dataset", "method", "sparsity"], sort=False).test_accuracy.mean()
 glue("vit-pruning", per_dataset(lambda d: ", ".join(
-    f"{name(m)} " + " / ".join(f"{100 * at[(d, name(m), x)]:.1f}" for x in levels) for m in methods)), display=False)
+    f"{name[m]} " + " / ".join(f"{100 * at[(d, name[m], x)]:.1f}" for x in levels) for m in methods)), display=False)
 glue("vit-pruning-levels", " / ".join(f"{100 * x:.0f} %" for x in levels) or "(none of 50, 80, 90 % measured)",
      display=False)
-smallest = ("md", float(min(ps)))  # the paper's Figure 12 contrast: mirror descent with small p against Adam
+smallest = optim.method_key("md", float(min(ps)))  # the paper's Figure 12 contrast: mirror descent with small p against Adam
 heavy = max(sparsities)
 
 
 def contrast(d):
     """The smallest p against Adam: K/Q/V entries above the threshold, accuracy at the heaviest pruning."""
-    above = {m: sum(mean_counts[(d, name(m), kind)] for kind in kinds) for m in (smallest, ("adam", None))}
-    more = {1: "more", 0: "as many", -1: "fewer"}[int(np.sign(above[smallest] - above[("adam", None)]))]
-    return (f"{name(smallest)} has {more} entries above the threshold than Adam ({above[smallest]:,.0f} against "
-            f"{above[('adam', None)]:,.0f}) and keeps {100 * at[(d, name(smallest), heavy)]:.1f} % test accuracy "
+    above = {m: sum(mean_counts[(d, name[m], kind)] for kind in kinds) for m in (smallest, "adam")}
+    more = {1: "more", 0: "as many", -1: "fewer"}[int(np.sign(above[smallest] - above["adam"]))]
+    return (f"{name[smallest]} has {more} entries above the threshold than Adam ({above[smallest]:,.0f} against "
+            f"{above['adam']:,.0f}) and keeps {100 * at[(d, name[smallest], heavy)]:.1f} % test accuracy "
             f"with {100 * heavy:.0f} % of the weights pruned, against {100 * at[(d, 'Adam', heavy)]:.1f} % for Adam")
 
 
@@ -394,8 +340,8 @@ glue("vit-contrast", per_dataset(contrast), display=False)
 
 # %% tags=["hide-input"]
 glue("vit-profile", profile, display=False)
-glue("vit-data", per_dataset(lambda d: f"{epochs} epochs on {train_sizes[d]:,} training images, tested on "
-                             f"{len(test_sets[d]):,}"), display=False)
+glue("vit-data", per_dataset(lambda d: f"{epochs} epochs on {sizes[d][0]:,} training images, tested on "
+                             f"{sizes[d][1]:,}"), display=False)
 glue("vit-model", f"{image_size} px images, patches of {model['patch']}, width {model['width']}, depth "
      f"{model['depth']}, {model['heads']} heads, MLP {model['mlp']}; "
      f"{sum(w.numel() for w in next(iter(models.values())).parameters()):,} parameters", display=False)

@@ -1,0 +1,115 @@
+"""The config is the call: every experiment is one function of one config, and the results store keeps
+exactly that config (no second copy of the settings that could drift from what ran)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mdlib import optim, paths, runs, sentiment, synthetic, vision
+
+
+@pytest.fixture(autouse=True)
+def build_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
+
+
+def stored_configs(kind: str) -> list[dict]:
+    folder = paths.runs_dir() / kind
+    return [json.loads((entry / "config.json").read_text("utf-8")) for entry in sorted(folder.iterdir())
+            if not entry.name.startswith(".")] if folder.is_dir() else []
+
+
+def plain(config) -> dict:
+    return json.loads(runs.canonical_json(config))
+
+
+SYNTHETIC = [
+    (synthetic.fixed_decoder_experiment, synthetic.E1_KIND,
+     dict(seeds=2, steps={"1.75": 4, "3": 5}, lr=0.1, n=3, T=4, d=3, svm_ps=[1.75, 3.0], seed=0, eps=None, points=3)),
+    (synthetic.single_instance_experiment, synthetic.E2_KIND,
+     dict(ps=[1.75, 2.0], normalized_steps=4, lr=0.1, plain_steps=6, plain_lr=0.5, n=2, T=3, d=3, seed=1, points=3)),
+    (synthetic.joint_training_experiment, synthetic.E3_KIND, dict(steps={"2": 4, "3": 5}, lr=0.1, points=3)),
+]
+
+
+@pytest.mark.parametrize("experiment,kind,config", SYNTHETIC, ids=["E1", "E2", "E3"])
+def test_a_synthetic_experiment_stores_exactly_its_argument(experiment, kind, config):
+    first = experiment(config)
+    assert stored_configs(kind) == [plain(config)]
+    again = experiment(dict(config))
+    assert again.cached and not first.cached and again.key == first.key
+    with pytest.raises(ValueError, match=r"missing \['lr'\], unknown \['version'\]"):
+        experiment({k: v for k, v in config.items() if k != "lr"} | {"version": 1})
+
+
+def fake_history(config, accuracy: float) -> dict:
+    epochs = config["fit"]["epochs"]
+    return {"history": pd.DataFrame({"epoch": np.arange(1, epochs + 1), "train_loss": np.linspace(1, 0.5, epochs),
+                                     "train_accuracy": np.linspace(0.5, 1.0, epochs),
+                                     "test_accuracy": np.full(epochs, accuracy)}),
+            "validation_accuracy": accuracy, "state.x": np.zeros(1)}
+
+
+def recording_runs(kind, given):
+    """A stand-in for a module's ``train_runs`` that stores what it is given (no training)."""
+    def train_runs(configs, workers=1, progress=True, skip=()):
+        given.extend(configs)
+        out = []
+        for c in configs:
+            runs.store(kind, c, fake_history(c, 0.5 + c["optimizer"]["lr"]))
+            out.append(runs.load(kind, c))
+        return out
+    return train_runs
+
+
+def test_the_table_1_grid_stores_exactly_its_argument_and_runs_what_it_names(monkeypatch):
+    given = []
+    monkeypatch.setattr(sentiment, "train_runs", recording_runs(sentiment.KIND, given))
+    config = dict(dataset="rotten_tomatoes", max_length=16, train_size=None, width=6, setup="authors", epochs=3,
+                  layers=[3], methods=["1.1", "2"], seeds=2, multiples={"1.1": [1, 3], "2": [3]})
+    grid = sentiment.grid(config)
+    assert stored_configs(sentiment.GRID_KIND) == [plain(config)]
+    assert sorted(map(runs.canonical_json, stored_configs(sentiment.KIND))) == sorted(
+        {runs.canonical_json(c) for c in given})
+    for run in grid.configs.values():  # every run is the grid's settings at one cell, step and seed
+        assert {k: run[k] for k in ("dataset", "max_length", "train_size")} == {k: config[k] for k in
+                                                                                 ("dataset", "max_length", "train_size")}
+        assert run["model"]["width"] == config["width"] and run["fit"]["epochs"] == config["epochs"]
+
+
+def test_the_vision_grid_stores_exactly_its_argument(monkeypatch):
+    given = []
+    monkeypatch.setattr(vision, "train_runs", recording_runs(vision.KIND, given))
+    config = dict(datasets=["fashion_mnist"], image_size=28, train_size=200, validation=100,
+                  model={"patch": 7, "width": 8, "depth": 1, "heads": 2, "mlp": 8}, setup="authors", batch_size=50,
+                  root="", epochs=2, eval_every=1, seeds=2, methods=["adam", "1.1"],
+                  step_sizes={"adam": [1e-3], "1.1": [0.05, 0.15]}, sweep_seeds=1, sweep_epochs=2, sweep_window=1)
+    grid = vision.grid(config)
+    assert stored_configs(vision.GRID_KIND) == [plain(config)]
+    assert grid.chosen == {("fashion_mnist", "adam"): 1e-3, ("fashion_mnist", "1.1"): 0.15}  # higher validation
+    sweep_runs = [c for c in given if c["data"]["validation"]]
+    assert [c["optimizer"]["lr"] for c in sweep_runs] == [0.05, 0.15]
+    assert sorted(grid.configs) == [("fashion_mnist", m, s) for m in ("1.1", "adam") for s in (0, 1)]
+    assert all(optim.method_key(c["optimizer"]["name"], c["optimizer"]["p"]) == key[1]
+               for key, c in grid.configs.items())
+    with pytest.raises(ValueError, match=r"needs a non-empty list of candidates for each of the methods"):
+        vision.grid(dict(config, step_sizes={"adam": [1e-3]}))
+
+
+def test_sentiment_and_vision_have_the_same_shape():
+    import inspect
+
+    shared = ("KIND", "GRID_KIND", "GRID_KEYS", "Grid", "run_config", "build", "train_runs", "choose", "sweep", "grid",
+              "trained_model")
+    for module in (sentiment, vision):
+        assert set(shared) <= set(module.__all__), module.__name__
+    for name in ("sweep", "train_runs", "choose", "trained_model", "build"):
+        assert list(inspect.signature(getattr(sentiment, name)).parameters) == list(
+            inspect.signature(getattr(vision, name)).parameters), name
+    assert list(inspect.signature(vision.grid).parameters) == list(inspect.signature(sentiment.grid).parameters)[:3]
+    for field in ("config", "chosen", "configs", "results", "history"):
+        assert field in sentiment.Grid.__dataclass_fields__ and field in vision.Grid.__dataclass_fields__
