@@ -7,7 +7,8 @@ single-head model, experiments E1-E3), ``data`` (real data sets fetched from pac
 ``train`` (the training loop of the real-data chapters), ``vision`` (run configs of the ViT
 experiment E7), ``runs`` (results store), ``plots`` (theme and figure saving), ``book`` (executing
 notebooks, building the book), ``bench`` (benchmarks), ``analysis`` (token scores, interventions,
-pruning), ``paths``, ``cli`` (``python -m mdlib``).
+pruning), ``scorecard`` (the page of which claims hold, by stated rules), ``paths``, ``cli``
+(``python -m mdlib``).
 """
 
 __version__ = "0.1.0"
