@@ -305,7 +305,7 @@ def sweep(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True)
 def _grid_entry(config: Mapping[str, Any], workers: int, progress: bool) -> dict[str, Any]:
     """What the store keeps of a grid: every run's summary row and the chosen multiple of every cell."""
     done = sweep(config, workers=workers, progress=progress)
-    chosen = {(L, k): m for L, k, m, c in zip(done.layers, done.method, done.multiple, done.chosen) if c}
+    chosen = {(L, k): float(m) for L, k, m, c in zip(done.layers, done.method, done.multiple, done.chosen) if c}
     rest = [(L, key, chosen[L, key], seed) for L, key in _cells(config) if len(config["multiples"][key]) > 1
             for seed in range(1, config["seeds"])]
     more = [_run_config(config, *item) for item in rest]
