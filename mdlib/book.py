@@ -525,6 +525,14 @@ def write_parameters_page(target: Path | None = None, profile: str | None = None
     return atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))
 
 
+def write_scorecard_page(target: Path | None = None, profile: str | None = None) -> Path:
+    """``book/scorecard.md``: which of the paper's claims hold in this build's results
+    (``mdlib.scorecard``), with the link to the archive of every figure and table."""
+    from mdlib import scorecard
+
+    return scorecard.write_page(Path(target or paths.BOOK / "scorecard.md"), paths.results_dir(), profile=profile)
+
+
 # ---------------------------------------------------------------------------------------------
 # the book
 
@@ -567,7 +575,7 @@ def _executed_profile(ipynb: Path) -> str | None:
 
 def build(profile: str = "default", execute: bool = True) -> Path:
     """Execute every chapter notebook at ``profile`` (unless ``execute`` is false), generate
-    ``book/parameters.md`` and build the HTML book with ``jupyter-book build -W --keep-going``.
+    ``book/parameters.md`` and ``book/scorecard.md`` and build the HTML book with ``jupyter-book build -W --keep-going``.
     Returns the path of ``index.html``."""
     start = time.perf_counter()
     load_profile(profile)  # unknown profile -> clear error before anything runs
@@ -593,6 +601,7 @@ def build(profile: str = "default", execute: bool = True) -> Path:
         used = {_executed_profile(paths.NOTEBOOKS / f"{n}.ipynb") for n in names}
         profile = used.pop() if len(used) == 1 and None not in used else "mixed (see each chapter)"
     write_parameters_page(profile=profile)
+    write_scorecard_page(profile=profile)
     t0 = time.perf_counter()
     index = build_html()
     timings["jupyter-book"] = time.perf_counter() - t0

@@ -25,7 +25,7 @@ import pandas as pd
 from mdlib.analysis import difference_interval, wilson_interval
 from mdlib.plots import atomic_write
 
-__all__ = ["HOLDS", "DIFFERS", "INCONCLUSIVE", "NOT_MEASURED", "Verdict", "Row", "RULES", "CLAIMS", "html_link",
+__all__ = ["HOLDS", "DIFFERS", "INCONCLUSIVE", "NOT_MEASURED", "Verdict", "Row", "RULES", "CLAIMS", "reference",
            "interval_rule", "e1_rule", "e2_norm_rule", "e2_rate_rule", "e3_rule", "table1_rule", "token_rule",
            "fewer_rule", "pruning_rule", "parity_rule", "cost_rule", "rows", "page", "write_page"]
 
@@ -292,10 +292,10 @@ class _Results:
         return self.profile or "unknown"
 
 
-def html_link(notebook: str, label: str) -> str:
-    """The address of a figure or table from a page under ``book/``: the chapter's HTML page, anchored
-    at the label (MyST gives a ``:name:`` its id)."""
-    return f"../notebooks/{notebook}.html#{label}"
+def reference(notebook: str, label: str) -> str:
+    """The cell that links a figure or table: a numbered cross-reference to its label (``:name:`` in the
+    chapter ``notebook``), which the book renders as "Fig. 1.2" or "Table 4.1" and checks at build time."""
+    return f"{{numref}}`{label}`"
 
 
 def _signed(x: float, digits: int = 2) -> str:
@@ -602,14 +602,14 @@ CLAIMS = [
 
 
 def rows(results_dir, *, profile: str | None = None,
-         link: Callable[[str, str], str] = html_link) -> list[Row]:
+         link: Callable[[str, str], str] = reference) -> list[Row]:
     """One ``Row`` per claim (and per depth, sentence set, data set or model within a claim), in the
     paper's order. ``profile`` stands in where no ``<label>.json`` names one."""
     results = _Results(Path(results_dir), profile)
     out = []
     for claim in CLAIMS:
         shown = results.profile_of(claim.csvs[0])
-        target = f"[{claim.label}]({link(claim.notebook, claim.label)})"
+        target = link(claim.notebook, claim.label)
         try:
             built = claim.build(results)
         except _Unmeasured as missing:
@@ -626,7 +626,7 @@ def _cell(text: str) -> str:
 
 
 def page(results_dir, *, profile: str | None = None, archive_link: str | None = None,
-         link: Callable[[str, str], str] = html_link) -> str:
+         link: Callable[[str, str], str] = reference) -> str:
     """The scorecard page (MyST markdown) for the results in ``results_dir``."""
     table = rows(results_dir, profile=profile, link=link)
     lines = [

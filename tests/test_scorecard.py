@@ -229,8 +229,8 @@ def test_profile_comes_from_the_json_next_to_the_csv(tmp_path):
 
 def test_links_use_the_given_target(tmp_path):
     default = table_rows(scorecard.page(tmp_path))[4][5]
-    assert default == "[table-1](../notebooks/04_sentiment.html#table-1)"
-    custom = table_rows(scorecard.page(tmp_path, link=lambda nb, label: f"{nb}.md#{label}"))[4][5]
+    assert default == "{numref}`table-1`"
+    custom = table_rows(scorecard.page(tmp_path, link=lambda nb, label: f"[{label}]({nb}.md#{label})"))[4][5]
     assert custom == "[table-1](04_sentiment.md#table-1)"
 
 
