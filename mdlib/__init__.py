@@ -11,3 +11,8 @@ pruning), ``paths``, ``cli`` (``python -m mdlib``).
 """
 
 __version__ = "0.1.0"
+
+
+def first_line(text: object) -> str:
+    """The first line of ``str(text)`` (e.g. an exception) without surrounding blanks; "" when empty."""
+    return (str(text).strip().splitlines() or [""])[0]

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
-from mdlib import paths
+from mdlib import first_line, paths
 
 CHAPTER_RE = re.compile(r"^[0-9][0-9]_.+\.py$")
 KERNEL = "python3"
@@ -80,7 +80,7 @@ def load_yaml(text: str, where: str, fix: str) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or _first_line(exc)
+        problem = getattr(exc, "problem", None) or first_line(exc)
         if not isinstance(exc, yaml.constructor.ConstructorError):
             problem = f"not valid YAML: {problem}"
         raise ValueError(f"{where}{at}: {problem}; {fix}") from None
@@ -323,10 +323,6 @@ def _kernel_environment() -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _first_line(text: Any) -> str:
-    return (str(text).strip().splitlines() or [""])[0]
-
-
 def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, Any] | None = None,
                  output_dir: Path | None = None, *, notebooks_dir: Path | None = None,
                  params_dir: Path | None = None, progress: bool = True) -> Path:
@@ -351,37 +347,43 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     nb.metadata.get("jupytext", {}).pop("formats", None)
     nb.metadata.setdefault("language_info", {"name": "python"})
     out_dir = Path(output_dir) if output_dir is not None else path.parent
-    out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / f"{nb_name}.ipynb"
     failed = out_dir / f"{nb_name}{FAILED_SUFFIX}"
-    partial = out_dir / f".{nb_name}.{os.getpid()}.executing.ipynb"
     shown = ", ".join(f"{k}={v!r}" for k, v in parameters.items())
     if progress:
         print(f"executing {nb_name} ({shown})", file=sys.stderr, flush=True)
     start = time.perf_counter()
+    kept: list[Path] = []  # this run's failed notebook, once saved
+
+    def execute(partial: Path) -> None:
+        try:
+            with _kernel_environment():
+                # The kernel's own log (a TCP warning at start, a traceback when Ctrl-C stops it mid-cell)
+                # says nothing about the notebook: a cell's error is in the notebook and raised here.
+                papermill.execute_notebook(
+                    nb, str(partial), parameters=parameters, kernel_name=KERNEL, language="python",
+                    cwd=str(path.parent), progress_bar=progress, start_timeout=300, log_output=False,
+                    extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
+                )
+        except BaseException:
+            if partial.exists():
+                os.replace(partial, failed)
+                kept.append(failed)
+            raise
+
     try:
-        with _kernel_environment():
-            # The kernel's own log (a TCP warning at start, a traceback when Ctrl-C stops it mid-cell)
-            # says nothing about the notebook: a cell's error is in the notebook and raised here.
-            papermill.execute_notebook(
-                nb, str(partial), parameters=parameters, kernel_name=KERNEL, language="python",
-                cwd=str(path.parent), progress_bar=progress, start_timeout=300, log_output=False,
-                extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
-            )
+        paths.atomic_write(output, execute, tag="executing")
     except BaseException as exc:
         where = [f"the previous executed notebook {output} is kept"] if output.exists() else []
-        if partial.exists():
-            os.replace(partial, failed)
-            where.append(f"this run's, with the traceback: {failed}")
+        where += [f"this run's, with the traceback: {saved}" for saved in kept]
         where_text = "".join(f"; {part}" for part in where)
         if isinstance(exc, PapermillExecutionError):
             raise NotebookError(f"notebook {nb_name} (profile {profile}) failed in cell [{exc.exec_count}]: "
-                                f"{exc.ename}: {_first_line(exc.evalue)}{where_text}") from None
+                                f"{exc.ename}: {first_line(exc.evalue)}{where_text}") from None
         if isinstance(exc, Exception):
             raise NotebookError(f"notebook {nb_name} (profile {profile}) could not be executed: "
-                                f"{type(exc).__name__}: {_first_line(exc)}{where_text}") from exc
+                                f"{type(exc).__name__}: {first_line(exc)}{where_text}") from exc
         raise
-    os.replace(partial, output)
     failed.unlink(missing_ok=True)  # a failure of an earlier run, now superseded
     if progress:
         print(f"  {nb_name}: {time.perf_counter() - start:.1f} s -> {output}", file=sys.stderr, flush=True)
@@ -398,7 +400,7 @@ def notebook_failure(ipynb: Path) -> str | None:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
                 return (f"cell [{cell.get('execution_count')}] raised {output.get('ename')}: "
-                        f"{_first_line(output.get('evalue', ''))}")
+                        f"{first_line(output.get('evalue', ''))}")
     record = nb.metadata.get("papermill", {})
     if record.get("exception"):
         return "papermill recorded an exception during its execution"
@@ -515,11 +517,9 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
 
 
 def write_parameters_page(target: Path | None = None, profile: str | None = None, **kwargs) -> Path:
-    from mdlib.plots import atomic_write
-
     target = Path(target or paths.BOOK / "parameters.md")
     text = parameters_page(profile, **kwargs)
-    return atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))
+    return paths.atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------

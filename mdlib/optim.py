@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from mdlib import first_line
 from mdlib.mirror import _fused_signed_power, _power_kind, check_p, lp_norm, mirror_map
 
 __all__ = ["LpMirrorDescent", "lp_mirror_descent"]
@@ -187,7 +188,7 @@ def _fused(params, grads, duals, spares, lr: float, r: float) -> Tensor | None:
     try:
         return _kernel(params, grads, duals, spares, lr_t, r)(params, grads, duals, spares, lr_t, r)
     except Exception as error:  # noqa: BLE001  (any failure to compile or run the kernel: fall back)
-        _FUSED_FAILURE = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        _FUSED_FAILURE = f"{type(error).__name__}: {first_line(error)}"
         warnings.warn(f"LpMirrorDescent(fused=True): torch.compile failed ({_FUSED_FAILURE}); using the "
                       "foreach/single-tensor implementation in this process instead (same update, slower)",
                       UserWarning, stacklevel=4)

@@ -56,7 +56,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from mdlib import paths, runs
+from mdlib import first_line, paths, runs
 
 __all__ = ["COLUMNS", "OPTIMIZERS", "Setup", "evaluate", "fit", "load_model_state", "make_optimizer", "model_state", "run",
            "run_many"]
@@ -135,18 +135,8 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
 
 
 def _save(folder: Path, checkpoint: dict) -> None:
-    """Write ``folder/checkpoint.pt`` atomically (temporary file in the same folder, then os.replace)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            torch.save(checkpoint, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, folder / CHECKPOINT)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Write ``folder/checkpoint.pt`` atomically."""
+    paths.atomic_write(folder / CHECKPOINT, lambda tmp: torch.save(checkpoint, tmp))
 
 
 def _plain_setting(value: Any) -> Any:
@@ -189,7 +179,7 @@ def _load(folder: Path, settings: dict) -> dict | None:
     except Exception as error:  # noqa: BLE001 - any unreadable file is a corrupt checkpoint
         aside = path.with_name(CHECKPOINT + ".corrupt")
         os.replace(path, aside)
-        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        reason = first_line(error)[:200]
         log.warning("the checkpoint %s cannot be read (%s: %s); moved it to %s and starting this run from "
                     "scratch", path, type(error).__name__, reason, aside.name)
         return None

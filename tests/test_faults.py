@@ -99,6 +99,21 @@ def test_resuming_prints_no_path(tmp_path, capsys):
 # the results store
 
 
+def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "table.csv"
+    target.write_text("old")
+
+    def half_then_fail(tmp):
+        tmp.write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        paths.atomic_write(target, half_then_fail)
+    assert target.read_text() == "old" and sorted(tmp_path.iterdir()) == [target]
+    assert paths.atomic_write(target, lambda tmp: tmp.write_text("new")) == target
+    assert target.read_text() == "new" and sorted(tmp_path.iterdir()) == [target]
+
+
 KILLED_WRITE = textwrap.dedent("""
     import sys, time
     from mdlib import runs
