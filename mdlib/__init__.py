@@ -3,7 +3,7 @@
 Modules, one responsibility each: ``mirror`` (maps, steps, divergences), ``optim`` (the torch
 optimizer), ``svm`` (l_p max-margin problems), ``models`` (the single-head model and its synthetic
 data, the sentiment encoder, the vision transformer), ``synthetic`` (batched training of the
-single-head model, experiments E1-E3), ``data`` (real data sets fetched from package registries),
+single-head model, experiments E1-E3), ``fetch`` (real data files from package registries, sha256-checked, cached), ``data`` (their readers),
 ``train`` (the training loop of the real-data chapters), ``vision`` (run configs of the ViT
 experiment E7), ``runs`` (results store), ``plots`` (theme and figure saving), ``book`` (executing
 notebooks, building the book), ``bench`` (benchmarks), ``analysis`` (token scores, interventions,

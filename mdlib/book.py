@@ -299,11 +299,11 @@ def _kernel_environment() -> Iterator[None]:
     Progress bars (tqdm) are off inside executed notebooks (``TQDM_DISABLE=1`` unless set): their
     carriage-return output would clutter the book; papermill shows progress per cell instead.
     """
-    from mdlib import data
+    from mdlib import fetch
 
-    keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, data.DATA_ENV)
+    keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, fetch.DATA_ENV)
     saved = {key: os.environ.get(key) for key in keys}
-    for key, resolved in ((paths.BUILD_ENV, paths.build_dir), (data.DATA_ENV, data.data_dir)):
+    for key, resolved in ((paths.BUILD_ENV, paths.build_dir), (fetch.DATA_ENV, fetch.data_dir)):
         if saved[key]:
             os.environ[key] = str(resolved())
     parts = [str(paths.ROOT)] + [p for p in (saved["PYTHONPATH"] or "").split(os.pathsep) if p]
@@ -576,10 +576,10 @@ def build(profile: str = "default", execute: bool = True) -> Path:
         resolve_parameters(nb_name, profile)
     timings = {}
     if execute:
-        from mdlib import data
+        from mdlib import fetch
 
-        for name in data.FETCHABLE:  # the offline data of the real-data chapters (no-op once cached)
-            data.fetch(name)
+        for name in fetch.FETCHABLE:  # the offline data of the real-data chapters (no-op once cached)
+            fetch.fetch(name)
         for i, nb_name in enumerate(names, 1):
             print(f"[{i}/{len(names)}] ", end="", file=sys.stderr, flush=True)
             t0 = time.perf_counter()

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from mdlib import data, train
+from mdlib import data, fetch, train
 from mdlib.models import VisionTransformer, check_setup
 
 __all__ = ["DATASETS", "run_config", "image_sets", "split_indices", "make_model", "build", "trained_model"]
@@ -74,7 +74,7 @@ def image_sets(data_config: Mapping[str, Any], download: bool = False):
     if name == "fashion_mnist":
         load = data.fashion_mnist
     else:
-        root = data_config["root"] or data.data_dir() / "cifar"
+        root = data_config["root"] or fetch.data_dir() / "cifar"
         load = lambda split: data.cifar(name, split, root, download=download)  # noqa: E731
     full = load("train")
     keep, held_out = split_indices(full.labels, data_config["train_size"], data_config["validation"],
