@@ -2,7 +2,7 @@
 
     config = vision.run_config("fashion_mnist", optimizer="md", lr=5e-2, p=1.1, seed=0, epochs=10,
                                model=dict(patch=7, width=64, depth=4, heads=4, mlp=64), train_size=10000)
-    result = train.run("e7-vit", config, vision.build, extras=train.model_state)
+    result = runs.run("e7-vit", config, vision.build, extras=runs.model_state)
     model = vision.trained_model(config, result)
 
 Data: ``fashion_mnist`` (offline, 28 px grey) or ``cifar10`` / ``cifar100`` (torchvision's files under
@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from mdlib import data, fetch, train
+from mdlib import data, fetch, optim, runs
 from mdlib.models import VisionTransformer, check_setup
 
 __all__ = ["DATASETS", "run_config", "image_sets", "split_indices", "make_model", "build", "trained_model"]
@@ -34,7 +34,7 @@ def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = Non
                model: Mapping[str, Any], image_size: int | None = None, train_size: int | None = None,
                validation: int = 0, data_seed: int = 0, batch_size: int = 100, eval_every: int = 1,
                root: str | None = None, setup: str = "authors") -> dict[str, Any]:
-    """The config of one E7 run (every setting that changes its numbers), for ``train.run``.
+    """The config of one E7 run (every setting that changes its numbers), for ``runs.run``.
     ``setup``: the model's initialization (``VisionTransformer``): the authors' or "modern"."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
@@ -94,16 +94,16 @@ def make_model(config: Mapping[str, Any]) -> VisionTransformer:
                              **config["model"])
 
 
-def build(config: Mapping[str, Any]) -> train.Setup:
-    """``train.run``'s builder: data, seeded model and optimizer of an E7 config."""
+def build(config: Mapping[str, Any]) -> runs.Setup:
+    """``runs.run``'s builder: data, seeded model and optimizer of an E7 config."""
     train_set, eval_set = image_sets(config["data"])
     model = make_model(config)
     opt = config["optimizer"]
-    return train.Setup(model, train.make_optimizer(model.parameters(), opt["name"], opt["lr"], opt["p"]),
-                       train_set, eval_set)
+    return runs.Setup(model, optim.make_optimizer(model.parameters(), opt["name"], opt["lr"], opt["p"]),
+                      train_set, eval_set)
 
 
 def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> VisionTransformer:
-    """The model of a finished run, its weights loaded from the result (stored by ``train.model_state``),
+    """The model of a finished run, its weights loaded from the result (stored by ``runs.model_state``),
     in evaluation mode."""
-    return train.load_model_state(make_model(config), result).eval()
+    return runs.load_model_state(make_model(config), result).eval()

@@ -107,8 +107,8 @@ sweep_runs = {(d, m, lr, s): config(d, m, lr, s, sweep=True)
               for d in datasets for m, lrs in swept.items() for lr in lrs for s in range(sweep_seeds)}
 final = {(d, m, s): config(d, m, fixed[m], s) for d in datasets for m in fixed for s in range(seeds)}
 # a candidate that diverges (mirror descent refuses a step with non-finite gradients) gives None
-done = train.run_many(KIND, list(sweep_runs.values()) + list(final.values()), vision.build,
-                      extras=train.model_state, workers=workers, skip=(FloatingPointError,))
+done = runs.run_many(KIND, list(sweep_runs.values()) + list(final.values()), vision.build,
+                     extras=runs.model_state, workers=workers, skip=(FloatingPointError,))
 validation_accuracy = {key: np.nan if result is None else
                        result["history"].test_accuracy.dropna().iloc[-sweep_window:].mean()
                        for key, result in zip(sweep_runs, done)}
@@ -139,8 +139,8 @@ plots.save_table(sweep, "table-vit-sweep", styled=sweep.assign(dataset=sweep.dat
     .hide(axis="index"))
 
 final.update({(d, m, s): config(d, m, lr, s) for (d, m), lr in chosen.items() for s in range(seeds)})
-results = dict(zip(final, train.run_many(KIND, list(final.values()), vision.build, extras=train.model_state,
-                                         workers=workers, skip=(FloatingPointError,))))
+results = dict(zip(final, runs.run_many(KIND, list(final.values()), vision.build, extras=runs.model_state,
+                                        workers=workers, skip=(FloatingPointError,))))
 # a seed whose run mirror descent refused (non-finite gradients) is reported and left out below
 diverged = [key for key, result in results.items() if result is None]
 final = {key: c for key, c in final.items() if results[key] is not None}

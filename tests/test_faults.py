@@ -157,7 +157,7 @@ SLOW_BUILD = textwrap.dedent("""
     import torch
     from torch import nn
     from torch.utils.data import Dataset
-    from mdlib import train
+    from mdlib import runs
 
     class Slow(Dataset):
         def __len__(self):
@@ -170,18 +170,18 @@ SLOW_BUILD = textwrap.dedent("""
     def build(config):
         (__import__("pathlib").Path(os.environ["PIDS"]) / str(os.getpid())).touch()
         model = nn.Linear(4, 1)
-        return train.Setup(model, torch.optim.SGD(model.parameters(), lr=0.01), Slow())
+        return runs.Setup(model, torch.optim.SGD(model.parameters(), lr=0.01), Slow())
 """)
 
 PARENT = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
     from slowbuild import build
-    from mdlib import train
+    from mdlib import runs
 
     if __name__ == "__main__":
         configs = [{"fit": {"epochs": 50, "batch_size": 8, "seed": seed}} for seed in range(3)]
-        train.run_many("fault", configs, build, workers=2, progress=False)
+        runs.run_many("fault", configs, build, workers=2, progress=False)
 """)
 
 
