@@ -101,7 +101,7 @@ def step_ratios(rounds: dict[str, list[float]]) -> dict[str, dict]:
 #: The training steps timed: the models of chapters 04 (sentiment encoder) and 07 (ViT) at the default
 #: profile's sizes, a batch of 100 (their batch size).
 TRAINING_MODELS = ("sentiment", "vit")
-#: The optimizers of the training-step comparison, as ``train.make_optimizer`` arguments (what the
+#: The optimizers of the training-step comparison, as ``optim.make_optimizer`` arguments (what the
 #: chapters run): Adam, and mirror descent at each p (small steps: the time does not depend on them).
 TRAINING_OPTIMIZERS = {"adam": ("adam", 1e-4, None), "md_p1.1": ("md", 1e-4, 1.1), "md_p1.75": ("md", 1e-4, 1.75),
                        "md_p2": ("md", 1e-4, 2.0), "md_p3": ("md", 1e-4, 3.0)}
@@ -141,12 +141,12 @@ def training_setup(which: str, seed: int = 0):
 def training_step_times(which: str, repeats: int = 21, threads: int = 1, seed: int = 0,
                         optimizers=None) -> dict[str, list[float]]:
     """Seconds per training step (forward, loss, backward, optimizer step) of ``training_setup(which)``
-    with each optimizer of ``TRAINING_OPTIMIZERS`` (through ``train.make_optimizer``, as the chapters
+    with each optimizer of ``TRAINING_OPTIMIZERS`` (through ``optim.make_optimizer``, as the chapters
     build them), on ``threads`` threads (the chapters' runs: one each), interleaved round by round in a
     seeded random order after two warm-up steps. Returns {optimizer: [seconds per round]}."""
     import torch
 
-    from mdlib import train
+    from mdlib import optim
 
     make, inputs, labels, loss_fn = training_setup(which, seed)
     specs = TRAINING_OPTIMIZERS if optimizers is None else optimizers
@@ -156,7 +156,7 @@ def training_step_times(which: str, repeats: int = 21, threads: int = 1, seed: i
         steps = {}
         for name, (kind, lr, p) in specs.items():
             model = make()
-            opt = train.make_optimizer(model.parameters(), kind, lr, p)
+            opt = optim.make_optimizer(model.parameters(), kind, lr, p)
 
             def step(model=model, opt=opt):
                 opt.zero_grad(set_to_none=True)

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
-from mdlib import paths
+from mdlib import first_line, paths
 
 CHAPTER_RE = re.compile(r"^[0-9][0-9]_.+\.py$")
 KERNEL = "python3"
@@ -80,7 +80,7 @@ def load_yaml(text: str, where: str, fix: str) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or _first_line(exc)
+        problem = getattr(exc, "problem", None) or first_line(exc)
         if not isinstance(exc, yaml.constructor.ConstructorError):
             problem = f"not valid YAML: {problem}"
         raise ValueError(f"{where}{at}: {problem}; {fix}") from None
@@ -302,11 +302,11 @@ def _kernel_environment() -> Iterator[None]:
     Progress bars (tqdm) are off inside executed notebooks (``TQDM_DISABLE=1`` unless set): their
     carriage-return output would clutter the book; papermill shows progress per cell instead.
     """
-    from mdlib import data
+    from mdlib import fetch
 
-    keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, data.DATA_ENV)
+    keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, fetch.DATA_ENV)
     saved = {key: os.environ.get(key) for key in keys}
-    for key, resolved in ((paths.BUILD_ENV, paths.build_dir), (data.DATA_ENV, data.data_dir)):
+    for key, resolved in ((paths.BUILD_ENV, paths.build_dir), (fetch.DATA_ENV, fetch.data_dir)):
         if saved[key]:
             os.environ[key] = str(resolved())
     parts = [str(paths.ROOT)] + [p for p in (saved["PYTHONPATH"] or "").split(os.pathsep) if p]
@@ -324,10 +324,6 @@ def _kernel_environment() -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def _first_line(text: Any) -> str:
-    return (str(text).strip().splitlines() or [""])[0]
 
 
 def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, Any] | None = None,
@@ -354,37 +350,43 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     nb.metadata.get("jupytext", {}).pop("formats", None)
     nb.metadata.setdefault("language_info", {"name": "python"})
     out_dir = Path(output_dir) if output_dir is not None else path.parent
-    out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / f"{nb_name}.ipynb"
     failed = out_dir / f"{nb_name}{FAILED_SUFFIX}"
-    partial = out_dir / f".{nb_name}.{os.getpid()}.executing.ipynb"
     shown = ", ".join(f"{k}={v!r}" for k, v in parameters.items())
     if progress:
         print(f"executing {nb_name} ({shown})", file=sys.stderr, flush=True)
     start = time.perf_counter()
+    kept: list[Path] = []  # this run's failed notebook, once saved
+
+    def execute(partial: Path) -> None:
+        try:
+            with _kernel_environment():
+                # The kernel's own log (a TCP warning at start, a traceback when Ctrl-C stops it mid-cell)
+                # says nothing about the notebook: a cell's error is in the notebook and raised here.
+                papermill.execute_notebook(
+                    nb, str(partial), parameters=parameters, kernel_name=KERNEL, language="python",
+                    cwd=str(path.parent), progress_bar=progress, start_timeout=300, log_output=False,
+                    extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
+                )
+        except BaseException:
+            if partial.exists():
+                os.replace(partial, failed)
+                kept.append(failed)
+            raise
+
     try:
-        with _kernel_environment():
-            # The kernel's own log (a TCP warning at start, a traceback when Ctrl-C stops it mid-cell)
-            # says nothing about the notebook: a cell's error is in the notebook and raised here.
-            papermill.execute_notebook(
-                nb, str(partial), parameters=parameters, kernel_name=KERNEL, language="python",
-                cwd=str(path.parent), progress_bar=progress, start_timeout=300, log_output=False,
-                extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
-            )
+        paths.atomic_write(output, execute, tag="executing")
     except BaseException as exc:
         where = [f"the previous executed notebook {output} is kept"] if output.exists() else []
-        if partial.exists():
-            os.replace(partial, failed)
-            where.append(f"this run's, with the traceback: {failed}")
+        where += [f"this run's, with the traceback: {saved}" for saved in kept]
         where_text = "".join(f"; {part}" for part in where)
         if isinstance(exc, PapermillExecutionError):
             raise NotebookError(f"notebook {nb_name} (profile {profile}) failed in cell [{exc.exec_count}]: "
-                                f"{exc.ename}: {_first_line(exc.evalue)}{where_text}") from None
+                                f"{exc.ename}: {first_line(exc.evalue)}{where_text}") from None
         if isinstance(exc, Exception):
             raise NotebookError(f"notebook {nb_name} (profile {profile}) could not be executed: "
-                                f"{type(exc).__name__}: {_first_line(exc)}{where_text}") from exc
+                                f"{type(exc).__name__}: {first_line(exc)}{where_text}") from exc
         raise
-    os.replace(partial, output)
     failed.unlink(missing_ok=True)  # a failure of an earlier run, now superseded
     if progress:
         print(f"  {nb_name}: {time.perf_counter() - start:.1f} s -> {output}", file=sys.stderr, flush=True)
@@ -401,7 +403,7 @@ def notebook_failure(ipynb: Path) -> str | None:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
                 return (f"cell [{cell.get('execution_count')}] raised {output.get('ename')}: "
-                        f"{_first_line(output.get('evalue', ''))}")
+                        f"{first_line(output.get('evalue', ''))}")
     record = nb.metadata.get("papermill", {})
     if record.get("exception"):
         return "papermill recorded an exception during its execution"
@@ -518,11 +520,9 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
 
 
 def write_parameters_page(target: Path | None = None, profile: str | None = None, **kwargs) -> Path:
-    from mdlib.plots import atomic_write
-
     target = Path(target or paths.BOOK / "parameters.md")
     text = parameters_page(profile, **kwargs)
-    return atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))
+    return paths.atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))
 
 
 def write_scorecard_page(target: Path | None = None, profile: str | None = None) -> Path:
@@ -587,10 +587,10 @@ def build(profile: str = "default", execute: bool = True) -> Path:
         resolve_parameters(nb_name, profile)
     timings = {}
     if execute:
-        from mdlib import data
+        from mdlib import fetch
 
-        for name in data.FETCHABLE:  # the offline data of the real-data chapters (no-op once cached)
-            data.fetch(name)
+        for name in fetch.FETCHABLE:  # the offline data of the real-data chapters (no-op once cached)
+            fetch.fetch(name)
         for i, nb_name in enumerate(names, 1):
             print(f"[{i}/{len(names)}] ", end="", file=sys.stderr, flush=True)
             t0 = time.perf_counter()

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("run", "book"):
-        from mdlib import book, data
+        from mdlib import book, fetch
 
         try:
             if args.command == "run":
@@ -104,18 +104,18 @@ def _dispatch(args: argparse.Namespace) -> int:
                 book.run_notebook(args.notebook, profile=args.profile, overrides=params)
             else:
                 book.build(profile=args.profile, execute=not args.skip_execute)
-        except (ValueError, TypeError, book.NotebookError, book.BookError, data.DataError) as exc:
+        except (ValueError, TypeError, book.NotebookError, book.BookError, fetch.DataError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         return 0
     if args.command == "fetch":
-        from mdlib import data
+        from mdlib import fetch
 
         try:
             for name in args.name:
-                for path in data.fetch(name):
+                for path in fetch.fetch(name):
                     print(f"{name}: {path} (sha256 verified)")
-        except data.DataError as exc:
+        except fetch.DataError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         return 0

@@ -28,6 +28,9 @@ What holds on every implementation:
   ``check()`` instead of right away, so a step does not wait for the device; a refused step is then
   undone at that point (the spare still holds its starting dual). p = 2 checks the gradient before
   the step (SGD keeps no second copy to roll back to), which reads it on the host.
+
+``make_optimizer(params, name, lr, p)`` builds the optimizer a run config names: ``"md"`` (this
+class), ``"adam"`` or ``"sgd"``.
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from mdlib import first_line
 from mdlib.mirror import _fused_signed_power, _power_kind, check_p, lp_norm, mirror_map
 
-__all__ = ["LpMirrorDescent", "lp_mirror_descent", "method", "method_key"]
+__all__ = ["LpMirrorDescent", "OPTIMIZERS", "lp_mirror_descent", "make_optimizer", "method", "method_key"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 #: Devices whose tensors take the foreach implementation when ``foreach=None`` (torch's rule).
@@ -187,7 +191,7 @@ def _fused(params, grads, duals, spares, lr: float, r: float) -> Tensor | None:
     try:
         return _kernel(params, grads, duals, spares, lr_t, r)(params, grads, duals, spares, lr_t, r)
     except Exception as error:  # noqa: BLE001  (any failure to compile or run the kernel: fall back)
-        _FUSED_FAILURE = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        _FUSED_FAILURE = f"{type(error).__name__}: {first_line(error)}"
         warnings.warn(f"LpMirrorDescent(fused=True): torch.compile failed ({_FUSED_FAILURE}); using the "
                       "foreach/single-tensor implementation in this process instead (same update, slower)",
                       UserWarning, stacklevel=4)
@@ -502,6 +506,34 @@ class LpMirrorDescent(Optimizer):
         raise FloatingPointError(
             f"the inverse mirror map overflowed in {', '.join(overflow)}{where} (|u|^{r:.3g} exceeds the float "
             f"range): parameters left unchanged; reduce lr (now {lr}, p={p})")
+
+
+#: The optimizers of the real-data chapters, by name: ``make_optimizer(params, name, lr, p)``.
+OPTIMIZERS = ("md", "adam", "sgd")
+
+
+def make_optimizer(params, name: str, lr: float, p: float | None = None) -> torch.optim.Optimizer:
+    """The optimizer of a run config: ``"md"`` (``LpMirrorDescent`` with exponent ``p``), ``"adam"``
+    (torch Adam, default betas) or ``"sgd"`` (plain SGD; the same as md with p = 2).
+
+    Implementations: torch's defaults (single-tensor on CPU, foreach on CUDA), except that mirror descent
+    on CUDA takes its fused step (torch.compile; foreach, with a warning, where that does not compile).
+    On CPU the optimizer is a small part of a chapter's training step (chapter 08): compiling it would
+    buy little."""
+    params = [dict(x, params=list(x["params"])) if isinstance(x, dict) else x for x in params]
+    tensors = [w for x in params for w in (x["params"] if isinstance(x, dict) else [x])]
+    on_gpu = bool(tensors) and all(w.device.type == "cuda" for w in tensors)
+    if name == "md":
+        if p is None:
+            raise ValueError("optimizer 'md' needs the exponent p")
+        return LpMirrorDescent(params, lr=lr, p=p, fused=True if on_gpu and p != 2.0 else None)
+    if p is not None:
+        raise ValueError(f"optimizer {name!r} takes no exponent p (got p={p}); p is for 'md'")
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
 # --- method keys: how the experiments name an optimizer -------------------------------------------

@@ -1,4 +1,4 @@
-"""Where things live: the repository root and the build outputs.
+"""Where things live (the repository root, the build outputs) and how a file gets there: atomically.
 
 The build directory is ``$MDLIB_BUILD_DIR`` when set, else ``<repo>/_build``. The functions read the
 environment variable at call time, so a test (or a user) can redirect every output by setting it.
@@ -6,14 +6,18 @@ environment variable at call time, so a test (or a user) can redirect every outp
     <build>/figures/<label>.png, .pdf   figures saved by ``mdlib.plots.save_figure``
     <build>/results/<label>.csv         the numbers behind each figure and table
     <build>/runs/<kind>/<hash>/         the results store (``mdlib.runs``)
-    <build>/checkpoints/<kind>/<hash>/  checkpoints of unfinished training runs (``mdlib.train.run``)
+    <build>/checkpoints/<kind>/<hash>/  checkpoints of unfinished training runs (``mdlib.runs.run``)
     <build>/html/index.html             the book, when the build directory is named ``_build``
+
+Every file mdlib writes goes through ``atomic_write``: a reader (or a killed writer) sees the old file
+or the complete new one, never half of it.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 #: The repository root (the folder holding ``mdlib/``, ``notebooks/``, ``params/``, ``_config.yml``).
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,3 +68,25 @@ def jupyter_book_output() -> Path:
     """The ``--path-output`` to hand to ``jupyter-book build`` so that HTML lands in ``html_dir()``."""
     build = build_dir()
     return build.parent if build.name == "_build" else build
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], *, tag: str = "tmp") -> Path:
+    """Call ``write(tmp)`` on the temporary sibling ``.<stem>.<pid>.<tag><suffix>`` of ``path`` (same
+    folder, same suffix), flush it to disk, then move it over ``path`` with one ``os.replace``; returns
+    ``path``.
+
+    ``path`` is either the previous file or the complete new one. If ``write`` raises, the temporary
+    file is removed (unless ``write`` moved it elsewhere first, e.g. to keep a failed output) and the
+    error propagates; the parent folder is created when missing.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{tag}{path.suffix}")
+    try:
+        write(tmp)
+        with open(tmp, "r+b") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -29,11 +29,10 @@ book test reads it to check that the announced files exist.
 from __future__ import annotations
 
 import base64
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mdlib import paths
 
@@ -186,20 +185,6 @@ def _check_label(label: str) -> str:
     return label
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp)`` on a temporary file next to ``path``, then move it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
-
-
 def _in_kernel() -> bool:
     try:
         from IPython import get_ipython
@@ -232,7 +217,7 @@ def _write_csv(frame, path: Path) -> Path:
         frame = frame.to_frame()
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"data must be a pandas DataFrame (tidy, one row per point), got {type(frame).__name__}")
-    return atomic_write(path, lambda tmp: frame.to_csv(tmp, index=_meaningful_index(frame)))
+    return paths.atomic_write(path, lambda tmp: frame.to_csv(tmp, index=_meaningful_index(frame)))
 
 
 def save_figure(fig, label: str, data=None, *, close: bool = True, glue: bool = True) -> Saved:
@@ -252,9 +237,9 @@ def save_figure(fig, label: str, data=None, *, close: bool = True, glue: bool = 
             raise TypeError(f"save_figure needs a matplotlib Figure (or a seaborn grid), got {type(fig).__name__}")
         fig = inner
     figures = paths.figures_dir()
-    png = atomic_write(figures / f"{label}.png", lambda tmp: fig.savefig(
+    png = paths.atomic_write(figures / f"{label}.png", lambda tmp: fig.savefig(
         tmp, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None}))
-    pdf = atomic_write(figures / f"{label}.pdf", lambda tmp: fig.savefig(
+    pdf = paths.atomic_write(figures / f"{label}.pdf", lambda tmp: fig.savefig(
         tmp, format="pdf", bbox_inches="tight", metadata={"CreationDate": None}))
     files = {"png": png, "pdf": pdf}
     if data is not None:

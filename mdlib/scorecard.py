@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mdlib.analysis import difference_interval, wilson_interval
-from mdlib.plots import atomic_write
+from mdlib.paths import atomic_write
 
 __all__ = ["HOLDS", "DIFFERS", "INCONCLUSIVE", "NOT_MEASURED", "Verdict", "Row", "RULES", "CLAIMS", "reference",
            "interval_rule", "e1_rule", "e2_norm_rule", "e2_rate_rule", "e3_rule", "table1_rule", "token_rule",

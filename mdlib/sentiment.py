@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from mdlib import analysis, data, paths, runs, train
+from mdlib import analysis, data, optim, paths, runs
 from mdlib.optim import method, method_key
 from mdlib.models import EncoderClassifier, check_setup
 
@@ -143,17 +143,17 @@ def training_subset(dataset: TokenizedDataset, train_size: int | None, seed: int
     return dataset.subset(keep)
 
 
-def build(config: Mapping[str, Any]) -> train.Setup:
+def build(config: Mapping[str, Any]) -> runs.Setup:
     """The Setup of a run: the seeded model, its optimizer, the training (sub)set, the test split
 (evaluated after every epoch) and the validation split (evaluated once, at the end)."""
     parts = splits(config["dataset"], config["split_seed"], config["max_length"])
     train_set = training_subset(parts["train"], config["train_size"], config["split_seed"])
     model = initial_model(config)
     spec = config["optimizer"]
-    optimizer = train.make_optimizer(model.parameters(), spec["name"], spec["lr"], spec["p"])
+    optimizer = optim.make_optimizer(model.parameters(), spec["name"], spec["lr"], spec["p"])
     lengths = [len(ids) for ids in train_set.ids]
-    return train.Setup(model, optimizer, train_set, by_length(parts["test"]), collate, lengths,
-                       final_evaluations={"validation": by_length(parts["validation"])})
+    return runs.Setup(model, optimizer, train_set, by_length(parts["test"]), collate, lengths,
+                      final_evaluations={"validation": by_length(parts["validation"])})
 
 
 def by_length(dataset: TokenizedDataset) -> TokenizedDataset:
@@ -164,19 +164,19 @@ def by_length(dataset: TokenizedDataset) -> TokenizedDataset:
 
 def train_run(config: Mapping[str, Any], progress: bool = True) -> runs.RunResult:
     """The stored result of one run (history + final weights), training it when missing."""
-    return train.run(KIND, config, build, extras=train.model_state, progress=progress)
+    return runs.run(KIND, config, build, extras=runs.model_state, progress=progress)
 
 
 def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: bool = True,
                skip: tuple[type[BaseException], ...] = ()) -> list[runs.RunResult | None]:
     """``train_run`` for each config, the missing ones ``workers`` at a time (None for a run that
     raised one of ``skip``)."""
-    return train.run_many(KIND, configs, build, extras=train.model_state, workers=workers, skip=skip, progress=progress)
+    return runs.run_many(KIND, configs, build, extras=runs.model_state, workers=workers, skip=skip, progress=progress)
 
 
 def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> EncoderClassifier:
     """The model of a stored run with its final weights, in eval mode."""
-    return train.load_model_state(initial_model(config), result).eval()
+    return runs.load_model_state(initial_model(config), result).eval()
 
 
 def _history_table(configs: list[Mapping[str, Any]], results: list[Mapping[str, Any]]) -> pd.DataFrame:

@@ -2,7 +2,8 @@
 
     history = fit(model, optimizer, train_set, test_set, epochs=20, batch_size=100, seed=0,
                   loss="binary", stop_train_accuracy=0.995, checkpoint="ckpt/")
-    result = run("e4-sentiment", config, build)     # the same, through the results store
+
+(``mdlib.runs.run`` trains a run config this way unless the results store holds it.)
 
 Datasets are map-style torch Datasets yielding ``(inputs, label)``. ``inputs`` is a tensor, passed as
 ``model(inputs)``, or a dict of tensors (e.g. ``input_ids``, ``attention_mask``), passed as
@@ -31,18 +32,11 @@ only rank 0 writes checkpoints and results and shows progress.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import math
 import os
 import random
-import shutil
-import signal
-import sys
-import tempfile
-import threading
 import time
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -56,10 +50,9 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from mdlib import paths, runs
+from mdlib import first_line, paths
 
-__all__ = ["COLUMNS", "OPTIMIZERS", "Setup", "evaluate", "fit", "load_model_state", "make_optimizer", "model_state", "run",
-           "run_many"]
+__all__ = ["COLUMNS", "World", "evaluate", "fit", "process_world"]
 
 #: The columns of the history ``fit`` returns, one row per epoch (test columns NaN when not evaluated).
 COLUMNS = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds", "lr"]
@@ -82,19 +75,21 @@ def _derived_seed(seed: int, *tags: int) -> int:
 
 
 @dataclass(frozen=True)
-class _World:
+class World:
+    """The processes of a (torchrun) data-parallel run, as one process sees them."""
+
     rank: int
     size: int
     device: torch.device
 
 
-def _world(device: str | torch.device | None) -> _World:
+def process_world(device: str | torch.device | None) -> World:
     """This process's rank, the number of processes and the device; joins the process group when
     launched by torchrun with WORLD_SIZE > 1."""
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size == 1:
-        return _World(0, 1, device)
+        return World(0, 1, device)
     if device.type == "cuda":
         if device.index is None:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
@@ -102,7 +97,7 @@ def _world(device: str | torch.device | None) -> _World:
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
-    return _World(dist.get_rank(), dist.get_world_size(), device)
+    return World(dist.get_rank(), dist.get_world_size(), device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,18 +130,8 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
 
 
 def _save(folder: Path, checkpoint: dict) -> None:
-    """Write ``folder/checkpoint.pt`` atomically (temporary file in the same folder, then os.replace)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            torch.save(checkpoint, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, folder / CHECKPOINT)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Write ``folder/checkpoint.pt`` atomically."""
+    paths.atomic_write(folder / CHECKPOINT, lambda tmp: torch.save(checkpoint, tmp))
 
 
 def _plain_setting(value: Any) -> Any:
@@ -189,7 +174,7 @@ def _load(folder: Path, settings: dict) -> dict | None:
     except Exception as error:  # noqa: BLE001 - any unreadable file is a corrupt checkpoint
         aside = path.with_name(CHECKPOINT + ".corrupt")
         os.replace(path, aside)
-        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        reason = first_line(error)[:200]
         log.warning("the checkpoint %s cannot be read (%s: %s); moved it to %s and starting this run from "
                     "scratch", path, type(error).__name__, reason, aside.name)
         return None
@@ -207,7 +192,7 @@ def _load(folder: Path, settings: dict) -> dict | None:
 # batches
 
 
-def _train_batches(n: int, batch_size: int, seed: int, epoch: int, world: _World,
+def _train_batches(n: int, batch_size: int, seed: int, epoch: int, world: World,
                    lengths: Tensor | None = None) -> list[tuple[list[int], int]]:
     """This process's part of each global batch of epoch ``epoch`` (0-based), with the global batch size.
     A final global batch with fewer examples than processes is dropped (only possible when N > 1).
@@ -280,7 +265,7 @@ def _loss(logits: Tensor, labels: Tensor, loss: str) -> tuple[Tensor, Tensor]:
     return F.cross_entropy(logits, labels), (logits.argmax(dim=1) == labels).sum()
 
 
-def _summed(sums: Tensor, world: _World) -> list[float]:
+def _summed(sums: Tensor, world: World) -> list[float]:
     if world.size > 1:
         dist.all_reduce(sums)
     return sums.tolist()
@@ -289,13 +274,13 @@ def _summed(sums: Tensor, world: _World) -> list[float]:
 def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 500, loss: str = "binary",
              collate_fn: Callable | None = None, device: str | torch.device | None = None) -> tuple[float, float]:
     """Mean loss and accuracy of ``model`` on ``dataset`` (eval mode), as ``fit`` measures them."""
-    world = _World(0, 1, torch.device(device or next(model.parameters()).device))
+    world = World(0, 1, torch.device(device or next(model.parameters()).device))
     return _evaluate(model, dataset, batch_size, loss, collate_fn, 0, world)
 
 
 @torch.no_grad()
 def _evaluate(model: nn.Module, dataset: Dataset, batch_size: int, loss: str, collate_fn, num_workers: int,
-              world: _World) -> tuple[float, float]:
+              world: World) -> tuple[float, float]:
     """Mean loss and accuracy on ``dataset``, each process taking a contiguous share."""
     model.eval()
     share = torch.arange(len(dataset)).tensor_split(world.size)[world.rank]
@@ -358,7 +343,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     if stop_train_accuracy is not None and not 0 < stop_train_accuracy <= 1:
         raise ValueError(f"stop_train_accuracy must be in (0, 1] or None, got {stop_train_accuracy!r}")
-    world = _world(device)
+    world = process_world(device)
     if batch_size % world.size:
         raise ValueError(f"batch_size={batch_size} is not divisible by the {world.size} processes: the global "
                          "batch is split evenly; choose a multiple of the number of processes")
@@ -448,252 +433,3 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
     finally:
         bar.close()
     return pd.DataFrame(history, columns=COLUMNS)
-
-
-# ---------------------------------------------------------------------------------------------
-# through the results store
-
-
-@dataclass
-class Setup:
-    """What ``run``'s builder makes from a config: the arguments of ``fit`` that are objects."""
-
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    train_set: Dataset
-    test_set: Dataset | None = None
-    collate_fn: Callable | None = None
-    lengths: Any = None  #: per-example lengths of train_set, to batch similar lengths (fit's ``lengths``)
-    #: datasets evaluated once, after training: ``run`` stores ``<name>_loss`` and ``<name>_accuracy``
-    final_evaluations: Mapping[str, Dataset] = dataclasses.field(default_factory=dict)
-
-
-def run(kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Setup], *,
-        extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, progress: bool = True,
-        device: str | torch.device | None = None, num_workers: int = 0, force: bool = False) -> runs.RunResult:
-    """The stored result of training run (``kind``, ``config``), training it first if it is not stored.
-
-    ``config`` holds every setting that changes the numbers; ``config["fit"]`` holds ``fit``'s keyword
-    arguments (epochs, batch_size, seed, loss, stop_train_accuracy, eval_every). On a miss,
-    ``build(config)`` makes the ``Setup``, ``fit`` trains it with checkpoints in
-    ``<build>/checkpoints/<kind>/<key>/`` (so an interrupted run resumes), and the store keeps
-    ``history`` (the DataFrame ``fit`` returns), the loss and accuracy of the trained model on each of
-    the Setup's ``final_evaluations``, plus whatever ``extras(trained_model)`` returns (arrays,
-    DataFrames or JSON values, e.g. ``model_state(model)``); the checkpoint is deleted once stored.
-    Under torchrun every process trains, rank 0 stores, and all return the stored result.
-    """
-    if not isinstance(config.get("fit"), Mapping):
-        raise ValueError("config['fit'] must be a dict of fit()'s settings (epochs, batch_size, seed, ...)")
-    if not force and (hit := runs.load(kind, config)) is not None:
-        return hit
-    world = _world(device)
-    folder = paths.checkpoints_dir() / kind / runs.config_key(kind, config)
-
-    def compute() -> dict[str, Any]:
-        setup = build(config)
-        history = fit(setup.model, setup.optimizer, setup.train_set, setup.test_set, collate_fn=setup.collate_fn,
-                      lengths=setup.lengths, checkpoint=folder, progress=progress, device=world.device, num_workers=num_workers,
-                      **config["fit"])
-        if world.rank != 0:
-            return {}
-        result = {"history": history}
-        for name, dataset in setup.final_evaluations.items():
-            result[f"{name}_loss"], result[f"{name}_accuracy"] = evaluate(
-                setup.model, dataset, batch_size=config["fit"]["batch_size"], loss=config["fit"].get("loss", "binary"),
-                collate_fn=setup.collate_fn, device=world.device)
-        for name, value in (extras(setup.model) if extras is not None else {}).items():
-            if name in result:
-                raise ValueError(f"extras() returned {name!r}, a name run() already uses")
-            result[name] = value
-        return result
-
-    if world.rank != 0:
-        compute()
-        dist.barrier()
-        return runs.load(kind, config)
-    result = runs.load_or_run(kind, config, compute, force=force)
-    shutil.rmtree(folder, ignore_errors=True)
-    if world.size > 1:
-        dist.barrier()
-    return result
-
-
-def model_state(model: nn.Module, prefix: str = "state.") -> dict[str, np.ndarray]:
-    """The model's state_dict as numpy arrays named ``prefix + name``, for ``run``'s ``extras``."""
-    return {prefix + name: value.detach().cpu().numpy() for name, value in model.state_dict().items()}
-
-
-def load_model_state(model: nn.Module, result: Mapping[str, Any], prefix: str = "state.") -> nn.Module:
-    """Load the arrays ``model_state`` stored (in ``result``) into ``model``; returns the model."""
-    state = {name[len(prefix):]: torch.from_numpy(np.asarray(value)) for name, value in result.items()
-             if name.startswith(prefix)}
-    model.load_state_dict(state)
-    return model
-
-
-def _worker_init(parent: int) -> None:
-    """Set up a ``run_many`` worker: one thread, and exit as soon as ``parent`` (the process that
-    started it) is gone: a parent-death signal on Linux, and on every system a daemon thread that
-    polls the parent's pid (a worker whose parent died is reparented)."""
-    torch.set_num_threads(1)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass  # the watchdog below still applies
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="mdlib-parent-watchdog", daemon=True).start()
-
-
-@contextlib.contextmanager
-def _terminate_raises():
-    """Within the block, SIGTERM raises SystemExit(143) in the main thread (so the caller can stop its
-    workers and say what was kept) instead of ending the process at once."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _stop(pool) -> None:
-    """Cancel the pending jobs of a ProcessPoolExecutor and kill its workers now."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API before 3.14
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        process.kill()
-    for process in processes:
-        process.join(5)
-
-
-def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup], *,
-             extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, workers: int = 1,
-             skip: tuple[type[BaseException], ...] = (), progress: bool = True,
-             device: str | torch.device | None = None) -> list[runs.RunResult | None]:
-    """``run(kind, config, build, extras=extras)`` for every config, in order; the missing ones trained
-    by ``workers`` processes at once, each with one thread (on a CPU, small models train faster as N
-    one-thread processes than as one N-thread process). With workers > 1, ``build`` and ``extras``
-    must be module-level functions of an importable module (they are sent to spawned processes).
-    On CUDA, or under torchrun, the runs go one after another in this process. A run that raises one
-    of the exception types in ``skip`` (e.g. FloatingPointError: a step size too large) gives None
-    instead of stopping the others. The worker processes end with the process that started them (even
-    when it is killed); on Ctrl-C or SIGTERM they are stopped and one line says what was kept."""
-    if not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    missing = [config for config in configs if runs.load(kind, config) is None]
-    missing = list({runs.config_key(kind, c): c for c in missing}.values())  # each distinct run once
-    failed: dict[str, BaseException] = {}
-    on_cpu = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cpu"
-    if workers > 1 and len(missing) > 1 and on_cpu and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        import concurrent.futures
-        import multiprocessing
-        import pickle
-
-        for name, function in (("build", build), ("extras", extras)):
-            try:
-                pickle.dumps(function)
-            except Exception as error:
-                raise ValueError(f"run_many(workers={workers}) sends {name} to other processes, so it must be a "
-                                 "module-level function of an importable module (not one defined in a notebook"
-                                 f" or a lambda); got {function!r}, or use workers=1") from error
-        context = multiprocessing.get_context("spawn")
-        pool = concurrent.futures.ProcessPoolExecutor(min(workers, len(missing)), mp_context=context,
-                                                      initializer=_worker_init, initargs=(os.getpid(),))
-        done = 0
-        try:
-            with _terminate_raises():
-                jobs = {pool.submit(run, kind, config, build, extras=extras, progress=False, device="cpu"):
-                        runs.config_key(kind, config) for config in missing}
-                with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs, {workers} processes",
-                          disable=not progress) as bar:
-                    try:
-                        for job in concurrent.futures.as_completed(jobs):
-                            error = job.exception()
-                            if error is not None and not isinstance(error, skip):
-                                raise error
-                            if error is not None:
-                                failed[jobs[job]] = error
-                            done += 1
-                            bar.update()
-                    except Exception:
-                        pool.shutdown()  # after an error, the other runs still finish and are stored
-                        raise
-        except (KeyboardInterrupt, SystemExit):
-            _stop(pool)
-            print(f"interrupted: {done} of {len(missing)} {kind} runs finished and are stored; the running ones "
-                  "keep their checkpoint of their last finished epoch; run the same command again to resume",
-                  file=sys.stderr, flush=True)
-            raise
-        pool.shutdown()
-    results = []
-    for config in configs:
-        key = runs.config_key(kind, config)
-        try:
-            if key in failed:
-                raise failed[key]
-            results.append(run(kind, config, build, extras=extras, progress=progress, device=device))
-        except skip as error:
-            failed[key] = error
-            log.info("run %s/%s failed and is skipped: %s", kind, key[:12], error)
-            results.append(None)
-    return results
-
-
-#: The optimizers of the real-data chapters, by name: ``make_optimizer(params, name, lr, p)``.
-OPTIMIZERS = ("md", "adam", "sgd")
-
-
-def make_optimizer(params, name: str, lr: float, p: float | None = None) -> torch.optim.Optimizer:
-    """The optimizer of a run config: ``"md"`` (``LpMirrorDescent`` with exponent ``p``), ``"adam"``
-    (torch Adam, default betas) or ``"sgd"`` (plain SGD; the same as md with p = 2).
-
-    Implementations: torch's defaults (single-tensor on CPU, foreach on CUDA), except that mirror descent
-    on CUDA takes its fused step (torch.compile; foreach, with a warning, where that does not compile).
-    On CPU the optimizer is a small part of a chapter's training step (chapter 08): compiling it would
-    buy little."""
-    from mdlib.optim import LpMirrorDescent
-
-    params = [dict(x, params=list(x["params"])) if isinstance(x, dict) else x for x in params]
-    tensors = [w for x in params for w in (x["params"] if isinstance(x, dict) else [x])]
-    on_gpu = bool(tensors) and all(w.device.type == "cuda" for w in tensors)
-    if name == "md":
-        if p is None:
-            raise ValueError("optimizer 'md' needs the exponent p")
-        return LpMirrorDescent(params, lr=lr, p=p, fused=True if on_gpu and p != 2.0 else None)
-    if p is not None:
-        raise ValueError(f"optimizer {name!r} takes no exponent p (got p={p}); p is for 'md'")
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
-
-
-def choose_step_sizes(table: pd.DataFrame, score: str, by: str | list[str]) -> dict:
-    """The step size of a sweep table (one row per candidate: ``by`` columns, ``lr``, ``score``; NaN for
-    a candidate that diverged) with the highest score per ``by`` group, ties going to the smaller lr.
-    Returns {group key: lr}; raises ValueError if every candidate of a group diverged."""
-    chosen = {}
-    for key, group in table.groupby(by, sort=False):
-        finished = group[group[score].notna()]
-        if finished.empty:
-            columns, values = ([by], [key]) if isinstance(by, str) else (by, key)
-            where = ", ".join(f"{c}={v}" for c, v in zip(columns, values))
-            raise ValueError(f"every candidate step size diverged for {where} (lr {sorted(group.lr)}): "
-                             "try smaller ones")
-        chosen[key] = float(finished.sort_values([score, "lr"], ascending=[False, True])["lr"].iloc[0])
-    return chosen

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib import analysis, data, runs, train
+from mdlib import analysis, data, fetch, optim, runs, train
 from mdlib.models import VisionTransformer, check_setup
 from mdlib.optim import method
 
@@ -43,7 +43,7 @@ def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = Non
                model: Mapping[str, Any], image_size: int | None = None, train_size: int | None = None,
                validation: int = 0, data_seed: int = 0, batch_size: int = 100, eval_every: int = 1,
                root: str | None = None, setup: str = "authors") -> dict[str, Any]:
-    """The config of one E7 run (every setting that changes its numbers), for ``train.run``.
+    """The config of one E7 run (every setting that changes its numbers), for ``runs.run``.
     ``setup``: the model's initialization (``VisionTransformer``): the authors' or "modern"."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
@@ -83,7 +83,7 @@ def image_sets(data_config: Mapping[str, Any], download: bool = False):
     if name == "fashion_mnist":
         load = data.fashion_mnist
     else:
-        root = data_config["root"] or data.data_dir() / "cifar"
+        root = data_config["root"] or fetch.data_dir() / "cifar"
         load = lambda split: data.cifar(name, split, root, download=download)  # noqa: E731
     full = load("train")
     keep, held_out = split_indices(full.labels, data_config["train_size"], data_config["validation"],
@@ -103,19 +103,19 @@ def make_model(config: Mapping[str, Any]) -> VisionTransformer:
                              **config["model"])
 
 
-def build(config: Mapping[str, Any]) -> train.Setup:
-    """``train.run``'s builder: data, seeded model and optimizer of an E7 config."""
+def build(config: Mapping[str, Any]) -> runs.Setup:
+    """``runs.run``'s builder: data, seeded model and optimizer of an E7 config."""
     train_set, eval_set = image_sets(config["data"])
     model = make_model(config)
     opt = config["optimizer"]
-    return train.Setup(model, train.make_optimizer(model.parameters(), opt["name"], opt["lr"], opt["p"]),
-                       train_set, eval_set)
+    return runs.Setup(model, optim.make_optimizer(model.parameters(), opt["name"], opt["lr"], opt["p"]),
+                      train_set, eval_set)
 
 
 def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> VisionTransformer:
-    """The model of a finished run, its weights loaded from the result (stored by ``train.model_state``),
+    """The model of a finished run, its weights loaded from the result (stored by ``runs.model_state``),
     in evaluation mode."""
-    return train.load_model_state(make_model(config), result).eval()
+    return runs.load_model_state(make_model(config), result).eval()
 
 
 # --- the chapter's experiment: a validation sweep of step sizes, then the final runs ----------------
@@ -160,7 +160,7 @@ def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: boo
                skip: tuple[type[BaseException], ...] = ()) -> list[runs.RunResult | None]:
     """The stored result of each run config (history + final weights), the missing ones trained
     ``workers`` at a time (None for a run that raised one of ``skip``)."""
-    return train.run_many(KIND, configs, build, extras=train.model_state, workers=workers, skip=skip,
+    return runs.run_many(KIND, configs, build, extras=runs.model_state, workers=workers, skip=skip,
                           progress=progress)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdlib import data
+from mdlib import fetch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 
@@ -18,12 +18,12 @@ FIXTURES = Path(__file__).parent / "fixtures" / "data"
 def cache(tmp_path, monkeypatch):
     """An empty data cache, with the fixture files' checksums standing in for the real ones."""
     monkeypatch.setenv("MDLIB_DATA_DIR", str(tmp_path / "cache"))
-    files = dict(data.FILES)
+    files = dict(fetch.FILES)
     for name in ("movieReviewSnippets_GroundTruth.txt", "vader_lexicon.txt", "vocab.txt"):
         digest = hashlib.sha256((FIXTURES / name).read_bytes()).hexdigest()
-        files[name] = data.RegistryFile(**{**files[name].__dict__, "sha256": digest})
-    monkeypatch.setattr(data, "FILES", files)
-    monkeypatch.setattr(data, "FETCHABLE", {n: [files[f.name] for f in fs] for n, fs in data.FETCHABLE.items()})
+        files[name] = fetch.RegistryFile(**{**files[name].__dict__, "sha256": digest})
+    monkeypatch.setattr(fetch, "FILES", files)
+    monkeypatch.setattr(fetch, "FETCHABLE", {n: [files[f.name] for f in fs] for n, fs in fetch.FETCHABLE.items()})
     return tmp_path / "cache"
 
 
@@ -39,9 +39,9 @@ def install_idx(cache: Path, monkeypatch, arrays: dict[str, np.ndarray]) -> None
     """Write each array as the gzipped IDX file ``name`` into ``cache`` and register its sha256 as the
     expected one (Fashion-MNIST stand-ins)."""
     cache.mkdir(parents=True, exist_ok=True)
-    patched = dict(data.FILES)
+    patched = dict(fetch.FILES)
     for name, array in arrays.items():
         content = gzip.compress(idx_bytes(array))
         (cache / name).write_bytes(content)
-        patched[name] = data.RegistryFile(**{**patched[name].__dict__, "sha256": hashlib.sha256(content).hexdigest()})
-    monkeypatch.setattr(data, "FILES", patched)
+        patched[name] = fetch.RegistryFile(**{**patched[name].__dict__, "sha256": hashlib.sha256(content).hexdigest()})
+    monkeypatch.setattr(fetch, "FILES", patched)

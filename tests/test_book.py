@@ -17,7 +17,7 @@ import nbformat
 import pytest
 import yaml
 
-from mdlib import book, cli, data, paths
+from mdlib import book, cli, fetch, paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NBS = FIXTURES / "notebooks"
@@ -178,7 +178,7 @@ def test_relative_dirs_reach_the_kernel_as_absolute_paths(tmp_path, monkeypatch)
     monkeypatch.chdir(launch)
     monkeypatch.setenv("MDLIB_BUILD_DIR", "relbuild")
     monkeypatch.setenv("MDLIB_DATA_DIR", "reldata")
-    assert data.data_dir() == paths.build_dir().parent / "reldata" == launch / "reldata"
+    assert fetch.data_dir() == paths.build_dir().parent / "reldata" == launch / "reldata"
     with book._kernel_environment():  # what the kernel, running in notebooks/, is given
         seen = dict(os.environ)
     assert seen["MDLIB_BUILD_DIR"] == str(launch / "relbuild")
@@ -274,7 +274,7 @@ def smoke_book(tmp_path_factory):
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(paths.ROOT / name, target)
     build = root / "_build"
-    env = {**os.environ, "MDLIB_BUILD_DIR": str(build), "MDLIB_DATA_DIR": str(data.data_dir()),  # fetch once
+    env = {**os.environ, "MDLIB_BUILD_DIR": str(build), "MDLIB_DATA_DIR": str(fetch.data_dir()),  # fetch once
            "PYTHONPATH": os.pathsep.join([str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "mdlib", "book", "--profile", "smoke"], cwd=root, env=env,

@@ -93,7 +93,7 @@ def test_bad_arguments_get_argparse_two_lines(capsys, argv, problem):
 @pytest.mark.parametrize("argv,target", [
     (["run", "01_fixture"], "mdlib.book.run_notebook"),
     (["book", "--skip-execute"], "mdlib.book.build"),
-    (["fetch", "rotten_tomatoes"], "mdlib.data.fetch"),
+    (["fetch", "rotten_tomatoes"], "mdlib.fetch.fetch"),
     (["bench", "svm"], "mdlib.bench.svm"),
 ])
 def test_ctrl_c_ends_with_one_line(fixture_repo, monkeypatch, capsys, argv, target):

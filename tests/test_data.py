@@ -1,9 +1,5 @@
-"""Data sources on tiny fixtures in the real files' on-disk formats (no network)."""
+"""Data readers on tiny fixtures in the real files' on-disk formats (no network)."""
 
-import hashlib
-import io
-import subprocess
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +7,7 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES, install_idx
-from mdlib import data
+from mdlib import data, fetch
 
 
 
@@ -47,56 +43,12 @@ def test_rotten_tomatoes_drops_neutral_and_labels_by_sign(cache):
 
 
 def test_missing_or_corrupt_files_name_the_fetch_command(cache):
-    with pytest.raises(data.DataError, match="python -m mdlib fetch rotten_tomatoes"):
+    with pytest.raises(fetch.DataError, match="python -m mdlib fetch rotten_tomatoes"):
         data.rotten_tomatoes()
     install(cache, "vocab.txt")
     (cache / "vocab.txt").write_text("[PAD]\nedited\n")
-    with pytest.raises(data.DataError, match="sha256.*python -m mdlib fetch wordpiece_vocab"):
+    with pytest.raises(fetch.DataError, match="sha256.*python -m mdlib fetch wordpiece_vocab"):
         data.wordpiece_tokenizer()
-
-
-def fake_sdist() -> bytes:
-    """A source archive laid out like vaderSentiment 3.3.2's, holding the fixture files."""
-    def tar_of(members: dict[str, bytes]) -> bytes:
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
-            for name, content in members.items():
-                info = tarfile.TarInfo(name)
-                info.size = len(content)
-                tf.addfile(info, io.BytesIO(content))
-        return buffer.getvalue()
-
-    inner = tar_of({"hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt":
-                    (FIXTURES / "movieReviewSnippets_GroundTruth.txt").read_bytes()})
-    return tar_of({"vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz": inner,
-                   "vaderSentiment-3.3.2/vaderSentiment/vader_lexicon.txt": (FIXTURES / "vader_lexicon.txt").read_bytes()})
-
-
-def test_fetch_verifies_extracts_and_caches(cache, monkeypatch):
-    archive = fake_sdist()
-    calls = []
-
-    def download(requirement, kind, into):
-        calls.append((requirement, kind))
-        path = into / "vaderSentiment-3.3.2.tar.gz"
-        path.write_bytes(archive)
-        return path
-
-    with pytest.raises(data.DataError, match="refusing"):  # the real archive checksum does not match
-        data.fetch("rotten_tomatoes", download=download)
-    digest = hashlib.sha256(archive).hexdigest()
-    patched = {n: data.RegistryFile(**{**f.__dict__, "archive_sha256": digest}) if f.fetch_as == "rotten_tomatoes" else f
-               for n, f in data.FILES.items()}
-    monkeypatch.setattr(data, "FILES", patched)
-    monkeypatch.setattr(data, "FETCHABLE", {n: [patched[f.name] for f in fs] for n, fs in data.FETCHABLE.items()})
-    paths = data.fetch("rotten_tomatoes", download=download)
-    assert [p.name for p in paths] == ["movieReviewSnippets_GroundTruth.txt", "vader_lexicon.txt"]
-    assert calls[-1] == ("vadersentiment==3.3.2", "sdist")
-    assert data.sentiment_lexicon()["amazing"] == 2.8
-    data.fetch("rotten_tomatoes", download=download)  # intact files: nothing downloaded again
-    assert len(calls) == 2
-    with pytest.raises(ValueError, match="fetchable"):
-        data.fetch("cifar10")
 
 
 def test_imdb_from_the_hub_parquet_layout(tmp_path):
@@ -110,7 +62,7 @@ def test_imdb_from_the_hub_parquet_layout(tmp_path):
     assert (len(ds["train"]), len(ds["validation"]), len(ds["test"])) == (30, 10, 3)
     assert set(ds["validation"]["label"]) == {0, 1}
     assert ds["test"]["text"] == ["a", "b", "c"]
-    with pytest.raises(data.DataError, match="parquet"):
+    with pytest.raises(fetch.DataError, match="parquet"):
         data.imdb(local_dir=tmp_path / "nowhere")
     with pytest.raises(ValueError, match="unknown sentiment"):
         data.sentiment_dataset("sst2")
@@ -148,7 +100,7 @@ def test_fashion_mnist_reads_gzipped_idx_files(cache, monkeypatch):
 def test_read_idx_rejects_other_files(tmp_path):
     path = tmp_path / "x.idx"
     path.write_bytes(b"not an idx file")
-    with pytest.raises(data.DataError, match="IDX"):
+    with pytest.raises(fetch.DataError, match="IDX"):
         data.read_idx(path)
 
 
@@ -172,58 +124,8 @@ def test_cifar_reads_torchvision_layout(tmp_path, name):
         raw = pickle.load(handle)
     # channel-first rows of 1024 values: red plane, then green, then blue
     np.testing.assert_allclose(test[1][0][2].numpy().ravel(), raw[b"data"][1, 2048:] / 255, rtol=1e-6)
-    with pytest.raises(data.DataError, match="download=True"):
+    with pytest.raises(fetch.DataError, match="download=True"):
         data.cifar(name, "test", tmp_path / "empty")
-
-
-def test_deb_download_updates_the_package_lists_once_when_apt_cannot_find_the_package(tmp_path, monkeypatch):
-    calls = []
-
-    def fake_run(command, capture_output, text, cwd=None):
-        calls.append(command)
-        if command[:2] == ["apt-get", "download"] and ["apt-get", "update", "-qq"] in calls:
-            (tmp_path / "pkg.deb").write_bytes(b"deb")
-            return subprocess.CompletedProcess(command, 0, "", "")
-        return subprocess.CompletedProcess(command, 0 if command[1] == "update" else 100, "", "E: Unable to locate")
-
-    monkeypatch.setattr(data.subprocess, "run", fake_run)
-    assert data._download("dataset-fashion-mnist", "deb", tmp_path) == tmp_path / "pkg.deb"
-    assert calls == [["apt-get", "download", "dataset-fashion-mnist"], ["apt-get", "update", "-qq"],
-                     ["apt-get", "download", "dataset-fashion-mnist"]]
-
-
-def test_missing_files_name_the_registry_that_serves_them(cache):
-    with pytest.raises(data.DataError, match=r"fetch fashion_mnist` \(it downloads dataset-fashion-mnist=\S+ from "
-                                             r"Debian's package archive with apt-get and checks sha256\)"):
-        data.fashion_mnist("test")
-    with pytest.raises(data.DataError, match=r"vadersentiment==3.3.2 from PyPI with pip"):
-        data.sentiment_lexicon()
-
-
-@pytest.mark.parametrize("kind, stderr, registry", [
-    ("sdist", "ERROR: Could not find a version that satisfies the requirement vadersentiment==3.3.2 (from versions: "
-              "none)\nERROR: No matching distribution found for vadersentiment==3.3.2", "PyPI"),
-    ("wheel", "WARNING: Retrying ... NewConnectionError: Failed to establish a new connection: [Errno 101] Network "
-              "is unreachable", "PyPI"),
-    ("deb", "W: Failed to fetch http://deb.debian.org/...  Temporary failure resolving 'deb.debian.org'\n"
-            "E: Unable to locate package dataset-fashion-mnist", "Debian's package archive"),
-])
-def test_an_unreachable_registry_is_named_with_the_package(tmp_path, monkeypatch, kind, stderr, registry):
-    monkeypatch.setattr(data.subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(command, 1, "", stderr))
-    with pytest.raises(data.DataError) as error:
-        data._download("some-package==1.0", kind, tmp_path)
-    message = str(error.value)
-    tool = "apt-get" if kind == "deb" else "pip"
-    assert message.startswith(f"{tool} could not download some-package==1.0; {registry} may be unreachable from "
-                              "here (offline, or behind a proxy")
-    assert message.endswith(": " + stderr.splitlines()[-1])  # the tool's last line, its cause
-
-
-def test_other_download_failures_get_no_registry_hint(tmp_path, monkeypatch):
-    monkeypatch.setattr(data.subprocess, "run",
-                        lambda command, **kw: subprocess.CompletedProcess(command, 1, "", "ERROR: disk full"))
-    with pytest.raises(data.DataError, match=r"^pip could not download x==1: ERROR: disk full$"):
-        data._download("x==1", "wheel", tmp_path)
 
 
 @pytest.mark.parametrize("name, size", [("cifar10", 48), ("fashion_mnist", None), ("fashion_mnist", 36)])
@@ -292,5 +194,5 @@ def test_cifar_download_without_torchvision_says_what_to_install(tmp_path, monke
     import sys
 
     monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision raises ImportError
-    with pytest.raises(data.DataError, match=r"mdlib\[cifar\]"):
+    with pytest.raises(fetch.DataError, match=r"mdlib\[cifar\]"):
         data.cifar("cifar10", "train", tmp_path, download=True)

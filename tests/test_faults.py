@@ -99,6 +99,21 @@ def test_resuming_prints_no_path(tmp_path, capsys):
 # the results store
 
 
+def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "table.csv"
+    target.write_text("old")
+
+    def half_then_fail(tmp):
+        tmp.write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        paths.atomic_write(target, half_then_fail)
+    assert target.read_text() == "old" and sorted(tmp_path.iterdir()) == [target]
+    assert paths.atomic_write(target, lambda tmp: tmp.write_text("new")) == target
+    assert target.read_text() == "new" and sorted(tmp_path.iterdir()) == [target]
+
+
 KILLED_WRITE = textwrap.dedent("""
     import sys, time
     from mdlib import runs
@@ -142,7 +157,7 @@ SLOW_BUILD = textwrap.dedent("""
     import torch
     from torch import nn
     from torch.utils.data import Dataset
-    from mdlib import train
+    from mdlib import runs
 
     class Slow(Dataset):
         def __len__(self):
@@ -155,18 +170,18 @@ SLOW_BUILD = textwrap.dedent("""
     def build(config):
         (__import__("pathlib").Path(os.environ["PIDS"]) / str(os.getpid())).touch()
         model = nn.Linear(4, 1)
-        return train.Setup(model, torch.optim.SGD(model.parameters(), lr=0.01), Slow())
+        return runs.Setup(model, torch.optim.SGD(model.parameters(), lr=0.01), Slow())
 """)
 
 PARENT = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
     from slowbuild import build
-    from mdlib import train
+    from mdlib import runs
 
     if __name__ == "__main__":
         configs = [{"fit": {"epochs": 50, "batch_size": 8, "seed": seed}} for seed in range(3)]
-        train.run_many("fault", configs, build, workers=2, progress=False)
+        runs.run_many("fault", configs, build, workers=2, progress=False)
 """)
 
 

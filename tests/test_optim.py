@@ -445,3 +445,21 @@ def test_fused_finiteness_flag_sees_one_bad_entry_anywhere():
                 flags = lp_mirror_descent(params, grads, duals, spares, lr=1e-3, p=1.1, fused=True)
                 assert flags.tolist() == [j != k for j in range(len(sizes))], (bad, n, position)
     assert optim._FUSED_FAILURE is None
+
+
+def test_make_optimizer_by_name():
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    assert isinstance(optim.make_optimizer(params, "adam", 1e-3), torch.optim.Adam)
+    assert isinstance(optim.make_optimizer(params, "sgd", 1e-1), torch.optim.SGD)
+    assert optim.make_optimizer(params, "md", 1e-1, p=3.0).defaults["p"] == 3.0
+    with pytest.raises(ValueError, match="needs the exponent p"):
+        optim.make_optimizer(params, "md", 1e-1)
+    with pytest.raises(ValueError, match="takes no exponent"):
+        optim.make_optimizer(params, "adam", 1e-3, p=2.0)
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
+        optim.make_optimizer(params, "lion", 1e-3)
+    # CPU: torch's defaults (single-tensor, checked at once); parameters may come as generators or groups
+    md = optim.make_optimizer(iter(params), "md", 1e-1, p=1.5)
+    assert (md.foreach, md.fused, md._lazy()) == (None, None, False) and md.param_groups[0]["params"] == params
+    md = optim.make_optimizer([{"params": iter(params), "lr": 0.5}], "md", 1e-1, p=1.5)
+    assert md.param_groups[0]["params"] == params and md.param_groups[0]["lr"] == 0.5

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mdlib import book, data
+from mdlib import book, data, fetch
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("paper_profile")]
 
@@ -58,12 +58,12 @@ def paper_data(tmp_path_factory):
     """A data cache holding the fetched offline files plus the IMDb and CIFAR stand-ins, and a build
     folder shared by the chapters (05 and 06 read the runs 04 trained)."""
     for name in ("rotten_tomatoes", "wordpiece_vocab"):
-        data.fetch(name)
+        fetch.fetch(name)
     root = tmp_path_factory.mktemp("paper")
     cache = root / "cache"
     cache.mkdir()
     for name in ("vocab.txt", "vader_lexicon.txt", "movieReviewSnippets_GroundTruth.txt"):
-        shutil.copy2(data.path_of(name), cache / name)
+        shutil.copy2(fetch.path_of(name), cache / name)
     rt = data.rotten_tomatoes()
     snippets = pd.DataFrame({"text": list(rt["train"]["text"]), "label": list(rt["train"]["label"])})
     _imdb_stand_in(cache, snippets)

@@ -1,8 +1,9 @@
-"""The results store: roundtrip, cache hits, keys, atomicity."""
+"""The results store: roundtrip, cache hits, keys, atomicity; training runs through it, in processes."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -11,13 +12,18 @@ import textwrap
 import numpy as np
 import pandas as pd
 import pytest
+import torch
+from torch.utils.data import TensorDataset
 
-from mdlib import runs
+from mdlib import optim, paths, runs, train
+from mdlib.optim import LpMirrorDescent
+from test_train import Crashing, blobs, mlp, same_history
 
 
 @pytest.fixture(autouse=True)
 def build_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
     return tmp_path / "build"
 
 
@@ -180,3 +186,107 @@ def test_check_keys_names_what_is_missing_and_unknown():
     runs.check_keys({"a": 1, "b": 2}, ("a", "b"), "a config")
     with pytest.raises(ValueError, match=r"a config has exactly the keys a, b; missing \['b'\], unknown \['c'\]"):
         runs.check_keys({"a": 1, "c": 2}, ("a", "b"), "a config")
+
+
+# ---------------------------------------------------------------------------------------------
+# training runs through the store
+
+
+def test_run_stores_the_result_and_returns_it_without_training_again(build_dir):
+    x, y = blobs(40, classes=3)
+    config = {"data": {"n": 40}, "model": {"seed": 0},
+              "fit": {"epochs": 3, "batch_size": 8, "seed": 0, "loss": "multiclass"}}
+    builds = []
+
+    def build(cfg):
+        builds.append(cfg)
+        model = mlp(cfg["model"]["seed"], out=3)
+        return runs.Setup(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), TensorDataset(x, y),
+                          TensorDataset(x[:10], y[:10]))
+
+    def extras(model):
+        trained.append(model)
+        return {**runs.model_state(model), "accuracy_note": "final"}
+
+    trained = []
+    first = runs.run("toy-train", config, build, extras=extras, progress=False)
+    assert not first.cached and len(builds) == 1
+    assert list(first["history"].columns) == train.COLUMNS and len(first["history"]) == 3
+    assert first["accuracy_note"] == "final"
+    assert not (paths.checkpoints_dir() / "toy-train").exists() or not any(
+        (paths.checkpoints_dir() / "toy-train").iterdir())  # the checkpoint is gone once stored
+
+    second = runs.run("toy-train", config, build, extras=extras, progress=False)
+    assert second.cached and len(builds) == 1 and len(trained) == 1
+    pd.testing.assert_frame_equal(second["history"], first["history"])
+    restored = runs.load_model_state(mlp(42, out=3), second)
+    for a, b in zip(restored.state_dict().values(), trained[0].state_dict().values()):
+        assert torch.equal(a, b)
+
+    with pytest.raises(ValueError, match=r"config\['fit'\]"):
+        runs.run("toy-train", {"data": 1}, build)
+
+
+def test_run_resumes_an_interrupted_training(build_dir):
+    x, y = blobs(40)
+    config = {"fit": {"epochs": 3, "batch_size": 8, "seed": 0}}
+    crash = {"after": 2 * 40 + 5}
+
+    def build(cfg):
+        model = mlp(0)
+        data = Crashing(TensorDataset(x, y), crash["after"])
+        return runs.Setup(model, torch.optim.Adam(model.parameters(), lr=0.01), data)
+
+    with pytest.raises(KeyboardInterrupt):
+        runs.run("toy-resume", config, build, progress=False)
+    folder = paths.checkpoints_dir() / "toy-resume"
+    assert len(list(folder.glob("*/checkpoint.pt"))) == 1
+    crash["after"] = math.inf
+    result = runs.run("toy-resume", config, build, progress=True)  # the bar hides outside terminals
+    model = mlp(0)
+    reference = train.fit(model, torch.optim.Adam(model.parameters(), lr=0.01), TensorDataset(x, y), None,
+                          progress=False, **config["fit"])
+    same_history(result["history"], reference)
+    assert not list(folder.glob("*/checkpoint.pt"))
+
+
+def build_blobs(config):
+    """A module-level builder (run_many sends it to other processes)."""
+    x, y = blobs(64, seed=1)
+    model = mlp(config["fit"]["seed"], dropout=0.0)
+    return runs.Setup(model, optim.make_optimizer(model.parameters(), "md", config["lr"], p=1.5),
+                      TensorDataset(x, y.float()), TensorDataset(x[:16], y[:16].float()))
+
+
+def test_run_many_in_processes_gives_the_runs_one_by_one_gives(build_dir, tmp_path, monkeypatch):
+    configs = [{"lr": 0.05, "fit": {"epochs": 2, "batch_size": 16, "seed": seed}} for seed in (0, 1, 2)]
+    parallel = runs.run_many("blobs", configs + configs[:1], build_blobs, workers=2, progress=False)
+    assert len(parallel) == 4 and parallel[3].key == parallel[0].key
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "serial"))
+    serial = runs.run_many("blobs", configs, build_blobs, workers=1, progress=False)
+    for a, b in zip(parallel, serial):
+        pd.testing.assert_frame_equal(a["history"].drop(columns="seconds"), b["history"].drop(columns="seconds"),
+                                      rtol=1e-6)
+    with pytest.raises(ValueError, match="module-level function"):
+        runs.run_many("blobs", [{"lr": 0.1, "fit": {"epochs": 1, "batch_size": 16, "seed": 5}},
+                                {"lr": 0.2, "fit": {"epochs": 1, "batch_size": 16, "seed": 5}}],
+                      lambda config: build_blobs(config), workers=2, progress=False)
+
+
+def build_either(config):
+    """build_blobs, or with config["diverge"] a step size that overflows the inverse mirror map."""
+    setup = build_blobs(config)
+    if config.get("diverge"):
+        setup.optimizer = optim.make_optimizer(setup.model.parameters(), "md", 1e38, p=1.1)
+    return setup
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_many_skips_runs_that_raise_the_named_errors(build_dir, workers):
+    good = {"lr": 0.05, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    bad = {"lr": 0.05, "diverge": True, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    results = runs.run_many("skip", [good, bad], build_either, workers=workers, skip=(FloatingPointError,),
+                            progress=False)
+    assert results[1] is None and list(results[0]["history"].epoch) == [1]
+    with pytest.raises(FloatingPointError, match="reduce lr"):
+        runs.run_many("skip", [bad], build_either, workers=workers, progress=False)

@@ -1,9 +1,8 @@
-"""The training loop: bit-exact resume, early stop, losses, dict inputs, errors, the store, DDP."""
+"""The training loop: bit-exact resume, early stop, losses, dict inputs, errors, DDP."""
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import runpy
 import subprocess
@@ -17,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from mdlib import paths, train
+from mdlib import train
 from mdlib.optim import LpMirrorDescent
 
 
@@ -282,68 +281,6 @@ def test_clear_errors():
 
 
 # ---------------------------------------------------------------------------------------------
-# the results store
-
-
-def test_run_stores_the_result_and_returns_it_without_training_again(build_dir):
-    x, y = blobs(40, classes=3)
-    config = {"data": {"n": 40}, "model": {"seed": 0},
-              "fit": {"epochs": 3, "batch_size": 8, "seed": 0, "loss": "multiclass"}}
-    builds = []
-
-    def build(cfg):
-        builds.append(cfg)
-        model = mlp(cfg["model"]["seed"], out=3)
-        return train.Setup(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), TensorDataset(x, y),
-                           TensorDataset(x[:10], y[:10]))
-
-    def extras(model):
-        trained.append(model)
-        return {**train.model_state(model), "accuracy_note": "final"}
-
-    trained = []
-    first = train.run("toy-train", config, build, extras=extras, progress=False)
-    assert not first.cached and len(builds) == 1
-    assert list(first["history"].columns) == train.COLUMNS and len(first["history"]) == 3
-    assert first["accuracy_note"] == "final"
-    assert not (paths.checkpoints_dir() / "toy-train").exists() or not any(
-        (paths.checkpoints_dir() / "toy-train").iterdir())  # the checkpoint is gone once stored
-
-    second = train.run("toy-train", config, build, extras=extras, progress=False)
-    assert second.cached and len(builds) == 1 and len(trained) == 1
-    pd.testing.assert_frame_equal(second["history"], first["history"])
-    restored = train.load_model_state(mlp(42, out=3), second)
-    for a, b in zip(restored.state_dict().values(), trained[0].state_dict().values()):
-        assert torch.equal(a, b)
-
-    with pytest.raises(ValueError, match=r"config\['fit'\]"):
-        train.run("toy-train", {"data": 1}, build)
-
-
-def test_run_resumes_an_interrupted_training(build_dir):
-    x, y = blobs(40)
-    config = {"fit": {"epochs": 3, "batch_size": 8, "seed": 0}}
-    crash = {"after": 2 * 40 + 5}
-
-    def build(cfg):
-        model = mlp(0)
-        data = Crashing(TensorDataset(x, y), crash["after"])
-        return train.Setup(model, torch.optim.Adam(model.parameters(), lr=0.01), data)
-
-    with pytest.raises(KeyboardInterrupt):
-        train.run("toy-resume", config, build, progress=False)
-    folder = paths.checkpoints_dir() / "toy-resume"
-    assert len(list(folder.glob("*/checkpoint.pt"))) == 1
-    crash["after"] = math.inf
-    result = train.run("toy-resume", config, build, progress=True)  # the bar hides outside terminals
-    model = mlp(0)
-    reference = train.fit(model, torch.optim.Adam(model.parameters(), lr=0.01), TensorDataset(x, y), None,
-                          progress=False, **config["fit"])
-    same_history(result["history"], reference)
-    assert not list(folder.glob("*/checkpoint.pt"))
-
-
-# ---------------------------------------------------------------------------------------------
 # data parallel
 
 
@@ -408,7 +345,7 @@ def test_two_process_data_parallel_equals_one_process(tmp_path):
 
 
 def test_length_pools_put_similar_lengths_together_and_cover_the_epoch():
-    world = train._World(0, 1, torch.device("cpu"))
+    world = train.World(0, 1, torch.device("cpu"))
     lengths = torch.randint(1, 100, (1000,), generator=torch.Generator().manual_seed(0))
     parts = train._train_batches(1000, 10, seed=3, epoch=0, world=world, lengths=lengths)
     assert sorted(i for batch, _ in parts for i in batch) == list(range(1000))
@@ -425,47 +362,6 @@ def test_length_pools_put_similar_lengths_together_and_cover_the_epoch():
                   batch_size=5, seed=0, lengths=[3] * 19, progress=False)
 
 
-def build_blobs(config):
-    """A module-level builder (run_many sends it to other processes)."""
-    x, y = blobs(64, seed=1)
-    model = mlp(config["fit"]["seed"], dropout=0.0)
-    return train.Setup(model, train.make_optimizer(model.parameters(), "md", config["lr"], p=1.5),
-                       TensorDataset(x, y.float()), TensorDataset(x[:16], y[:16].float()))
-
-
-def test_run_many_in_processes_gives_the_runs_one_by_one_gives(build_dir, tmp_path, monkeypatch):
-    configs = [{"lr": 0.05, "fit": {"epochs": 2, "batch_size": 16, "seed": seed}} for seed in (0, 1, 2)]
-    parallel = train.run_many("blobs", configs + configs[:1], build_blobs, workers=2, progress=False)
-    assert len(parallel) == 4 and parallel[3].key == parallel[0].key
-    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "serial"))
-    serial = train.run_many("blobs", configs, build_blobs, workers=1, progress=False)
-    for a, b in zip(parallel, serial):
-        pd.testing.assert_frame_equal(a["history"].drop(columns="seconds"), b["history"].drop(columns="seconds"),
-                                      rtol=1e-6)
-    with pytest.raises(ValueError, match="module-level function"):
-        train.run_many("blobs", [{"lr": 0.1, "fit": {"epochs": 1, "batch_size": 16, "seed": 5}},
-                                 {"lr": 0.2, "fit": {"epochs": 1, "batch_size": 16, "seed": 5}}],
-                       lambda config: build_blobs(config), workers=2, progress=False)
-
-
-def test_make_optimizer_by_name():
-    params = [nn.Parameter(torch.zeros(3))]
-    assert isinstance(train.make_optimizer(params, "adam", 1e-3), torch.optim.Adam)
-    assert isinstance(train.make_optimizer(params, "sgd", 1e-1), torch.optim.SGD)
-    assert train.make_optimizer(params, "md", 1e-1, p=3.0).defaults["p"] == 3.0
-    with pytest.raises(ValueError, match="needs the exponent p"):
-        train.make_optimizer(params, "md", 1e-1)
-    with pytest.raises(ValueError, match="takes no exponent"):
-        train.make_optimizer(params, "adam", 1e-3, p=2.0)
-    with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
-        train.make_optimizer(params, "lion", 1e-3)
-    # CPU: torch's defaults (single-tensor, checked at once); parameters may come as generators or groups
-    md = train.make_optimizer(iter(params), "md", 1e-1, p=1.5)
-    assert (md.foreach, md.fused, md._lazy()) == (None, None, False) and md.param_groups[0]["params"] == params
-    md = train.make_optimizer([{"params": iter(params), "lr": 0.5}], "md", 1e-1, p=1.5)
-    assert md.param_groups[0]["params"] == params and md.param_groups[0]["lr"] == 0.5
-
-
 def test_fit_reports_a_lazily_checked_refusal_of_the_last_step():
     """An optimizer that reads its finiteness flags lazily (LpMirrorDescent on a GPU; forced here) has
     its last step of an epoch settled by fit, so a refused step is not left in the model."""
@@ -475,33 +371,3 @@ def test_fit_reports_a_lazily_checked_refusal_of_the_last_step():
     with pytest.raises(FloatingPointError, match="reduce lr"):
         train.fit(model, optimizer, TensorDataset(x, y), None, epochs=1, batch_size=32, seed=0, progress=False)
     assert all(torch.isfinite(w).all() for w in model.parameters())
-
-
-def build_either(config):
-    """build_blobs, or with config["diverge"] a step size that overflows the inverse mirror map."""
-    setup = build_blobs(config)
-    if config.get("diverge"):
-        setup.optimizer = train.make_optimizer(setup.model.parameters(), "md", 1e38, p=1.1)
-    return setup
-
-
-@pytest.mark.parametrize("workers", [1, 2])
-def test_run_many_skips_runs_that_raise_the_named_errors(build_dir, workers):
-    good = {"lr": 0.05, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
-    bad = {"lr": 0.05, "diverge": True, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
-    results = train.run_many("skip", [good, bad], build_either, workers=workers, skip=(FloatingPointError,),
-                             progress=False)
-    assert results[1] is None and list(results[0]["history"].epoch) == [1]
-    with pytest.raises(FloatingPointError, match="reduce lr"):
-        train.run_many("skip", [bad], build_either, workers=workers, progress=False)
-
-
-
-def test_choose_step_sizes_best_score_smaller_lr_on_ties_and_refuses_all_diverged():
-    table = pd.DataFrame({"dataset": ["a"] * 3 + ["b"] * 3, "p": [1.75] * 6, "lr": [0.3, 0.1, 1.0] * 2,
-                          "score": [0.7, 0.7, np.nan, 0.5, 0.6, 0.4]})
-    assert train.choose_step_sizes(table, "score", ["dataset", "p"]) == {("a", 1.75): 0.1, ("b", 1.75): 0.1}
-    assert train.choose_step_sizes(table[table.dataset == "b"], "score", "dataset") == {"b": 0.1}
-    table.loc[table.dataset == "b", "score"] = np.nan
-    with pytest.raises(ValueError, match=r"diverged for dataset=b, p=1.75 \(lr \[0.1, 0.3, 1.0\]\)"):
-        train.choose_step_sizes(table, "score", ["dataset", "p"])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conftest import install_idx
-from mdlib import data, train, vision
+from mdlib import data, runs, train, vision
 
 MODEL = dict(patch=7, width=8, depth=1, heads=2, mlp=8, dropout=0.1, embedding_dropout=0.1)
 TRAIN_PER_CLASS, TEST_PER_CLASS = 12, 2
@@ -66,7 +66,7 @@ def test_seeds_give_distinct_initializations_and_reruns_are_identical():
     assert not torch.equal(first.embed.weight, second.embed.weight)
     assert torch.equal(first.embed.weight, vision.make_model(config(seed=0)).embed.weight)
     run_config = config(train_size=40)
-    stored = train.run("e7-test", run_config, vision.build, extras=train.model_state, progress=False)
+    stored = runs.run("e7-test", run_config, vision.build, extras=runs.model_state, progress=False)
     model = vision.trained_model(run_config, stored)
     assert not model.training and not torch.equal(model.embed.weight, first.embed.weight)
     setup = vision.build(run_config)  # the same run again, outside the store
@@ -81,3 +81,14 @@ def test_seeds_give_distinct_initializations_and_reruns_are_identical():
 def test_unknown_dataset_is_rejected():
     with pytest.raises(ValueError, match="unknown dataset 'mnist'.*fashion_mnist, cifar10, cifar100"):
         vision.run_config("mnist", optimizer="adam", lr=1e-4, seed=0, epochs=1, model=MODEL)
+
+
+def test_choose_takes_the_best_validation_then_the_smaller_step_and_refuses_all_diverged():
+    import pandas as pd
+
+    rows = pd.DataFrame({"dataset": "fashion_mnist", "method": "1.75", "lr": [0.3, 0.1, 1.0],
+                         "validation_accuracy": [0.7, 0.7, np.nan]})
+    assert vision.choose(rows) == 0.1  # a tie: the smaller step; the diverged candidate is never chosen
+    assert vision.choose(rows.assign(validation_accuracy=[0.7, 0.6, np.nan])) == 0.3
+    with pytest.raises(ValueError, match=r"diverged for 1.75 on fashion_mnist \(lr \[0.1, 0.3, 1.0\]\)"):
+        vision.choose(rows.assign(validation_accuracy=np.nan))
