@@ -213,7 +213,7 @@ def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> di
 
 
 def dumps(rec: Mapping[str, Any]) -> str:
-    return json.dumps(rec, indent=1, sort_keys=True, ensure_ascii=True, default=str)
+    return json.dumps(rec, indent=1, ensure_ascii=True, default=str)
 
 
 def json_paths(label: str, kind: str, has_csv: bool) -> list[Path]:
