@@ -11,7 +11,8 @@ In a notebook::
     plots.save_figure(fig, "fig-e1-divergence", data=tidy_df)
 
 writes ``<build>/figures/fig-e1-divergence.png`` and ``.pdf``, ``<build>/results/fig-e1-divergence.csv``
-(the numbers behind the figure), glues the figure under its label (hidden in the cell output) and
+(the numbers behind the figure), their provenance record ``fig-e1-divergence.json`` beside the PNG
+and the CSV (``mdlib.provenance``), glues the figure under its label (hidden in the cell output) and
 closes it. A markdown cell then shows it as a numbered figure::
 
     ```{glue:figure} fig-e1-divergence
@@ -21,7 +22,8 @@ closes it. A markdown cell then shows it as a numbered figure::
     ```
 
 and text refers to it with ``{numref}`fig-e1-divergence```. ``save_table`` does the same for a
-DataFrame (CSV + glued HTML table). Every glued artifact carries ``metadata["mdlib"]`` =
+DataFrame (CSV + glued HTML table); the book numbers a label that starts with ``table-`` as a
+table ("Table 4.1", ``book/_ext/mdlib_artifacts.py``). Every glued artifact carries ``metadata["mdlib"]`` =
 ``{"kind", "label", "files"}`` (files relative to the build directory) in the executed notebook; the
 book test reads it to check that the announced files exist.
 """
