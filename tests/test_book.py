@@ -212,6 +212,13 @@ def test_run_notebook_executes_with_parameters(tmp_path, monkeypatch):
     assert [a["label"] for a in artifacts] == ["fig-fixture"]
     assert artifacts[0]["files"] == ["figures/fig-fixture.png", "figures/fig-fixture.pdf"]
     assert (tmp_path / "build" / "figures" / "fig-fixture.pdf").read_bytes()[:4] == b"%PDF"
+    # the kernel knew which run it was: every parameter as executed, the overrides, the command
+    record = json.loads((tmp_path / "build" / "figures" / "fig-fixture.json").read_text())
+    assert (record["notebook"], record["profile"], record["overrides"]) == ("01_fixture", "smoke", {"seeds": 3})
+    assert record["parameters"] == {"profile": "smoke", "seeds": 3, "lr": 1e-3, "ps": [1.75, 2.0, 3.0],
+                                    "name": "fixture", "verbose": False, "schedule": 'dict(kind="constant")',
+                                    "fail": False}
+    assert record["command"] == "python -m mdlib run 01_fixture --profile smoke -p seeds 3"
 
 
 @pytest.mark.slow
