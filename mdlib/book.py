@@ -294,18 +294,26 @@ def resolve_parameters(name: str, profile: str = "default", overrides: Mapping[s
 
 
 @contextlib.contextmanager
-def _kernel_environment() -> Iterator[None]:
+def _kernel_environment(run: Mapping[str, Any] | None = None) -> Iterator[None]:
     """The kernel imports this checkout's mdlib (PYTHONPATH) and writes where this process would.
+
+    ``run`` (``{notebook, profile, parameters, overrides}``) reaches the kernel as the JSON value of
+    ``mdlib.provenance.ENV``, from which every saved figure and table records how it was made.
 
     ``MDLIB_BUILD_DIR`` and ``MDLIB_DATA_DIR``, when set, are passed down as absolute paths resolved
     here: the kernel runs in ``notebooks/`` and would resolve a relative one against that folder.
     Progress bars (tqdm) are off inside executed notebooks (``TQDM_DISABLE=1`` unless set): their
     carriage-return output would clutter the book; papermill shows progress per cell instead.
     """
-    from mdlib import fetch
+    import json
 
-    keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, fetch.DATA_ENV)
+    from mdlib import fetch, provenance
+
+    keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, fetch.DATA_ENV,
+            provenance.ENV)
     saved = {key: os.environ.get(key) for key in keys}
+    if run is not None:
+        os.environ[provenance.ENV] = json.dumps(dict(run), default=str)
     for key, resolved in ((paths.BUILD_ENV, paths.build_dir), (fetch.DATA_ENV, fetch.data_dir)):
         if saved[key]:
             os.environ[key] = str(resolved())
@@ -343,6 +351,9 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     path = resolve_notebook(name, notebooks_dir)
     nb_name = path.stem
     parameters = resolve_parameters(nb_name, profile, overrides, notebooks_dir=path.parent, params_dir=params_dir)
+    executed = {n: p.value if p.literal else p.source for n, p in notebook_parameters(path).items()}
+    run = {"notebook": nb_name, "profile": profile, "parameters": {**executed, **parameters},
+           "overrides": {key: parameters[key] for key in overrides or {}}}
     nb = read_notebook(path)
     nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
     # The executed .ipynb is an output, not a jupytext pair of the .py: opening and saving it in
@@ -360,7 +371,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
 
     def execute(partial: Path) -> None:
         try:
-            with _kernel_environment():
+            with _kernel_environment(run):
                 # The kernel's own log (a TCP warning at start, a traceback when Ctrl-C stops it mid-cell)
                 # says nothing about the notebook: a cell's error is in the notebook and raised here.
                 papermill.execute_notebook(
@@ -528,9 +539,10 @@ def write_parameters_page(target: Path | None = None, profile: str | None = None
 def write_scorecard_page(target: Path | None = None, profile: str | None = None) -> Path:
     """``book/scorecard.md``: which of the paper's claims hold in this build's results
     (``mdlib.scorecard``), with the link to the archive of every figure and table."""
-    from mdlib import scorecard
+    from mdlib import provenance, scorecard
 
-    return scorecard.write_page(Path(target or paths.BOOK / "scorecard.md"), paths.results_dir(), profile=profile)
+    return scorecard.write_page(Path(target or paths.BOOK / "scorecard.md"), paths.results_dir(), profile=profile,
+                                archive_link=provenance.archive_href("book/scorecard"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,8 +587,10 @@ def _executed_profile(ipynb: Path) -> str | None:
 
 def build(profile: str = "default", execute: bool = True) -> Path:
     """Execute every chapter notebook at ``profile`` (unless ``execute`` is false), generate
-    ``book/parameters.md`` and ``book/scorecard.md`` and build the HTML book with ``jupyter-book build -W --keep-going``.
-    Returns the path of ``index.html``."""
+    ``book/parameters.md`` and ``book/scorecard.md``, zip every figure, table and provenance record
+    into ``<build>/artifacts.zip`` and build the HTML book with ``jupyter-book build -W --keep-going``,
+    which gets a copy of the archive (``mdlib.provenance.archive_href`` links it). Returns the path of
+    ``index.html``."""
     start = time.perf_counter()
     load_profile(profile)  # unknown profile -> clear error before anything runs
     names = chapters()
@@ -601,9 +615,13 @@ def build(profile: str = "default", execute: bool = True) -> Path:
         used = {_executed_profile(paths.NOTEBOOKS / f"{n}.ipynb") for n in names}
         profile = used.pop() if len(used) == 1 and None not in used else "mixed (see each chapter)"
     write_parameters_page(profile=profile)
+    from mdlib import provenance
+
     write_scorecard_page(profile=profile)
+    provenance.write_archive()
     t0 = time.perf_counter()
     index = build_html()
+    provenance.publish_archive()
     timings["jupyter-book"] = time.perf_counter() - t0
     summary = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
     print(f"book built in {time.perf_counter() - start:.0f} s ({summary}): {index}", file=sys.stderr, flush=True)

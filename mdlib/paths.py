@@ -5,6 +5,8 @@ environment variable at call time, so a test (or a user) can redirect every outp
 
     <build>/figures/<label>.png, .pdf   figures saved by ``mdlib.plots.save_figure``
     <build>/results/<label>.csv         the numbers behind each figure and table
+    <build>/{figures,results}/<label>.json   their provenance records (``mdlib.provenance``)
+    <build>/artifacts.zip               every figure, table and record (``python -m mdlib book``)
     <build>/runs/<kind>/<hash>/         the results store (``mdlib.runs``)
     <build>/checkpoints/<kind>/<hash>/  checkpoints of unfinished training runs (``mdlib.runs.run``)
     <build>/html/index.html             the book, when the build directory is named ``_build``

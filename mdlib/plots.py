@@ -11,7 +11,8 @@ In a notebook::
     plots.save_figure(fig, "fig-e1-divergence", data=tidy_df)
 
 writes ``<build>/figures/fig-e1-divergence.png`` and ``.pdf``, ``<build>/results/fig-e1-divergence.csv``
-(the numbers behind the figure), glues the figure under its label (hidden in the cell output) and
+(the numbers behind the figure), their provenance record ``fig-e1-divergence.json`` beside the PNG
+and the CSV (``mdlib.provenance``), glues the figure under its label (hidden in the cell output) and
 closes it. A markdown cell then shows it as a numbered figure::
 
     ```{glue:figure} fig-e1-divergence
@@ -21,7 +22,8 @@ closes it. A markdown cell then shows it as a numbered figure::
     ```
 
 and text refers to it with ``{numref}`fig-e1-divergence```. ``save_table`` does the same for a
-DataFrame (CSV + glued HTML table). Every glued artifact carries ``metadata["mdlib"]`` =
+DataFrame (CSV + glued HTML table); the book numbers a label that starts with ``table-`` as a
+table ("Table 4.1", ``book/_ext/mdlib_artifacts.py``). Every glued artifact carries ``metadata["mdlib"]`` =
 ``{"kind", "label", "files"}`` (files relative to the build directory) in the executed notebook; the
 book test reads it to check that the announced files exist.
 """
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mdlib import paths
+from mdlib import paths, provenance
 
 DPI = 150
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -222,7 +224,9 @@ def _write_csv(frame, path: Path) -> Path:
 
 def save_figure(fig, label: str, data=None, *, close: bool = True, glue: bool = True) -> Saved:
     """Save ``fig`` as ``<build>/figures/<label>.png`` (150 dpi) and ``.pdf``; with ``data`` (a tidy
-    DataFrame: the numbers plotted) also ``<build>/results/<label>.csv``. In a notebook the figure is
+    DataFrame: the numbers plotted) also ``<build>/results/<label>.csv``; the provenance record
+    (``mdlib.provenance``) goes to ``<build>/figures/<label>.json`` (and beside the CSV) and into the
+    PNG's ``Provenance`` text chunk and the PDF's ``Subject``. In a notebook the figure is
     glued under ``label`` (not displayed in the cell; show it with a ``{glue:figure}`` directive), and
     closed so the inline backend does not show it a second time. Returns the paths written.
 
@@ -237,13 +241,19 @@ def save_figure(fig, label: str, data=None, *, close: bool = True, glue: bool = 
             raise TypeError(f"save_figure needs a matplotlib Figure (or a seaborn grid), got {type(fig).__name__}")
         fig = inner
     figures = paths.figures_dir()
-    png = paths.atomic_write(figures / f"{label}.png", lambda tmp: fig.savefig(
-        tmp, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None}))
-    pdf = paths.atomic_write(figures / f"{label}.pdf", lambda tmp: fig.savefig(
-        tmp, format="pdf", bbox_inches="tight", metadata={"CreationDate": None}))
-    files = {"png": png, "pdf": pdf}
+    files = {"png": figures / f"{label}.png", "pdf": figures / f"{label}.pdf"}
     if data is not None:
-        files["csv"] = _write_csv(data, paths.results_dir() / f"{label}.csv")
+        files["csv"] = paths.results_dir() / f"{label}.csv"
+    record = provenance.record(label, "figure", files)
+    text = provenance.dumps(record)
+    png = paths.atomic_write(files["png"], lambda tmp: fig.savefig(
+        tmp, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None, "Provenance": text}))
+    pdf = paths.atomic_write(files["pdf"], lambda tmp: fig.savefig(
+        tmp, format="pdf", bbox_inches="tight", metadata={
+            "CreationDate": None, "Title": label, "Subject": text, "Creator": f"mdlib {record['versions']['mdlib']}"}))
+    if data is not None:
+        _write_csv(data, files["csv"])
+    provenance.write(record, has_csv=data is not None)
     saved = Saved(label, "figure", files)
     if glue:
         bundle = {"image/png": base64.b64encode(png.read_bytes()).decode("ascii"),
@@ -258,7 +268,8 @@ def save_figure(fig, label: str, data=None, *, close: bool = True, glue: bool = 
 
 def save_table(df, label: str, *, styled=None, float_format: str = "{:.4g}", index: bool | None = None,
                glue: bool = True) -> Saved:
-    """Save ``df`` as ``<build>/results/<label>.csv`` and glue it as an HTML table under ``label``.
+    """Save ``df`` as ``<build>/results/<label>.csv`` with its provenance record (``mdlib.provenance``)
+    beside it, ``<label>.json``, and glue it as an HTML table under ``label``.
 
     ``styled`` is an optional pandas ``Styler`` (or any object with ``to_html()``) to display instead
     of the plain table, e.g. with "mean ± std" formatting; the CSV always holds ``df``'s raw numbers.
@@ -273,6 +284,7 @@ def save_table(df, label: str, *, styled=None, float_format: str = "{:.4g}", ind
         raise TypeError(f"save_table needs a pandas DataFrame, got {type(df).__name__}")
     csv = _write_csv(df, paths.results_dir() / f"{label}.csv")
     saved = Saved(label, "table", {"csv": csv})
+    provenance.write(provenance.record(label, "table", saved.files), has_csv=True)
     if glue:
         if index is None:
             index = _meaningful_index(df)

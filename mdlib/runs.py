@@ -70,6 +70,7 @@ FORMAT = 1
 STALE_SECONDS = 3600  #: a temporary folder this old is removed whoever wrote it
 _WRITER_RE = re.compile(r"^\.(?:tmp|trash)-(?:[0-9a-f]{16}-)?([0-9]+)@([A-Za-z0-9_]*)-")
 _cleaned: set[Path] = set()
+_used: dict[str, None] = {}  # "kind/key" of the runs loaded or stored by this process, in first-use order
 
 log = logging.getLogger(__name__)
 
@@ -235,10 +236,29 @@ def _read(path: Path, kind: str, config: Mapping[str, Any]) -> RunResult | None:
 
 
 def load(kind: str, config: Mapping[str, Any]) -> RunResult | None:
-    """The stored result of this run, or None."""
+    """The stored result of this run, or None. A hit is recorded in :func:`used_runs`."""
     path = entry_dir(kind, config)
     _clean_stale(path.parent)
-    return _read(path, kind, config)
+    result = _read(path, kind, config)
+    if result is not None:
+        _used[f"{kind}/{path.name}"] = None
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# the runs this process used
+
+
+def used_runs() -> list[str]:
+    """``kind/key`` of every run this process has loaded from the store (a hit of ``load`` or
+    ``load_or_run``) or stored (``store``, ``load_or_run``), in first-use order. In a notebook: the
+    runs it has read or written up to now, which ``mdlib.provenance`` records with each figure."""
+    return list(_used)
+
+
+def clear_used_runs() -> None:
+    """Forget :func:`used_runs` (e.g. between two notebooks executed in one process)."""
+    _used.clear()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,7 +346,8 @@ def _write_entry(folder: Path, kind: str, key: str, config: Mapping[str, Any], r
 
 
 def store(kind: str, config: Mapping[str, Any], result: Mapping[str, Any], *, seconds: float = 0.0) -> Path:
-    """Write ``result`` as the entry of this run (atomically) and return its folder."""
+    """Write ``result`` as the entry of this run (atomically) and return its folder; the run is
+    recorded in :func:`used_runs`."""
     key = config_key(kind, config)
     final = paths.runs_dir() / kind / key
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -347,6 +368,7 @@ def store(kind: str, config: Mapping[str, Any], result: Mapping[str, Any], *, se
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    _used[f"{kind}/{key}"] = None
     return final
 
 

@@ -644,7 +644,8 @@ def page(results_dir, *, profile: str | None = None, archive_link: str | None = 
         "level, only in the direction of a difference.",
     ]
     if archive_link:
-        lines += ["", f"The CSV files behind every row: [results archive]({archive_link})."]
+        lines += ["", f'Every figure, table and provenance record of this build, in one file: '
+                      f'<a href="{archive_link}" download>artifacts.zip</a>.']
     lines += ["", "| Claim | Paper | Ours | Profile | Verdict | Figure / table |", "|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(_cell(c) for c in (r.claim, r.paper, r.ours, r.profile, str(r.verdict), r.link)) + " |"
               for r in table]

@@ -212,6 +212,13 @@ def test_run_notebook_executes_with_parameters(tmp_path, monkeypatch):
     assert [a["label"] for a in artifacts] == ["fig-fixture"]
     assert artifacts[0]["files"] == ["figures/fig-fixture.png", "figures/fig-fixture.pdf"]
     assert (tmp_path / "build" / "figures" / "fig-fixture.pdf").read_bytes()[:4] == b"%PDF"
+    # the kernel knew which run it was: every parameter as executed, the overrides, the command
+    record = json.loads((tmp_path / "build" / "figures" / "fig-fixture.json").read_text())
+    assert (record["notebook"], record["profile"], record["overrides"]) == ("01_fixture", "smoke", {"seeds": 3})
+    assert record["parameters"] == {"profile": "smoke", "seeds": 3, "lr": 1e-3, "ps": [1.75, 2.0, 3.0],
+                                    "name": "fixture", "verbose": False, "schedule": 'dict(kind="constant")',
+                                    "fail": False}
+    assert record["command"] == "python -m mdlib run 01_fixture --profile smoke -p seeds 3"
 
 
 @pytest.mark.slow
@@ -389,3 +396,35 @@ def test_parameters_page_lists_every_parameter(smoke_book):
         for param in book.notebook_parameters(smoke_book.root / "notebooks" / f"{name}.py"):
             assert f"| `{param}` |" in text, f"{name}: {param} missing from the parameters page"
             assert f">{param}</span>" in html, f"{name}: {param} missing from parameters.html"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_provenance_tables_as_tables_and_the_archive(smoke_book):
+    """Every announced artifact has its provenance record (beside the PNG, and beside the CSV), shown
+    as a "reproduce and cite" block on its page; tables are numbered as tables; the archive holds
+    every artifact and is in the HTML book."""
+    import zipfile
+
+    members = set()
+    for name in smoke_book.chapters:
+        nb = nbformat.read(smoke_book.root / "notebooks" / f"{name}.ipynb", as_version=4)
+        page = (smoke_book.html / "notebooks" / f"{name}.html").read_text()
+        for artifact in _artifacts(nb):
+            label, files = artifact["label"], artifact["files"]
+            records = ([f"figures/{label}.json"] if artifact["kind"] == "figure" else []) + \
+                [f"results/{label}.json" for rel in files if rel.endswith(".csv")]
+            members |= set(files) | set(records)
+            for rel in records:
+                record = json.loads((smoke_book.build / rel).read_text())
+                assert (record["label"], record["notebook"], record["profile"]) == (label, name, "smoke"), rel
+                assert record["command"] == f"python -m mdlib run {name} --profile smoke", rel
+            if f'id="{label}"' in page or f"#{label}" in page:  # shown with {glue:figure} ... :name: label
+                assert f"Reproduce and cite {artifact['kind']} <code>{label}</code>" in page, (name, label)
+    sentiment = (smoke_book.html / "notebooks" / "04_sentiment.html").read_text()
+    assert re.search(r'<span class="caption-number">Table 4\.\d+ </span>', sentiment)
+    assert re.search(r'<span class="caption-number">Fig\. 4\.1 </span>', sentiment)  # the first figure
+    with zipfile.ZipFile(smoke_book.build / "artifacts.zip") as archive:
+        assert members <= set(archive.namelist())
+    assert (smoke_book.html / "_downloads" / "artifacts.zip").read_bytes() == \
+        (smoke_book.build / "artifacts.zip").read_bytes()

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from mdlib import paths, plots  # noqa: E402
+from mdlib import paths, plots, provenance  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -43,14 +43,18 @@ def test_save_figure_writes_png_pdf_csv(build_dir):
     assert saved.files["png"] == build_dir.resolve() / "figures" / "fig-test.png"
     assert pd.read_csv(build_dir / "results" / "fig-test.csv").equals(data)
     assert not plt.fignum_exists(fig.number)  # closed, so the inline backend does not show it twice
-    assert sorted(p.name for p in (build_dir / "figures").iterdir()) == ["fig-test.pdf", "fig-test.png"]
+    assert sorted(p.name for p in (build_dir / "figures").iterdir()) == ["fig-test.json", "fig-test.pdf",
+                                                                           "fig-test.png"]
     # the glued bundle carries the announcement the book test reads
     bundle, meta = plots._Glued({"image/png": ""}, saved)._repr_mimebundle_()
     assert meta["mdlib"] == {"kind": "figure", "label": "fig-test",
                              "files": ["figures/fig-test.png", "figures/fig-test.pdf", "results/fig-test.csv"]}
 
 
-def test_pdf_is_reproducible(build_dir):
+def test_pdf_is_reproducible(build_dir, monkeypatch):
+    fixed = provenance.record("fig-same", "figure")  # the PDF carries it, with the time of the save
+    monkeypatch.setattr(provenance, "record", lambda label, kind, files=None: fixed)
+
     def draw():
         fig, ax = plt.subplots()
         ax.plot([0, 1, 2], [0, 1, 4])

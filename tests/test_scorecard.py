@@ -195,7 +195,7 @@ def test_page_has_one_row_per_claim_in_paper_order(tmp_path):
     assert claims == list(range(len(scorecard.CLAIMS)))
     assert {verdict_of(row[4]) for row in rows} == {HOLDS}
     assert all(row[3] == "smoke" for row in rows)
-    assert "[results archive](results.zip)" in text
+    assert '<a href="results.zip" download>artifacts.zip</a>' in text
     assert rows[4][0].endswith("(3 layers)") and rows[4][1].startswith("83.47 / 81.66 / 82.57")
     for rule in scorecard.RULES:  # the page prints the rules it applied
         assert rule.sentence in text

@@ -1,0 +1,84 @@
+"""The book's figures and tables as ``mdlib.plots`` saved them.
+
+* Tables numbered as tables: ``{glue:figure}`` makes a figure of everything it shows; a figure whose
+  name (its ``:name:`` label) starts with ``table-`` becomes a :class:`table_figure`, rendered like a
+  figure but numbered, captioned ("Table 4.1: ...") and referenced by ``{numref}`` as a table.
+* Reproduce and cite: under every figure or table whose label has a provenance record in the build
+  folder (``<build>/figures/<label>.json`` or ``<build>/results/<label>.json``, written by
+  ``mdlib.plots``), a collapsed block with the command that regenerates it and its citation
+  (``mdlib.provenance.reproduce_html``). A label without a record gets nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from docutils import nodes
+from sphinx.transforms import SphinxTransform
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: its mdlib, its CITATION.cff
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TABLE_PREFIX = "table-"
+
+
+class table_figure(nodes.figure):  # noqa: N801 - docutils names node classes in lower case
+    """A table shown by ``{glue:figure}``: a figure, numbered as a table."""
+
+
+class TablesAsTables(SphinxTransform):
+    """Swap every figure named ``table-...`` for a :class:`table_figure` before numbers are assigned."""
+
+    default_priority = 800
+
+    def apply(self, **kwargs) -> None:
+        for node in list(self.document.findall(nodes.figure)):
+            if type(node) is nodes.figure and any(name.startswith(TABLE_PREFIX) for name in node["names"]):
+                table = table_figure(node.rawsource, *node.children, **node.attributes)
+                table.source, table.line = node.source, node.line
+                node.replace_self(table)
+                for node_id in table["ids"]:  # what {numref} looks a target up in
+                    self.document.ids[node_id] = table
+
+
+def _number(app, docname: str, node: nodes.Element) -> str | None:
+    """The node's number as the book shows it ("Table 4.2"), or None when it has none."""
+    std = app.env.domains["std"]
+    figtype = std.get_enumerable_node_type(node)
+    try:
+        number = app.env.toc_fignumbers[docname][figtype][node["ids"][0]]
+    except (KeyError, IndexError):
+        return None
+    return app.config.numfig_format.get(figtype, "%s") % ".".join(map(str, number))
+
+
+def add_reproduce_blocks(app, doctree: nodes.document, docname: str) -> None:
+    """Append the "reproduce and cite" block after each figure/table with a provenance record."""
+    from mdlib import provenance
+
+    cff = None
+    for node in list(doctree.findall(nodes.figure)):
+        record = next((r for name in node["names"] if (r := provenance.find(name)) is not None), None)
+        if record is None:
+            continue
+        if cff is None:
+            cff = provenance.load_citation(ROOT / "CITATION.cff")
+        block = provenance.reproduce_html(record, cff, _number(app, docname, node))
+        node.parent.insert(node.parent.index(node) + 1, nodes.raw("", block, format="html"))
+
+
+def _visit(self, node):
+    self.visit_figure(node)
+
+
+def _depart(self, node):
+    self.depart_figure(node)
+
+
+def setup(app):
+    app.add_enumerable_node(table_figure, "table", html=(_visit, _depart))
+    app.add_transform(TablesAsTables)
+    app.connect("doctree-resolved", add_reproduce_blocks)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

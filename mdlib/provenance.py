@@ -1,0 +1,359 @@
+"""Provenance of every saved figure and table: what produced it, and how to produce it again.
+
+``plots.save_figure`` and ``plots.save_table`` call :func:`write` after saving, which writes one JSON
+record per label (atomically):
+
+    <build>/figures/<label>.json   for a figure (beside its PNG and PDF)
+    <build>/results/<label>.json   for every label with a CSV (a table, and a figure saved with data=)
+
+A figure with data has both files, with the same content. The PNG (text chunk ``Provenance``) and the
+PDF (info dict ``Subject``) carry the same JSON. The record holds:
+
+* ``label``, ``kind`` ("figure" / "table"), ``reproduces`` (the paper's figure or table, from
+  :data:`PAPER_ARTIFACTS`, or None) and ``new`` (true for an analysis the paper does not have);
+* ``notebook``, ``profile``, ``parameters`` (every parameter as executed), ``overrides`` (those given
+  on the command line) and ``command`` (the ``python -m mdlib run`` line that regenerates it); these
+  come from the environment variable :data:`ENV` that ``mdlib.book.run_notebook`` sets for the kernel,
+  and are None outside that pipeline (a notebook opened in Jupyter);
+* ``runs``: ``kind/key`` of every stored run the process loaded or stored before the save
+  (``mdlib.runs.used_runs``): in a notebook, its runs up to that figure, a superset of those drawn;
+* ``git`` (``commit``, ``dirty``; None outside a git checkout), ``versions`` (mdlib, torch, numpy,
+  python), ``hardware`` (platform, CPU model and count, GPU name or None), ``time`` (UTC, ISO 8601),
+  ``files`` (relative to the build directory).
+
+:func:`write_archive` zips every figure, table and record into ``<build>/artifacts.zip``;
+:func:`reproduce_html` is the collapsed "reproduce and cite" block the book shows under each artifact.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from mdlib import paths
+
+#: The environment variable (JSON: notebook, profile, parameters, overrides) set for a notebook's kernel.
+ENV = "MDLIB_NOTEBOOK_RUN"
+#: Where :func:`write_archive` puts the archive, relative to the build directory and to the HTML root.
+ARCHIVE = "artifacts.zip"
+ARCHIVE_HTML = f"_downloads/{ARCHIVE}"
+
+#: The figure or table of the paper (PAPER.md, section 5) each label reproduces; None: a new analysis.
+PAPER_ARTIFACTS: dict[str, str | None] = {
+    # 01: E1, fixed-decoder paths
+    "fig-e1-paths": "Figure 4",
+    "table-e1-final": None,
+    "fig-e1-stall": None,
+    # 02: E2, one instance as a 2-D path (the paper's figure of E2)
+    "fig-e2-path": "E2: single-instance 2-D path figure",
+    "fig-e2-norm-growth": None,
+    # 03: E3, joint training
+    "fig-e3-joint": "E3: joint-training figure (probabilities)",
+    "fig-e3-joint-W": "E3: joint-training figure (W against the attention SVM)",
+    "fig-e3-joint-v": "E3: joint-training figure (v against the decoder SVM)",
+    "table-e3-final": None,
+    # 04: E4, sentiment
+    "table-sentiment-steps": None,
+    "table-1": "Table 1",
+    "table-sentiment-runs": "Table 1 (per run)",
+    "fig-sentiment-curves": None,
+    "table-sentiment-ablation": None,
+    # 05: E5, token selection
+    "fig-token-attention": "Figures 8, 13, 14",
+    "table-token-selection": "Figures 8, 13, 14 (wins and mean scores)",
+    "fig-token-intervention": None,
+    # 06: E6, weights
+    "table-weights-kqv": "Figure 9 (entries above 0.06)",
+    "fig-weights-kqv": "Figure 9",
+    "table-weights-change": None,
+    "fig-pruning": None,
+    # 07: E7, vision transformer
+    "table-vit-sweep": None,
+    "fig-vit-accuracy": "Figures 10, 11",
+    "table-vit": "Figures 10, 11 (final test accuracy)",
+    "fig-vit-weights": "Figure 12",
+    "fig-vit-pruning": None,
+    # 08: E8, cost
+    "fig-cost-step": None,
+    "table-cost-training": None,
+    "table-cost": "Appendix G.1 (operations per parameter)",
+    "table-cost-vit": "Appendix G.7 (training time)",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# the fields
+
+
+def notebook_run() -> dict[str, Any]:
+    """``{notebook, profile, parameters, overrides}`` from :data:`ENV` (all None when it is unset or
+    unreadable: a notebook run outside ``mdlib.book.run_notebook``)."""
+    empty = dict.fromkeys(("notebook", "profile", "parameters", "overrides"))
+    try:
+        value = json.loads(os.environ.get(ENV) or "null")
+    except ValueError:
+        return empty
+    if not isinstance(value, dict):
+        return empty
+    return {key: value.get(key) for key in empty}
+
+
+def command(notebook: str | None, profile: str | None, overrides: Mapping[str, Any] | None) -> str | None:
+    """The shell command that executes ``notebook`` again at ``profile`` with ``overrides``
+    (``python -m mdlib run NN_name --profile P -p key value ...``); None without a notebook."""
+    if not notebook:
+        return None
+    parts = ["python", "-m", "mdlib", "run", notebook, "--profile", profile or "default"]
+    import yaml
+
+    for key, value in (overrides or {}).items():
+        # values are read back as YAML, a superset of JSON; a string stays bare when YAML reads it back as is
+        bare = isinstance(value, str) and yaml.safe_load(value) == value
+        parts += ["-p", key, value if bare else json.dumps(value)]
+    return shlex.join(parts)
+
+
+def git_state(root: Path | None = None) -> dict[str, Any]:
+    """``{"commit": sha or None, "dirty": bool or None}`` of the checkout at ``root`` (the repository
+    by default); both None when ``root`` is not the top of a git work tree or git is unavailable.
+    Dirty: a tracked file modified, or an untracked file git does not ignore."""
+    root = Path(root or paths.ROOT).resolve()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+
+    try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root:
+            raise ValueError("inside another repository")
+        return {"commit": git("rev-parse", "--verify", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def _version(package: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    import numpy
+
+    from mdlib import __version__
+
+    return {"mdlib": __version__, "torch": _version("torch"), "numpy": numpy.__version__,
+            "python": platform.python_version()}
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def hardware() -> dict[str, Any]:
+    """Platform, CPU model and count, and the name of CUDA device 0 (None without one, or when torch
+    has not been imported: the record never imports torch itself)."""
+    gpu = None
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+        except Exception:  # noqa: BLE001 - a broken driver: no GPU to report
+            gpu = None
+    return {"platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "gpu": gpu}
+
+
+def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> dict[str, Any]:
+    """The provenance record of the artifact ``label`` (``kind`` "figure" or "table") saved now."""
+    from mdlib import runs
+
+    if kind not in ("figure", "table"):
+        raise ValueError(f"kind must be 'figure' or 'table', got {kind!r}")
+    run = notebook_run()
+    build = paths.build_dir()
+    rel = []
+    for path in (files or {}).values():
+        try:
+            rel.append(Path(path).relative_to(build).as_posix())
+        except ValueError:
+            rel.append(str(path))
+    reproduces = PAPER_ARTIFACTS.get(label)
+    return {
+        "label": label,
+        "kind": kind,
+        "reproduces": reproduces,
+        "new": reproduces is None,
+        **run,
+        "command": command(run["notebook"], run["profile"], run["overrides"]),
+        "runs": runs.used_runs(),
+        "git": git_state(),
+        "versions": versions(),
+        "hardware": hardware(),
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "files": rel,
+    }
+
+
+def dumps(rec: Mapping[str, Any]) -> str:
+    return json.dumps(rec, indent=1, ensure_ascii=True, default=str)
+
+
+def json_paths(label: str, kind: str, has_csv: bool) -> list[Path]:
+    """Where the record of ``label`` goes: beside the PNG of a figure, and beside every CSV."""
+    out = [paths.figures_dir() / f"{label}.json"] if kind == "figure" else []
+    if has_csv:
+        out.append(paths.results_dir() / f"{label}.json")
+    return out
+
+
+def write(rec: Mapping[str, Any], has_csv: bool) -> list[Path]:
+    """Write ``rec`` (see :func:`record`) atomically to every place :func:`json_paths` names."""
+    text = dumps(rec) + "\n"
+    return [paths.atomic_write(path, lambda tmp: tmp.write_text(text, "utf-8"))
+            for path in json_paths(rec["label"], rec["kind"], has_csv)]
+
+
+def find(label: str, build: Path | None = None) -> dict[str, Any] | None:
+    """The record of ``label`` in the build directory (figures first, then results), or None."""
+    build = Path(build) if build is not None else paths.build_dir()
+    for path in (build / "figures" / f"{label}.json", build / "results" / f"{label}.json"):
+        try:
+            return json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# citation and the "reproduce and cite" block
+
+
+def load_citation(path: Path | None = None) -> dict[str, Any]:
+    """The repository's ``CITATION.cff`` as a mapping ({} when it is missing)."""
+    import yaml
+
+    path = Path(path or paths.ROOT / "CITATION.cff")
+    try:
+        return yaml.safe_load(path.read_text("utf-8")) or {}
+    except OSError:
+        return {}
+
+
+def _authors(cff: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(plain, BibTeX) name of each author: an entity's ``name`` braced, a person "Family, Given"."""
+    names = []
+    for author in cff.get("authors") or []:
+        if author.get("name"):
+            names.append((str(author["name"]), "{" + str(author["name"]) + "}"))
+        elif author.get("family-names"):
+            given, family = author.get("given-names"), str(author["family-names"])
+            names.append((f"{given} {family}" if given else family, f"{family}, {given}" if given else family))
+    return names or [("The mdlib contributors", "{The mdlib contributors}")]
+
+
+def citation(rec: Mapping[str, Any], cff: Mapping[str, Any], number: str | None = None) -> tuple[str, str]:
+    """(BibTeX, plain text) citing the artifact of ``rec`` in the software of ``cff``; ``number`` is
+    the artifact's number in the book (e.g. "Table 4.2"), or None."""
+    label = rec["label"]
+    authors = _authors(cff)
+    title = str(cff.get("title", "mdlib"))
+    version = cff.get("version")
+    commit = (rec.get("git") or {}).get("commit")
+    year = str(rec.get("time") or "")[:4] or None
+    what = f"{number} ({label})" if number else f"{rec['kind']} {label}"
+    note = ", ".join(x for x in (what, f"profile {rec['profile']}" if rec.get("profile") else None,
+                                  f"commit {commit[:12]}" if commit else None) if x)
+    key = "mdlib-" + "".join(c if c.isalnum() else "-" for c in label)
+    fields = {"author": " and ".join(bib for _, bib in authors),
+              "title": "{" + title + "}", "year": year, "version": version, "note": note, "url": cff.get("url")}
+    bibtex = "@misc{" + key + ",\n" + ",\n".join(
+        f"  {name} = {{{value}}}" for name, value in fields.items() if value) + "\n}"
+    plain = f"{', '.join(name for name, _ in authors)}. {title}" + (f", version {version}" if version else "") + \
+        (f" ({year})" if year else "") + f". {note[0].upper() + note[1:]}."
+    return bibtex, plain
+
+
+def reproduce_html(rec: Mapping[str, Any], cff: Mapping[str, Any], number: str | None = None) -> str:
+    """A collapsed ``<details>`` block: the command that regenerates the artifact of ``rec``, its
+    provenance in brief, and its citation (BibTeX and plain text)."""
+    bibtex, plain = citation(rec, cff, number)
+    git = rec.get("git") or {}
+    commit = git.get("commit")
+    state = ("" if commit is None else f"{commit[:12]}{' (uncommitted changes)' if git.get('dirty') else ''}")
+    runs = rec.get("runs") or []
+    rows = [("label", rec["label"]), ("paper", rec.get("reproduces") or "new analysis"),
+            ("profile", rec.get("profile") or "unknown"), ("commit", state or "unknown"),
+            ("stored runs", f"{len(runs)} (listed in {rec['label']}.json)"), ("saved", rec.get("time") or "")]
+    cmd = rec.get("command") or "(saved outside `python -m mdlib`: no command recorded)"
+    esc = html.escape
+    items = "".join(f"<li><strong>{esc(k)}</strong>: <code>{esc(str(v))}</code></li>" for k, v in rows)
+    return (
+        '<details class="mdlib-provenance">\n'
+        f"<summary>Reproduce and cite {esc(rec['kind'])} <code>{esc(rec['label'])}</code></summary>\n"
+        f'<p>Regenerate it:</p>\n<pre class="mdlib-command">{esc(cmd)}</pre>\n'
+        f"<ul>{items}</ul>\n"
+        f'<p>Cite it (BibTeX):</p>\n<pre class="mdlib-bibtex">{esc(bibtex)}</pre>\n'
+        f'<p class="mdlib-cite">{esc(plain)}</p>\n'
+        "</details>\n"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the archive
+
+
+def archive_members(build: Path | None = None) -> list[Path]:
+    """Every figure (PNG, PDF), table CSV and provenance JSON in the build directory, sorted."""
+    build = Path(build) if build is not None else paths.build_dir()
+    found = []
+    for folder, suffixes in (("figures", (".png", ".pdf", ".json")), ("results", (".csv", ".json"))):
+        if (build / folder).is_dir():
+            found += [p for p in (build / folder).iterdir()
+                      if p.is_file() and p.suffix in suffixes and not p.name.startswith(".")]
+    return sorted(found)
+
+
+def write_archive(build: Path | None = None) -> Path:
+    """Zip :func:`archive_members` into ``<build>/artifacts.zip`` (atomically; names relative to the
+    build directory, e.g. ``figures/fig-e1-paths.png``) and return its path."""
+    build = Path(build) if build is not None else paths.build_dir()
+
+    def fill(tmp: Path) -> None:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for path in archive_members(build):
+                archive.write(path, path.relative_to(build).as_posix())
+
+    return paths.atomic_write(build / ARCHIVE, fill)
+
+
+def publish_archive(html_root: Path | None = None, build: Path | None = None) -> Path:
+    """Copy ``<build>/artifacts.zip`` into the HTML book at :data:`ARCHIVE_HTML` (atomically)."""
+    import shutil
+
+    build = Path(build) if build is not None else paths.build_dir()
+    html_root = Path(html_root) if html_root is not None else paths.html_dir()
+    return paths.atomic_write(html_root / ARCHIVE_HTML, lambda tmp: shutil.copyfile(build / ARCHIVE, tmp))
+
+
+def archive_href(docname: str = "index") -> str:
+    """The link to the archive from the page ``docname`` (e.g. "book/scorecard"), relative to it."""
+    depth = docname.count("/")
+    return "../" * depth + ARCHIVE_HTML

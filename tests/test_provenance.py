@@ -1,0 +1,282 @@
+"""Provenance records of saved figures and tables, the runs registry, the "reproduce and cite" block,
+tables numbered as tables, and the artifacts archive."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from mdlib import cli, paths, plots, provenance, runs  # noqa: E402
+
+sys.path.insert(0, str(paths.BOOK / "_ext"))
+import mdlib_artifacts  # noqa: E402
+
+RUN = {"notebook": "04_sentiment", "profile": "smoke", "parameters": {"profile": "smoke", "seeds": 3, "ps": [1.1, 2.0],
+                                                                    "name": "a b"},
+       "overrides": {"seeds": 3, "ps": [1.1, 2.0], "name": "a b"}}
+
+
+@pytest.fixture(autouse=True)
+def build_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "out"))
+    monkeypatch.delenv(provenance.ENV, raising=False)
+    runs.clear_used_runs()
+    yield (tmp_path / "out").resolve()
+    runs.clear_used_runs()
+
+
+@pytest.fixture
+def kernel_env(monkeypatch):
+    """The environment ``mdlib.book.run_notebook`` gives a notebook's kernel."""
+    monkeypatch.setenv(provenance.ENV, json.dumps(RUN))
+
+
+def _figure():
+    fig, ax = plt.subplots()
+    ax.plot([0, 1, 2], [0, 1, 4])
+    return fig
+
+
+def _check_common(record, label, kind):
+    assert record["label"] == label and record["kind"] == kind
+    assert record["notebook"] == "04_sentiment" and record["profile"] == "smoke"
+    assert record["parameters"] == RUN["parameters"] and record["overrides"] == RUN["overrides"]
+    assert record["versions"]["mdlib"] == __import__("mdlib").__version__
+    assert record["versions"]["numpy"] == np.__version__
+    assert record["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert set(record["versions"]) == {"mdlib", "torch", "numpy", "python"}
+    assert set(record["hardware"]) == {"platform", "cpu", "cpu_count", "gpu"}
+    assert record["hardware"]["cpu_count"] >= 1
+    assert set(record["git"]) == {"commit", "dirty"}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", record["time"])
+
+
+def test_figure_record_has_every_field(build_dir, kernel_env):
+    runs.store("e1-paths", {"seed": 1}, {"x": np.arange(3)})
+    data = pd.DataFrame({"step": [0, 1], "value": [1.0, 0.0]})
+    plots.save_figure(_figure(), "fig-e1-paths", data=data)
+    record = json.loads((build_dir / "figures" / "fig-e1-paths.json").read_text())
+    # a figure with data: the same record beside the PNG and beside the CSV
+    assert json.loads((build_dir / "results" / "fig-e1-paths.json").read_text()) == record
+    _check_common(record, "fig-e1-paths", "figure")
+    assert record["reproduces"] == "Figure 4" and record["new"] is False
+    assert record["runs"] == [f"e1-paths/{runs.config_key('e1-paths', {'seed': 1})}"]
+    assert record["files"] == ["figures/fig-e1-paths.png", "figures/fig-e1-paths.pdf", "results/fig-e1-paths.csv"]
+    # the command runs the same notebook again, and its -p values parse back to the overrides
+    args = cli.build_parser().parse_args(shlex.split(record["command"])[3:])
+    assert (args.command, args.notebook, args.profile) == ("run", "04_sentiment", "smoke")
+    assert {k: cli._parse_value(v, k) for k, v in args.parameter} == RUN["overrides"]
+    # no CSV, no JSON in results/
+    plots.save_figure(_figure(), "fig-alone")
+    assert (build_dir / "figures" / "fig-alone.json").is_file()
+    assert not (build_dir / "results" / "fig-alone.json").exists()
+
+
+def test_table_record_and_new_analyses(build_dir, kernel_env):
+    plots.save_table(pd.DataFrame({"a": [1.0]}), "table-1", glue=False)
+    record = json.loads((build_dir / "results" / "table-1.json").read_text())
+    _check_common(record, "table-1", "table")
+    assert record["reproduces"] == "Table 1" and record["new"] is False and record["runs"] == []
+    assert not (build_dir / "figures").exists()
+    plots.save_table(pd.DataFrame({"a": [1.0]}), "table-something-new", glue=False)
+    new = json.loads((build_dir / "results" / "table-something-new.json").read_text())
+    assert new["reproduces"] is None and new["new"] is True
+
+
+def test_outside_the_pipeline_the_run_fields_are_null(build_dir, monkeypatch):
+    plots.save_table(pd.DataFrame({"a": [1]}), "table-x", glue=False)
+    record = json.loads((build_dir / "results" / "table-x.json").read_text())
+    assert [record[k] for k in ("notebook", "profile", "parameters", "overrides", "command")] == [None] * 5
+    monkeypatch.setenv(provenance.ENV, "{not json")
+    assert provenance.notebook_run() == dict.fromkeys(("notebook", "profile", "parameters", "overrides"))
+
+
+def test_every_labelled_artifact_of_the_notebooks_is_mapped():
+    """Each label a notebook saves is in PAPER_ARTIFACTS (a paper figure/table, or None: new)."""
+    source = "\n".join(p.read_text() for p in sorted(paths.NOTEBOOKS.glob("[0-9][0-9]_*.py")))
+    labels = set(re.findall(r"save_(?:figure|table)\([^\"]*?\"((?:fig|table)-[^\"]+)\"", source, re.S))
+    assert labels, "no labels found in the notebooks"
+    assert labels <= set(provenance.PAPER_ARTIFACTS), sorted(labels - set(provenance.PAPER_ARTIFACTS))
+
+
+def _pdf_string(raw: bytes, key: bytes) -> str:
+    """The PDF literal string ``(...)`` after ``key`` (escapes and balanced parentheses resolved)."""
+    i = raw.index(key + b" (") + len(key) + 2
+    out, depth, escapes = bytearray(), 0, {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t"}
+    while True:
+        c = raw[i]
+        if c == ord("\\"):
+            i += 1
+            out += escapes.get(raw[i], bytes([raw[i]]))
+        elif c == ord(")") and depth == 0:
+            return out.decode("latin-1")
+        else:
+            depth += {ord("("): 1, ord(")"): -1}.get(c, 0)
+            out.append(c)
+        i += 1
+
+
+def test_png_and_pdf_carry_the_record(build_dir, kernel_env):
+    saved = plots.save_figure(_figure(), "fig-meta")
+    record = json.loads((build_dir / "figures" / "fig-meta.json").read_text())
+    with Image.open(saved.files["png"]) as image:
+        assert json.loads(image.text["Provenance"]) == record
+    pdf = saved.files["pdf"]
+    try:
+        from pypdf import PdfReader
+    except ImportError:  # read the info dict's strings from the bytes (matplotlib writes them uncompressed)
+        raw = pdf.read_bytes()
+        assert _pdf_string(raw, b"/Title") == "fig-meta"
+        assert json.loads(_pdf_string(raw, b"/Subject")) == record
+    else:
+        info = PdfReader(pdf).metadata
+        assert json.loads(info["/Subject"]) == record and info["/Title"] == "fig-meta"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_git_state_clean_dirty_and_not_a_repository(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    assert provenance.git_state(repo) == {"commit": None, "dirty": None}  # not a repository
+    _git(repo, "init", "-q")
+    assert provenance.git_state(repo) == {"commit": None, "dirty": None}  # no commit yet
+    (repo / "a.txt").write_text("one\n")
+    _git(repo, "add", "a.txt")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = _git(repo, "rev-parse", "HEAD")
+    assert provenance.git_state(repo) == {"commit": head, "dirty": False}
+    (repo / "a.txt").write_text("two\n")
+    assert provenance.git_state(repo) == {"commit": head, "dirty": True}
+    _git(repo, "checkout", "-q", "a.txt")
+    (repo / "new.py").write_text("")
+    assert provenance.git_state(repo) == {"commit": head, "dirty": True}  # an untracked, not ignored file
+    (repo / "sub").mkdir()
+    assert provenance.git_state(repo / "sub") == {"commit": None, "dirty": None}  # not the top of the tree
+
+
+def test_runs_registry_records_exactly_what_was_loaded_or_stored(build_dir):
+    key = lambda kind, config: f"{kind}/{runs.config_key(kind, config)}"  # noqa: E731
+    assert runs.load("a", {"n": 1}) is None  # a miss records nothing
+    assert runs.used_runs() == []
+    runs.store("a", {"n": 1}, {"x": 1})
+    runs.load_or_run("b", {"n": 2}, lambda: {"y": np.ones(2)})  # computed and stored
+    runs.load_or_run("b", {"n": 2}, lambda: pytest.fail("recomputed"))  # a hit, recorded once
+    runs.clear_used_runs()
+    assert runs.used_runs() == []
+    assert runs.load("b", {"n": 2}) is not None
+    runs.load_or_run("a", {"n": 1}, lambda: pytest.fail("recomputed"))
+    assert runs.used_runs() == [key("b", {"n": 2}), key("a", {"n": 1})]
+
+
+def test_reproduce_block_has_command_bibtex_and_commit(kernel_env):
+    record = provenance.record("table-1", "table")
+    record["git"] = {"commit": "0123456789abcdef0123", "dirty": True}
+    cff = provenance.load_citation()
+    block = provenance.reproduce_html(record, cff, "Table 4.2")
+    assert block.startswith('<details class="mdlib-provenance">') and block.rstrip().endswith("</details>")
+    assert "python -m mdlib run 04_sentiment --profile smoke -p seeds 3 -p ps &#x27;[1.1, 2.0]&#x27; -p name " \
+           "&#x27;a b&#x27;" in block
+    bibtex, plain = provenance.citation(record, cff, "Table 4.2")
+    assert bibtex.startswith("@misc{mdlib-table-1,") and "author = {{The mdlib contributors}}" in bibtex
+    assert "Table 4.2 (table-1)" in bibtex and "commit 0123456789ab" in bibtex and f"version = {{{cff['version']}}}" in bibtex
+    assert cff["title"] in plain and "Table 4.2 (table-1)" in plain
+    assert "@misc{mdlib-table-1," in block and "0123456789ab (uncommitted changes)" in block
+    assert "Table 1" in block  # the paper's artifact
+
+
+def test_extension_swaps_tables_and_appends_blocks(build_dir, kernel_env):
+    """The Sphinx side on a hand-made doctree: a figure named table-* becomes a table_figure, and
+    every figure with a record gets the block after it (none without a record)."""
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+    from types import SimpleNamespace
+
+    doc = new_document("x", get_default_settings(Parser))
+    section = nodes.section()
+    doc += section
+    for name in ("table-1", "fig-e1-paths", "fig-unsaved"):
+        figure = nodes.figure("", nodes.caption("", "caption"), names=[name], ids=[name])
+        section += figure
+    transform = mdlib_artifacts.TablesAsTables(doc)
+    transform.apply()
+    assert [type(n).__name__ for n in section.children] == ["table_figure", "figure", "figure"]
+    plots.save_table(pd.DataFrame({"a": [1]}), "table-1", glue=False)
+    plots.save_figure(_figure(), "fig-e1-paths")
+    numbers = {"table": {"table-1": (4, 2)}, "figure": {"fig-e1-paths": (4, 1)}}
+    std = SimpleNamespace(get_enumerable_node_type=lambda n: "table" if isinstance(n, mdlib_artifacts.table_figure)
+                          else "figure")
+    app = SimpleNamespace(env=SimpleNamespace(domains={"std": std}, toc_fignumbers={"doc": numbers}),
+                          config=SimpleNamespace(numfig_format={"table": "Table %s", "figure": "Fig. %s"}))
+    mdlib_artifacts.add_reproduce_blocks(app, doc, "doc")
+    kinds = [type(n).__name__ for n in section.children]
+    assert kinds == ["table_figure", "raw", "figure", "raw", "figure"]
+    table_block, figure_block = section.children[1].astext(), section.children[3].astext()
+    assert "Table 4.2 (table-1)" in table_block and "python -m mdlib run 04_sentiment" in table_block
+    assert "Fig. 4.1 (fig-e1-paths)" in figure_block and "@misc{mdlib-fig-e1-paths," in figure_block
+
+
+def test_archive_lists_every_artifact(build_dir, tmp_path):
+    plots.save_figure(_figure(), "fig-a", data=pd.DataFrame({"x": [1]}))
+    plots.save_table(pd.DataFrame({"x": [1]}), "table-b", glue=False)
+    (build_dir / "runs").mkdir()
+    (build_dir / "runs" / "not-an-artifact.json").write_text("{}")
+    path = provenance.write_archive()
+    assert path == build_dir / "artifacts.zip"
+    with zipfile.ZipFile(path) as archive:
+        assert sorted(archive.namelist()) == [
+            "figures/fig-a.json", "figures/fig-a.pdf", "figures/fig-a.png",
+            "results/fig-a.csv", "results/fig-a.json", "results/table-b.csv", "results/table-b.json"]
+        assert archive.read("results/table-b.csv") == (build_dir / "results" / "table-b.csv").read_bytes()
+    html = tmp_path / "html"
+    assert provenance.publish_archive(html) == html / "_downloads" / "artifacts.zip"
+    assert (html / "_downloads" / "artifacts.zip").read_bytes() == path.read_bytes()
+    assert provenance.archive_href() == "_downloads/artifacts.zip"
+    assert provenance.archive_href("book/scorecard") == "../_downloads/artifacts.zip"
+
+
+def test_tiny_sphinx_build_numbers_tables_as_tables(tmp_path, build_dir, kernel_env):
+    """A two-page MyST book with the extension: the figure named table-1 is "Table 1" in its caption
+    and in {numref}, the figure stays "Fig. 1", and only the artifact with a record gets a block."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text(f"import sys\nsys.path.insert(0, {str(paths.BOOK / '_ext')!r})\n"
+                                 "extensions = ['myst_parser', 'mdlib_artifacts']\nnumfig = True\n")
+    (src / "index.md").write_text("# Book\n\n```{toctree}\npage\n```\n")
+    figure = _figure()
+    figure.savefig(src / "img.png")
+    plt.close(figure)
+    (src / "page.md").write_text(
+        "# Page\n\n## Table 1\n\n```{figure} img.png\n:name: table-1\n\nThe table's caption.\n```\n\n"
+        "```{figure} img.png\n:name: fig-a\n\nA figure.\n```\n\nSee {numref}`table-1` and {numref}`fig-a`.\n")
+    plots.save_table(pd.DataFrame({"a": [1]}), "table-1", glue=False)
+    proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(src), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "page.html").read_text()
+    assert '<span class="caption-number">Table 1 </span>' in page
+    assert '<span class="caption-number">Fig. 1 </span>' in page
+    assert re.search(r'<span class="std std-numref">Table 1</span>', page)
+    assert re.search(r'<span class="std std-numref">Fig\. 1</span>', page)
+    assert page.count('class="mdlib-provenance"') == 1
+    assert "Reproduce and cite table <code>table-1</code>" in page and "Table 1 (table-1)" in page
+    assert "python -m mdlib run 04_sentiment --profile smoke" in page
