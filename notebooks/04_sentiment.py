@@ -159,7 +159,7 @@ glue("t1-gaps", "; ".join(gaps) or "not measured", display=False)
 # ```{glue:figure} table-1
 # :name: table-1
 #
-# Table 1: best test accuracy over epochs (%), mean ± standard deviation over seeds, with the mean
+# The paper's Table 1 reproduced: best test accuracy over epochs (%), mean ± standard deviation over seeds, with the mean
 # number of epochs to the stop rule (and how many runs reached it), next to the paper's IMDb numbers
 # and the authors' epochs to the stop. Per cell (also the last epoch's accuracy):
 # `_build/results/table-1.csv`; per run: `_build/results/table-sentiment-runs.csv`.
