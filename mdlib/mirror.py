@@ -73,8 +73,7 @@ def _signed_power(u: Tensor, r: float, out: Tensor | None = None, scratch: Tenso
     caller passing ``out`` (and ``scratch``, a tensor like u, used for integer r >= 3) allocates nothing.
 
     p = 1 + 1/k gives the integer inverse exponent r = k (p = 1.1 -> r = 10: repeated squaring);
-    p = 3 gives r = 1/2 (a square root). Other exponents use exp(r log|u|), a vectorized pair of
-    transcendental functions (faster than pow on CPU and under torch.compile). ``out`` must not be u.
+    p = 3 gives r = 1/2 (a square root). Other exponents use exp(r log|u|). ``out`` must not be u.
     """
     out = torch.empty_like(u) if out is None else out
     kind, k = _power_kind(r, u.dtype)
@@ -113,12 +112,12 @@ def _fused_signed_power(u: Tensor, r: float) -> Tensor:
     Same cases as :func:`_signed_power`, plus one: in float32, r = n/3 with n > 3 (p = 1.75 gives
     r = 4/3) avoids exp/log. y = |u|^(-1/3) is seeded from the exponent bits (y0 = bits(K - bits(|u|)/3),
     within 3.5 %) and refined by three division-free Newton steps y <- y (4/3 - |u| y^3 / 3); then
-    |u|^(1/3) = |u| y^2, |u|^(2/3) = |u| y, times an integer power of |u|. About a third of the
-    operations of exp(r log|u|), and more accurate (max relative error 5e-7 instead of 1e-5 over
-    1e-28 <= |u| <= 1e28). Inputs below the normal range give 0, as the true value underflows for n > 3.
+    |u|^(1/3) = |u| y^2, |u|^(2/3) = |u| y, times an integer power of |u|. More accurate than
+    exp(r log|u|) (max relative error 5e-7 instead of 1e-5 over 1e-28 <= |u| <= 1e28). Inputs below
+    the normal range give 0, as the true value underflows for n > 3.
     Every read of a value is re-evaluated inside the compiled expression, so the iteration reads y
     only twice per step (y^3 as one power); otherwise compiling grows like 4^steps.
-    Eagerly this would be slow (every operation a pass over memory): eager code uses _signed_power.
+    Written for torch.compile; eager code uses :func:`_signed_power`.
     """
     kind, n = _power_kind(r, u.dtype)
     if kind != "cube":

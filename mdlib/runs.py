@@ -539,8 +539,7 @@ def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mappi
              skip: tuple[type[BaseException], ...] = (), progress: bool = True,
              device: str | torch.device | None = None) -> list[RunResult | None]:
     """``run(kind, config, build, extras=extras)`` for every config, in order; the missing ones trained
-    by ``workers`` processes at once, each with one thread (on a CPU, small models train faster as N
-    one-thread processes than as one N-thread process). With workers > 1, ``build`` and ``extras``
+    by ``workers`` processes at once, each with one thread. With workers > 1, ``build`` and ``extras``
     must be module-level functions of an importable module (they are sent to spawned processes).
     On CUDA, or under torchrun, the runs go one after another in this process. A run that raises one
     of the exception types in ``skip`` (e.g. FloatingPointError: a step size too large) gives None

@@ -12,8 +12,8 @@ w is rescaled to ``min(A w) = 1`` (exactly feasible), the duality gap ``||w||_p^
 (>= 0) bounds its suboptimality, and gap and violation must be below the tolerance.
 
 Method, per problem, compiled with numba (a batch is a loop over its problems; the first call of a
-fresh install compiles for about 20 s, cached on disk afterwards; without numba the same code runs
-as interpreted Python, with the same results, orders of magnitude slower):
+fresh install compiles, cached on disk afterwards; without numba the same code runs as interpreted
+Python, with the same results):
 
 1. p = 2 first. The dual is a quadratic program in G = A A^T, solved by the primal-dual active-set
    iteration F = {i: lambda_i G_ii >= (G lambda)_i - 1}, lambda_F = G_FF^-1 1, lambda = 0 off F
@@ -234,7 +234,7 @@ def _exponent(e):
 @_jit
 def _power(a, e):
     """a**e for a >= 0, elementwise: exponents n/2 and n/3 by a square or cube root and repeated squaring
-    (several times cheaper than pow, and within rounding of it)."""
+    (within rounding of pow)."""
     root, n = _exponent(e)
     out = np.empty_like(a)
     if root == 0:

@@ -15,14 +15,16 @@
 # # Fixed-decoder paths find their own $\ell_p$ SVM (E1)
 #
 # **The claim.** Train only the attention matrix $W$ of the single-head model
-# $f(X, z) = v^\top X^\top \mathrm{softmax}(XWz)$ with $\ell_p$ mirror descent, decoder $v$ fixed.
-# The paper proves (its Theorems 8 and 10, {cite}`julistiono2026mirror`) that $\|W(k)\|$ grows
-# without bound and that the *direction* $W(k)/\|W(k)\|_p$ converges to the $\ell_p$ attention SVM
+# $f(X, z) = v^\top X^\top \mathrm{softmax}(XWz)$ with $\ell_p$ mirror descent {eq}`eq-md-update`,
+# decoder $v$ fixed. The paper proves (its Theorems 8 and 10, {cite}`julistiono2026mirror`) that
+# $\|W(k)\|$ grows without bound and that the *direction* $W(k)/\|W(k)\|_p$ converges to the $\ell_p$
+# attention SVM
 #
-# $$
+# ```{math}
+# :label: eq-attention-svm
 # W^{\mathrm{mm}}_p = \arg\min_W \|W\|_p \quad \text{s.t.} \quad
-# (x_{i\alpha_i} - x_{it})^\top W z_i \ge 1 \ \ \text{for all } t \ne \alpha_i,
-# $$
+# (x_{i\alpha_i} - x_{it})^\top W z_i \ge 1 \ \ \text{for all } t \ne \alpha_i \text{ and all } i,
+# ```
 #
 # with $\alpha_i$ the token each example ends up selecting. The geometry is set by the optimizer:
 # the $\ell_p$ path goes to the $\ell_p$ solution, not to the $\ell_{p'}$ one for $p' \ne p$.
@@ -33,7 +35,7 @@
 # whether the conclusion holds beyond the proof's assumptions.
 #
 # **The measurement.** For each training exponent $p$ and SVM exponent $p'$, the directional Bregman
-# divergence in the training geometry,
+# divergence {eq}`eq-bregman` in the training geometry,
 # $D_{\psi_p}\big(W^{\mathrm{mm}}_{p'}/\|W^{\mathrm{mm}}_{p'}\|_p,\; W(k)/\|W(k)\|_p\big)$ with
 # $\psi_p(w) = \|w\|_p^p/p$, which is zero exactly when the two directions agree.
 
@@ -74,8 +76,9 @@ print(f"profile={profile}: {seeds} seeds, n={n}, T={T}, d={d}, lr={lr}, steps={d
 #
 # All trials of one training exponent run as a single batched tensor program in float64
 # (`mdlib.synthetic.train`): each trial draws its own tokens, comparison tokens and decoder
-# (Gaussian, scaled to unit $\ell_2$ norm), labels ($\pm 1$) and $W(0)$, and takes the normalized
-# step $m(W) \leftarrow m(W) - \eta\, \nabla L / \|\nabla L\|_q$, $q = p/(p-1)$, with the paper's
+# (Gaussian, scaled to unit $\ell_2$ norm), labels ($\pm 1$) and $W(0)$, and takes the step
+# {eq}`eq-md-update` with the gradient normalized by its dual norm,
+# $m(W) \leftarrow m(W) - \eta\, \nabla L / \|\nabla L\|_q$, $q = p/(p-1)$, with the paper's
 # $\eta = 0.1$ and step counts. The selected tokens $\alpha$ are the argmax of each example's final
 # softmax; the SVMs are solved with `mdlib.svm` (dual projected Newton, each solution certified to a
 # relative duality gap below $10^{-8}$).

@@ -14,11 +14,12 @@
 # %% [markdown]
 # # One instance, up close: the path, the norm and the rate (E2)
 #
-# **The claims.** For a fixed decoder, the paper's Theorem 8 says that $\ell_p$ mirror descent with
-# a small enough constant step lets $\|W(k)\|$ grow without bound, and only logarithmically in $k$;
-# Theorem 10 says that the direction $W(k)/\|W(k)\|_p$ converges to the $\ell_p$ attention SVM
-# $W^{\mathrm{mm}}_p$ of the selected tokens; Theorem 11 bounds the directional Bregman divergence by
-# an inverse-logarithmic rate in $k$ {cite}`julistiono2026mirror`. The conditions are those of the
+# **The claims.** For a fixed decoder, the paper's Theorem 8 says that $\ell_p$ mirror descent
+# {eq}`eq-md-update` with a small enough constant step lets $\|W(k)\|$ grow without bound, and only
+# logarithmically in $k$; Theorem 10 says that the direction $W(k)/\|W(k)\|_p$ converges to the
+# $\ell_p$ attention SVM $W^{\mathrm{mm}}_p$ {eq}`eq-attention-svm` of the selected tokens; Theorem 11
+# bounds the directional Bregman divergence {eq}`eq-bregman` by an inverse-logarithmic rate in $k$
+# {cite}`julistiono2026mirror`. The conditions are those of the
 # previous chapter (a logistic-type loss, small steps, locally optimal tokens, a start in a cone
 # around the SVM direction with a large norm).
 #

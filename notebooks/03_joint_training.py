@@ -16,18 +16,22 @@
 #
 # **The claim.** When $W$ and the decoder $v$ are trained together, the paper proves a
 # regularization-path result: under extra assumptions, the $\ell_p$-constrained minimizers converge
-# in direction to the $\ell_p$ attention SVM $W^{\mathrm{mm}}_p$ and to the $\ell_p$ decoder SVM
+# in direction to the $\ell_p$ attention SVM $W^{\mathrm{mm}}_p$ {eq}`eq-attention-svm` and to the
+# $\ell_p$ decoder SVM
 #
-# $$
-# v^{\mathrm{mm}}_p = \arg\min_v \|v\|_p \quad \text{s.t.} \quad y_i\, x_{i\alpha_i}^\top v \ge 1 ,
-# $$
+# ```{math}
+# :label: eq-decoder-svm
+# v^{\mathrm{mm}}_p = \arg\min_v \|v\|_p \quad \text{s.t.} \quad y_i\, x_{i\alpha_i}^\top v \ge 1
+# \ \ \text{for all } i,
+# ```
 #
 # with $\alpha_i$ the selected token of example $i$ {cite}`julistiono2026mirror`. For the iterative
 # algorithm there is no theorem; the paper's joint runs are empirical support, and so are ours.
 #
 # **What we run.** The paper's fixed two-example instance ($n = 2$, $T = 3$, $d = 2$, the comparison
-# token $z_i$ is the first token of $X_i$), $W(0) = 0$ and $v(0) = 0$, both trained by normalized
-# $\ell_p$ mirror descent (each tensor normalized by its own dual norm) with step 0.1. At $v = 0$ the
+# token $z_i$ is the first token of $X_i$), $W(0) = 0$ and $v(0) = 0$, both trained by the
+# $\ell_p$ mirror-descent step {eq}`eq-md-update` with each tensor's gradient normalized by its own dual
+# norm, step 0.1. At $v = 0$ the
 # gradient in $W$ is exactly zero, so the first step moves only $v$.
 
 # %% tags=["parameters"]
@@ -113,8 +117,9 @@ glue("e3-selected", "; ".join(f"{s} at p = {p:g}" for p, s in zip(summary.p, sum
 # ```{glue:figure} table-e3-final
 # :name: table-e3-final
 #
-# Where each joint run ends: the selected tokens and the directional Bregman divergences (training
-# geometry) of $W$ and $v$ to their SVMs at the last step. Numbers: `_build/results/table-e3-final.csv`.
+# Where each joint run ends: the selected tokens and the directional Bregman divergences
+# {eq}`eq-bregman` (training geometry) of $W$ and $v$ to their SVMs {eq}`eq-attention-svm` and
+# {eq}`eq-decoder-svm` at the last step. Numbers: `_build/results/table-e3-final.csv`.
 # ```
 #
 # ## What we got, next to the paper

@@ -36,9 +36,10 @@
 # uniform initialization of every matrix (bound $1/\sqrt{\text{fan in}}$), post-LN blocks without
 # biases, dropout 0.2 on the attention probabilities and on both residual branches, a classifier
 # without bias on the [CLS] token; binary cross-entropy **summed** over the batch of 100 (the
-# paper's step sizes assume the sum); plain mirror descent on every parameter; training stops after
-# the first epoch whose running training accuracy (dropout on) reaches 99.5 %. Mirror descent is
-# not scale-invariant (an entry $w$ moves by about $\eta\, g\, |w|^{2-p}/(p-1)$), so these choices
+# paper's step sizes assume the sum); plain mirror descent {eq}`eq-md-update` on every parameter;
+# training stops after the first epoch whose running training accuracy (dropout on) reaches 99.5 %.
+# Mirror descent is not scale-invariant (by {eq}`eq-md-update`, an entry $w$ moves by about
+# $\eta\, g\, |w|^{2-p}/(p-1)$), so these choices
 # decide which layers move and how fast: they are part of the replication. Three things differ, and
 # we state them: distinct initializations per seed; step sizes chosen per method among multiples
 # of the paper's, by the validation accuracy at the stop rule (never by test); and training batches

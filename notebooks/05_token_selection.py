@@ -14,16 +14,16 @@
 # %% [markdown]
 # # Which tokens does the attention select? (E5)
 #
-# **The claim.** The theory says $\ell_p$ mirror descent drives attention toward the $\ell_p$
-# max-margin selection of tokens; with $p$ near 1 the selection should be sparser, putting the weight
-# on the few tokens that decide the label. The paper illustrates this on 40 short, machine-written
-# movie-review sentences, each with one designated pivotal word ("amazing", "terrible", ...). The
-# score of a token is the last layer's attention from the [CLS] query, averaged over heads and
-# min-max normalized over the sentence; an optimizer "wins" a sentence when its model scores the
-# pivotal token higher. Reported: $\ell_{1.1}$ wins 22 of 40 sentences, GD 16, 2 ties, and the mean
-# normalized score of the pivotal token is 0.44 ($\ell_{1.1}$) against 0.31 (GD)
-# {cite}`julistiono2026mirror`. Reviewers asked for a quantitative evaluation; 40 sentences and one
-# model per optimizer cannot tell 22 : 16 from chance.
+# **The claim.** The theory says $\ell_p$ mirror descent {eq}`eq-md-update` drives attention toward
+# the $\ell_p$ max-margin selection of tokens {eq}`eq-attention-svm`; with $p$ near 1 the selection
+# should be sparser, putting the weight on the few tokens that decide the label. The paper
+# illustrates this on 40 short, machine-written movie-review sentences, each with one designated
+# pivotal word ("amazing", "terrible", ...). The score of a token is the last layer's attention from
+# the [CLS] query, averaged over heads and min-max normalized over the sentence; an optimizer "wins"
+# a sentence when its model scores the pivotal token higher. Reported: $\ell_{1.1}$ wins 22 of 40
+# sentences, GD 16, 2 ties, and the mean normalized score of the pivotal token is 0.44
+# ($\ell_{1.1}$) against 0.31 (GD) {cite}`julistiono2026mirror`. Reviewers asked for a quantitative
+# evaluation; 40 sentences and one model per optimizer cannot tell 22 : 16 from chance.
 #
 # **What we run.** The trained models of the Table 1 chapter at one depth: the grid chapter 04 built
 # at this page's profile (or the one the parameter `table1` names), read back from the results store

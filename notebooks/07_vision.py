@@ -23,20 +23,21 @@
 #
 # **What we run.** The paper's recipe as the authors' code runs it (ViT with pre-norm blocks, [CLS]
 # pooling, dropout 0.1, batch 100, mean cross-entropy, random crop with padding, horizontal flip,
-# normalization; their initialization: positions and the [CLS] token drawn $N(0, 1)$, torch's default
-# elsewhere; mirror descent on every parameter with the plain step: no momentum, weight decay or
-# schedule) at the profile's scale. The paper's claim is about where the methods *end*, after 2000
-# epochs; a comparison is only about that if every method's training loss has levelled off. The
-# paper's step sizes (Adam $10^{-4}$, $\ell_{1.1}$ $5 \cdot 10^{-2}$) are sized for 2000 epochs: in a
-# pilot of this page's default setup (3,000 steps on 2,000 images, one seed), Adam at $10^{-4}$ ended
-# at training loss 0.70 against 0.47 at $10^{-3}$, and $\ell_{1.1}$ at 0.59 against 0.52 at
-# $0.15$. So at a shorter budget every method's step size is chosen by a validation sweep whose
-# candidates include the paper's: each candidate trains on the same number of images with held-out validation images removed
-# from the training set, and the step size with the highest validation accuracy at the end of the
-# sweep run is kept; the test set is never used to choose. The training loss of the final runs then
-# tells whether the budget reached the end of training. Besides the accuracy, we count the weights
-# above the paper's threshold and prune each trained model by global weight magnitude, without
-# retraining, to see whether weights near zero are also weights the model can do without.
+# normalization; their initialization: positions and the [CLS] token drawn $N(0, 1)$, torch's
+# default elsewhere; mirror descent on every parameter with the plain step {eq}`eq-md-update`: no
+# momentum, weight decay or schedule) at the profile's scale. The paper's claim is about where the
+# methods *end*, after 2000 epochs; a comparison is only about that if every method's training loss
+# has levelled off. The paper's step sizes (Adam $10^{-4}$, $\ell_{1.1}$ $5 \cdot 10^{-2}$) are
+# sized for 2000 epochs: in a pilot of this page's default setup (3,000 steps on 2,000 images, one
+# seed), Adam at $10^{-4}$ ended at training loss 0.70 against 0.47 at $10^{-3}$, and $\ell_{1.1}$
+# at 0.59 against 0.52 at $0.15$. So at a shorter budget every method's step size is chosen by a
+# validation sweep whose candidates include the paper's: each candidate trains on the same number of
+# images with held-out validation images removed from the training set, and the step size with the
+# highest validation accuracy at the end of the sweep run is kept; the test set is never used to
+# choose. The training loss of the final runs then tells whether the budget reached the end of
+# training. Besides the accuracy, we count the weights above the paper's threshold and prune each
+# trained model by global weight magnitude, without retraining, to see whether weights near zero are
+# also weights the model can do without.
 
 # %% tags=["parameters"]
 profile = "default"  # the params/ profile that produced this page (set by the pipeline)

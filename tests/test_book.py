@@ -162,6 +162,31 @@ def test_toc_lists_exactly_the_chapter_notebooks():
             assert (paths.ROOT / f"{file}.md").is_file(), file
 
 
+def _book_sources() -> dict[str, str]:
+    """The markdown of every page: book/*.md, and the chapters' markdown cells (comment marks removed)."""
+    texts = {f"book/{path.stem}": path.read_text() for path in sorted((paths.ROOT / "book").glob("*.md"))}
+    for name in book.chapters():
+        cells = re.split(r"^# %%", (paths.NOTEBOOKS / f"{name}.py").read_text(), flags=re.M)
+        texts[f"notebooks/{name}"] = "\n".join(
+            re.sub(r"^# ?", "", line) for cell in cells if cell.startswith(" [markdown]")
+            for line in cell.splitlines()[1:])
+    return texts
+
+
+def test_each_equation_is_labelled_once_and_every_reference_has_a_target():
+    """The paper's equations are stated once, as labelled math, and cited elsewhere with {eq}."""
+    labels, refs = {}, set()
+    for page, text in _book_sources().items():
+        assert "$$" not in text, f"{page}: unlabelled display math; use a labelled {{math}} block or {{eq}}"
+        for label in re.findall(r"^:label: (\S+)", text, flags=re.M):
+            assert label not in labels, f"equation {label} is labelled in {labels.get(label)} and {page}"
+            labels[label] = page
+        refs |= set(re.findall(r"\{eq\}`([^`]+)`", text))
+    assert {"eq-md-update", "eq-bregman", "eq-attention-svm", "eq-decoder-svm"} <= set(labels)
+    assert refs <= set(labels), f"{{eq}} references without a label: {sorted(refs - set(labels))}"
+    assert set(labels) <= refs, f"labelled but never cited: {sorted(set(labels) - refs)}"
+
+
 def test_book_config_is_offline():
     config = yaml.safe_load((paths.ROOT / "_config.yml").read_text())
     assert config["execute"]["execute_notebooks"] == "off"
@@ -384,6 +409,29 @@ def test_every_page_typesets_the_sidebar_math_and_has_one_search_box(smoke_book)
         assert "\\(\\ell_p\\)" in text or "\\ell_p" in text, f"{name}: the sidebar lost chapter 1's title"
         sidebar = text[text.index("bd-sidebar-primary"):text.index("<main", text.index("bd-sidebar-primary"))]
         assert "search-button-field" not in sidebar, f"{name}: a second search box, in the sidebar"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_equation_references_link_to_the_numbered_equation(smoke_book):
+    """Each labelled equation is numbered on one page; every {eq} reference, on any page, is a link
+    "(n)" to that page's anchor (Sphinx would leave an unresolved one as plain text, with a warning)."""
+    html = smoke_book.html
+    pages = {page: page.read_text() for page in html.rglob("*.html")}
+    numbered = {}  # label -> (page, number)
+    for page, text in pages.items():
+        for number, label in re.findall(r'<span class="eqno">\(([0-9.]+)\)<a class="headerlink" '
+                                        r'href="#equation-([\w-]+)"', text):
+            assert label not in numbered, f"{label} is numbered twice"
+            numbered[label] = (page.resolve(), number)
+    assert {"eq-md-update", "eq-bregman", "eq-attention-svm", "eq-decoder-svm"} <= set(numbered)
+    links = 0
+    for page, text in pages.items():
+        for href, label, shown in re.findall(r'href="([^"#]*)#equation-([\w-]+)">\(([0-9.]+)\)</a>', text):
+            target = (page.parent / href).resolve() if href else page.resolve()
+            assert (target, shown) == numbered[label], (page.name, label)
+            links += 1
+    assert links >= 10, f"only {links} equation references in the book"
 
 
 @pytest.mark.slow
