@@ -61,6 +61,11 @@ def _rule(name: str, sentence: str):
     return attach
 
 
+def _judge(*, differs: bool, holds: bool) -> Verdict:
+    """The verdict of a rule's two tests: differs wins, then holds, else inconclusive."""
+    return Verdict(DIFFERS if differs else HOLDS if holds else INCONCLUSIVE)
+
+
 def _not_measured(why: str) -> Verdict:
     return Verdict(NOT_MEASURED, why)
 
@@ -88,11 +93,8 @@ def e1_rule(bands: dict[float, dict[float, tuple[float, float]]]) -> Verdict:
     """``bands[train_p][svm_p] = (q10, q90)`` at the last step."""
     if not bands or any(len(row) < 2 or p not in row for p, row in bands.items()):
         return _not_measured("fewer than two SVM exponents per path, or no own-p SVM")
-    if any(row[q][1] < row[p][0] for p, row in bands.items() for q in row if q != p):
-        return Verdict(DIFFERS)
-    if all(row[p][1] < row[q][0] for p, row in bands.items() for q in row if q != p):
-        return Verdict(HOLDS)
-    return Verdict(INCONCLUSIVE)
+    return _judge(differs=any(row[q][1] < row[p][0] for p, row in bands.items() for q in row if q != p),
+                  holds=all(row[p][1] < row[q][0] for p, row in bands.items() for q in row if q != p))
 
 
 @_rule("E2 norm", "Fit the norm ||W(k)||_p against log k over each of the last two decades of steps (plain "
@@ -108,28 +110,25 @@ def e2_norm_rule(slopes: dict[float, tuple[float, float]], steps: int) -> Verdic
     if any(math.isnan(x) for pair in slopes.values() for x in pair):
         return _not_measured("fewer than 3 recorded steps in a decade")
     ratios = [last / before if before > 0 else math.inf for before, last in slopes.values()]
-    if any(last <= 0 for _, last in slopes.values()) or any(not 1 / 4 <= r <= 4 for r in ratios):
-        return Verdict(DIFFERS)
-    if all(1 / 2 <= r <= 2 for r in ratios):
-        return Verdict(HOLDS)
-    return Verdict(INCONCLUSIVE)
+    return _judge(differs=any(last <= 0 for _, last in slopes.values()) or any(not 1 / 4 <= r <= 4 for r in ratios),
+                  holds=all(1 / 2 <= r <= 2 for r in ratios))
 
 
-@_rule("E2 rate", "Compare the directional divergence D to the own SVM at step K (the last) and K/10 (plain steps). "
-                  "A decay like 1/log k leaves D(K) = D(K/10) log(K/10) / log K. Holds when, for every p, D(K) is "
-                  "at most that (a decay at least as fast as the bound); differs when, for some p, D did not "
-                  "decrease over the last decade; inconclusive otherwise (decreasing, but slower than 1/log k). "
-                  "Not measured when the run has fewer than 1000 steps.")
+E2_RATE = ("Compare the directional divergence D to the own SVM at step K (the last) and K/10 (plain steps): a "
+           "decay like 1/log k leaves D(K) = D(K/10) log(K/10) / log K. Holds when, for every p, D(K) is at most "
+           "that (a decay at least as fast as the bound); differs when, for some p, D did not decrease over the "
+           "last decade; inconclusive otherwise (decreasing, but slower than 1/log k). Not measured when the run "
+           "has fewer than 1000 steps.")
+
+
+@_rule("E2 rate", E2_RATE)
 def e2_rate_rule(divergences: dict[float, tuple[float, float]], steps: int) -> Verdict:
     """``divergences[p] = (D(K/10), D(K))`` with K = ``steps``."""
     if steps < 1000 or not divergences:
         return _not_measured(f"{steps} steps, fewer than 1000")
     factor = math.log(steps / 10) / math.log(steps)
-    if any(end >= before for before, end in divergences.values()):
-        return Verdict(DIFFERS)
-    if all(end <= before * factor for before, end in divergences.values()):
-        return Verdict(HOLDS)
-    return Verdict(INCONCLUSIVE)
+    return _judge(differs=any(end >= before for before, end in divergences.values()),
+                  holds=all(end <= before * factor for before, end in divergences.values()))
 
 
 E3_CLOSE, E3_FAR = 0.01, 0.1
@@ -143,11 +142,8 @@ def e3_rule(divergences) -> Verdict:
     values = [float(x) for x in divergences]
     if not values:
         return _not_measured("no runs")
-    if any(not x < E3_FAR for x in values):  # NaN counts as far
-        return Verdict(DIFFERS)
-    if all(x <= E3_CLOSE for x in values):
-        return Verdict(HOLDS)
-    return Verdict(INCONCLUSIVE)
+    return _judge(differs=any(not x < E3_FAR for x in values),  # NaN counts as far
+                  holds=all(x <= E3_CLOSE for x in values))
 
 
 @_rule("Table 1", "Per depth: the Welch 95 % interval of mean best test accuracy, ℓ1.1 minus GD, over seeds. "
@@ -156,10 +152,15 @@ def e3_rule(divergences) -> Verdict:
                   "training accuracy): the table compares models trained to that point.")
 def table1_rule(low: float, high: float, seeds: int, unreached: int) -> Verdict:
     """``seeds``: the fewest seeds of the two cells; ``unreached``: runs of the row that did not reach the stop."""
+    return _trained_interval(low, high, seeds, unreached, "cell", "run(s)")
+
+
+def _trained_interval(low: float, high: float, seeds: int, unreached: int, per: str, runs: str) -> Verdict:
+    """``interval_rule``, when each side has 2 seeds or more and every run reached the stop rule."""
     if seeds < 2:
-        return _not_measured(f"{seeds} seed per cell")
+        return _not_measured(f"{seeds} seed per {per}")
     if unreached:
-        return _not_measured(f"{unreached} run(s) did not reach the stop rule")
+        return _not_measured(f"{unreached} {runs} did not reach the stop rule")
     return interval_rule(low, high)
 
 
@@ -208,11 +209,7 @@ PRUNE_AT = 0.5
                   f"than 2 seeds per method, without that sparsity level, or when a sentiment run of chapter 04 "
                   f"did not reach the stop rule.")
 def pruning_rule(low: float, high: float, seeds: int, unreached: int) -> Verdict:
-    if seeds < 2:
-        return _not_measured(f"{seeds} seed per method")
-    if unreached:
-        return _not_measured(f"{unreached} sentiment run(s) did not reach the stop rule")
-    return interval_rule(low, high)
+    return _trained_interval(low, high, seeds, unreached, "method", "sentiment run(s)")
 
 
 PARITY_MARGIN = 2.0
@@ -230,11 +227,9 @@ def parity_rule(intervals, seeds: int, levelled: bool) -> Verdict:
     if not levelled:
         return _not_measured("a training loss had not levelled off")
     intervals = list(intervals)
-    if any(low > PARITY_MARGIN or high < -PARITY_MARGIN for low, high in intervals):
-        return Verdict(DIFFERS)
-    if intervals and all(-PARITY_MARGIN <= low and high <= PARITY_MARGIN for low, high in intervals):
-        return Verdict(HOLDS)
-    return Verdict(INCONCLUSIVE)
+    return _judge(differs=any(low > PARITY_MARGIN or high < -PARITY_MARGIN for low, high in intervals),
+                  holds=bool(intervals) and all(-PARITY_MARGIN <= low <= high <= PARITY_MARGIN
+                                                for low, high in intervals))
 
 
 COST_BAND = (0.8, 1.25)
@@ -249,11 +244,8 @@ def cost_rule(intervals) -> Verdict:
     lo, hi = COST_BAND
     if not intervals:
         return _not_measured("no mirror-descent timing")
-    if any(high < lo or low > hi for low, high in intervals):
-        return Verdict(DIFFERS)
-    if all(lo <= low and high <= hi for low, high in intervals):
-        return Verdict(HOLDS)
-    return Verdict(INCONCLUSIVE)
+    return _judge(differs=any(high < lo or low > hi for low, high in intervals),
+                  holds=all(lo <= low and high <= hi for low, high in intervals))
 
 
 RULES = [e1_rule, e2_norm_rule, e2_rate_rule, e3_rule, table1_rule, token_rule, fewer_rule, pruning_rule,
