@@ -305,6 +305,12 @@ def smoke_book(tmp_path_factory):
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(paths.ROOT / name, target)
+    # a commit of its own, so that the provenance records name one
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.org", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the sources under test"]):
+        subprocess.run(git + args, cwd=root, check=True, capture_output=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, check=True, capture_output=True,
+                            text=True).stdout.strip()
     build = root / "_build"
     env = {**os.environ, "MDLIB_BUILD_DIR": str(build), "MDLIB_DATA_DIR": str(fetch.data_dir()),  # fetch once
            "PYTHONPATH": os.pathsep.join([str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
@@ -318,7 +324,7 @@ def smoke_book(tmp_path_factory):
     chapters = book.chapters(root / "notebooks")
     assert chapters, "no chapter notebooks were copied"
     return SimpleNamespace(root=root, build=build, html=build / "html", chapters=chapters, seconds=seconds,
-                           log=proc.stderr)
+                           log=proc.stderr, commit=commit)
 
 
 @pytest.mark.slow
@@ -467,6 +473,12 @@ def test_provenance_tables_as_tables_and_the_archive(smoke_book):
                 record = json.loads((smoke_book.build / rel).read_text())
                 assert (record["label"], record["notebook"], record["profile"]) == (label, name, "smoke"), rel
                 assert record["command"] == f"python -m mdlib run {name} --profile smoke", rel
+                assert record["git"] == {"commit": smoke_book.commit, "dirty": False}, rel
+                if name != "08_cost":  # every other chapter reads its numbers from stored runs
+                    assert record["runs"], rel
+                for run in record["runs"]:  # kind/sha256 of a stored run
+                    kind, key = run.split("/")
+                    assert re.fullmatch(r"[0-9a-f]{64}", key) and (smoke_book.build / "runs" / kind / key).is_dir(), run
             if f'id="{label}"' in page or f"#{label}" in page:  # shown with {glue:figure} ... :name: label
                 assert f"Reproduce and cite {artifact['kind']} <code>{label}</code>" in page, (name, label)
     sentiment = (smoke_book.html / "notebooks" / "04_sentiment.html").read_text()
