@@ -65,7 +65,7 @@ step_multiples = {"1.1": [1, 3], "2": [3, 10], "3": [300]}  # candidate step siz
 ablation_setup = "modern"  # the ablation's initialization ("" for no ablation)
 ablation_methods = ["1.1", "2"]  # methods of the ablation (at the first depth of layers)
 ablation_seeds = 3  # seeds of the ablation
-ablation_multiples = {"1.1": [3], "2": [3]}  # the ablation's candidate step multiples
+ablation_multiples = {"1.1": [1, 3], "2": [3]}  # the ablation's candidate step multiples (l1.1 at 3x overflowed from the modern init)
 workers = 2  # runs trained at once, one CPU thread each (use 1 on a GPU)
 
 # %% tags=["remove-stderr"]
