@@ -138,13 +138,19 @@ def test_svm_benchmark_reports_certified_solutions_and_consistent_speedups():
 def test_synthetic_benchmark_reports_the_final_divergences_of_the_run(monkeypatch):
     from mdlib import synthetic
 
-    calls = _record(monkeypatch, synthetic, "fixed_decoder_experiment", steps={1.75: 40, 2.0: 40, 3.0: 40})
+    original, calls = synthetic.fixed_decoder_experiment, []
+
+    def tiny(config, **kwargs):  # the benchmark's config, run at 40 steps per p
+        result = original(dict(config, steps={p: 40 for p in config["steps"]}), **kwargs)
+        calls.append({"config": config, "options": kwargs, "result": result})
+        return result
+    monkeypatch.setattr(synthetic, "fixed_decoder_experiment", tiny)
     out = bench.synthetic(SimpleNamespace(seeds=2))
     json.dumps(out)
     (call,) = calls
-    assert call["arguments"]["seeds"] == 2 == out["seeds"]
-    assert call["arguments"]["steps"] == {1.75: 1500, 2.0: 2000, 3.0: 20000}  # the paper's step counts
-    assert call["arguments"]["svm_ps"] == (1.75, 2.0, 3.0) and _positive_finite(out["seconds"])
+    assert call["config"]["seeds"] == 2 == out["seeds"] and call["options"] == {"store": False}  # timed, not stored
+    assert call["config"]["steps"] == {"1.75": 1500, "2": 2000, "3": 20000}  # the paper's step counts
+    assert call["config"]["svm_ps"] == [1.75, 2.0, 3.0] and _positive_finite(out["seconds"])
     final = call["result"]["final"]
     assert set(final.seed) == {0, 1}
     means = final.groupby(["train_p", "svm_p"]).divergence.mean()
