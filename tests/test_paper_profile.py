@@ -93,15 +93,24 @@ def test_paper_profile_04_sentiment(paper_data, monkeypatch, tmp_path):
     assert out.is_file()
 
 
-def test_paper_profile_05_token_selection(paper_data, monkeypatch, tmp_path):
-    _, out = _dry_run("05_token_selection", paper_data, monkeypatch, tmp_path)
+@pytest.fixture(scope="module")
+def paper_grid(paper_data, tmp_path_factory):
+    """The data and build folder once chapter 04's dry run has built the Table 1 grid that 05 and 06
+    read (whatever order, or worker, the tests run in)."""
+    with pytest.MonkeyPatch.context() as patch:
+        _dry_run("04_sentiment", paper_data, patch, tmp_path_factory.mktemp("04"))
+    return paper_data
+
+
+def test_paper_profile_05_token_selection(paper_grid, monkeypatch, tmp_path):
+    _, out = _dry_run("05_token_selection", paper_grid, monkeypatch, tmp_path)
     assert out.is_file()
 
 
-def test_paper_profile_06_weights(paper_data, monkeypatch, tmp_path):
-    parameters, _ = _dry_run("06_weights", paper_data, monkeypatch, tmp_path)
+def test_paper_profile_06_weights(paper_grid, monkeypatch, tmp_path):
+    parameters, _ = _dry_run("06_weights", paper_grid, monkeypatch, tmp_path)
     assert parameters["depth"] == 6  # the paper's histograms are of the 6-layer models
-    counts = pd.read_csv(paper_data[1] / "results" / "table-weights-kqv.csv")
+    counts = pd.read_csv(paper_grid[1] / "results" / "table-weights-kqv.csv")
     init = counts[counts.method == "init"]
     assert (init[["K", "Q", "V", "K > 0.06", "Q > 0.06", "V > 0.06"]] == 0).all().all()  # width 384: none at init
 
