@@ -16,8 +16,12 @@ whose attention maps and query/key/value weights can be read out; and the vision
 
 from __future__ import annotations
 
+import contextlib
+import math
+import threading
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -32,6 +36,10 @@ __all__ = [
     "joint_training_data",
     "SETUPS",
     "check_setup",
+    "reference_kernels",
+    "dropout_mask",
+    "dropout",
+    "Dropout",
     "SelfAttention",
     "EncoderBlock",
     "EncoderClassifier",
@@ -145,11 +153,69 @@ def check_setup(setup: str) -> None:
         raise ValueError(f"unknown setup {setup!r}; choose one of {', '.join(SETUPS)}")
 
 
+_reference = threading.local()
+
+
+@contextlib.contextmanager
+def reference_kernels():
+    """Within the block (in this thread), the models use torch's own kernels on every device:
+    ``torch.nn.functional.dropout`` and ``scaled_dot_product_attention``, the implementation before the
+    CPU fast path (:func:`dropout`, attention as written). The same functions up to float rounding and
+    the draw of the dropout masks; for the tests and ``python -m mdlib bench training``."""
+    before = getattr(_reference, "on", False)
+    _reference.on = True
+    try:
+        yield
+    finally:
+        _reference.on = before
+
+
+def _fast_path(x: Tensor) -> bool:
+    return x.device.type == "cpu" and not getattr(_reference, "on", False)
+
+
+def dropout_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
+    """A float32 inverted-dropout mask on the CPU: each entry 1 / q with probability q and 0 otherwise,
+    where q = round((1 - p) 2^16) / 2^16 is the keep probability 1 - p rounded to 16 bits (0.8000031
+    for p = 0.2), so that E[mask] = 1 exactly. The entries come from 16-bit uniform integers of a numpy
+    SFC64 generator seeded by one draw from torch's global generator: ``torch.manual_seed`` makes the
+    masks reproducible and a checkpoint of torch's RNG state resumes them. (On the CPU, torch's
+    Bernoulli draws cost more than the rest of a small model's dropout layers together.)"""
+    threshold = round((1 - p) * 65536)
+    seed = int(torch.randint(0, 2**62, (1,)).item())
+    count = math.prod(shape)
+    draws = np.frombuffer(np.random.Generator(np.random.SFC64(seed)).bytes(2 * count), dtype=np.uint16)
+    mask = np.multiply(draws < threshold, np.float32(65536 / threshold), dtype=np.float32)
+    return torch.from_numpy(mask).view(shape)
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """Inverted dropout of rate ``p``: ``x * dropout_mask(x.shape, p)`` on the CPU (float32 and
+    float64), ``torch.nn.functional.dropout`` elsewhere (and under :func:`reference_kernels`); the
+    identity when not training or p = 0."""
+    if not training or p == 0:
+        return x
+    if not 0 < p < 1:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    if not _fast_path(x) or x.dtype not in (torch.float32, torch.float64):
+        return F.dropout(x, p, training=True)
+    return x * dropout_mask(x.shape, p).to(x.dtype)
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` drawing its masks with :func:`dropout` (fast on the CPU)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention: one fused query/key/value map ``qkv`` = Linear(width, 3 width) without
-    bias (rows: queries, keys, values), scaled dot products, padding keys masked out, dropout
-    ``attention_dropout`` on the attention probabilities, an output map (bias ``out_bias``) and dropout
-    ``dropout`` on the result."""
+    bias (rows: queries, keys, values), scaled dot products softmax(q k^T / sqrt(d_head)), padding keys
+    masked out, dropout ``attention_dropout`` on the attention probabilities, an output map (bias
+    ``out_bias``) and dropout ``dropout`` on the result. On the CPU (or with ``return_attention``) the
+    attention is computed as written; elsewhere (and under :func:`reference_kernels`) by
+    ``scaled_dot_product_attention``, the same function up to float rounding, with torch's own dropout."""
 
     def __init__(self, width: int, heads: int, dropout: float, attention_dropout: float = 0.0,
                  out_bias: bool = False):
@@ -159,7 +225,7 @@ class SelfAttention(nn.Module):
         self.heads, self.width, self.attention_dropout = heads, width, attention_dropout
         self.qkv = nn.Linear(width, 3 * width, bias=False)
         self.out = nn.Linear(width, width, bias=out_bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def _split(self, x: Tensor) -> Tensor:
         B, T, width = x.shape
@@ -171,20 +237,20 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: Tensor, key_mask: Tensor | None, return_attention: bool = False):
         q, k, v = (self._split(part) for part in self.qkv(x).split(self.width, dim=-1))
-        bias = None
+        p = self.attention_dropout if self.training else 0.0
+        attention, bias = None, None
         if key_mask is not None:  # (B, T) True for real tokens -> additive -inf on padding keys
             bias = torch.zeros(key_mask.shape, dtype=x.dtype, device=x.device).masked_fill(~key_mask, -torch.inf)
             bias = bias[:, None, None, :]
-        dropout = self.attention_dropout if self.training else 0.0
-        if return_attention:
-            scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        if return_attention or _fast_path(x):
+            scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)
             attention = torch.softmax(scores if bias is None else scores + bias, dim=-1)
-            mixed = F.dropout(attention, dropout) @ v if dropout else attention @ v
+            mixed = dropout(attention, p) @ v
         else:
-            attention = None
-            mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
+            mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
         B, _, T, _ = mixed.shape
-        return self.dropout(self.out(mixed.transpose(1, 2).reshape(B, T, -1))), attention
+        out = self.dropout(self.out(mixed.transpose(1, 2).reshape(B, T, -1)))
+        return out, attention if return_attention else None
 
 
 def _glorot_init(module: nn.Module) -> None:
@@ -207,7 +273,7 @@ class EncoderBlock(nn.Module):
         self.attention = SelfAttention(width, heads, dropout, attention_dropout)
         self.norm1 = nn.LayerNorm(width, bias=False)
         self.mlp = nn.Sequential(nn.Linear(width, mlp, bias=False), nn.GELU(), nn.Linear(mlp, width, bias=False),
-                                 nn.Dropout(dropout))
+                                 Dropout(dropout))
         self.norm2 = nn.LayerNorm(width, bias=False)
 
     def forward(self, x: Tensor, key_mask: Tensor | None, return_attention: bool = False):
@@ -238,7 +304,7 @@ class EncoderClassifier(nn.Module):
         self.setup = setup
         self.token = nn.Embedding(vocab_size, width)
         self.position = nn.Embedding(max_length, width)
-        self.dropout = nn.Dropout(0.0 if authors else dropout)
+        self.dropout = Dropout(0.0 if authors else dropout)
         self.blocks = nn.ModuleList(EncoderBlock(width, heads, mlp, dropout, dropout if authors else 0.0)
                                     for _ in range(layers))
         self.classifier = nn.Linear(width, 1, bias=not authors)
@@ -282,8 +348,8 @@ class PreNormBlock(nn.Module):
         self.norm1 = nn.LayerNorm(width)
         self.attention = SelfAttention(width, heads, dropout, out_bias=out_bias)
         self.norm2 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(nn.Linear(width, mlp), nn.GELU(), nn.Dropout(dropout), nn.Linear(mlp, width),
-                                 nn.Dropout(dropout))
+        self.mlp = nn.Sequential(nn.Linear(width, mlp), nn.GELU(), Dropout(dropout), nn.Linear(mlp, width),
+                                 Dropout(dropout))
 
     def forward(self, x: Tensor, return_attention: bool = False):
         mixed, attention = self.attention(self.norm1(x), None, return_attention)
@@ -320,7 +386,7 @@ class VisionTransformer(nn.Module):
         else:
             self.cls = nn.Parameter(torch.zeros(1, 1, width))
             self.position = nn.Parameter(torch.randn(1, patches + 1, width) * 0.02)
-        self.dropout = nn.Dropout(embedding_dropout)
+        self.dropout = Dropout(embedding_dropout)
         self.blocks = nn.ModuleList(PreNormBlock(width, heads, mlp, dropout, out_bias=authors) for _ in range(depth))
         self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, classes))
 

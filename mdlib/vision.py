@@ -48,7 +48,7 @@ def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = Non
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
     check_setup(setup)
-    return {"version": 3,
+    return {"version": 4,
             "data": {"dataset": dataset, "image_size": image_size or DATASETS[dataset][2], "train_size": train_size,
                      "validation": validation, "seed": data_seed, "root": root},
             "model": dict(model) | {"setup": setup},
