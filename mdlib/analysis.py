@@ -2,13 +2,15 @@
 
 - ``cls_attention``: the paper's token score: the last layer's attention row of the [CLS] query,
   averaged over heads and min-max normalized over the sequence's real tokens.
-- ``win_loss_tie`` and ``wilson_interval``: comparing two optimizers' scores on designated tokens;
-  ``difference_interval``: the difference of two methods' mean accuracies over seeds.
+- ``win_loss_tie``: comparing two optimizers' scores on designated tokens (the intervals are in
+  ``mdlib.stats``).
 - ``delete_tokens`` and ``probability_drop``: does the prediction depend on a token? Remove it and
   measure the drop of the predicted class's probability.
 - ``count_above`` and ``magnitude_prune``: the weight-sparsity statistics and global magnitude
-  pruning (no retraining); ``top_share`` and ``effective_density``: scale-free sparsity of a change
-  of weights W - W(0).
+  pruning of the weight matrices (no retraining); ``top_share`` and ``effective_density``: scale-free
+  sparsity of a change of weights W - W(0); ``relative_movement``: ||W - W(0)|| / ||W(0)|| per group
+  of parameters.
+- ``cls_row`` and ``concentration``: the [CLS] attention row itself, and how sharp it is.
 """
 
 from __future__ import annotations
@@ -20,15 +22,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["cls_attention", "win_loss_tie", "wilson_interval", "difference_interval", "delete_tokens", "probability_drop",
+__all__ = ["cls_row", "cls_attention", "concentration", "win_loss_tie", "delete_tokens", "probability_drop",
            "magnitudes", "count_above", "top_share", "effective_density", "late_means", "late_change", "late_share",
-           "prunable_weights", "magnitude_prune", "pruning_curve"]
+           "prunable_weights", "magnitude_prune", "pruning_curve", "relative_movement"]
 
 
 @torch.no_grad()
-def cls_attention(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-    """Scores (B, T): the last layer's attention from the [CLS] query (position 0) to every token,
-    averaged over heads, min-max normalized over the real tokens (NaN at padding). The model must
+def cls_row(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """Attention probabilities (B, T) of the last layer from the [CLS] query (position 0) to every
+    token, averaged over heads (rows sum to 1 over the real tokens; NaN at padding). The model must
     accept ``return_attention=True`` and return (logits, [maps (B, heads, T, T) per layer])."""
     was_training = model.training
     model.eval()
@@ -36,7 +38,13 @@ def cls_attention(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -
         _, maps = model(input_ids, attention_mask, return_attention=True)
     finally:
         model.train(was_training)
-    row = maps[-1][:, :, 0, :].mean(dim=1)  # (B, T)
+    return torch.where(attention_mask.bool(), maps[-1][:, :, 0, :].mean(dim=1), torch.nan)
+
+
+def cls_attention(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """Scores (B, T): the paper's token score, ``cls_row`` min-max normalized over each sequence's real
+    tokens (NaN at padding)."""
+    row = cls_row(model, input_ids, attention_mask)
     real = attention_mask.bool()
     low = torch.where(real, row, torch.inf).amin(dim=1, keepdim=True)
     high = torch.where(real, row, -torch.inf).amax(dim=1, keepdim=True)
@@ -44,42 +52,22 @@ def cls_attention(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -
     return torch.where(real, (row - low) / span, torch.nan)
 
 
+def concentration(row) -> tuple[float, float]:
+    """How concentrated one sequence's attention row (probabilities over its n real tokens) is:
+    (normalized entropy H / log n, in [0, 1], lower: sharper; the largest probability, the top token's
+    share)."""
+    p = np.asarray(row, dtype=float)
+    p = p[~np.isnan(p)]
+    if p.size < 2 or np.any(p < 0) or not np.isclose(p.sum(), 1.0, atol=1e-4):
+        raise ValueError(f"concentration needs a probability row over at least 2 tokens, got {p.tolist()[:8]}")
+    nonzero = p[p > 0]
+    return float(-(nonzero * np.log(nonzero)).sum() / math.log(p.size)), float(p.max())
+
+
 def win_loss_tie(first: Tensor, second: Tensor, tol: float = 1e-6) -> tuple[int, int, int]:
     """How often ``first`` exceeds ``second`` by more than ``tol``, falls below it, or ties."""
     diff = torch.as_tensor(first, dtype=torch.float64) - torch.as_tensor(second, dtype=torch.float64)
     return int((diff > tol).sum()), int((diff < -tol).sum()), int((diff.abs() <= tol).sum())
-
-
-def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion."""
-    if trials <= 0 or not 0 <= successes <= trials:
-        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes}/{trials}")
-    from scipy.stats import norm
-
-    z = norm.ppf(0.5 + confidence / 2)
-    phat = successes / trials
-    centre = (phat + z * z / (2 * trials)) / (1 + z * z / trials)
-    half = z * math.sqrt(phat * (1 - phat) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
-    return centre - half, centre + half
-
-
-def difference_interval(first, second, confidence: float = 0.95) -> tuple[float, float, float]:
-    """mean(first) - mean(second) with Welch's t interval (unequal variances): (difference, low, high).
-    With fewer than two values on a side, or no spread at all, the interval is (NaN, NaN)."""
-    a, b = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
-    if a.size == 0 or b.size == 0:
-        raise ValueError("difference_interval needs at least one value on each side")
-    difference = float(a.mean() - b.mean())
-    if min(a.size, b.size) < 2:
-        return difference, math.nan, math.nan
-    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    if va + vb == 0:
-        return difference, math.nan, math.nan
-    from scipy.stats import t
-
-    dof = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
-    half = float(t.ppf(0.5 + confidence / 2, dof) * math.sqrt(va + vb))
-    return difference, difference - half, difference + half
 
 
 def delete_tokens(input_ids: Tensor, attention_mask: Tensor, positions: Tensor, pad_id: int = 0):
@@ -173,20 +161,24 @@ def late_share(values, fraction: float = 0.25, window: int | None = None) -> flo
     return (last - before) / (last - first) if last != first else math.nan
 
 
-def prunable_weights(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
-    """The weight matrices of the model's Linear and Embedding layers (no biases, no norms)."""
+def prunable_weights(model: nn.Module, embeddings: bool = False) -> list[tuple[str, nn.Parameter]]:
+    """The weight matrices of the model's Linear layers (no biases, no norms), and of its Embedding
+    layers when ``embeddings``. Embedding tables are left out by default: a 30,522-row table drawn
+    N(0, 1) holds most entries of a small model and is larger in magnitude than every matrix, so a
+    global threshold over both would prune the matrices first and say nothing about them."""
+    kinds = (nn.Linear, nn.Embedding) if embeddings else (nn.Linear,)
     return [(f"{name}.weight" if name else "weight", module.weight) for name, module in model.named_modules()
-            if isinstance(module, (nn.Linear, nn.Embedding))]
+            if isinstance(module, kinds)]
 
 
 @torch.no_grad()
-def magnitude_prune(model: nn.Module, sparsity: float) -> nn.Module:
-    """A copy of ``model`` with the fraction ``sparsity`` of its prunable weights (all Linear and
-    Embedding matrices together) of smallest magnitude set to zero: global magnitude pruning."""
+def magnitude_prune(model: nn.Module, sparsity: float, embeddings: bool = False) -> nn.Module:
+    """A copy of ``model`` with the fraction ``sparsity`` of its prunable weights (``prunable_weights``,
+    all matrices together) of smallest magnitude set to zero: global magnitude pruning."""
     if not 0 <= sparsity < 1:
         raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
     pruned = copy.deepcopy(model)
-    weights = [w for _, w in prunable_weights(pruned)]
+    weights = [w for _, w in prunable_weights(pruned, embeddings)]
     if sparsity == 0 or not weights:
         return pruned
     magnitudes = torch.cat([w.abs().flatten() for w in weights])
@@ -203,7 +195,22 @@ def magnitude_prune(model: nn.Module, sparsity: float) -> nn.Module:
     return pruned
 
 
-def pruning_curve(model: nn.Module, sparsities, evaluate) -> list[tuple[float, float]]:
-    """``[(sparsity, evaluate(magnitude_prune(model, sparsity))), ...]``: a metric (e.g. test accuracy)
-    against global magnitude-pruning sparsity, without retraining."""
-    return [(float(s), float(evaluate(magnitude_prune(model, s)))) for s in sparsities]
+def pruning_curve(model: nn.Module, sparsities, evaluate, embeddings: bool = False) -> list[tuple[float, float]]:
+    """``[(sparsity, evaluate(magnitude_prune(model, sparsity, embeddings))), ...]``: a metric (e.g. test
+    accuracy) against global magnitude-pruning sparsity, without retraining."""
+    return [(float(s), float(evaluate(magnitude_prune(model, s, embeddings)))) for s in sparsities]
+
+
+def relative_movement(model: nn.Module, initial: nn.Module, groups: dict[str, list[str]]) -> dict[str, float]:
+    """||W - W(0)||_F / ||W(0)||_F of each group of parameters (``groups``: name -> parameter names, e.g.
+    ``EncoderClassifier.parameter_groups()``), the group's tensors taken together: how far training
+    moved each part of the model relative to its initial size."""
+    now, start = dict(model.named_parameters()), dict(initial.named_parameters())
+    out = {}
+    for group, names in groups.items():
+        if not names:
+            raise ValueError(f"parameter group {group!r} is empty")
+        moved = sum(float((now[n].detach().double() - start[n].detach().double()).pow(2).sum()) for n in names)
+        size = sum(float(start[n].detach().double().pow(2).sum()) for n in names)
+        out[group] = math.sqrt(moved / size) if size > 0 else math.nan
+    return out

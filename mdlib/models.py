@@ -333,6 +333,26 @@ class EncoderClassifier(nn.Module):
         "value": [...]}, one (width, width) view per layer."""
         return _attention_weights(block.attention for block in self.blocks)
 
+    def parameter_groups(self) -> dict[str, list[str]]:
+        """The parameter names by role: embeddings (token, position), attention (query/key/value and
+        output maps), mlp, norms (LayerNorm gains), classifier (weight and bias)."""
+        return _groups(self, {"embeddings": ("token.", "position."), "classifier": ("classifier.",)})
+
+
+def _groups(model: nn.Module, prefixes: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    """Parameter names by role: the ``prefixes`` given, then the blocks' attention, mlp and norms."""
+    groups: dict[str, list[str]] = {"embeddings": [], "attention": [], "mlp": [], "norms": [], "classifier": []}
+    norms = {f"{name}.{p}" for name, m in model.named_modules() if isinstance(m, nn.LayerNorm)
+             for p, _ in m.named_parameters(recurse=False)}
+    for name, _ in model.named_parameters():
+        role = next((g for g, starts in prefixes.items() if name.startswith(starts)), None)
+        if role is None:
+            role = "norms" if name in norms else "attention" if ".attention." in name else "mlp" if ".mlp." in name else None
+        if role is None:
+            raise ValueError(f"parameter {name!r} has no role")  # a new layer must be given one
+        groups[role].append(name)
+    return groups
+
 
 def _attention_weights(attentions) -> dict[str, list[Tensor]]:
     maps = [a.weights() for a in attentions]
@@ -416,3 +436,9 @@ class VisionTransformer(nn.Module):
     def attention_weights(self) -> dict[str, list[Tensor]]:
         """The query, key and value weight matrices of every block (as :class:`EncoderClassifier`)."""
         return _attention_weights(block.attention for block in self.blocks)
+
+    def parameter_groups(self) -> dict[str, list[str]]:
+        """The parameter names by role (as :class:`EncoderClassifier`): embeddings (patch map,
+        positions, [CLS] token), attention, mlp, norms (every LayerNorm, the head's included),
+        classifier (the head's Linear)."""
+        return _groups(self, {"embeddings": ("embed.", "position", "cls"), "classifier": ("head.1.",)})

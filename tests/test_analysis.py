@@ -35,17 +35,8 @@ def test_cls_attention_is_min_max_normalized_over_real_tokens():
     assert model.training
 
 
-def test_win_loss_tie_and_wilson():
+def test_win_loss_tie():
     assert analysis.win_loss_tie(torch.tensor([0.5, 0.2, 0.3]), torch.tensor([0.4, 0.2, 0.9])) == (1, 1, 1)
-    low, high = analysis.wilson_interval(22, 40)
-    # Wilson interval by hand: z = 1.959964
-    z, p, n = 1.959964, 22 / 40, 40
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    assert (low, high) == pytest.approx((centre - half, centre + half), rel=1e-6)
-    assert analysis.wilson_interval(0, 10)[0] == pytest.approx(0, abs=1e-12)
-    with pytest.raises(ValueError):
-        analysis.wilson_interval(5, 3)
 
 
 def test_delete_tokens_shifts_left_and_pads():
@@ -75,14 +66,15 @@ def test_probability_drop_measures_the_removed_tokens_effect():
 def test_count_above_and_magnitude_pruning():
     torch.manual_seed(1)
     model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 3), nn.LayerNorm(3))
-    weights = [w for _, w in analysis.prunable_weights(model)]
+    assert [name for name, _ in analysis.prunable_weights(model)] == ["1.weight"]  # no embedding table by default
+    weights = [w for _, w in analysis.prunable_weights(model, embeddings=True)]
     assert [tuple(w.shape) for w in weights] == [(10, 4), (3, 4)]
     assert analysis.count_above(weights, 0.5) == sum(int((w.abs() > 0.5).sum()) for w in weights)
     values = analysis.magnitudes(weights)
     assert values.shape == (sum(w.numel() for w in weights),) and (values >= 0).all()
     assert int((values > 0.5).sum()) == analysis.count_above(weights, 0.5)
-    pruned = analysis.magnitude_prune(model, 0.5)
-    kept = torch.cat([w.flatten() for _, w in analysis.prunable_weights(pruned)])
+    pruned = analysis.magnitude_prune(model, 0.5, embeddings=True)
+    kept = torch.cat([w.flatten() for _, w in analysis.prunable_weights(pruned, embeddings=True)])
     everything = torch.cat([w.detach().flatten() for w in weights])
     assert int((kept == 0).sum()) == 26  # half of the 52 prunable entries
     threshold = everything.abs().sort().values[25]
@@ -91,18 +83,52 @@ def test_count_above_and_magnitude_pruning():
     assert int((weights[0] == 0).sum()) == 0  # the original model is not modified
     with pytest.raises(ValueError):
         analysis.magnitude_prune(model, 1.0)
+    matrices = analysis.magnitude_prune(model, 0.5)  # the Linear matrix alone: 6 of its 12 entries
+    assert int((matrices[1].weight == 0).sum()) == 6 and torch.equal(matrices[0].weight, model[0].weight)
 
 
-def test_difference_interval_matches_welch():
-    from scipy import stats
+def test_pruning_scope_of_the_encoder_leaves_the_embedding_table():
+    model = encoder()
+    names = [name for name, _ in analysis.prunable_weights(model)]
+    assert "token.weight" not in names and "position.weight" not in names
+    assert set(names) == {n for n in model.parameter_groups()["attention"] + model.parameter_groups()["mlp"]
+                          + model.parameter_groups()["classifier"]}
+    pruned = analysis.magnitude_prune(model, 0.9)
+    assert torch.equal(pruned.token.weight, model.token.weight)
+    total = sum(w.numel() for _, w in analysis.prunable_weights(pruned))
+    assert sum(int((w == 0).sum()) for _, w in analysis.prunable_weights(pruned)) == round(0.9 * total)
 
-    a, b = [0.83, 0.84, 0.82, 0.85], [0.80, 0.81, 0.83]
-    d, low, high = analysis.difference_interval(a, b)
-    result = stats.ttest_ind(a, b, equal_var=False)
-    ci = result.confidence_interval(0.95)
-    assert abs(d - (np.mean(a) - np.mean(b))) < 1e-12
-    assert abs(low - ci.low) < 1e-9 and abs(high - ci.high) < 1e-9
-    assert np.isnan(analysis.difference_interval([0.8], [0.7, 0.75])[1])
+
+def test_relative_movement_per_group():
+    model, start = encoder(), encoder()
+    groups = model.parameter_groups()
+    with torch.no_grad():
+        model.classifier.weight.mul_(3.0)  # moved by 2x its size
+        model.blocks[0].attention.qkv.weight.zero_()
+    moved = analysis.relative_movement(model, start, groups)
+    assert moved["classifier"] == pytest.approx(2.0) and moved["embeddings"] == 0 and moved["mlp"] == 0
+    qkv0 = start.blocks[0].attention.qkv.weight
+    attention = [dict(start.named_parameters())[n] for n in groups["attention"]]
+    expected = (qkv0.norm() / torch.sqrt(sum(w.pow(2).sum() for w in attention))).item()
+    assert moved["attention"] == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="empty"):
+        analysis.relative_movement(model, start, {"none": []})
+
+
+def test_cls_row_and_concentration():
+    model = encoder()
+    ids = torch.tensor([[2, 5, 6, 7, 3, 0], [2, 9, 3, 0, 0, 0]])
+    mask = (ids != 0).long()
+    row = analysis.cls_row(model, ids, mask)
+    torch.testing.assert_close(row.nansum(dim=1), torch.ones(2))
+    assert torch.isnan(row[1, 3:]).all()
+    entropy, top = analysis.concentration(row[1])
+    p = row[1, :3].double().numpy()
+    assert entropy == pytest.approx(-(p * np.log(p)).sum() / np.log(3)) and top == pytest.approx(p.max())
+    assert analysis.concentration([0.25] * 4) == pytest.approx((1.0, 0.25))
+    assert analysis.concentration([0.0, 1.0, 0.0]) == pytest.approx((0.0, 1.0))
+    with pytest.raises(ValueError, match="probability"):
+        analysis.concentration([0.5, 0.2])
 
 
 def test_scale_free_sparsity_measures():

@@ -1,0 +1,99 @@
+"""Interval estimates for the comparisons of the book, in numpy and scipy (no torch).
+
+The design decides the interval:
+
+- ``paired_interval``: runs that share seed-level randomness (one seed gives every method the same
+  initialization, data order and dropout stream) are compared seed by seed: the t interval of the
+  mean per-seed difference.
+- ``difference_interval``: independent samples (Welch's t interval, unequal variances).
+- ``mean_interval``: the t interval of a mean over independent units, e.g. per-seed win rates when
+  the sentences are shared by every seed (clustered data: the seed is the unit, not the sentence).
+- ``wilson_interval``: a binomial proportion of independent trials.
+
+Every function returns NaN bounds where the data cannot give an interval (fewer than two units, or
+no spread at all), never a degenerate one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["mean_interval", "paired_interval", "difference_interval", "wilson_interval", "clustered_rate"]
+
+
+def _t_quantile(confidence: float, dof: float) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + confidence / 2, dof))
+
+
+def mean_interval(values, confidence: float = 0.95) -> tuple[float, float, float]:
+    """The mean of ``values`` with its one-sample t interval: (mean, low, high). NaN bounds with fewer
+    than two values or no spread."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("mean_interval needs at least one value")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"mean_interval needs finite values, got {x.tolist()}")
+    mean = float(x.mean())
+    if x.size < 2 or x.std() == 0:
+        return mean, math.nan, math.nan
+    half = _t_quantile(confidence, x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return mean, mean - half, mean + half
+
+
+def paired_interval(first, second, confidence: float = 0.95) -> tuple[float, float, float]:
+    """mean(first - second) over pairs (``first[i]`` and ``second[i]`` share seed i) with the paired t
+    interval: (difference, low, high). The two sides must have equal lengths."""
+    a, b = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired_interval needs two 1-d sequences of equal length (one value per seed), got "
+                         f"shapes {a.shape} and {b.shape}")
+    return mean_interval(a - b, confidence)
+
+
+def difference_interval(first, second, confidence: float = 0.95) -> tuple[float, float, float]:
+    """mean(first) - mean(second) of independent samples with Welch's t interval (unequal variances):
+    (difference, low, high). NaN bounds with fewer than two values on a side, or no spread at all."""
+    a, b = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("difference_interval needs at least one value on each side")
+    difference = float(a.mean() - b.mean())
+    if min(a.size, b.size) < 2:
+        return difference, math.nan, math.nan
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    if va + vb == 0:
+        return difference, math.nan, math.nan
+    dof = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = _t_quantile(confidence, dof) * math.sqrt(va + vb)
+    return difference, difference - half, difference + half
+
+
+def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion of independent trials."""
+    if trials <= 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes}/{trials}")
+    from scipy.stats import norm
+
+    z = norm.ppf(0.5 + confidence / 2)
+    phat = successes / trials
+    centre = (phat + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(phat * (1 - phat) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return centre - half, centre + half
+
+
+def clustered_rate(wins, losses, confidence: float = 0.95) -> tuple[float, float, float]:
+    """A win rate among non-tied comparisons when the comparisons cluster (``wins[s]`` and
+    ``losses[s]``: the counts of cluster s, e.g. one seed's model pair over the shared sentences): each
+    cluster's rate wins / (wins + losses), and the t interval of their mean over clusters (``mean_interval``),
+    its bounds cut to [0, 1]. Clusters without a non-tied comparison are left out."""
+    w, l = np.asarray(wins, dtype=float), np.asarray(losses, dtype=float)
+    if w.shape != l.shape or w.ndim != 1 or np.any(w < 0) or np.any(l < 0):
+        raise ValueError("clustered_rate needs two equal-length sequences of counts >= 0, one entry per cluster")
+    kept = (w + l) > 0
+    if not kept.any():
+        raise ValueError("clustered_rate needs at least one cluster with a non-tied comparison")
+    rate, low, high = mean_interval(w[kept] / (w[kept] + l[kept]), confidence)
+    return rate, max(low, 0.0) if low == low else low, min(high, 1.0) if high == high else high

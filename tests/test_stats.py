@@ -1,0 +1,77 @@
+"""The interval estimates of mdlib.stats against scipy and hand computations."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from mdlib import stats
+
+
+def test_mean_interval_matches_scipy_one_sample_t():
+    x = [0.61, 0.58, 0.66, 0.52, 0.7]
+    mean, low, high = stats.mean_interval(x)
+    ci = scipy_stats.ttest_1samp(x, 0.0).confidence_interval(0.95)
+    assert mean == pytest.approx(np.mean(x), abs=1e-15)
+    assert (low, high) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    ci90 = scipy_stats.ttest_1samp(x, 0.0).confidence_interval(0.9)
+    assert stats.mean_interval(x, 0.9)[1:] == pytest.approx((ci90.low, ci90.high), abs=1e-12)
+    assert all(math.isnan(v) for v in stats.mean_interval([0.5])[1:])
+    assert all(math.isnan(v) for v in stats.mean_interval([0.5, 0.5, 0.5])[1:])  # no spread: no interval
+    with pytest.raises(ValueError, match="finite"):
+        stats.mean_interval([0.5, math.nan])
+    with pytest.raises(ValueError, match="at least one"):
+        stats.mean_interval([])
+
+
+def test_paired_interval_matches_scipy_ttest_rel():
+    a = [0.683, 0.701, 0.672, 0.690]
+    b = [0.660, 0.690, 0.645, 0.671]  # seed by seed: a shared seed shifts both
+    d, low, high = stats.paired_interval(a, b)
+    result = scipy_stats.ttest_rel(a, b)
+    ci = result.confidence_interval(0.95)
+    assert d == pytest.approx(np.mean(np.subtract(a, b)), abs=1e-15)
+    assert (low, high) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    # pairing matters: the same numbers as independent samples give a far wider interval here
+    _, wl, wh = stats.difference_interval(a, b)
+    assert wh - wl > 2 * (high - low)
+    with pytest.raises(ValueError, match="equal length"):
+        stats.paired_interval([1, 2, 3], [1, 2])
+
+
+def test_difference_interval_matches_welch():
+    a, b = [0.83, 0.84, 0.82, 0.85], [0.80, 0.81, 0.83]
+    d, low, high = stats.difference_interval(a, b)
+    ci = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert abs(d - (np.mean(a) - np.mean(b))) < 1e-12
+    assert abs(low - ci.low) < 1e-9 and abs(high - ci.high) < 1e-9
+    assert np.isnan(stats.difference_interval([0.8], [0.7, 0.75])[1])
+
+
+def test_wilson_interval_by_hand():
+    low, high = stats.wilson_interval(22, 40)
+    z, p, n = 1.959964, 22 / 40, 40
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert (low, high) == pytest.approx((centre - half, centre + half), rel=1e-6)
+    assert stats.wilson_interval(0, 10)[0] == pytest.approx(0, abs=1e-12)
+    with pytest.raises(ValueError):
+        stats.wilson_interval(5, 3)
+
+
+def test_clustered_rate_takes_the_cluster_as_the_unit():
+    wins, losses = [30, 20, 28, 10], [18, 26, 20, 0]  # the last cluster: 10 wins, no loss
+    rate, low, high = stats.clustered_rate(wins, losses, 0.95)
+    rates = np.array([30 / 48, 20 / 46, 28 / 48, 1.0])
+    ci = scipy_stats.ttest_1samp(rates, 0.5).confidence_interval(0.95)
+    assert rate == pytest.approx(rates.mean()) and (low, high) == pytest.approx((ci.low, min(ci.high, 1)), abs=1e-12)
+    # the pooled Wilson interval over all comparisons is much narrower: it treats them as independent
+    pooled = stats.wilson_interval(sum(wins), sum(wins) + sum(losses))
+    assert pooled[1] - pooled[0] < (high - low) / 2
+    assert stats.clustered_rate([3, 0], [1, 0])[1:] == (pytest.approx(math.nan, nan_ok=True),) * 2  # one cluster
+    assert stats.clustered_rate([9, 1], [1, 9]) == pytest.approx((0.5, 0.0, 1.0))  # cut to [0, 1]
+    with pytest.raises(ValueError, match="non-tied"):
+        stats.clustered_rate([0, 0], [0, 0])
+    with pytest.raises(ValueError, match="counts"):
+        stats.clustered_rate([1, -1], [0, 2])
