@@ -52,7 +52,7 @@ from tqdm.auto import tqdm
 
 from mdlib import first_line, paths
 
-__all__ = ["COLUMNS", "World", "evaluate", "fit", "process_world"]
+__all__ = ["COLUMNS", "World", "batching", "evaluate", "fit", "process_world"]
 
 #: The columns of the history ``fit`` returns, one row per epoch (test columns NaN when not evaluated).
 COLUMNS = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds", "lr"]
@@ -60,7 +60,6 @@ CHECKPOINT = "checkpoint.pt"
 LOSSES = ("binary", "multiclass")
 REDUCTIONS = ("mean", "sum")
 _ORDER, _RNG, _WORKERS = 0, 1, 2  # purposes of the seeds derived from ``seed``
-POOL = 50  # batches per length-sorted pool (``fit(lengths=...)``)
 
 log = logging.getLogger(__name__)
 
@@ -193,20 +192,43 @@ def _load(folder: Path, settings: dict) -> dict | None:
 
 
 def _train_batches(n: int, batch_size: int, seed: int, epoch: int, world: World,
-                   lengths: Tensor | None = None) -> list[tuple[list[int], int]]:
+                   lengths: Tensor | None = None, pool: int = 16) -> list[tuple[list[int], int]]:
     """This process's part of each global batch of epoch ``epoch`` (0-based), with the global batch size.
     A final global batch with fewer examples than processes is dropped (only possible when N > 1).
-    With ``lengths``, the shuffled epoch is cut into pools of ``POOL`` batches, each pool is sorted by
-    length before it is cut into batches, and the batches are shuffled: similar lengths share a batch."""
+    With ``lengths``, the shuffled epoch is cut into pools of ``pool`` batches, each pool is sorted by
+    length before it is cut into batches, and the batches are shuffled: similar lengths share a batch,
+    and a batch's members change from epoch to epoch as long as an epoch holds several pools."""
     generator = torch.Generator().manual_seed(_derived_seed(seed, _ORDER, epoch))
     order = torch.randperm(n, generator=generator)
     chunks = list(order.split(batch_size))
     if lengths is not None:
-        pools = [pool[lengths[pool].argsort(stable=True)] for pool in order.split(POOL * batch_size)]
-        chunks = [chunk for pool in pools for chunk in pool.split(batch_size)]
+        pools = [part[lengths[part].argsort(stable=True)] for part in order.split(pool * batch_size)]
+        chunks = [chunk for part in pools for chunk in part.split(batch_size)]
         chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()]
     return [(chunk.tensor_split(world.size)[world.rank].tolist(), len(chunk))
             for chunk in chunks if len(chunk) >= world.size]
+
+
+def batching(lengths, batch_size: int, pool: int, seed: int = 0) -> dict[str, float]:
+    """What length pools do to an epoch's batches (``fit(lengths=..., pool=...)``), from the lengths
+    alone: ``padding``, the padded tokens of epoch 0 over its real tokens (1: no padding); ``again``,
+    the share of a batch's pairs of examples that share a batch again in epoch 1 (random batches:
+    (batch_size - 1) / (n - 1)); ``random_again``, that reference."""
+    lengths = torch.as_tensor(lengths)
+    n = len(lengths)
+    world = World(0, 1, torch.device("cpu"))
+    epochs = [_train_batches(n, batch_size, seed, epoch, world, lengths, pool) for epoch in (0, 1)]
+    padded = sum(int(lengths[b].max()) * len(b) for b, _ in epochs[0])
+    where = torch.empty(n, dtype=torch.long)
+    for k, (b, _) in enumerate(epochs[1]):
+        where[b] = k
+    pairs = together = 0
+    for b, _ in epochs[0]:
+        counts = torch.bincount(where[b])
+        together += int((counts * (counts - 1)).sum())
+        pairs += len(b) * (len(b) - 1)
+    return {"padding": padded / int(lengths.sum()), "again": together / pairs,
+            "random_again": (batch_size - 1) / (n - 1)}
 
 
 def _loader(dataset: Dataset, batches: list[list[int]], collate_fn, num_workers: int, device: torch.device,
@@ -303,7 +325,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         reduction: str = "mean", stop_train_accuracy: float | None = None,
         checkpoint: str | os.PathLike | None = None,
         eval_every: int = 1, num_workers: int = 0, progress: bool = True,
-        device: str | torch.device | None = None, lengths=None) -> pd.DataFrame:
+        device: str | torch.device | None = None, lengths=None, pool: int = 16) -> pd.DataFrame:
     """Train ``model`` with ``optimizer`` for up to ``epochs`` epochs; the history, one row per epoch.
 
     Args:
@@ -326,6 +348,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         progress: show a progress bar (tqdm.auto; hidden outside terminals and notebooks).
         lengths: the training examples' sequence lengths: batch examples of similar length together
             (less padding; see ``_train_batches``), still a seeded random order of batches.
+        pool: with ``lengths``, the batches per length-sorted pool: smaller pools pad more, larger
+            ones keep the same examples together across epochs.
 
     Returns:
         DataFrame with ``COLUMNS``: epoch (1-based), train_loss and train_accuracy (over the epoch's
@@ -336,7 +360,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    for name, value in (("epochs", epochs), ("batch_size", batch_size), ("eval_every", eval_every)):
+    for name, value in (("epochs", epochs), ("batch_size", batch_size), ("eval_every", eval_every), ("pool", pool)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if not isinstance(seed, int) or seed < 0:
@@ -360,8 +384,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
     model.to(world.device)
     folder = Path(checkpoint) if checkpoint is not None else None
     settings = {"seed": seed, "batch_size": batch_size, "loss": loss, "reduction": reduction, "train_size": n,
-                "processes": world.size,
-                "by_length": lengths is not None, **_fingerprint(model, optimizer, train_set, test_set)}
+                "processes": world.size, "by_length": lengths is not None,
+                "pool": pool if lengths is not None else None, **_fingerprint(model, optimizer, train_set, test_set)}
     state = _load(folder, settings) if folder is not None else None
     history: list[dict] = []
     stopped = False
@@ -389,7 +413,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
             epoch, start = len(history), time.perf_counter()
             bar.set_description(f"epoch {epoch + 1}/{epochs}")
             net.train()
-            parts = _train_batches(n, batch_size, seed, epoch, world, lengths)
+            parts = _train_batches(n, batch_size, seed, epoch, world, lengths, pool)
             loader = _loader(train_set, [indices for indices, _ in parts], collate_fn, num_workers, world.device,
                              _derived_seed(seed, _WORKERS, epoch, world.rank))
             sums = torch.zeros(2, dtype=torch.float64, device=world.device)  # loss sum, correct

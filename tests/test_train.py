@@ -347,14 +347,19 @@ def test_two_process_data_parallel_equals_one_process(tmp_path):
 def test_length_pools_put_similar_lengths_together_and_cover_the_epoch():
     world = train.World(0, 1, torch.device("cpu"))
     lengths = torch.randint(1, 100, (1000,), generator=torch.Generator().manual_seed(0))
-    parts = train._train_batches(1000, 10, seed=3, epoch=0, world=world, lengths=lengths)
+    parts = train._train_batches(1000, 10, seed=3, epoch=0, world=world, lengths=lengths, pool=50)
     assert sorted(i for batch, _ in parts for i in batch) == list(range(1000))
     spread = np.mean([lengths[batch].max().item() - lengths[batch].min().item() for batch, _ in parts])
     shuffled = np.mean([lengths[batch].max().item() - lengths[batch].min().item()
                         for batch, _ in train._train_batches(1000, 10, 3, 0, world)])
     assert spread < 0.1 * shuffled  # about 2 against about 88
-    assert parts == train._train_batches(1000, 10, 3, 0, world, lengths)
-    assert parts != train._train_batches(1000, 10, 3, 1, world, lengths)
+    assert parts == train._train_batches(1000, 10, 3, 0, world, lengths, 50)
+    assert parts != train._train_batches(1000, 10, 3, 1, world, lengths, 50)
+    # one pool per epoch: the same length deciles every epoch; small pools: batches change
+    whole, small = train.batching(lengths, 10, pool=100, seed=3), train.batching(lengths, 10, pool=4, seed=3)
+    assert whole["again"] > 0.4 and small["again"] < 3 * small["random_again"]
+    assert whole["padding"] < small["padding"] < train.batching(lengths, 10, pool=1, seed=3)["padding"]
+    assert small["random_again"] == pytest.approx(9 / 999)
     with pytest.raises(ValueError, match="one length per training example"):
         x, y = blobs(20)
         model = mlp(0)
