@@ -8,12 +8,14 @@ A run config (a plain dict, hashed by the results store) names everything that c
      "model": {"width": 48, "layers": 3, "heads": 3, "mlp": 192, "dropout": 0.2, "setup": "authors"},
      "optimizer": {"name": "md", "lr": 8e-4, "p": 1.1},
      "fit": {"epochs": 600, "batch_size": 100, "seed": 0, "loss": "binary", "reduction": "sum",
-             "stop_train_accuracy": 0.995}}
+             "stop_train_accuracy": 0.995, "pool": 16}}
 
 ``fit.seed`` seeds the initialization as well as the data order and dropout, so seeds are distinct
 initializations (the authors' code reused one). ``train_size`` trains on a seeded, stratified subset
 of the training split (the same sentences for every method and seed; None: all of it). The loss is
 the batch's summed binary cross-entropy, as in the authors' code (their step sizes assume the sum).
+Training batches hold sentences of similar lengths: each epoch's random order is cut into pools of
+``fit.pool`` batches, each sorted by length (``mdlib.train.fit``).
 ``train_run(config)`` trains it (or reads it back from the store) and keeps the final weights;
 ``trained_model(config, result)`` rebuilds the model.
 """
@@ -34,11 +36,13 @@ from mdlib import analysis, data, optim, paths, runs
 from mdlib.optim import method, method_key
 from mdlib.models import EncoderClassifier, check_setup
 
-__all__ = ["ADAM_STEP", "GRID_KEYS", "GRID_KIND", "Grid", "KIND", "PAPER_EPOCHS_TO_STOP", "PAPER_STEP_SIZES",
-           "PAPER_TABLE_1", "TokenizedDataset", "attention_scores", "build", "built_grid", "by_length", "choose",
-           "collate", "deletion_drops", "designated_positions", "encode", "grid", "grid_name", "initial_model",
-           "lexicon_pivots", "pad", "pivotal_sentences", "reference_step", "run_config",
-           "splits", "sweep", "tokens", "train_run", "train_runs", "trained_model", "training_subset"]
+__all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KEYS", "GRID_KIND",
+           "Grid", "KIND", "PAPER_EPOCHS_TO_STOP", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "TokenizedDataset",
+           "attention_scores", "authors_sentences", "baseline", "build", "built_grid", "by_length", "cell_table",
+           "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
+           "grid_name", "initial_model", "lexicon_pivots", "movement", "paired_gaps", "pad", "pivotal_sentences",
+           "reference_step", "run_config", "seeds_of", "setups_table", "setups_view", "steps_view", "splits",
+           "sweep", "tokens", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
 
 KIND = "e4-sentiment"
 #: Bumped when a change of this module changes the numbers of a run with the same config.
@@ -111,7 +115,7 @@ def run_config(*, layers: int, optimizer: str, lr: float, p: float | None = None
            dataset: str = "rotten_tomatoes", max_length: int = 64, train_size: int | None = None,
            width: int = 48, mlp: int | None = None, dropout: float = 0.2, setup: str = "authors",
            epochs: int = 600, batch_size: int = 100, stop_train_accuracy: float = 0.995,
-           split_seed: int = 0) -> dict[str, Any]:
+           split_seed: int = 0, pool: int = 16) -> dict[str, Any]:
     """A run config (see the module docstring); heads = layers as in the paper, MLP 4 x width."""
     check_setup(setup)
     if train_size is not None and (not isinstance(train_size, int) or train_size < batch_size):
@@ -125,7 +129,7 @@ def run_config(*, layers: int, optimizer: str, lr: float, p: float | None = None
                       "dropout": dropout, "setup": setup},
             "optimizer": {"name": optimizer, "lr": float(lr), "p": None if p is None else float(p)},
             "fit": {"epochs": epochs, "batch_size": batch_size, "seed": seed, "loss": "binary", "reduction": "sum",
-                    "stop_train_accuracy": stop_train_accuracy}}
+                    "stop_train_accuracy": stop_train_accuracy, "pool": pool}}
 
 
 def initial_model(config: Mapping[str, Any]) -> EncoderClassifier:
@@ -272,6 +276,20 @@ def _check_grid(config: Mapping[str, Any]) -> None:
         raise ValueError(f"no step-size multiples for {without}: give each method a list in multiples")
     for key in config["methods"]:
         method(key)
+    seeds = config["seeds"]
+    if isinstance(seeds, Mapping):
+        lacking = [k for k in config["methods"] if k not in seeds]
+        if lacking:
+            raise ValueError(f"seeds gives no count for {lacking}: give every method one, or one integer for all")
+    counts = seeds.values() if isinstance(seeds, Mapping) else [seeds]
+    if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in counts):
+        raise ValueError(f"seeds must be an integer >= 1 or {{method: integer >= 1}}, got {seeds!r}")
+
+
+def seeds_of(config: Mapping[str, Any], key: str) -> int:
+    """The number of seeds of method ``key`` in a grid config (``seeds``: one integer, or per method)."""
+    seeds = config["seeds"]
+    return int(seeds[key] if isinstance(seeds, Mapping) else seeds)
 
 
 def _run_config(config: Mapping[str, Any], layers: int, key: str, multiple: float, seed: int) -> dict[str, Any]:
@@ -292,7 +310,7 @@ def sweep(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True)
     ``chosen``: the candidate ``choose`` picks, by the validation split at the stop rule)."""
     _check_grid(config)
     items = [(L, key, m, seed) for L, key in _cells(config) for m in config["multiples"][key]
-             for seed in (range(config["seeds"]) if len(config["multiples"][key]) == 1 else [0])]
+             for seed in (range(seeds_of(config, key)) if len(config["multiples"][key]) == 1 else [0])]
     configs = [_run_config(config, *item) for item in items]
     results = train_runs(configs, workers, skip=(FloatingPointError,), progress=progress)
     done = pd.DataFrame([_summary(c, r, item[2]) for c, r, item in zip(configs, results, items)])
@@ -307,7 +325,7 @@ def _grid_entry(config: Mapping[str, Any], workers: int, progress: bool) -> dict
     done = sweep(config, workers=workers, progress=progress)
     chosen = {(L, k): float(m) for L, k, m, c in zip(done.layers, done.method, done.multiple, done.chosen) if c}
     rest = [(L, key, chosen[L, key], seed) for L, key in _cells(config) if len(config["multiples"][key]) > 1
-            for seed in range(1, config["seeds"])]
+            for seed in range(1, seeds_of(config, key))]
     more = [_run_config(config, *item) for item in rest]
     more_results = train_runs(more, workers, progress=progress)
     table_runs = pd.concat([done.drop(columns="chosen"), pd.DataFrame(
@@ -342,7 +360,7 @@ def grid(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True, 
         entry = runs.load_or_run(GRID_KIND, config, lambda: _grid_entry(config, workers, progress))
     chosen = {(L, k): m for L, k, m in entry["chosen"]}
     configs = {(L, key, seed): _run_config(config, L, key, chosen[L, key], seed) for L, key in _cells(config)
-               for seed in range(config["seeds"])}
+               for seed in range(seeds_of(config, key))}
     if stored_only:
         found = [runs.load(KIND, c) for c in configs.values()]
         if any(r is None for r in found):
@@ -354,6 +372,115 @@ def grid(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True, 
         runs.set_name(name, GRID_KIND, config)
     results = dict(zip(configs, found))
     return Grid(dict(config), entry["runs"], _history_table(list(configs.values()), found), chosen, configs, results)
+
+
+def cell_table(runs_table: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 from a grid's runs (``Grid.runs``): one row per cell (layers, method) of the chosen runs,
+    in the grid's order: runs, reached (how many met the stop rule), epochs (mean), the test accuracy
+    at the last epoch, the stop rule's epoch where it was reached (``test``: mean, ``test_std``), the best
+    test accuracy over epochs (``best``, ``best_std``: the paper's metric, selected on the test set),
+    the validation accuracy at the end, the chosen multiple and step, and the paper's value and epochs."""
+    chosen = runs_table[runs_table.chosen.astype(bool)]
+    cells = chosen.groupby(["layers", "method"], sort=False).agg(
+        runs=("seed", "count"), reached=("reached", "sum"), epochs=("epochs", "mean"),
+        test=("last_test", "mean"), test_std=("last_test", "std"), best=("best_test", "mean"),
+        best_std=("best_test", "std"), validation=("validation", "mean"), multiple=("multiple", "first"),
+        lr=("lr", "first")).reset_index()
+    cells["paper"] = [PAPER_TABLE_1.get(L, {}).get(k, np.nan) for L, k in zip(cells.layers, cells.method)]
+    cells["paper_epochs"] = [PAPER_EPOCHS_TO_STOP.get(L, {}).get(k, np.nan) for L, k in zip(cells.layers, cells.method)]
+    return cells
+
+
+def paired_gaps(runs_table: pd.DataFrame, first: str = "1.1", second: str = "2", metric: str = "last_test",
+                confidence: float = 0.95) -> pd.DataFrame:
+    """``first`` minus ``second`` per depth, in accuracy points, over the seeds both have (a seed gives both
+    methods the same initialization, data order and dropout stream): one row per depth with the
+    seeds paired, the mean difference and its paired t interval (``stats.paired_interval``)."""
+    from mdlib.stats import paired_interval
+
+    chosen = runs_table[runs_table.chosen.astype(bool)]
+    rows = []
+    for L, part in chosen.groupby("layers", sort=False):
+        wide = part.pivot_table(index="seed", columns="method", values=metric).dropna(subset=[first, second])
+        d, low, high = paired_interval(100 * wide[first], 100 * wide[second], confidence) if len(wide) else (np.nan,) * 3
+        rows.append({"layers": L, "pairs": len(wide), "metric": metric, "difference": d, "low": low, "high": high})
+    return pd.DataFrame(rows)
+
+
+def movement(grid: "Grid", layers: int | None = None) -> pd.DataFrame:
+    """How far training moved each part of each chosen model (``analysis.relative_movement``,
+    ||W - W(0)|| / ||W(0)|| per parameter group of ``EncoderClassifier.parameter_groups``), against the
+    run's own initialization: one row per (layers, method, seed, group)."""
+    rows = []
+    for (L, key, seed), config in grid.configs.items():
+        if layers is not None and L != layers:
+            continue
+        model = trained_model(config, grid.results[L, key, seed])
+        moved = analysis.relative_movement(model, initial_model(config), model.parameter_groups())
+        rows += [{"layers": L, "method": key, "seed": seed, "group": group, "movement": value}
+                 for group, value in moved.items()]
+    return pd.DataFrame(rows)
+
+
+def _method_name(key: str) -> str:
+    from mdlib.plots import method_label
+
+    return method_label(*method(key))
+
+
+def steps_view(steps: pd.DataFrame) -> pd.DataFrame:
+    """The step-size table of a grid's seed-0 runs, as the book shows it."""
+    return pd.DataFrame({
+        "layers": steps.layers, "method": [_method_name(k) for k in steps.method],
+        "× paper": [f"{m:g}" for m in steps.multiple], "lr": [f"{lr:.3g}" for lr in steps.lr],
+        "epochs": ["diverged" if d else f"{e:.0f}" + ("" if r else " (cap)")
+                   for d, e, r in zip(steps.diverged, steps.epochs, steps.reached)],
+        "training acc.": [f"{a:.1%}" if a == a else "–" for a in steps.train_accuracy],
+        "validation acc.": [f"{a:.1%}" if a == a else "–" for a in steps.validation],
+        "chosen": ["✓" if c else "" for c in steps.chosen]})
+
+
+def _mean_std(mean: float, std: float) -> str:
+    return f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if std == std else "")
+
+
+def table1_view(cells: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 (``cell_table``) as the book shows it: one row per cell."""
+    return pd.DataFrame({
+        "layers": cells.layers, "method": [_method_name(k) for k in cells.method],
+        "test acc. at the stop (%)": [_mean_std(m, s) for m, s in zip(cells.test, cells.test_std)],
+        "best over epochs (%, selected on test)": [_mean_std(m, s) for m, s in zip(cells.best, cells.best_std)],
+        "epochs (reached / runs)": [f"{e:.0f} ({r}/{n})" for e, r, n in zip(cells.epochs, cells.reached, cells.runs)],
+        "paper (%, best over epochs)": [f"{p:.2f}" if p == p else "–" for p in cells.paper],
+        "paper epochs": [f"{e:.0f}" if e == e else "–" for e in cells.paper_epochs]})
+
+
+def gaps_text(gaps: pd.DataFrame, per_depth: bool = True) -> str:
+    """``paired_gaps`` in words: "+0.81 [-0.40, +2.02] (3 pairs) at 3 layers; ..."."""
+    parts = []
+    for _, g in gaps.iterrows():
+        value = f"{g.difference:+.2f}" + (f" [{g.low:+.2f}, {g.high:+.2f}]" if g.low == g.low else " (no interval)")
+        parts.append(value + f" ({g.pairs} pairs)" + (f" at {g.layers} layers" if per_depth else ""))
+    return "; ".join(parts) or "not measured"
+
+
+def setups_table(grids: Mapping[str, "Grid"], layers: int, methods: list[str]) -> pd.DataFrame:
+    """The chosen runs of several grids at one depth, one row per run with the grid's ``setup``: the
+    ablation's table."""
+    frames = [g.runs[g.runs.chosen & (g.runs.layers == layers) & g.runs.method.isin(methods)].assign(setup=name)
+              for name, g in grids.items()]
+    return pd.concat(frames, ignore_index=True)
+
+
+def setups_view(both: pd.DataFrame) -> pd.DataFrame:
+    """``setups_table`` as the book shows it: one row per (initialization, method)."""
+    cells = cell_table(both.assign(layers=both.setup)).rename(columns={"layers": "setup"})
+    return pd.DataFrame({
+        "initialization": cells.setup, "method": [_method_name(k) for k in cells.method],
+        "× paper step": [f"{m:g}" for m in cells.multiple],
+        "test acc. at the stop (%)": [_mean_std(m, s) for m, s in zip(cells.test, cells.test_std)],
+        "best over epochs (%)": [_mean_std(m, s) for m, s in zip(cells.best, cells.best_std)],
+        "epochs (reached / runs)": [f"{e:.0f} ({r}/{n})" for e, r, n in zip(cells.epochs, cells.reached, cells.runs)]})
 
 
 def grid_name(profile: str) -> str:
@@ -376,12 +503,93 @@ def built_grid(profile: str, depth: int | None = None) -> Grid:
     return grid(record[1], stored_only=True, missing_hint=hint)
 
 
+# --- the bag-of-words baseline ---------------------------------------------------------------------
+
+#: The baselines of every sentiment page (``baseline``); the first is the one the verdicts' gates use.
+BASELINES = {"naive_bayes": "multinomial Naive Bayes (token counts, alpha = 1)",
+             "logistic_regression": "logistic regression (token presence, l2, C chosen on validation)"}
+#: The inverse regularization strengths the logistic-regression baseline chooses among (by validation).
+BASELINE_C = (0.01, 0.1, 1.0, 10.0, 100.0)
+
+
+def _bag_of_tokens(dataset: TokenizedDataset, binary: bool):
+    """A sparse (examples x 30,522) matrix of WordPiece token counts (or presence), [CLS], [SEP] and
+    [PAD] left out."""
+    from scipy import sparse
+
+    special = {_tokenizer(8).token_to_id(t) for t in ("[PAD]", "[CLS]", "[SEP]")}
+    rows, cols = [], []
+    for i, ids in enumerate(dataset.ids):
+        kept = [t for t in ids.tolist() if t not in special]
+        rows += [i] * len(kept)
+        cols += kept
+    counts = sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(dataset), _tokenizer(8).get_vocab_size()))
+    counts.sum_duplicates()
+    if binary:
+        counts.data[:] = 1.0
+    return counts
+
+
+BASELINE_KIND = "e4-baseline"
+
+
+def baseline(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: int = 64,
+             train_size: int | None = None) -> pd.DataFrame:
+    """The bag-of-words baselines (``BASELINES``) on the same WordPiece tokens, training (sub)set and
+    splits as the runs of a Table 1 grid with these settings: one row per classifier with its
+    validation and test accuracy (and the chosen C of the logistic regression). Stored (kind
+    ``BASELINE_KIND``), so every page reads the same numbers."""
+    config = {"dataset": dataset, "split_seed": split_seed, "max_length": max_length, "train_size": train_size,
+              "C": list(BASELINE_C)}
+    return runs.load_or_run(BASELINE_KIND, config, lambda: {"table": _baselines(**config)})["table"]
+
+
+def _baselines(dataset: str, split_seed: int, max_length: int, train_size: int | None, C) -> pd.DataFrame:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.naive_bayes import MultinomialNB
+
+    parts = splits(dataset, split_seed, max_length)
+    train_set = training_subset(parts["train"], train_size, split_seed)
+    y = {name: part.labels.numpy() for name, part in (("train", train_set), ("validation", parts["validation"]),
+                                                       ("test", parts["test"]))}
+    rows = []
+    for name, binary in (("naive_bayes", False), ("logistic_regression", True)):
+        X = {key: _bag_of_tokens(part, binary) for key, part in (("train", train_set),
+                                                                ("validation", parts["validation"]), ("test", parts["test"]))}
+        candidates = [(None, MultinomialNB(alpha=1.0))] if name == "naive_bayes" else [
+            (c, LogisticRegression(C=c, max_iter=2000)) for c in C]
+        scored = []
+        for c, model in candidates:
+            model.fit(X["train"], y["train"])
+            scored.append((model.score(X["validation"], y["validation"]), -(c or 0), c, model))
+        validation, _, c, model = max(scored, key=lambda item: item[:2])  # ties: the smaller C
+        rows.append({"baseline": name, "description": BASELINES[name], "C": c, "validation_accuracy": float(validation),
+                     "test_accuracy": float(model.score(X["test"], y["test"])), "train_size": len(train_set)})
+    return pd.DataFrame(rows)
+
+
 # --- token selection (E5) -------------------------------------------------------------------------
 
 
 def pivotal_sentences() -> pd.DataFrame:
     """The project's hand-written sentences (data/pivotal_sentences.csv): sentence, pivotal, label."""
     return pd.read_csv(paths.ROOT / "data" / "pivotal_sentences.csv")
+
+
+#: The sentences of the authors' figures (Figs. 8, 13, 14): the first 40 their notebook keeps.
+AUTHORS_SHOWN = 40
+
+
+def authors_sentences(max_length: int = 64, shown: int = AUTHORS_SHOWN) -> pd.DataFrame:
+    """The authors' token-selection sentences (data/authors_sentences.csv, from their notebook
+    ``attn_map.ipynb``; see data/README.md) that their notebook keeps, those whose pivotal word is a
+    whole WordPiece token of the sentence, the first ``shown`` of them (their figures show 40):
+    number, sentence, pivotal, label."""
+    table = pd.read_csv(paths.ROOT / "data" / "authors_sentences.csv")
+    tokenizer = _tokenizer(max_length)
+    ids = encode(table.sentence, max_length)
+    kept = [tokenizer.token_to_id(word) in sequence for sequence, word in zip(ids, table.pivotal)]
+    return table[kept].head(shown).reset_index(drop=True)
 
 
 def pad(ids: list[list[int]] | list[Tensor], pad_id: int = 0) -> tuple[Tensor, Tensor]:

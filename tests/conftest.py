@@ -45,3 +45,19 @@ def install_idx(cache: Path, monkeypatch, arrays: dict[str, np.ndarray]) -> None
         (cache / name).write_bytes(content)
         patched[name] = fetch.RegistryFile(**{**patched[name].__dict__, "sha256": hashlib.sha256(content).hexdigest()})
     monkeypatch.setattr(fetch, "FILES", patched)
+
+
+@pytest.fixture
+def fixture_data(cache, monkeypatch, tmp_path):
+    """The fixture snippets, lexicon and 15-entry vocabulary as the fetched data."""
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in ("movieReviewSnippets_GroundTruth.txt", "vader_lexicon.txt", "vocab.txt"):
+        (cache / name).write_bytes((FIXTURES / name).read_bytes())
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    from mdlib import sentiment
+
+    sentiment.splits.cache_clear()
+    sentiment._tokenizer.cache_clear()
+    yield cache
+    sentiment.splits.cache_clear()
+    sentiment._tokenizer.cache_clear()

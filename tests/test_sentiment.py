@@ -13,20 +13,6 @@ from mdlib import optim, runs, sentiment, train
 from mdlib.models import EncoderClassifier
 
 
-@pytest.fixture
-def fixture_data(cache, monkeypatch, tmp_path):
-    """The fixture snippets, lexicon and 15-entry vocabulary as the fetched data."""
-    cache.mkdir(parents=True, exist_ok=True)
-    for name in ("movieReviewSnippets_GroundTruth.txt", "vader_lexicon.txt", "vocab.txt"):
-        (cache / name).write_bytes((FIXTURES / name).read_bytes())
-    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
-    sentiment.splits.cache_clear()
-    sentiment._tokenizer.cache_clear()
-    yield cache
-    sentiment.splits.cache_clear()
-    sentiment._tokenizer.cache_clear()
-
-
 def small(**overrides):
     return sentiment.run_config(**dict(layers=3, optimizer="md", p=1.1, lr=0.05, width=6, max_length=16, epochs=2,
                                    batch_size=2) | overrides)
@@ -206,3 +192,111 @@ def test_token_measurements_have_one_value_per_token_or_sentence():
         cut = torch.sigmoid(model(torch.tensor([[1, 2]]), torch.ones(1, 2, dtype=torch.long)))
     expected = (full - cut) if full >= 0.5 else (cut - full)
     assert np.isclose(drops[1], expected.item(), atol=1e-6)
+
+
+def test_grid_takes_seeds_per_method(monkeypatch, tmp_path):
+    """``seeds`` may give each method its own count (l3 with fewer seeds)."""
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
+    trained = []
+
+    def fake_runs(configs, workers=1, progress=True, skip=()):
+        out = []
+        for c in configs:
+            trained.append((optim.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"]))
+            history = pd.DataFrame({"epoch": [1], "train_accuracy": [1.0], "test_accuracy": [0.6]})
+            runs.store(sentiment.KIND, c, {"history": history, "validation_accuracy": 0.6, "state.x": np.zeros(1)})
+            out.append(runs.load(sentiment.KIND, c))
+        return out
+
+    monkeypatch.setattr(sentiment, "train_runs", fake_runs)
+    config = grid_config(methods=["1.1", "2", "3"], seeds={"1.1": 3, "2": 2, "3": 1},
+                         multiples={"1.1": [3], "2": [10], "3": [300]})
+    grid = sentiment.grid(config)
+    assert sorted(grid.configs) == [(3, "1.1", 0), (3, "1.1", 1), (3, "1.1", 2), (3, "2", 0), (3, "2", 1), (3, "3", 0)]
+    assert sorted(set(trained)) == sorted((k, s) for _, k, s in grid.configs)
+    assert sentiment.seeds_of(config, "3") == 1 and sentiment.seeds_of(grid_config(), "2") == 3
+    with pytest.raises(ValueError, match=r"seeds gives no count for \['3'\]"):
+        sentiment.grid(grid_config(methods=["1.1", "3"], seeds={"1.1": 2}, multiples={"1.1": [1], "3": [1]}))
+    with pytest.raises(ValueError, match="seeds must be an integer >= 1"):
+        sentiment.grid(grid_config(seeds=0))
+
+
+def runs_table():
+    """A grid's runs: ℓ1.1 and GD at three seeds, ℓ3 at one, plus one unchosen sweep candidate."""
+    rows = [{"layers": 3, "method": m, "seed": s, "multiple": mult, "lr": 1e-3, "epochs": e, "reached": r,
+             "train_accuracy": 0.99, "best_test": b, "last_test": t, "validation": 0.6, "chosen": True, "diverged": False}
+            for m, mult, values in (("1.1", 3.0, [(70, True, 0.72, 0.70), (80, True, 0.71, 0.69), (75, False, 0.73, 0.71)]),
+                                    ("2", 10.0, [(90, True, 0.70, 0.66), (85, True, 0.70, 0.67), (80, True, 0.69, 0.69)]),
+                                    ("3", 300.0, [(60, False, 0.60, 0.58)]))
+            for s, (e, r, b, t) in enumerate(values)]
+    rows.append(dict(rows[0], multiple=1.0, chosen=False, last_test=0.99, best_test=0.99))
+    return pd.DataFrame(rows)
+
+
+def test_cell_table_and_paired_gaps():
+    from scipy import stats as scipy_stats
+
+    table = runs_table()
+    cells = sentiment.cell_table(table)
+    assert list(zip(cells.method, cells.runs, cells.reached)) == [("1.1", 3, 2), ("2", 3, 3), ("3", 1, 0)]
+    assert cells.test.tolist() == pytest.approx([0.70, 0.6733333, 0.58]) and np.isnan(cells.test_std.iloc[2])
+    assert cells.best.iloc[0] == pytest.approx(0.72) and cells.paper.iloc[0] == 83.47 and cells.paper_epochs.iloc[1] == 80
+    gaps = sentiment.paired_gaps(table)
+    ci = scipy_stats.ttest_rel([70, 69, 71], [66, 67, 69]).confidence_interval(0.95)
+    assert gaps.pairs.tolist() == [3] and gaps.difference.iloc[0] == pytest.approx(8 / 3)
+    assert (gaps.low.iloc[0], gaps.high.iloc[0]) == pytest.approx((ci.low, ci.high))
+    assert sentiment.paired_gaps(table, metric="best_test").difference.iloc[0] == pytest.approx(7 / 3)
+    assert "+2.67 [" in sentiment.gaps_text(gaps) and "(3 pairs) at 3 layers" in sentiment.gaps_text(gaps)
+    view = sentiment.table1_view(cells)
+    assert view["test acc. at the stop (%)"].tolist()[2] == "58.00" and view["epochs (reached / runs)"][0] == "75 (2/3)"
+
+
+def test_baseline_naive_bayes_matches_a_numpy_multinomial_model(fixture_data):
+    table = sentiment.baseline("rotten_tomatoes", 0, 16, None)
+    assert list(table.baseline) == ["naive_bayes", "logistic_regression"]
+    parts = sentiment.splits("rotten_tomatoes", 0, 16)
+    special = {0, 2, 3}  # [PAD], [CLS], [SEP] of the fixture vocabulary
+    counts = lambda part: np.array([np.bincount([t for t in ids.tolist() if t not in special], minlength=15)  # noqa: E731
+                                    for ids in part.ids], dtype=float)
+    X, y = counts(parts["train"]), parts["train"].labels.numpy()
+    log_prior = np.log(np.bincount(y, minlength=2) / len(y))
+    log_like = np.log((np.stack([X[y == c].sum(0) for c in (0, 1)]) + 1)
+                      / (np.stack([X[y == c].sum() for c in (0, 1)])[:, None] + 15))
+    test_X, test_y = counts(parts["test"]), parts["test"].labels.numpy()
+    predicted = np.argmax(log_prior + test_X @ log_like.T, axis=1)
+    assert table.test_accuracy.iloc[0] == pytest.approx(np.mean(predicted == test_y))
+    assert table.train_size.iloc[0] == len(parts["train"])
+    assert table.C.iloc[1] in sentiment.BASELINE_C
+    again = sentiment.baseline("rotten_tomatoes", 0, 16, None)  # read back from the store
+    pd.testing.assert_frame_equal(table, again)
+
+
+def test_authors_sentences_keep_whole_token_pivots(cache, monkeypatch):
+    """Their notebook keeps a sentence when its pivot is a whole WordPiece token of it: with a
+    vocabulary that splits "breathtaking", "overpriced" and "overheats", 44 of 50 survive and the first
+    40 are shown, as in their figures."""
+    import hashlib
+
+    from mdlib import fetch
+
+    table = pd.read_csv(sentiment.paths.ROOT / "data" / "authors_sentences.csv")
+    assert len(table) == 50 and set(table.label) == {0, 1}
+    split = {"breathtaking", "overpriced", "overheats"}
+    words = {w.strip(".,!'").lower() for s in table.sentence for w in s.replace("-", " - ").split()} - split
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "-", "'", "breath", "##taking", "over", "##pri", "##ced",
+             "##heat", "##s", *sorted(words)]
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    files = dict(fetch.FILES)
+    files["vocab.txt"] = fetch.RegistryFile(**{**files["vocab.txt"].__dict__,
+                                               "sha256": hashlib.sha256((cache / "vocab.txt").read_bytes()).hexdigest()})
+    monkeypatch.setattr(fetch, "FILES", files)
+    sentiment._tokenizer.cache_clear()
+    try:
+        shown = sentiment.authors_sentences(32)
+        everything = sentiment.authors_sentences(32, shown=50)
+    finally:
+        sentiment._tokenizer.cache_clear()
+    assert len(everything) == 44 and len(shown) == sentiment.AUTHORS_SHOWN == 40
+    assert not {12, 25, 28, 30, 34, 49} & set(everything.number)  # the six their notebook skips
+    assert shown.number.tolist() == everything.number.tolist()[:40]
