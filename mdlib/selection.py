@@ -1,0 +1,234 @@
+"""Token selection (E5) on the trained sentiment models: which token the [CLS] attention selects.
+
+A ``SentenceSet`` holds token ids and, where a word is designated pivotal, its position: the authors'
+40 sentences (the primary replication), our written sentences, the test sentences the lexicon
+designates a pivot in, and every test sentence (no pivot: for the concentration of attention).
+
+Each seed gives one model per method from the same initialization, so a seed is a pair and the
+sentences are shared by every pair: win counts are kept per seed (``win_table``) and their rate is
+summarized with the seed as the unit (``stats.clustered_rate``); concentration is compared seed by
+seed (``stats.paired_interval``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mdlib import analysis, sentiment
+from mdlib.stats import clustered_rate, mean_interval, paired_interval, wilson_interval
+
+__all__ = ["PAPER", "SentenceSet", "sentence_sets", "scores", "heat_table", "win_table", "summary", "summary_view",
+           "summary_text", "concentration_table", "concentration_text", "deletion_table", "deletion_text",
+           "gate_text"]
+
+#: The paper's token-selection numbers (its Figs. 8, 13, 14: one 6-layer model per optimizer).
+PAPER = {"wins": 22, "losses": 16, "ties": 2, "sentences": 40, "score_1.1": 0.44, "score_2": 0.31}
+
+
+@dataclass(frozen=True)
+class SentenceSet:
+    """Sentences as token ids, with the position of each one's pivotal word (None: no pivots)."""
+
+    name: str
+    title: str
+    ids: list[list[int]]
+    positions: np.ndarray | None = None
+
+
+def sentence_sets(dataset: str, max_length: int, min_valence: float) -> dict[str, SentenceSet]:
+    """The sets of the chapter: "authors" (their 40 sentences), "written" (ours), "lexicon" (test
+    sentences with a lexicon-designated pivot, ``sentiment.lexicon_pivots``) and "test" (all of them)."""
+    out = {}
+    for name, title, table in (("authors", "the authors' sentences", sentiment.authors_sentences(max_length)),
+                               ("written", "our written sentences", sentiment.pivotal_sentences())):
+        ids = sentiment.encode(table.sentence, max_length)
+        out[name] = SentenceSet(name, title, ids, sentiment.designated_positions(ids, table.pivotal, max_length))
+    test = sentiment.splits(dataset, 0, max_length)["test"]
+    test_ids = [x.tolist() for x in test.ids]
+    positions, _ = sentiment.lexicon_pivots(test_ids, min_valence, max_length)
+    keep = np.flatnonzero(positions >= 0)
+    out["lexicon"] = SentenceSet("lexicon", "test sentences with a lexicon pivot", [test_ids[i] for i in keep],
+                                 positions[keep])
+    out["test"] = SentenceSet("test", "every test sentence", test_ids)
+    return out
+
+
+def scores(models: Mapping[tuple[str, int], torch.nn.Module], sets: Mapping[str, SentenceSet]) -> dict:
+    """{(method, seed): {set name: [normalized [CLS] scores per sentence]}} for the sets with pivots."""
+    return {key: {name: sentiment.attention_scores(model, s.ids) for name, s in sets.items() if s.positions is not None}
+            for key, model in models.items()}
+
+
+def _pivot_scores(scored, key, seed, s: SentenceSet) -> np.ndarray:
+    return np.array([row[j] for row, j in zip(scored[key, seed][s.name], s.positions)])
+
+
+def _seeds(scored, key) -> list[int]:
+    return sorted(seed for k, seed in scored if k == key)
+
+
+def heat_table(scored, s: SentenceSet, methods) -> pd.DataFrame:
+    """Every token's normalized score in every sentence of ``s``, per method and seed (tidy)."""
+    return pd.DataFrame([{"method": key, "seed": seed, "sentence": i + 1, "position": j, "token": token,
+                          "score": float(scored[key, seed][s.name][i][j]), "pivot": bool(j == s.positions[i])}
+                         for key in methods for seed in _seeds(scored, key) for i, ids in enumerate(s.ids)
+                         for j, token in enumerate(sentiment.tokens(ids))])
+
+
+def win_table(scored, sets: Mapping[str, SentenceSet], pairs) -> pd.DataFrame:
+    """Per set with pivots and seed pair: ℓ1.1's wins, losses and ties against GD on the pivot's score."""
+    rows = []
+    for name, s in sets.items():
+        if s.positions is None:
+            continue
+        for seed in pairs:
+            w, l, t = analysis.win_loss_tie(_pivot_scores(scored, "1.1", seed, s), _pivot_scores(scored, "2", seed, s))
+            rows.append({"sentences": s.title, "set": name, "seed": seed, "wins": w, "losses": l, "ties": t})
+    return pd.DataFrame(rows)
+
+
+def _most_attended(rows) -> np.ndarray:
+    """The position of each sentence's highest-scored token, [CLS] and [SEP] excluded."""
+    return np.array([1 + int(np.argmax(r[1:-1])) for r in rows])
+
+
+def summary(per_seed: pd.DataFrame, scored, sets: Mapping[str, SentenceSet], methods) -> pd.DataFrame:
+    """One row per set with pivots (and the paper's): the counts, ℓ1.1's win rate as the mean of the
+    per-seed rates with its t interval over seeds, the pooled rate with a Wilson interval (which
+    wrongly treats every comparison as independent; shown for contrast), and per method the mean pivot
+    score and how often the pivot is the most-attended token."""
+    rows = []
+    for name, part in per_seed.groupby("set", sort=False):
+        s = sets[name]
+        wins, losses, ties = (int(part[c].sum()) for c in ("wins", "losses", "ties"))
+        kept = part[(part.wins + part.losses) > 0]
+        rate, low, high = clustered_rate(kept.wins, kept.losses) if len(kept) else (np.nan,) * 3
+        pooled_low, pooled_high = wilson_interval(wins, wins + losses) if wins + losses else (np.nan, np.nan)
+        row = {"key": name, "sentences": s.title, "n": len(s.ids), "seeds": len(part), "wins": wins, "losses": losses,
+               "ties": ties, "rate": rate, "low": low, "high": high,
+               "pooled": wins / (wins + losses) if wins + losses else np.nan, "pooled_low": pooled_low,
+               "pooled_high": pooled_high}
+        for key in methods:  # every seed of the method (l3 may have fewer)
+            row[f"score_{key}"] = float(np.mean([_pivot_scores(scored, key, seed, s).mean()
+                                                 for seed in _seeds(scored, key)]))
+            row[f"top1_{key}"] = float(np.mean([np.mean(_most_attended(scored[key, seed][name]) == s.positions)
+                                                for seed in _seeds(scored, key)]))
+        rows.append(row)
+    p = PAPER
+    rows.append({"key": "paper", "sentences": "paper (40 machine-written, 1 model each)", "n": p["sentences"],
+                 "seeds": 1, "wins": p["wins"], "losses": p["losses"], "ties": p["ties"],
+                 "pooled": p["wins"] / (p["wins"] + p["losses"]), "score_1.1": p["score_1.1"],
+                 "score_2": p["score_2"]})
+    return pd.DataFrame(rows)
+
+
+def _percent(x) -> str:
+    return "–" if pd.isna(x) else f"{x:.1%}"
+
+
+def _interval(rate, low, high) -> str:
+    return _percent(rate) + ("" if pd.isna(low) else f" [{_percent(low)}, {_percent(high)}]")
+
+
+def summary_view(table: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` as the book shows it."""
+    from mdlib.plots import method_text
+
+    methods = [c.removeprefix("score_") for c in table.columns if c.startswith("score_")]
+    return pd.DataFrame({
+        "sentences": table.sentences, "sentences × seeds": [f"{n} × {k}" for n, k in zip(table.n, table.seeds)],
+        "ℓ1.1 / GD wins / ties": [f"{w} / {l} / {t}" for w, l, t in zip(table.wins, table.losses, table.ties)],
+        "ℓ1.1 win rate, per-seed mean [95 % t, seeds]": [_interval(r, a, b) for r, a, b in
+                                                         zip(table.rate, table.low, table.high)],
+        "pooled [Wilson, as if independent]": [_interval(r, a, b) for r, a, b in
+                                               zip(table.pooled, table.pooled_low, table.pooled_high)]}
+        | {f"pivot score {method_text('md', float(k))}": table[f"score_{k}"].map(
+            lambda v: "–" if pd.isna(v) else f"{v:.2f}") for k in methods})
+
+
+def summary_text(row) -> str:
+    """One set's row of ``summary`` in words."""
+    scores = " / ".join(f"{row[f'score_{k}']:.2f}" for k in ("1.1", "2") if f"score_{k}" in row)
+    return (f"ℓ1.1 / GD / ties {row.wins} / {row.losses} / {row.ties} over {row.seeds} seed pairs; ℓ1.1's win rate "
+            f"{_interval(row.rate, row.low, row.high)} (mean of the per-seed rates, 95 % t interval over seeds; "
+            f"pooled as if independent: {_interval(row.pooled, row.pooled_low, row.pooled_high)}); mean pivot "
+            f"scores {scores} (ℓ1.1 / GD)")
+
+
+def concentration_table(models: Mapping[tuple[str, int], torch.nn.Module], s: SentenceSet,
+                        batch_size: int = 256) -> pd.DataFrame:
+    """Per model: the mean over the sentences of ``s`` of the [CLS] row's normalized entropy and top share
+    (``analysis.concentration``)."""
+    rows = []
+    for (key, seed), model in models.items():
+        values = []
+        for start in range(0, len(s.ids), batch_size):
+            chunk = s.ids[start:start + batch_size]
+            row = analysis.cls_row(model, *sentiment.pad(chunk)).double().numpy()
+            values += [analysis.concentration(r[:len(ids)]) for r, ids in zip(row, chunk)]
+        entropy, top = np.mean(values, axis=0)
+        rows.append({"method": key, "seed": seed, "entropy": float(entropy), "top_share": float(top),
+                     "sentences": len(s.ids)})
+    return pd.DataFrame(rows)
+
+
+def concentration_text(table: pd.DataFrame, methods, pairs) -> str:
+    """The concentration per method (means over seeds with t intervals) and GD minus ℓ1.1, paired."""
+    from mdlib.plots import method_text
+
+    parts = []
+    for key in methods:
+        part = table[table.method == key]
+        m, lo, hi = mean_interval(part.entropy)
+        parts.append(f"{method_text('md', float(key))}: normalized entropy {m:.3f}"
+                     + ("" if lo != lo else f" [{lo:.3f}, {hi:.3f}]") + f", top-token share {part.top_share.mean():.3f}")
+    text = "Mean over the test sentences, then over seeds (95 % t interval): " + "; ".join(parts) + "."
+    if {"1.1", "2"} <= set(methods) and len(pairs) >= 1:
+        wide = table.pivot_table(index="seed", columns="method", values="entropy").loc[pairs]
+        d, lo, hi = paired_interval(wide["2"], wide["1.1"])
+        text += (f" GD minus ℓ1.1 in normalized entropy, seed by seed: {d:+.3f}"
+                 + ("" if lo != lo else f" [{lo:+.3f}, {hi:+.3f}]")
+                 + " (positive: ℓ1.1's attention is sharper).")
+    return text
+
+
+def deletion_table(models, scored, s: SentenceSet, seed: int = 0) -> pd.DataFrame:
+    """Per model: the mean drop of the predicted class's probability when deleting, from each sentence
+    of ``s``, its most-attended token, its pivot, or a random real token (seeded)."""
+    rng = np.random.default_rng(seed)
+    random = np.array([rng.integers(1, len(x) - 1) for x in s.ids])  # a real token, not [CLS]/[SEP]
+    rows = []
+    for (key, model_seed), model in models.items():
+        attended = _most_attended(scored[key, model_seed][s.name])
+        for target, positions in (("most attended", attended), ("lexicon pivot", s.positions), ("random token", random)):
+            rows.append({"method": key, "seed": model_seed, "deleted": target,
+                         "drop": float(sentiment.deletion_drops(model, s.ids, positions).mean())})
+    return pd.DataFrame(rows)
+
+
+def deletion_text(drops: pd.DataFrame, methods) -> str:
+    from mdlib.plots import method_text
+
+    means = drops.groupby(["deleted", "method"], sort=False)["drop"].mean()
+    return "; ".join(f"deleting the {target}: " + " / ".join(f"{means[target, k]:.3f}" for k in methods)
+                     for target in dict.fromkeys(drops.deleted)) + " (" + " / ".join(
+        method_text(*("md", float(k))) for k in methods) + ")"
+
+
+def gate_text(grid: "sentiment.Grid", depth: int) -> str:
+    """Whether the compared models are in the claim's regime: stop rule and test accuracy against the
+    bag-of-words baseline's floor (``scorecard.generalization_floor``)."""
+    from mdlib.scorecard import generalization_floor
+
+    runs = grid.runs[grid.runs.chosen & (grid.runs.layers == depth) & grid.runs.method.isin(["1.1", "2"])]
+    c = grid.config
+    nb = sentiment.baseline(c["dataset"], 0, c["max_length"], c["train_size"]).set_index("baseline").test_accuracy
+    floor = generalization_floor(float(nb["naive_bayes"]))
+    parts = [f"{'ℓ1.1' if k == '1.1' else 'GD'}: {int(r.reached.sum())} of {len(r)} runs reached the stop rule, "
+             f"test accuracy {r.last_test.mean():.1%}" for k, r in runs.groupby("method", sort=False)]
+    return "; ".join(parts) + f" (baseline {nb['naive_bayes']:.1%}, so the floor is {floor:.1%})"
