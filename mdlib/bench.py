@@ -208,6 +208,84 @@ def optimizer(args) -> dict:
             "step_ratios": ratios, "training_steps": training, "all_targets_met": met}
 
 
+#: The issue-19 target: chapter 04's training step at least this many times faster than before.
+KERNELS_TARGET = 2.0
+
+
+def kernel_step_times(repeats: int = 21, batches: int = 20, seed: int = 0) -> dict[str, list[float]]:
+    """Seconds per training step of chapter 04's default run (the authors' encoder, width 24, 3 layers
+    and heads, training mode, the summed binary cross-entropy, real batches of the Rotten Tomatoes
+    training split cut as ``fit`` cuts them), one thread, with the CPU fast path of ``mdlib.models``
+    ("fast") and with torch's own kernels (``models.reference_kernels``: SDPA and torch's dropout, the
+    implementation before it: "reference"), for ℓ1.1 mirror descent and GD. Each round takes
+    ``batches`` steps per contender, the contenders in a seeded random order. Returns {contender:
+    [seconds per step, one per round]}."""
+    import contextlib
+
+    import torch
+    import torch.nn.functional as F
+
+    from mdlib import models, optim, sentiment, train
+
+    config = sentiment.run_config(layers=3, optimizer="md", p=1.1, lr=2.4e-3, width=24, train_size=None, seed=seed)
+    parts = sentiment.splits(config["dataset"], config["split_seed"], config["max_length"])
+    train_set = sentiment.training_subset(parts["train"], config["train_size"], config["split_seed"])
+    world = train.World(0, 1, torch.device("cpu"))
+    order = train._train_batches(len(train_set), 100, seed, 0, world, torch.tensor([len(x) for x in train_set.ids]),
+                                 config["fit"]["pool"])[:batches]
+    data = [sentiment.collate([train_set[i] for i in indices]) for indices, _ in order]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        steps = {}
+        for kernels in ("fast", "reference"):
+            for name, p, lr in (("md_p1.1", 1.1, 2.4e-3), ("gd", 2.0, 4e-3)):
+                model = sentiment.initial_model(config).train()
+                opt = optim.make_optimizer(model.parameters(), "md", lr, p)
+                context = models.reference_kernels if kernels == "reference" else contextlib.nullcontext
+
+                def run(model=model, opt=opt, context=context):
+                    with context():
+                        for inputs, labels in data:
+                            loss = F.binary_cross_entropy_with_logits(model(**inputs), labels, reduction="sum")
+                            opt.zero_grad(set_to_none=True)
+                            loss.backward()
+                            opt.step()
+                steps[f"{name}_{kernels}"] = run
+        for run in steps.values():
+            run()
+        rounds = {name: [] for name in steps}
+        shuffle = random.Random(seed)
+        for _ in range(repeats):
+            names = list(steps)
+            shuffle.shuffle(names)
+            for name in names:
+                rounds[name].append(median_time(steps[name], 1) / len(data))
+        return rounds
+    finally:
+        torch.set_num_threads(before)
+
+
+def training(args) -> dict:
+    """The issue-19 benchmark: chapter 04's training step with the CPU fast path against torch's own
+    kernels, side by side in one run (``kernel_step_times``): per optimizer, the median over rounds of
+    the reference's time over the fast path's, with its 95 % interval, against ``KERNELS_TARGET``."""
+    import torch
+
+    repeats = args.repeats or 21
+    rounds = kernel_step_times(repeats=repeats)
+    speedups = {}
+    for name in ("md_p1.1", "gd"):
+        ratios = [a / b for a, b in zip(rounds[f"{name}_reference"], rounds[f"{name}_fast"])]
+        speedups[name] = {"median_speedup": round(statistics.median(ratios), 3),
+                          "ci95": [round(x, 3) for x in median_interval(ratios)], "target": KERNELS_TARGET,
+                          "met": statistics.median(ratios) >= KERNELS_TARGET}
+    return {"benchmark": "training", "torch": torch.__version__, "model": "chapter 04 default (width 24, 3 layers)",
+            "threads": 1, "repeats": repeats,
+            "step_ms_median": {k: round(1e3 * statistics.median(v), 2) for k, v in rounds.items()},
+            "speedup_vs_reference_kernels": speedups, "all_targets_met": all(v["met"] for v in speedups.values())}
+
+
 def median_interval(values, confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Percentile-bootstrap interval of the median of ``values`` (seeded)."""
     import numpy as np

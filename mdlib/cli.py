@@ -3,7 +3,7 @@
     python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3
     python -m mdlib book --profile default
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist
-    python -m mdlib bench optimizer|svm|synthetic [--seeds N]
+    python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="NAME", help="rotten_tomatoes | wordpiece_vocab | fashion_mnist")
 
     bench = sub.add_parser("bench", help="benchmarks (print one JSON line)")
-    bench.add_argument("what", choices=["optimizer", "svm", "synthetic"], metavar="WHAT",
-                       help="optimizer | svm | synthetic")
+    bench.add_argument("what", choices=["optimizer", "svm", "synthetic", "training"], metavar="WHAT",
+                       help="optimizer | svm | synthetic | training")
     bench.add_argument("--seeds", type=_positive_int, default=100, metavar="N",
                        help="synthetic: seeds per training p (>= 1)")
     bench.add_argument("--repeats", type=_positive_int, default=None, metavar="N",

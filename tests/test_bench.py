@@ -160,3 +160,36 @@ def test_synthetic_benchmark_reports_the_final_divergences_of_the_run(monkeypatc
         for q, value in row.items():
             assert value >= 0 and value == round(float(means[(float(p), float(q))]), 6)
     assert out["own_svm_smallest_on_every_path"] == all(min(row, key=row.get) == p for p, row in table.items())
+
+
+def test_training_benchmark_times_the_fast_path_against_torch_kernels(fixture_data, monkeypatch):
+    """On the fixture sentences (one batch): every contender timed each round, the reference ones under
+    torch's own kernels, and the report's speedups are the medians of the round-by-round ratios."""
+    from mdlib import models
+
+    used = []
+    original_kernels, original_times = models.reference_kernels, bench.kernel_step_times
+
+    def spy():
+        used.append(True)
+        return original_kernels()
+
+    record = []
+
+    def one_batch(repeats):
+        record.append(original_times(repeats=repeats, batches=1))
+        return record[-1]
+
+    monkeypatch.setattr(models, "reference_kernels", spy)
+    monkeypatch.setattr(bench, "kernel_step_times", one_batch)
+    out = bench.training(SimpleNamespace(repeats=2))
+    json.dumps(out)
+    (times,) = record
+    assert set(times) == {"md_p1.1_fast", "gd_fast", "md_p1.1_reference", "gd_reference"}
+    assert all(len(v) == 2 for v in times.values()) and used  # the reference rounds ran under torch's kernels
+    for name in ("md_p1.1", "gd"):
+        ratios = [a / b for a, b in zip(times[f"{name}_reference"], times[f"{name}_fast"])]
+        entry = out["speedup_vs_reference_kernels"][name]
+        assert entry["median_speedup"] == round(statistics.median(ratios), 3)
+        assert entry["met"] == (statistics.median(ratios) >= bench.KERNELS_TARGET)
+    assert out["all_targets_met"] == all(v["met"] for v in out["speedup_vs_reference_kernels"].values())
