@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 clean:
-	rm -rf _build notebooks/*.ipynb notebooks/.ipynb_checkpoints book/parameters.md book/scorecard.md
+	rm -rf _build notebooks/*.ipynb notebooks/.ipynb_checkpoints book/parameters.md book/scorecard.md book/scorecard-forest.png
 
 distclean: clean
 	rm -rf $(VENV) *.egg-info

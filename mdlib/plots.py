@@ -138,6 +138,174 @@ def magnitude_histogram(ax, magnitudes, threshold: float = 0.06, bins: int = 50)
     ax.set_ylabel("count")
 
 
+def _method_style(key: str):
+    from mdlib.optim import method
+
+    return method_color(*method(key)), method_label(*method(key))
+
+
+def training_curves(history, methods, stop: float | None = 0.995):
+    """The training of a sentiment grid (``Grid.history``), one column per depth: above, the test
+    accuracy (solid: the mean over seeds while every seed runs, band: one standard deviation) and the
+    running training accuracy (dotted, mean; a tick where each run stopped; grey: the stop rule);
+    below, the training loss (mean per example over the epoch, dropout on; log scale). Returns the
+    figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    depths = list(dict.fromkeys(history.layers))
+    fig, axes = plt.subplots(2, len(depths), figsize=(5.8 * len(depths), 7.2), sharex="col", squeeze=False)
+    for column, L in enumerate(depths):
+        top, bottom = axes[0, column], axes[1, column]
+        for key in methods:
+            runs = history[(history.layers == L) & (history.method == key)]
+            if runs.empty:
+                continue
+            color, label = _method_style(key)
+            alive = runs.groupby("epoch")["seed"].count() == runs.seed.nunique()
+            for metric, ax, scale in (("test_accuracy", top, 100), ("train_loss", bottom, 1)):
+                curve = runs.groupby("epoch")[metric].agg(["mean", "std"])[alive]
+                ax.plot(curve.index, scale * curve["mean"], color=color, label=label)
+                ax.fill_between(curve.index, scale * (curve["mean"] - curve["std"].fillna(0)),
+                                scale * (curve["mean"] + curve["std"].fillna(0)), color=color, alpha=0.2, lw=0)
+            train = runs.groupby("epoch")["train_accuracy"].mean()[alive]
+            top.plot(train.index, 100 * train.values, color=color, ls=":", lw=1.2)
+            for _, run in runs.groupby("seed"):
+                top.plot(run.epoch.iloc[-1], 100 * run.train_accuracy.iloc[-1], marker="|", color=color, ms=9)
+        if stop is not None:
+            top.axhline(100 * stop, color="0.5", ls=":", lw=1)
+        top.set(title=f"{L} layers, {L} heads", ylabel="accuracy (%)" if column == 0 else None)
+        bottom.set(xlabel="epoch", ylabel="training loss (per example)" if column == 0 else None, yscale="log")
+        bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0, -1].legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def movement_bars(table, methods, groups=None):
+    """Relative movement ||W - W(0)|| / ||W(0)|| per parameter group (``sentiment.movement``): bars of
+    the mean over seeds with 95 % t intervals, one colour per method, log scale. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from mdlib.stats import mean_interval
+
+    groups = list(groups or dict.fromkeys(table.group))
+    fig, ax = plt.subplots(figsize=(7.6, 3.8))
+    width = 0.8 / len(methods)
+    for m, key in enumerate(methods):
+        color, label = _method_style(key)
+        stats = [mean_interval(table[(table.method == key) & (table.group == g)].movement) for g in groups]
+        means = np.array([x[0] for x in stats])
+        low = np.array([x[0] - x[1] if x[1] == x[1] else 0 for x in stats])
+        high = np.array([x[2] - x[0] if x[2] == x[2] else 0 for x in stats])
+        ax.bar(np.arange(len(groups)) + (m - (len(methods) - 1) / 2) * width, means, width, color=color, label=label,
+               yerr=[np.minimum(low, means * 0.999), high], capsize=3)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set(yscale="log", ylabel="‖W − W(0)‖ / ‖W(0)‖")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def token_heatmaps(heat, sentences, shown, methods, seed):
+    """Heat maps of the normalized [CLS] scores (``selection.heat_table``) of the sentences ``shown``
+    (indices into ``sentences.ids``) for each method at ``seed``, tokens written in their cells and the
+    pivotal word boxed in red. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from mdlib import sentiment
+
+    words = [sentiment.tokens(sentences.ids[i]) for i in shown]
+    widest = max(len(w) for w in words)
+    fig, axes = plt.subplots(1, len(methods), figsize=(max(4.5, 0.75 * widest) * len(methods),
+                                                      0.45 * len(shown) + 1.4), squeeze=False)
+    for ax, key in zip(axes[0], methods):
+        cells = np.full((len(shown), widest), np.nan)
+        part = heat[(heat.method == key) & (heat.seed == seed)]
+        for r, i in enumerate(shown):
+            row = part[part.sentence == i + 1].sort_values("position")
+            cells[r, :len(row)] = row.score
+        ax.imshow(cells, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+        for r, i in enumerate(shown):
+            for c, token in enumerate(words[r]):
+                ax.text(c, r, token, ha="center", va="center", fontsize=6.5,
+                        color="black" if cells[r, c] > 0.6 else "white")
+            j = sentences.positions[i]
+            ax.add_patch(plt.Rectangle((j - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.6))
+        ax.set_title(f"{_method_style(key)[1]}, seed {seed}")
+        ax.set_xticks([])
+        ax.set_yticks(range(len(shown)), [f"{i + 1}" for i in shown])
+        ax.grid(False)
+    fig.tight_layout()
+    return fig
+
+
+def _seed_dots(ax, table, methods, column, groups=None):
+    """Bars of the mean of ``column`` per method (and group), with each seed's value as a dot."""
+    import numpy as np
+
+    groups = groups or [None]
+    width = 0.8 / len(methods)
+    for m, key in enumerate(methods):
+        color, label = _method_style(key)
+        for g, group in enumerate(groups):
+            part = table[table.method == key] if group is None else table[(table.method == key) & (table.deleted == group)]
+            x = g + (m - (len(methods) - 1) / 2) * width
+            ax.bar(x, part[column].mean(), width, color=color, alpha=0.55, label=label if g == 0 else None)
+            ax.plot(np.full(len(part), x), part[column], "o", color=color, ms=4)
+    ax.set_xticks(range(len(groups)), [g or "" for g in groups])
+
+
+def concentration_plot(table, methods):
+    """Concentration of the [CLS] attention (``selection.concentration_table``): normalized entropy and
+    top-token share, bars of the mean over seeds with each seed as a dot. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.4))
+    for ax, (column, title) in zip(axes, (("entropy", "normalized entropy H / log n (lower: sharper)"),
+                                          ("top_share", "share of the top token"))):
+        _seed_dots(ax, table, methods, column)
+        ax.set_title(title, fontsize="medium")
+    axes[0].legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def deletion_bars(drops, methods):
+    """The deletion control (``selection.deletion_table``): the mean drop of the predicted class's
+    probability per deleted token and method, each seed a dot. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    _seed_dots(ax, drops, methods, "drop", list(dict.fromkeys(drops.deleted)))
+    ax.set_ylabel("drop of the predicted class's probability")
+    ax.axhline(0, color="0.3", linewidth=0.8)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def pruning_curves(pruning, methods):
+    """Test accuracy against the fraction of weights pruned (``sparsity.pruning_table``): mean ± one
+    standard deviation over seeds per method, chance dotted. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.8, 4))
+    for key in methods:
+        curve = pruning[pruning.method == key].groupby("sparsity")["test_accuracy"].agg(["mean", "std"])
+        color, label = _method_style(key)
+        ax.errorbar(100 * curve.index, 100 * curve["mean"], yerr=100 * curve["std"].fillna(0), color=color,
+                    marker="o", markersize=3.5, capsize=2.5, label=label)
+    ax.axhline(50, color="0.5", linestyle=":", linewidth=1)
+    ax.set_xlabel("weights of the matrices pruned (%, global magnitude, no retraining)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
 # --------------------------------------------------------------------------------------------
 # saving
 

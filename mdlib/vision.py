@@ -31,9 +31,9 @@ from mdlib import analysis, data, fetch, optim, runs, train
 from mdlib.models import VisionTransformer, check_setup
 from mdlib.optim import method
 
-__all__ = ["DATASETS", "GRID_KEYS", "GRID_KIND", "Grid", "KIND", "PAPER_ACCURACY", "PAPER_STEP_SIZES", "PRUNING_KIND",
-           "build", "choose", "grid", "image_sets", "make_model", "pruning", "run_config", "split_indices", "sweep",
-           "train_runs", "trained_model"]
+__all__ = ["DATASETS", "GRID_KEYS", "GRID_KIND", "Grid", "KIND", "PAPER_ACCURACY", "PAPER_STEP_SIZES",
+           "PRUNING_KIND", "build", "change_table", "choose", "grid", "image_sets", "make_model", "pruning",
+           "run_config", "split_indices", "sweep", "train_runs", "trained_model"]
 
 #: dataset -> (channels, classes, native image size)
 DATASETS = {"fashion_mnist": (1, 10, 28), "cifar10": (3, 10, 32), "cifar100": (3, 100, 32)}
@@ -259,6 +259,28 @@ def grid(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True) 
     history = pd.concat([results[key]["history"].assign(dataset=key[0], method=key[1], seed=key[2])
                          for key in configs], ignore_index=True)
     return Grid(dict(config), entry["sweep"], chosen, configs, results, diverged, history)
+
+
+def change_table(grids: Mapping[str, Grid], methods=("adam", "1.1"), flat_share: float = 0.05) -> pd.DataFrame:
+    """What training changed in the attention matrices of the final runs of several grids (``grids``:
+    name -> grid, e.g. {"swept": ..., "paper": ...} for the chosen and the paper's step sizes): one row
+    per (grid, dataset, method, seed) of ``methods`` with the step size, ``sparsity.change_table``'s
+    measures of ΔW = W - W(0) against the run's own initialization, and whether the run's training
+    loss levelled off (its last quarter brought at most ``flat_share`` of its decrease,
+    ``analysis.late_share``)."""
+    from mdlib import sparsity
+
+    rows = []
+    for name, g in grids.items():
+        for (d, key, seed), config in g.configs.items():
+            if key not in methods:
+                continue
+            measures = sparsity.change_table({(key, seed): trained_model(config, g.results[d, key, seed])},
+                                             {seed: make_model(config)}).iloc[0].to_dict()
+            share = analysis.late_share(g.results[d, key, seed]["history"].train_loss)
+            rows.append({"steps": name, "dataset": d, "lr": config["optimizer"]["lr"], **measures,
+                         "loss_share": share, "levelled": bool(share <= flat_share)})
+    return pd.DataFrame(rows)
 
 
 @functools.lru_cache(maxsize=4)

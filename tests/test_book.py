@@ -388,6 +388,10 @@ def test_html_pages_exist(smoke_book):
     for page in ("intro", "reproduce", "parameters", "bibliography"):
         assert (html / "book" / f"{page}.html").is_file(), page
     assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    scorecard = (html / "book" / "scorecard.html").read_text()
+    image = re.search(r'<img[^>]+src="([^"]*scorecard-forest[^"]*\.png)"', scorecard)  # the page leads with it
+    assert image and (html / "book" / image.group(1)).resolve().is_file()
+    assert scorecard.index("scorecard-forest") < scorecard.index("<table")
 
 
 @pytest.mark.slow
