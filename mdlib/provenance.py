@@ -66,10 +66,16 @@ PAPER_ARTIFACTS: dict[str, str | None] = {
     "table-1": "Table 1",
     "table-sentiment-runs": "Table 1 (per run)",
     "fig-sentiment-curves": None,
+    "table-sentiment-baseline": None,
+    "fig-sentiment-movement": None,
     "table-sentiment-ablation": None,
+    "table-sentiment-batching": None,
     # 05: E5, token selection
     "fig-token-attention": "Figures 8, 13, 14",
     "table-token-selection": "Figures 8, 13, 14 (wins and mean scores)",
+    "table-token-selection-seeds": "Figures 8, 13, 14 (wins per seed pair)",
+    "table-token-concentration": None,
+    "fig-token-concentration": None,
     "fig-token-intervention": None,
     # 06: E6, weights
     "table-weights-kqv": "Figure 9 (entries above 0.06)",
@@ -81,6 +87,7 @@ PAPER_ARTIFACTS: dict[str, str | None] = {
     "fig-vit-accuracy": "Figures 10, 11",
     "table-vit": "Figures 10, 11 (final test accuracy)",
     "fig-vit-weights": "Figure 12",
+    "table-vit-change": None,
     "fig-vit-pruning": None,
     # 08: E8, cost
     "fig-cost-step": None,
