@@ -67,6 +67,7 @@ class Row:
     verdict: Verdict
     link: str
     effect: Effect | None = None
+    short: str = ""  #: the claim's name without its statement, e.g. "Table 1 (3 layers)"
 
 
 def _rule(name: str, sentence: str):
@@ -731,7 +732,7 @@ CLAIMS = [
            "table-token-selection", ("table-token-selection-seeds", "table-sentiment-runs"), _tokens),
     _Claim("Attention concentration: ℓ1.1's [CLS] attention is sharper than GD's",
            "sharper, less diffuse attention (the rebuttal; no number)", "05_token_selection",
-           "table-token-concentration", ("table-token-concentration",), _concentration),
+           "fig-token-concentration", ("table-token-concentration",), _concentration),
     _Claim("K/Q/V sparsity: ℓ1.1 changes the key, query and value weights more sparsely than GD",
            "entries > 0.06, K / Q / V: 18206 / 13964 / 7643 (ℓ1.1) vs 27224 / 14654 / 10127 (GD)",
            "06_weights", "table-weights-change", ("table-weights-change", "table-weights-kqv"), _kqv),
@@ -764,11 +765,13 @@ def rows(results_dir, *, profile: str | None = None, link: Callable[[str, str], 
         try:
             built = claim.build(results)
         except _Unmeasured as missing:
-            out.append(Row(claim.claim, claim.paper, "–", shown, _not_measured(str(missing)), target))
+            out.append(Row(claim.claim, claim.paper, "–", shown, _not_measured(str(missing)), target,
+                           short=_short(claim.claim)))
             continue
         for part in built:
             name = claim.claim if part.part is None else f"{claim.claim} ({part.part})"
-            out.append(Row(name, part.paper or claim.paper, part.ours, shown, part.verdict, target, part.effect))
+            short = _short(claim.claim) + ("" if part.part is None else f" ({part.part})")
+            out.append(Row(name, part.paper or claim.paper, part.ours, shown, part.verdict, target, part.effect, short))
     return out
 
 
@@ -779,15 +782,13 @@ def verdicts(notebook: str, results_dir=None) -> str:
     from mdlib import paths
 
     found = rows(results_dir or paths.results_dir(), notebook=notebook)
-    return "; ".join(f"{_short(r.claim)}: {r.verdict.outcome}" + (f" ({r.verdict.why})" if r.verdict.why else "")
+    return "; ".join(f"{r.short}: {r.verdict.outcome}" + (f" ({r.verdict.why})" if r.verdict.why else "")
                      for r in found)
 
 
 def _short(claim: str) -> str:
-    """A claim's name without its statement: "Table 1 (3 layers)" from "Table 1: ... (3 layers)"."""
-    head, _, rest = claim.partition(":")
-    part = rest[rest.rfind(" ("):] if rest.endswith(")") and " (" in rest else ""
-    return head + part
+    """A claim's name without its statement: "Table 1" from "Table 1: ℓ1.1 reaches ..."."""
+    return claim.partition(":")[0]
 
 
 _COLOURS = {HOLDS: "#1b7837", DIFFERS: "#b2182b", INCONCLUSIVE: "#e08214", NOT_MEASURED: "#8c8c8c"}
@@ -833,7 +834,7 @@ def forest(table: list[Row], target) -> Path | None:
         ax.set_yticks([])
         ax.tick_params(axis="x", labelsize=7, pad=1)
         ax.set_xlabel(e.unit, fontsize=7, labelpad=1)
-        ax.text(-0.01, 0.5, _short(r.claim), transform=ax.transAxes, ha="right", va="center", fontsize=8)
+        ax.text(-0.01, 0.5, r.short, transform=ax.transAxes, ha="right", va="center", fontsize=8)
         ax.text(1.01, 0.5, r.verdict.outcome.replace(" at this profile", ""), transform=ax.transAxes,
                 ha="left", va="center", fontsize=8, color=colour, fontweight="bold")
         for side in ("top", "right", "left"):
@@ -876,8 +877,8 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
         "accuracies are not comparable in level, only in the direction of a difference.",
     ]
     if forest_image:
-        lines += ["", "```{figure} " + forest_image, ":name: fig-scorecard-forest", ":alt: forest plot of every "
-                  "comparative claim", "",
+        lines += ["", "```{figure} " + forest_image, ":name: fig-scorecard-forest", ":width: 100%",
+                  ":alt: forest plot of every comparative claim", "",
                   "Every comparative claim at a glance: the estimate (dot) and its 95 % interval (bar), coloured "
                   "by the verdict (green holds, red differs, orange inconclusive, grey not measured: hollow dot), "
                   "against the value or band the rule judges it by (grey lines); the shaded side is what the "

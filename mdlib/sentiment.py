@@ -38,11 +38,11 @@ from mdlib.models import EncoderClassifier, check_setup
 
 __all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KEYS", "GRID_KIND",
            "Grid", "KIND", "PAPER_EPOCHS_TO_STOP", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "TokenizedDataset",
-           "attention_scores", "authors_sentences", "baseline", "build", "built_grid", "by_length", "cell_table",
+           "attention_scores", "authors_sentences", "baseline", "baseline_view", "build", "built_grid", "by_length", "cell_table",
            "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
            "grid_name", "initial_model", "lexicon_pivots", "movement", "paired_gaps", "pad", "pivotal_sentences",
            "reference_step", "run_config", "seeds_of", "setups_table", "setups_view", "steps_view", "splits",
-           "sweep", "tokens", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
+           "sweep", "tokens", "train_grids", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
 
 KIND = "e4-sentiment"
 #: Bumped when a change of this module changes the numbers of a run with the same config.
@@ -303,14 +303,30 @@ def _cells(config: Mapping[str, Any]) -> list[tuple[int, str]]:
     return [(L, key) for L in config["layers"] for key in config["methods"]]
 
 
+def _sweep_items(config: Mapping[str, Any]) -> list[tuple[int, str, float, int]]:
+    """(layers, method, multiple, seed) of a grid's sweep: seed 0 of every cell at each candidate, and
+    every seed of a cell with a single candidate (nothing to choose there)."""
+    return [(L, key, m, seed) for L, key in _cells(config) for m in config["multiples"][key]
+            for seed in (range(seeds_of(config, key)) if len(config["multiples"][key]) == 1 else [0])]
+
+
+def train_grids(configs: list[Mapping[str, Any]], *, workers: int = 1, progress: bool = True) -> None:
+    """Train the sweep runs of several grid configs (``grid``) in one pool of ``workers`` processes, so
+    that no worker waits for another grid's runs; ``grid`` then reads them from the store (and trains
+    the remaining seeds of cells that had several candidates)."""
+    for config in configs:
+        _check_grid(config)
+    run_configs = [_run_config(config, *item) for config in configs for item in _sweep_items(config)]
+    train_runs(run_configs, workers, skip=(FloatingPointError,), progress=progress)
+
+
 def sweep(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> pd.DataFrame:
     """The step-size sweep of a grid (``grid``'s config): seed 0 of every cell at each candidate step
     ``multiples[method]`` times the reference step (``reference_step``), and every seed of a cell with a
     single candidate (nothing to choose there). One row per run (``Grid.runs``' columns, with
     ``chosen``: the candidate ``choose`` picks, by the validation split at the stop rule)."""
     _check_grid(config)
-    items = [(L, key, m, seed) for L, key in _cells(config) for m in config["multiples"][key]
-             for seed in (range(seeds_of(config, key)) if len(config["multiples"][key]) == 1 else [0])]
+    items = _sweep_items(config)
     configs = [_run_config(config, *item) for item in items]
     results = train_runs(configs, workers, skip=(FloatingPointError,), progress=progress)
     done = pd.DataFrame([_summary(c, r, item[2]) for c, r, item in zip(configs, results, items)])
@@ -444,15 +460,29 @@ def _mean_std(mean: float, std: float) -> str:
     return f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if std == std else "")
 
 
-def table1_view(cells: pd.DataFrame) -> pd.DataFrame:
-    """Table 1 (``cell_table``) as the book shows it: one row per cell."""
-    return pd.DataFrame({
+def baseline_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The baselines (``baseline``) as the book shows them."""
+    return pd.DataFrame({"baseline": [BASELINES[b] for b in table.baseline],
+                         "C": table.C.map(lambda c: "–" if pd.isna(c) else f"{c:g}"),
+                         "validation acc.": table.validation_accuracy.map("{:.1%}".format),
+                         "test acc.": table.test_accuracy.map("{:.1%}".format), "training sentences": table.train_size})
+
+
+def table1_view(cells: pd.DataFrame, baseline: float | None = None) -> pd.DataFrame:
+    """Table 1 (``cell_table``) as the book shows it: one row per cell, and the baseline's test accuracy
+    (``baseline``, a fraction) as a last row when given."""
+    view = pd.DataFrame({
         "layers": cells.layers, "method": [_method_name(k) for k in cells.method],
         "test acc. at the stop (%)": [_mean_std(m, s) for m, s in zip(cells.test, cells.test_std)],
         "best over epochs (%, selected on test)": [_mean_std(m, s) for m, s in zip(cells.best, cells.best_std)],
         "epochs (reached / runs)": [f"{e:.0f} ({r}/{n})" for e, r, n in zip(cells.epochs, cells.reached, cells.runs)],
         "paper (%, best over epochs)": [f"{p:.2f}" if p == p else "–" for p in cells.paper],
         "paper epochs": [f"{e:.0f}" if e == e else "–" for e in cells.paper_epochs]})
+    if baseline is not None:
+        row = dict.fromkeys(view.columns, "–") | {"layers": "", "method": "bag-of-words Naive Bayes",
+                                                  "test acc. at the stop (%)": f"{100 * baseline:.2f}"}
+        view = pd.concat([view, pd.DataFrame([row])], ignore_index=True)
+    return view
 
 
 def gaps_text(gaps: pd.DataFrame, per_depth: bool = True) -> str:
