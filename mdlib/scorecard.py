@@ -198,10 +198,9 @@ def _gated(low: float, high: float, seeds: int, unreached: int, below: str = "")
     generalize."""
     if seeds < 2:
         return _not_measured(f"{seeds} paired seed(s)")
-    if unreached:
-        return _not_measured(f"{unreached} run(s) did not reach the stop rule")
-    if below:
-        return _not_measured(f"not in a generalizing regime: {below}")
+    links = ([f"{unreached} run(s) did not reach the stop rule"] if unreached else []) + ([below] if below else [])
+    if links:
+        return _not_measured("not in a generalizing regime: " + "; ".join(links))
     return interval_rule(low, high)
 
 
