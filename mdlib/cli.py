@@ -1,9 +1,10 @@
-"""Command line: ``python -m mdlib run|book|fetch|bench``.
+"""Command line: ``python -m mdlib run|book|fetch|bench|store``.
 
     python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3
     python -m mdlib book --profile default
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist
     python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
+    python -m mdlib store [--prune]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ INTERRUPTED = {
             "command again to resume",
     "fetch": "files already verified are kept, nothing half-written; run the same command again",
     "bench": "no result",
+    "store": "every entry is either in place or removed whole; run the same command again",
 }
 
 
@@ -77,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="synthetic: seeds per training p (>= 1)")
     bench.add_argument("--repeats", type=_positive_int, default=None, metavar="N",
                        help="timing repeats, >= 1 (default: per benchmark)")
+
+    store = sub.add_parser("store", help="list the results store's entries: computed by today's code or other code")
+    store.add_argument("--prune", action="store_true", help="remove the entries computed by other code")
     return parser
 
 
@@ -126,4 +131,37 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         sys.stdout.flush()
         return 0
+    if args.command == "store":
+        return _store(args.prune)
     raise AssertionError(args.command)
+
+
+def _store(prune: bool) -> int:
+    """Per run kind: the entries computed by the code it runs now and by other code (older or newer
+    edits), with their sizes; ``prune``: remove the latter."""
+    import importlib
+    import pkgutil
+
+    import mdlib
+    from mdlib import paths, runs
+
+    for info in pkgutil.iter_modules(mdlib.__path__):  # every module declares its run kinds on import
+        if info.name != "__main__":
+            importlib.import_module(f"mdlib.{info.name}")
+    found = runs.entries()
+    print(f"results store {paths.runs_dir()}: {len(found)} entries")
+    for kind in sorted({e.kind for e in found}):
+        of = [e for e in found if e.kind == kind]
+        now, other = [e for e in of if e.current], [e for e in of if not e.current]
+        print(f"  {kind}: {len(now)} from today's code ({runs.code_of(kind)[:12]}, {_mb(now)}), "
+              f"{len(other)} from other code ({_mb(other)})")
+    if prune:
+        gone = runs.prune()
+        print(f"pruned {len(gone)} entries computed by other code ({_mb(gone)})")
+    elif any(not e.current for e in found):
+        print("`python -m mdlib store --prune` removes the entries from other code")
+    return 0
+
+
+def _mb(entries) -> str:
+    return f"{sum(e.bytes for e in entries) / 1e6:.1f} MB"

@@ -17,6 +17,9 @@ PDF (info dict ``Subject``) carry the same JSON. The record holds:
   and are None outside that pipeline (a notebook opened in Jupyter);
 * ``runs``: ``kind/key`` of every stored run the process loaded or stored before the save
   (``mdlib.runs.used_runs``): in a notebook, its runs up to that figure, a superset of those drawn;
+  each key holds the fingerprint of the code that computed the run;
+* ``code``: the fingerprint of every mdlib source file as this process read them
+  (``mdlib.fingerprint``), which names the library code behind the artifact even in a dirty tree;
 * ``git`` (``commit``, ``dirty``; None outside a git checkout), ``versions`` (mdlib, torch, numpy,
   python), ``hardware`` (platform, CPU model and count, GPU name or None), ``time`` (UTC, ISO 8601),
   ``files`` (relative to the build directory).
@@ -39,7 +42,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from mdlib import paths
+from mdlib import fingerprint, paths
 
 #: The environment variable (JSON: notebook, profile, parameters, overrides) set for a notebook's kernel.
 ENV = "MDLIB_NOTEBOOK_RUN"
@@ -211,6 +214,7 @@ def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> di
         **run,
         "command": command(run["notebook"], run["profile"], run["overrides"]),
         "runs": runs.used_runs(),
+        "code": fingerprint.fingerprint(),
         "git": git_state(),
         "versions": versions(),
         "hardware": hardware(),

@@ -1,14 +1,18 @@
 """The results store and what fills it: a finished run is read back instead of recomputed.
 
-A run is identified by ``kind`` (what computes it, e.g. ``"e1-paths"``) and its full ``config`` (every
-setting that changes the numbers: data sizes, seeds, step sizes, steps, p values, code version tags).
-Its key is the sha256 of the canonical JSON of ``{"kind": kind, "config": config}`` (sorted keys, no
-whitespace), and it lives in ``<build>/runs/<kind>/<key>/``::
+A run is identified by ``kind`` (what computes it, e.g. ``"e1-paths"``), its full ``config`` (every
+setting that changes the numbers: data sizes, seeds, step sizes, steps, p values) and the code that
+computes it: the fingerprint (``mdlib.fingerprint``) of the module that declared the kind with
+:func:`kind` and of every mdlib module it imports (of all of mdlib for a kind nobody declared). Its key
+is the sha256 of the canonical JSON of ``{"kind": kind, "config": config, "code": fingerprint}``
+(sorted keys, no whitespace), so a change of that code is recomputed, never served the old numbers;
+the entries of other fingerprints stay on disk unused until :func:`prune` (``python -m mdlib store
+--prune``) removes them. An entry lives in ``<build>/runs/<kind>/<key>/``::
 
     config.json      the config, canonical JSON
     arrays.npz       the numpy arrays of the result
     <name>.parquet   one file per DataFrame (or Series)
-    meta.json        kind, key, what each name is, JSON values, creation time, compute seconds
+    meta.json        kind, key, code fingerprint, what each name is, JSON values, creation time, seconds
 
 An entry is written into a temporary folder and moved into place with one ``os.replace``, so it is
 either complete or absent; an entry that does not read back completely (corrupt, partial, edited) is
@@ -60,13 +64,13 @@ from torch import nn
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from mdlib import paths, train
+from mdlib import fingerprint, paths, train
 
-__all__ = ["RunResult", "Setup", "StoreWarning", "canonical_json", "config_key", "entry_dir", "load",
-           "load_model_state", "load_or_run", "model_state", "run", "run_many", "store"]
+__all__ = ["RunResult", "Setup", "StoreWarning", "canonical_json", "code_of", "config_key", "entries", "entry_dir",
+           "kind", "load", "load_model_state", "load_or_run", "model_state", "prune", "run", "run_many", "store"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-FORMAT = 1
+FORMAT = 2
 STALE_SECONDS = 3600  #: a temporary folder this old is removed whoever wrote it
 _WRITER_RE = re.compile(r"^\.(?:tmp|trash)-(?:[0-9a-f]{16}-)?([0-9]+)@([A-Za-z0-9_]*)-")
 _cleaned: set[Path] = set()
@@ -140,10 +144,31 @@ def check_keys(config: Mapping[str, Any], keys: tuple[str, ...], what: str) -> N
         raise ValueError(f"{what} has exactly the keys {', '.join(keys)}; missing {missing}, unknown {unknown}")
 
 
+_KIND_MODULES: dict[str, str] = {}  # kind -> the module that computes its runs
+
+
+def kind(name: str, module: str) -> str:
+    """Declare that the runs of kind ``name`` are computed by ``module`` (the caller's ``__name__``), so
+    that their keys hold the fingerprint of that module's code; returns ``name``. For example
+    ``KIND = runs.kind("e4-sentiment", __name__)``."""
+    _check_name(name, "run kind")
+    known = _KIND_MODULES.setdefault(name, module)
+    if known != module:
+        raise ValueError(f"run kind {name!r} is declared by {known} already; {module} must use another name")
+    return name
+
+
+def code_of(kind: str) -> str:
+    """The code fingerprint in the keys of ``kind``'s runs: its module's (see :func:`kind`), else all of
+    mdlib's."""
+    return fingerprint.fingerprint(_KIND_MODULES.get(kind))
+
+
 def config_key(kind: str, config: Mapping[str, Any]) -> str:
-    """sha256 (hex) of the canonical JSON of ``{"kind": kind, "config": config}``."""
+    """sha256 (hex) of the canonical JSON of ``{"kind": kind, "config": config, "code": code_of(kind)}``."""
     _check_name(kind, "run kind")
-    return hashlib.sha256(canonical_json({"kind": kind, "config": config}).encode("utf-8")).hexdigest()
+    payload = {"kind": kind, "config": config, "code": code_of(kind)}
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
 
 
 def entry_dir(kind: str, config: Mapping[str, Any]) -> Path:
@@ -208,6 +233,8 @@ def _read(path: Path, kind: str, config: Mapping[str, Any]) -> RunResult | None:
         stored_config = json.loads((path / "config.json").read_text("utf-8"))
         if meta.get("format") != FORMAT or meta.get("kind") != kind:
             raise ValueError("format or kind mismatch")
+        if meta.get("code") != code_of(kind):
+            raise ValueError("computed by other code (its fingerprint differs)")
         if canonical_json(stored_config) != canonical_json(config):
             raise ValueError("stored config differs from the requested one")
         entries: dict[str, str] = meta["entries"]
@@ -286,6 +313,54 @@ def named(name: str) -> tuple[str, dict[str, Any]] | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# the entries on disk, by code fingerprint
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of the store: its kind, key, the fingerprint of the code that computed it, whether that
+    is the code its kind runs now, and its size on disk."""
+
+    kind: str
+    key: str
+    code: str | None
+    current: bool
+    bytes: int
+    path: Path
+
+
+def entries() -> list[Entry]:
+    """Every entry in ``<build>/runs/`` (the runs names and temporary folders aside), by kind and key.
+    ``current`` needs the kind's module imported (``python -m mdlib store`` imports all of mdlib)."""
+    out = []
+    root = paths.runs_dir()
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        if not folder.is_dir() or folder.name.startswith(("_", ".")):
+            continue
+        for path in sorted(folder.iterdir()):
+            if not path.is_dir() or path.name.startswith("."):
+                continue
+            try:
+                code = json.loads((path / "meta.json").read_text("utf-8")).get("code")
+            except (OSError, ValueError):
+                code = None
+            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+            out.append(Entry(folder.name, path.name, code, code is not None and code == code_of(folder.name), size, path))
+    return out
+
+
+def prune() -> list[Entry]:
+    """Remove the entries not computed by the code their kind runs now (other fingerprints, unreadable
+    metadata); returns them."""
+    gone = [entry for entry in entries() if not entry.current]
+    for entry in gone:
+        trash = Path(tempfile.mkdtemp(prefix=_temp_prefix("trash", entry.key), dir=entry.path.parent))
+        os.replace(entry.path, trash / "entry")
+        shutil.rmtree(trash, ignore_errors=True)
+    return gone
+
+
+# ---------------------------------------------------------------------------------------------
 # writing
 
 
@@ -339,6 +414,7 @@ def _write_entry(folder: Path, kind: str, key: str, config: Mapping[str, Any], r
         "values": values,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "seconds": round(seconds, 3),
+        "code": code_of(kind),
         "mdlib_version": __version__,
     }
     # meta.json last: an entry without it is never read back as complete.

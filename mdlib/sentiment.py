@@ -44,9 +44,7 @@ __all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KI
            "reference_step", "run_config", "seeds_of", "setups_table", "setups_view", "steps_view", "splits",
            "sweep", "tokens", "train_grids", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
 
-KIND = "e4-sentiment"
-#: Bumped when a change of this module changes the numbers of a run with the same config.
-VERSION = 3
+KIND = runs.kind("e4-sentiment", __name__)
 #: The paper's Table 1 (IMDb, best test accuracy %, mean of the authors' runs): layers -> method -> value.
 PAPER_TABLE_1 = {3: {"1.1": 83.47, "2": 81.66, "3": 82.57}, 4: {"1.1": 83.36, "2": 81.05, "3": 82.40},
                  6: {"1.1": 83.65, "2": 82.23, "3": 81.98}}
@@ -123,7 +121,7 @@ def run_config(*, layers: int, optimizer: str, lr: float, p: float | None = None
                          f"size {batch_size}, got {train_size!r}")
     if width % layers:
         raise ValueError(f"width {width} is not divisible by {layers} heads (heads = layers)")
-    return {"kind_version": VERSION, "dataset": dataset, "split_seed": split_seed, "max_length": max_length,
+    return {"dataset": dataset, "split_seed": split_seed, "max_length": max_length,
             "train_size": train_size,
             "model": {"width": width, "layers": layers, "heads": layers, "mlp": mlp or 4 * width,
                       "dropout": dropout, "setup": setup},
@@ -266,7 +264,7 @@ def choose(candidates: pd.DataFrame) -> float:
 #: The keys of a Table 1 grid config (``grid``): the shared run settings, then what the grid spans.
 GRID_KEYS = ("dataset", "max_length", "train_size", "width", "setup", "epochs", "layers", "methods", "seeds",
              "multiples")
-GRID_KIND = "e4-grid"
+GRID_KIND = runs.kind("e4-grid", __name__)
 
 
 def _check_grid(config: Mapping[str, Any]) -> None:
@@ -560,7 +558,7 @@ def _bag_of_tokens(dataset: TokenizedDataset, binary: bool):
     return counts
 
 
-BASELINE_KIND = "e4-baseline"
+BASELINE_KIND = runs.kind("e4-baseline", __name__)
 
 
 def baseline(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: int = 64,

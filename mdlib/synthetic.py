@@ -226,7 +226,7 @@ def _stored(kind: str, keys: tuple[str, ...], compute: Callable[..., dict], conf
     return runs.load_or_run(kind, config, lambda: compute(**config, progress=progress))
 
 
-E1_KIND = "e1-fixed-decoder"
+E1_KIND = runs.kind("e1-fixed-decoder", __name__)
 #: An E1 config: seeds, steps ({p: steps}, p as a string), lr, n, T, d, svm_ps, seed, eps, points.
 E1_KEYS = ("seeds", "steps", "lr", "n", "T", "d", "svm_ps", "seed", "eps", "points")
 
@@ -286,7 +286,7 @@ def _entries(matrix_path: Tensor, reference: Tensor, p: float, step: np.ndarray,
                       for j, name in enumerate(names)], ignore_index=True)
 
 
-E2_KIND = "e2-single-instance"
+E2_KIND = runs.kind("e2-single-instance", __name__)
 #: An E2 config: ps, normalized_steps, lr, plain_steps, plain_lr, n, T, d, seed, points.
 E2_KEYS = ("ps", "normalized_steps", "lr", "plain_steps", "plain_lr", "n", "T", "d", "seed", "points")
 
@@ -330,7 +330,7 @@ def _single_instance(*, ps, normalized_steps, lr, plain_steps, plain_lr, n, T, d
             "svm": pd.DataFrame(solutions).astype({"selected": str})}
 
 
-E3_KIND = "e3-joint"
+E3_KIND = runs.kind("e3-joint", __name__)
 #: An E3 config: steps ({p: steps}, p as a string), lr, points.
 E3_KEYS = ("steps", "lr", "points")
 

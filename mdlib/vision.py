@@ -48,8 +48,7 @@ def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = Non
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
     check_setup(setup)
-    return {"version": 4,
-            "data": {"dataset": dataset, "image_size": image_size or DATASETS[dataset][2], "train_size": train_size,
+    return {"data": {"dataset": dataset, "image_size": image_size or DATASETS[dataset][2], "train_size": train_size,
                      "validation": validation, "seed": data_seed, "root": root},
             "model": dict(model) | {"setup": setup},
             "optimizer": {"name": optimizer, "lr": lr, "p": p},
@@ -120,9 +119,9 @@ def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> Visio
 
 # --- the chapter's experiment: a validation sweep of step sizes, then the final runs ----------------
 
-KIND = "e7-vit"
-GRID_KIND = "e7-grid"
-PRUNING_KIND = "e7-pruning"
+KIND = runs.kind("e7-vit", __name__)
+GRID_KIND = runs.kind("e7-grid", __name__)
+PRUNING_KIND = runs.kind("e7-pruning", __name__)
 #: The keys of a grid config (``grid``).
 GRID_KEYS = ("datasets", "image_size", "train_size", "validation", "model", "setup", "batch_size", "root", "epochs",
              "eval_every", "seeds", "methods", "step_sizes", "sweep_seeds", "sweep_epochs", "sweep_window")

@@ -1,0 +1,107 @@
+"""Runs are keyed by the code that computes them: an edit of that code is recomputed, never served the
+stored numbers of the old code, and the provenance record names the code it came from."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mdlib import fingerprint, paths, runs
+
+E1 = dict(seeds=2, steps={"1.75": 4, "3": 5}, lr=0.1, n=3, T=4, d=3, svm_ps=[1.75, 3.0], seed=0, eps=None, points=3)
+SCRIPT = f"""
+import json, sys
+from mdlib import fingerprint, provenance, runs, synthetic
+result = synthetic.fixed_decoder_experiment({E1!r})
+print(json.dumps({{"cached": result.cached, "key": result.key, "final": result["final"].divergence.tolist(),
+                  "code": runs.code_of(synthetic.E1_KIND), "record": provenance.record("t", "table")["code"],
+                  "package": fingerprint.fingerprint()}}))
+"""
+EDIT = ("path = train(data, float(p), int(p_steps), lr, W0,", "path = train(data, float(p), int(p_steps), 0.5 * lr, W0,")
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A copy of the mdlib package (to edit) and a build folder of its own."""
+    shutil.copytree(Path(fingerprint.__file__).parent, tmp_path / "src" / "mdlib",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def run_e1(checkout) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(checkout / "src"), **{paths.BUILD_ENV: str(checkout / "build")})
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=checkout, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def edit(checkout, module: str, old: str, new: str) -> None:
+    path = checkout / "src" / "mdlib" / f"{module}.py"
+    text = path.read_text("utf-8")
+    assert text.count(old) == 1, f"{module}.py no longer has {old!r}: update the test's edit"
+    path.write_text(text.replace(old, new), "utf-8")
+
+
+def test_an_edited_computation_is_recomputed_and_a_revert_reads_the_old_entry_back(checkout):
+    first = run_e1(checkout)
+    assert not first["cached"] and run_e1(checkout)["cached"]
+    edit(checkout, "synthetic", *EDIT)  # one line of the experiment's arithmetic
+    edited = run_e1(checkout)
+    assert not edited["cached"], "the store served numbers of the code before the edit"
+    assert edited["key"] != first["key"] and edited["final"] != first["final"]
+    assert edited["code"] != first["code"] and edited["record"] != first["record"]  # the record names the new code
+    edit(checkout, "synthetic", EDIT[1], EDIT[0])  # reverted: the entry of the original code, its numbers
+    reverted = run_e1(checkout)
+    assert reverted["cached"] and reverted["key"] == first["key"] and reverted["final"] == first["final"]
+    assert reverted["record"] == first["record"]
+    # both entries stay on disk, one per fingerprint
+    assert len([p for p in (checkout / "build" / "runs" / "e1-fixed-decoder").iterdir()
+                if not p.name.startswith(".")]) == 2
+
+
+def test_an_edit_outside_the_experiments_imports_keeps_its_runs(checkout):
+    first = run_e1(checkout)
+    assert "mdlib.scorecard" not in fingerprint._closure("mdlib.synthetic")
+    path = checkout / "src" / "mdlib" / "scorecard.py"  # a module E1 never imports
+    path.write_text(path.read_text("utf-8") + "\n# edited\n", "utf-8")
+    again = run_e1(checkout)
+    assert again["cached"] and again["key"] == first["key"]
+    assert again["package"] != first["package"]  # the record's package fingerprint still names the edit
+
+
+def test_a_function_level_import_counts(tmp_path, monkeypatch):
+    # sentiment imports plots inside a function only; plots' code is part of sentiment's fingerprint
+    assert "mdlib.plots" in fingerprint.imports("mdlib.sentiment")
+    assert "mdlib.plots" in fingerprint._closure("mdlib.sentiment")
+    assert fingerprint.fingerprint("mdlib.sentiment") != fingerprint.fingerprint("mdlib.synthetic")
+    with pytest.raises(ValueError, match="not a module of mdlib"):
+        fingerprint.fingerprint("numpy")
+
+
+def test_store_lists_and_prunes_entries_of_other_code(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path))
+    now = runs.store("prune-test", {"n": 1}, {"x": 1})
+    old = runs.store("prune-test", {"n": 2}, {"x": 2})
+    meta = json.loads((old / "meta.json").read_text("utf-8"))
+    (old / "meta.json").write_text(json.dumps(meta | {"code": "0" * 64}), "utf-8")  # computed by other code
+    with pytest.warns(runs.StoreWarning, match="computed by other code"):
+        assert runs.load("prune-test", {"n": 2}) is None  # never served
+    found = {e.path: e.current for e in runs.entries()}
+    assert found == {now: True, old: False}
+    from mdlib import cli
+
+    assert cli.main(["store", "--prune"]) == 0
+    assert now.is_dir() and not old.exists()
+    assert runs.load("prune-test", {"n": 1})["x"] == 1
+
+
+def test_a_kind_belongs_to_one_module():
+    assert runs.kind("kind-test", "mdlib.synthetic") == "kind-test"
+    assert runs.kind("kind-test", "mdlib.synthetic") == "kind-test"  # a re-import declares it again
+    with pytest.raises(ValueError, match="declared by mdlib.synthetic already"):
+        runs.kind("kind-test", "mdlib.vision")
