@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import tokenize
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -340,10 +341,15 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     """Execute ``notebooks/<name>.py`` with papermill at ``profile`` (plus ``overrides``) and write the
     executed notebook ``<output_dir or notebooks/>/<name>.ipynb``; returns its path.
 
-    The kernel (``python3``) runs in the notebooks folder. The notebook is executed into a temporary
-    file beside the output and renamed over it only on success, so a failed or interrupted execution
-    keeps the previous executed notebook; the failed one, with its traceback, is saved as
-    ``<name>.failed.ipynb`` and a failing cell raises ``NotebookError`` naming the notebook and cell.
+    The kernel (``python3``) runs in the notebooks folder. The chapter commits all or nothing: the
+    notebook is executed into a temporary file beside the output and renamed over it only on success,
+    and the figures and results it writes are kept only then (``paths.all_or_nothing``), so a failed,
+    interrupted or killed execution leaves the previous notebook and every previous artifact byte for
+    byte; the failed notebook, with its traceback, is saved as ``<name>.failed.ipynb`` and a failing
+    cell raises ``NotebookError`` naming the notebook and cell. On success the chapter's artifacts of
+    earlier executions that this one did not write again are removed. Every artifact's record and the
+    executed notebook's metadata (``mdlib``) carry one execution id, which :func:`check_consistent`
+    compares before a book is rendered.
     """
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -352,9 +358,11 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     nb_name = path.stem
     parameters = resolve_parameters(nb_name, profile, overrides, notebooks_dir=path.parent, params_dir=params_dir)
     executed = {n: p.value if p.literal else p.source for n, p in notebook_parameters(path).items()}
-    run = {"notebook": nb_name, "profile": profile, "parameters": {**executed, **parameters},
+    execution = uuid.uuid4().hex
+    run = {"notebook": nb_name, "profile": profile, "execution": execution, "parameters": {**executed, **parameters},
            "overrides": {key: parameters[key] for key in overrides or {}}}
     nb = read_notebook(path)
+    nb.metadata["mdlib"] = {"execution": execution, "profile": profile, "build": str(paths.build_dir())}
     nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
     # The executed .ipynb is an output, not a jupytext pair of the .py: opening and saving it in
     # Jupyter must never write over the source.
@@ -386,9 +394,12 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
             raise
 
     try:
-        paths.atomic_write(output, execute, tag="executing")
+        with paths.all_or_nothing(_artifact_folders(), _journal(nb_name)):
+            paths.atomic_write(output, execute, tag="executing")
+            _drop_earlier_artifacts(nb_name, execution)
     except BaseException as exc:
         where = [f"the previous executed notebook {output} is kept"] if output.exists() else []
+        where += ["the figures and results are as they were before this run"]
         where += [f"this run's, with the traceback: {saved}" for saved in kept]
         where_text = "".join(f"; {part}" for part in where)
         if isinstance(exc, PapermillExecutionError):
@@ -402,6 +413,66 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     if progress:
         print(f"  {nb_name}: {time.perf_counter() - start:.1f} s -> {output}", file=sys.stderr, flush=True)
     return output
+
+
+def _artifact_folders() -> dict[str, Path]:
+    return {"figures": paths.figures_dir(), "results": paths.results_dir()}
+
+
+def _journal(nb_name: str) -> Path:
+    return paths.build_dir() / ".rollback" / nb_name
+
+
+def _records() -> Iterator[tuple[Path, dict]]:
+    """(path, record) of every provenance record in the build's figures and results."""
+    import json
+
+    for folder in _artifact_folders().values():
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                record = json.loads(path.read_text("utf-8"))
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield path, record
+
+
+def _drop_earlier_artifacts(nb_name: str, execution: str) -> None:
+    """Remove the figures and tables of ``nb_name`` that earlier executions wrote and this one did not."""
+    for path, record in list(_records()):
+        if record.get("notebook") == nb_name and record.get("execution") != execution:
+            for name in record.get("files") or []:
+                (paths.build_dir() / name).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+
+
+def check_consistent(names: list[str], notebooks_dir: Path | None = None) -> None:
+    """Raise ``BookError`` unless each executed ``<notebooks>/<name>.ipynb`` was executed for this build
+    folder and every figure and table the build holds from that notebook comes from that same
+    execution (a chapter's text and its numbers agree). Restores first the artifacts of an execution
+    that was killed before it finished."""
+    import nbformat
+
+    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    for name in names:
+        if paths.recover(_journal(name), _artifact_folders()):
+            print(f"{name}: an execution was killed before it finished; its figures and results were set back "
+                  "to those before it", file=sys.stderr)
+    build, problems = str(paths.build_dir()), {}
+    executions = {}
+    for name in names:
+        meta = nbformat.read(folder / f"{name}.ipynb", as_version=4).metadata.get("mdlib", {})
+        executions[name] = meta.get("execution")
+        if meta.get("build") != build:
+            problems[name] = [f"notebooks/{name}.ipynb was executed for the build folder {meta.get('build')}, "
+                              f"not this one ({build})"]
+    for path, rec in _records():
+        name = rec.get("notebook")
+        if name in executions and rec.get("execution") != executions[name]:
+            problems.setdefault(name, []).append(f"{path.name} is not from the execution of notebooks/{name}.ipynb")
+    if problems:
+        raise BookError("; ".join(sorted(set(sum(problems.values(), [])))) + "; execute again with "
+                        + " and ".join(f"`python -m mdlib run {n}`" for n in sorted(problems)))
 
 
 def notebook_failure(ipynb: Path) -> str | None:
@@ -610,8 +681,10 @@ def build(profile: str = "default", execute: bool = True) -> Path:
             t0 = time.perf_counter()
             run_notebook(nb_name, profile=profile)
             timings[nb_name] = time.perf_counter() - t0
+        check_consistent(names)
     else:
         check_executed(names)
+        check_consistent(names)
         used = {_executed_profile(paths.NOTEBOOKS / f"{n}.ipynb") for n in names}
         profile = used.pop() if len(used) == 1 and None not in used else "mixed (see each chapter)"
     write_parameters_page(profile=profile)

@@ -16,8 +16,8 @@ import sys
 
 #: What each command keeps when Ctrl-C stops it (printed as the one line of an interrupted command).
 INTERRUPTED = {
-    "run": "the previous executed notebook and the finished runs in the results store are kept; run the "
-           "same command again to resume",
+    "run": "the previous executed notebook, its figures and results, and the finished runs in the results "
+           "store are kept; run the same command again to resume",
     "book": "the executed notebooks and the finished runs in the results store are kept; run the same "
             "command again to resume",
     "fetch": "files already verified are kept, nothing half-written; run the same command again",

@@ -11,7 +11,8 @@ PDF (info dict ``Subject``) carry the same JSON. The record holds:
 
 * ``label``, ``kind`` ("figure" / "table"), ``reproduces`` (the paper's figure or table, from
   :data:`PAPER_ARTIFACTS`, or None) and ``new`` (true for an analysis the paper does not have);
-* ``notebook``, ``profile``, ``parameters`` (every parameter as executed), ``overrides`` (those given
+* ``notebook``, ``profile``, ``execution`` (the id of the notebook's execution, also in the executed
+  ``.ipynb``), ``parameters`` (every parameter as executed), ``overrides`` (those given
   on the command line) and ``command`` (the ``python -m mdlib run`` line that regenerates it); these
   come from the environment variable :data:`ENV` that ``mdlib.book.run_notebook`` sets for the kernel,
   and are None outside that pipeline (a notebook opened in Jupyter);
@@ -105,9 +106,10 @@ PAPER_ARTIFACTS: dict[str, str | None] = {
 
 
 def notebook_run() -> dict[str, Any]:
-    """``{notebook, profile, parameters, overrides}`` from :data:`ENV` (all None when it is unset or
-    unreadable: a notebook run outside ``mdlib.book.run_notebook``)."""
-    empty = dict.fromkeys(("notebook", "profile", "parameters", "overrides"))
+    """``{notebook, profile, execution, parameters, overrides}`` from :data:`ENV` (all None when it is
+    unset or unreadable: a notebook run outside ``mdlib.book.run_notebook``); ``execution`` is the id
+    of one execution of the notebook, which its executed ``.ipynb`` carries too."""
+    empty = dict.fromkeys(("notebook", "profile", "execution", "parameters", "overrides"))
     try:
         value = json.loads(os.environ.get(ENV) or "null")
     except ValueError:

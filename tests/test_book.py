@@ -256,7 +256,8 @@ def test_failing_cell_names_the_notebook_and_keeps_the_good_one(tmp_path, monkey
     message = str(error.value)
     assert "\n" not in message
     assert re.match(r"notebook 01_fixture \(profile default\) failed in cell \[\d+\]: ValueError: the fixture "
-                    r"was asked to fail; the previous executed notebook .*01_fixture.ipynb is kept; this run's, "
+                    r"was asked to fail; the previous executed notebook .*01_fixture.ipynb is kept; the figures and "
+                    r"results are as they were before this run; this run's, "
                     r"with the traceback: .*01_fixture.failed.ipynb$", message)
     assert good.read_bytes() == b'{"the": "previous good notebook"}\n'
     failed = tmp_path / "01_fixture.failed.ipynb"
