@@ -254,7 +254,7 @@ def test_archive_lists_every_artifact(build_dir, tmp_path):
     assert provenance.archive_href("book/scorecard") == "../_downloads/artifacts.zip"
 
 
-def test_tiny_sphinx_build_numbers_tables_as_tables(tmp_path, build_dir, kernel_env):
+def test_tiny_sphinx_build_numbers_tables_as_tables(tmp_path, build_dir, kernel_env, monkeypatch):
     """A two-page MyST book with the extension: the figure named table-1 is "Table 1" in its caption
     and in {numref}, the figure stays "Fig. 1", and only the artifact with a record gets a block."""
     src = tmp_path / "src"
@@ -280,3 +280,11 @@ def test_tiny_sphinx_build_numbers_tables_as_tables(tmp_path, build_dir, kernel_
     assert page.count('class="mdlib-provenance"') == 1
     assert "Reproduce and cite table <code>table-1</code>" in page and "Table 1 (table-1)" in page
     assert "python -m mdlib run 04_sentiment --profile smoke" in page
+    # an incremental build after the record changed (the page did not): the block shows the new record
+    monkeypatch.setenv(provenance.ENV, json.dumps(RUN | {"overrides": {"seeds": 7}}))
+    plots.save_table(pd.DataFrame({"a": [2]}), "table-1", glue=False)
+    proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(src), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "page.html").read_text()
+    assert "-p seeds 7" in page and page.count('class="mdlib-provenance"') == 1

@@ -6,7 +6,8 @@
 * Reproduce and cite: under every figure or table whose label has a provenance record in the build
   folder (``<build>/figures/<label>.json`` or ``<build>/results/<label>.json``, written by
   ``mdlib.plots``), a collapsed block with the command that regenerates it and its citation
-  (``mdlib.provenance.reproduce_html``). A label without a record gets nothing.
+  (``mdlib.provenance.reproduce_html``). A label without a record gets nothing. A page whose records
+  changed since Sphinx read it is read again, so an incremental build never keeps a stale block.
 """
 
 from __future__ import annotations
@@ -69,6 +70,41 @@ def add_reproduce_blocks(app, doctree: nodes.document, docname: str) -> None:
         node.parent.insert(node.parent.index(node) + 1, nodes.raw("", block, format="html"))
 
 
+def _digest(label: str) -> str | None:
+    """A hash of the record of ``label`` as it is now (None without one)."""
+    import hashlib
+    import json
+
+    from mdlib import provenance
+
+    record = provenance.find(label)
+    return None if record is None else hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def note_records(app, doctree: nodes.document) -> None:
+    """Remember, per page, the records of its figures and tables as they were when it was read."""
+    labels = {name for node in doctree.findall(nodes.figure) for name in node["names"]}
+    records = getattr(app.env, "mdlib_records", None)
+    if records is None:
+        records = app.env.mdlib_records = {}
+    records[app.env.docname] = {label: _digest(label) for label in labels}
+
+
+def pages_with_new_records(app, env, added, changed, removed) -> list[str]:
+    """The pages to read again: those whose figures' or tables' records changed since."""
+    return [doc for doc, seen in getattr(env, "mdlib_records", {}).items()
+            if doc not in removed and any(_digest(label) != digest for label, digest in seen.items())]
+
+
+def forget_page(app, env, docname: str) -> None:
+    getattr(env, "mdlib_records", {}).pop(docname, None)
+
+
+def merge_pages(app, env, docnames, other) -> None:
+    theirs = getattr(other, "mdlib_records", {})
+    env.mdlib_records = getattr(env, "mdlib_records", {}) | {d: theirs[d] for d in docnames if d in theirs}
+
+
 def _visit(self, node):
     self.visit_figure(node)
 
@@ -81,4 +117,8 @@ def setup(app):
     app.add_enumerable_node(table_figure, "table", html=(_visit, _depart))
     app.add_transform(TablesAsTables)
     app.connect("doctree-resolved", add_reproduce_blocks)
+    app.connect("doctree-read", note_records)
+    app.connect("env-get-outdated", pages_with_new_records)
+    app.connect("env-purge-doc", forget_page)
+    app.connect("env-merge-info", merge_pages)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
