@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import html
 import io
 import math
 import os
@@ -455,13 +456,21 @@ def _literal(value: Any) -> str:
     return repr(value)
 
 
+def md_text(text: object) -> str:
+    """``text`` as one line of a generated MyST page, safe in a table cell: ``<``, ``>`` and ``&`` as HTML
+    entities (MyST passes raw HTML through to the reader's browser) and ``|`` escaped."""
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
+
+
 def _md_code(text: str) -> str:
+    """``text`` as an inline code span of a table cell, fenced by more backticks than it holds (a backtick
+    in a value cannot end the span and let the rest through as markdown or HTML)."""
     text = " ".join(str(text).split()).replace("|", "\\|")
-    return f"`{text}`" if text else ""
-
-
-def _md_text(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    if not text:
+        return ""
+    fence = "`" * (1 + max(map(len, re.findall("`+", text)), default=0))
+    pad = " " if text[0] == "`" or text[-1] == "`" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _title(nb, fallback: str) -> str:
@@ -495,7 +504,7 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
         "and from `params/<profile>.yaml`; edit those, not this page.",
     ]
     if profile:
-        lines += ["", f"The pages of this build were executed with the **{profile}** profile."]
+        lines += ["", f"The pages of this build were executed with the **{md_text(profile)}** profile."]
     lines += [
         "",
         "*Default* is the value in the notebook, which is what the `default` profile uses; a profile "
@@ -512,9 +521,9 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
             values[p] = resolve_parameters(nb_name, p, None, notebooks_dir=folder, params_dir=params_dir)
             values[p].pop("profile")
         shown = [p for p in profiles if p in ("smoke", "paper") or values[p]]
-        lines += ["", f"## {_md_text(_title(nb, nb_name))}", "",
+        lines += ["", f"## {md_text(_title(nb, nb_name))}", "",
                   f"Source `notebooks/{nb_name}.py`; {{doc}}`go to the chapter </notebooks/{nb_name}>`.", ""]
-        lines.append("| Parameter | Default | " + " | ".join(shown) + " | Description |")
+        lines.append("| Parameter | Default | " + " | ".join(map(md_text, shown)) + " | Description |")
         lines.append("|---|---|" + "---|" * len(shown) + "---|")
         for param in declared.values():
             cells = [_md_code(param.name), _md_code(param.source)]
@@ -525,7 +534,7 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
                     cells.append(_md_code(_literal(values[p][param.name])))
                 else:
                     cells.append("")
-            cells.append(_md_text(param.description))
+            cells.append(md_text(param.description))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -17,6 +17,7 @@ import nbformat
 import pytest
 import yaml
 
+from conftest import HTML, raw_html
 from mdlib import book, cli, fetch, paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -153,6 +154,19 @@ def test_parameters_page_shows_only_profiles_that_set_values(tmp_path):
     header = next(line for line in text.splitlines() if line.startswith("| Parameter"))
     assert [c.strip() for c in header.strip("|").split("|")][2:-1] == ["smoke", "default", "paper"]
     assert "executed with" not in text
+
+
+def test_html_in_a_profile_name_or_value_is_text_on_the_parameters_page(tmp_path):
+    """The profile a build names and a profile's values are escaped: no raw HTML reaches the page, and a
+    backtick in a value does not end its code span."""
+    params = tmp_path / "params"
+    shutil.copytree(PARAMS, params)
+    (params / "smoke.yaml").write_text(f"01_fixture:\n  name: '`{HTML}` and ``'\n")
+    text = book.parameters_page(HTML, notebooks_dir=NBS, params_dir=params)
+    assert raw_html(text) == []
+    assert "executed with the **&lt;img src=x onerror=alert(1)&gt;** profile" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `name`"))
+    assert f"| ```\"`{HTML}` and ``\"``` |" in row  # one code span, the value as written
 
 
 def test_toc_lists_exactly_the_chapter_notebooks():
