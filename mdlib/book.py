@@ -35,6 +35,7 @@ import yaml
 from mdlib import first_line, paths
 
 CHAPTER_RE = re.compile(r"^[0-9][0-9]_.+\.py$")
+PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  #: a profile's name: params/<name>.yaml, never a path
 KERNEL = "python3"
 FAILED_SUFFIX = ".failed.ipynb"  #: a failed execution is kept beside the executed notebook for inspection
 PROFILE_ORDER = ("smoke", "default", "paper")
@@ -118,18 +119,21 @@ def resolve_notebook(name: str | os.PathLike, notebooks_dir: Path | None = None)
 
 
 def list_profiles(params_dir: Path | None = None) -> list[str]:
+    """The profiles: the names of the files ``params/<name>.yaml`` that match :data:`PROFILE_RE`."""
     folder = Path(params_dir or paths.PARAMS)
-    names = [path.stem for path in folder.glob("*.yaml")]
+    names = [path.stem for path in folder.glob("*.yaml") if PROFILE_RE.fullmatch(path.stem)]
     return sorted(names, key=lambda n: (PROFILE_ORDER.index(n) if n in PROFILE_ORDER else len(PROFILE_ORDER), n))
 
 
 def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict[str, Any]]:
-    """``params/<profile>.yaml``: a mapping notebook name -> {parameter: value}."""
+    """``params/<profile>.yaml``: a mapping notebook name -> {parameter: value}; ``profile`` is one of
+    :func:`list_profiles` (a name, never a path)."""
     folder = Path(params_dir or paths.PARAMS)
+    profiles = list_profiles(folder)
+    if profile not in profiles:
+        raise ValueError(f"unknown profile {profile!r}; the profiles are {', '.join(profiles) or '(none)'} "
+                         f"(the files {folder}/<profile>.yaml, <profile> of letters, digits, '_', '.', '-')")
     path = folder / f"{profile}.yaml"
-    if not isinstance(profile, str) or not path.is_file():
-        raise ValueError(f"unknown profile {profile!r}; the profiles are "
-                         f"{', '.join(list_profiles(folder)) or '(none)'} (files {folder}/<profile>.yaml)")
     data = load_yaml(path.read_text("utf-8"), str(path), "correct the file") or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of notebook name -> parameters, got {type(data).__name__}")

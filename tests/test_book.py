@@ -158,12 +158,14 @@ def test_parameters_page_shows_only_profiles_that_set_values(tmp_path):
 
 def test_html_in_a_profile_name_or_value_is_text_on_the_parameters_page(tmp_path):
     """The profile a build names and a profile's values are escaped: no raw HTML reaches the page, and a
-    backtick in a value does not end its code span."""
+    backtick in a value does not end its code span. A file whose name is not a profile's is no column."""
     params = tmp_path / "params"
     shutil.copytree(PARAMS, params)
     (params / "smoke.yaml").write_text(f"01_fixture:\n  name: '`{HTML}` and ``'\n")
+    (params / f"{HTML}.yaml").write_text("01_fixture:\n  seeds: 3\n")
+    assert book.list_profiles(params) == ["smoke", "default", "paper"]
     text = book.parameters_page(HTML, notebooks_dir=NBS, params_dir=params)
-    assert raw_html(text) == []
+    assert raw_html(text) == [] and "img" not in next(line for line in text.splitlines() if line.startswith("| Param"))
     assert "executed with the **&lt;img src=x onerror=alert(1)&gt;** profile" in text
     row = next(line for line in text.splitlines() if line.startswith("| `name`"))
     assert f"| ```\"`{HTML}` and ``\"``` |" in row  # one code span, the value as written
