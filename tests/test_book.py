@@ -3,6 +3,7 @@ end-to-end smoke-profile build of the whole book in a copy of the repository (ma
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -86,6 +87,29 @@ def test_profile_errors(tmp_path):
     (bad / "smoke.yaml").write_text("01_fixture:\n  sedes: 3\n")
     with pytest.raises(ValueError, match=r"unknown parameter 'sedes' in params/smoke.yaml"):
         book.resolve_parameters("01_fixture", "smoke", notebooks_dir=NBS, params_dir=bad)
+
+
+@pytest.mark.parametrize("name,value", [("vit", "bogus"), ("vit", "Paper"), ("modes", ["default", "fast"])])
+def test_chapter_08_refuses_an_unknown_model_or_mode_before_any_timing(name, value):
+    """Any ``vit`` but "paper" used to time the tiny model. The values pass the type check; the checks in
+    the first code cell after the parameters (its mdlib imports and calls of ``choice``, run here on the
+    injected parameters as papermill would) refuse them before any timing cell."""
+    nb = book.read_notebook(paths.NOTEBOOKS / "08_cost.py")
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    first = code[code.index(book.parameters_cell(nb)) + 1].source
+    statements = [ast.get_source_segment(first, node) for node in ast.parse(first).body]
+    checks = [s for s in statements if s.startswith("from mdlib") or "choice(" in s]
+    assert any("choice(" in s for s in checks)
+
+    def run(overrides):
+        namespace = {}
+        exec(book.parameters_cell(nb).source, namespace)
+        namespace.update(book.resolve_parameters("08_cost", "smoke", overrides))
+        exec("\n".join(checks), namespace)
+
+    run({"vit": "tiny", "modes": ["foreach"]})
+    with pytest.raises(ValueError, match=rf"^parameter {name!r}: '(bogus|Paper|fast)' is not one of"):
+        run({name: value})
 
 
 def _write_nb(folder: Path, name: str, body: str) -> Path:
