@@ -54,7 +54,8 @@ class BookError(RuntimeError):
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
-    """yaml's SafeLoader, refusing a mapping that repeats a key (SafeLoader keeps the last one)."""
+    """yaml's SafeLoader, refusing a mapping that repeats a key (SafeLoader keeps the last one) and
+    reading ``1e-3`` as a float, as YAML 1.2 does (SafeLoader, YAML 1.1, reads it as a string)."""
 
     def construct_mapping(self, node, deep=False):
         first: dict[Any, int] = {}
@@ -72,6 +73,11 @@ class UniqueKeyLoader(yaml.SafeLoader):
                     key_node.start_mark)
             first[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
+
+
+UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                      re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                                      list("-+0123456789."))
 
 
 def load_yaml(text: str, where: str, fix: str) -> Any:
@@ -222,8 +228,8 @@ def _non_finite(value: Any) -> bool:
 
 
 def _check_value(notebook: str, param: Parameter, value: Any, origin: str) -> Any:
-    """``value`` coerced to the default's type where that is unambiguous, else a clear TypeError;
-    a ValueError for nan or infinity anywhere in it."""
+    """``value`` coerced to the default's type where that is unambiguous, else a clear TypeError (None
+    only where the default is None); a ValueError for nan or infinity anywhere in it."""
     if isinstance(value, tuple):
         value = list(value)
     default = param.value if param.literal else None
@@ -233,7 +239,7 @@ def _check_value(notebook: str, param: Parameter, value: Any, origin: str) -> An
                         f"default {param.source}, got {value!r}")
 
     numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
-    if numeric and isinstance(value, str):  # YAML reads 1e-3 as a string
+    if numeric and isinstance(value, str):  # "nan" or "inf" as YAML reads them, a quoted "1e-3"
         try:
             value = float(value) if any(c in value.lower() for c in ".en") else int(value)
         except ValueError:
@@ -241,7 +247,7 @@ def _check_value(notebook: str, param: Parameter, value: Any, origin: str) -> An
     if _non_finite(value):
         raise ValueError(f"{notebook}: parameter {param.name!r} from {origin} is {value!r}: nan and infinity "
                          "are not accepted; give finite numbers")
-    if default is None or value is None:
+    if default is None:  # a default of None, or not a literal: any value
         return value
     if isinstance(default, bool):
         if not isinstance(value, bool):

@@ -52,7 +52,7 @@ def test_parse_parameters_cell():
 def test_merge_order_and_profile_injection():
     assert book.resolve_parameters("01_fixture", "default", **FIX) == {"profile": "default"}
     smoke = book.resolve_parameters("01_fixture", "smoke", **FIX)
-    assert smoke == {"seeds": 2, "lr": 1e-3, "profile": "smoke"}  # YAML's "1e-3" string -> float
+    assert smoke == {"seeds": 2, "lr": 1e-3, "profile": "smoke"}  # 1e-3: a float, as in YAML 1.2
     over = book.resolve_parameters("01_fixture", "smoke", {"seeds": 3, "lr": 1, "ps": (2, 3)}, **FIX)
     assert over == {"seeds": 3, "lr": 1.0, "ps": [2, 3], "profile": "smoke"}
     assert isinstance(over["lr"], float)
@@ -71,6 +71,7 @@ def test_unknown_parameter_is_rejected_with_the_valid_names():
 @pytest.mark.parametrize("name,value,expected", [
     ("seeds", "many", "a number"), ("seeds", 2.5, "an integer"), ("seeds", True, "a number"),
     ("verbose", 1, "true/false"), ("ps", 2.0, "a list"), ("name", 3, "a string"),
+    ("seeds", None, "a number"), ("verbose", None, "true/false"), ("ps", None, "a list"), ("name", None, "a string"),
 ])
 def test_wrong_types_are_rejected(name, value, expected):
     with pytest.raises(TypeError, match=rf"{name}.*should be {expected}"):

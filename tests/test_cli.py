@@ -53,6 +53,19 @@ def test_repeated_parameter_is_refused(fixture_repo, capsys):
     assert err == "error: -p seeds given more than once; give each parameter once\n"
 
 
+@pytest.mark.parametrize("name,text,expected", [
+    ("name", "1e-3", "1e-3"), ("name", "yes", "yes"), ("name", "null", "null"), ("name", "", ""),
+    ("name", "a #b", "a #b"), ("name", "[a]", "[a]"), ("name", "'1e-3'", "1e-3"), ("name", '"tab\\t"', "tab\t"),
+    ("lr", "1e-3", 1e-3), ("ps", "[1e-3, 2]", [1e-3, 2]), ("schedule", "yes", True),
+])
+def test_a_string_parameter_takes_the_text_as_typed(fixture_repo, monkeypatch, text, name, expected):
+    """Only where the default is a string (YAML quotes still read as YAML); other values are YAML."""
+    given = []
+    monkeypatch.setattr(book, "run_notebook", lambda notebook, profile, overrides: given.append(overrides))
+    assert cli.main(["run", "01_fixture", "-p", name, text]) == 0
+    assert repr(book.resolve_parameters("01_fixture", "default", given[0])[name]) == repr(expected)
+
+
 @pytest.mark.parametrize("name,value", [("lr", "nan"), ("lr", "inf"), ("lr", "1e400"), ("seeds", "nan"),
                                         ("ps", "[1.5, .nan]"), ("schedule", "{kind: cosine, scale: .inf}")])
 def test_non_finite_values_are_refused(fixture_repo, capsys, name, value):
