@@ -42,6 +42,16 @@ STEP_TARGETS = {"default": ("adam_default", 1.0), "fused": ("adam_fused", 1.10)}
 TRAINING_TARGET = 1.10
 
 
+def choice(name: str, value, allowed):
+    """``value`` if it is one of ``allowed``, else a ValueError naming the parameter ``name``, the value and
+    the allowed values: chapter 08 checks its parameters of a closed set with it before any timing."""
+    allowed = list(allowed)
+    if value not in allowed:
+        raise ValueError(f"parameter {name!r}: {value!r} is not one of {', '.join(map(repr, allowed))}; "
+                         "give one of them")
+    return value
+
+
 def optimizer_step_times(total: int, ps=(1.1, 1.75, 3.0), repeats: int = 31, modes=("default", "fused"),
                          seed: int = 0) -> dict[str, list[float]]:
     """Seconds per optimizer step on ``total`` float32 parameters (split as ``TENSOR_SPLIT``), for the

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import html
 import io
 import math
 import os
@@ -35,6 +36,7 @@ import yaml
 from mdlib import first_line, paths
 
 CHAPTER_RE = re.compile(r"^[0-9][0-9]_.+\.py$")
+PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  #: a profile's name: params/<name>.yaml, never a path
 KERNEL = "python3"
 FAILED_SUFFIX = ".failed.ipynb"  #: a failed execution is kept beside the executed notebook for inspection
 PROFILE_ORDER = ("smoke", "default", "paper")
@@ -53,7 +55,8 @@ class BookError(RuntimeError):
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
-    """yaml's SafeLoader, refusing a mapping that repeats a key (SafeLoader keeps the last one)."""
+    """yaml's SafeLoader, refusing a mapping that repeats a key (SafeLoader keeps the last one) and
+    reading ``1e-3`` as a float, as YAML 1.2 does (SafeLoader, YAML 1.1, reads it as a string)."""
 
     def construct_mapping(self, node, deep=False):
         first: dict[Any, int] = {}
@@ -71,6 +74,11 @@ class UniqueKeyLoader(yaml.SafeLoader):
                     key_node.start_mark)
             first[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
+
+
+UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                      re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                                      list("-+0123456789."))
 
 
 def load_yaml(text: str, where: str, fix: str) -> Any:
@@ -118,18 +126,21 @@ def resolve_notebook(name: str | os.PathLike, notebooks_dir: Path | None = None)
 
 
 def list_profiles(params_dir: Path | None = None) -> list[str]:
+    """The profiles: the names of the files ``params/<name>.yaml`` that match :data:`PROFILE_RE`."""
     folder = Path(params_dir or paths.PARAMS)
-    names = [path.stem for path in folder.glob("*.yaml")]
+    names = [path.stem for path in folder.glob("*.yaml") if PROFILE_RE.fullmatch(path.stem)]
     return sorted(names, key=lambda n: (PROFILE_ORDER.index(n) if n in PROFILE_ORDER else len(PROFILE_ORDER), n))
 
 
 def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict[str, Any]]:
-    """``params/<profile>.yaml``: a mapping notebook name -> {parameter: value}."""
+    """``params/<profile>.yaml``: a mapping notebook name -> {parameter: value}; ``profile`` is one of
+    :func:`list_profiles` (a name, never a path)."""
     folder = Path(params_dir or paths.PARAMS)
+    profiles = list_profiles(folder)
+    if profile not in profiles:
+        raise ValueError(f"unknown profile {profile!r}; the profiles are {', '.join(profiles) or '(none)'} "
+                         f"(the files {folder}/<profile>.yaml, <profile> of letters, digits, '_', '.', '-')")
     path = folder / f"{profile}.yaml"
-    if not isinstance(profile, str) or not path.is_file():
-        raise ValueError(f"unknown profile {profile!r}; the profiles are "
-                         f"{', '.join(list_profiles(folder)) or '(none)'} (files {folder}/<profile>.yaml)")
     data = load_yaml(path.read_text("utf-8"), str(path), "correct the file") or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of notebook name -> parameters, got {type(data).__name__}")
@@ -218,8 +229,8 @@ def _non_finite(value: Any) -> bool:
 
 
 def _check_value(notebook: str, param: Parameter, value: Any, origin: str) -> Any:
-    """``value`` coerced to the default's type where that is unambiguous, else a clear TypeError;
-    a ValueError for nan or infinity anywhere in it."""
+    """``value`` coerced to the default's type where that is unambiguous, else a clear TypeError (None
+    only where the default is None); a ValueError for nan or infinity anywhere in it."""
     if isinstance(value, tuple):
         value = list(value)
     default = param.value if param.literal else None
@@ -229,7 +240,7 @@ def _check_value(notebook: str, param: Parameter, value: Any, origin: str) -> An
                         f"default {param.source}, got {value!r}")
 
     numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
-    if numeric and isinstance(value, str):  # YAML reads 1e-3 as a string
+    if numeric and isinstance(value, str):  # "nan" or "inf" as YAML reads them, a quoted "1e-3"
         try:
             value = float(value) if any(c in value.lower() for c in ".en") else int(value)
         except ValueError:
@@ -237,7 +248,7 @@ def _check_value(notebook: str, param: Parameter, value: Any, origin: str) -> An
     if _non_finite(value):
         raise ValueError(f"{notebook}: parameter {param.name!r} from {origin} is {value!r}: nan and infinity "
                          "are not accepted; give finite numbers")
-    if default is None or value is None:
+    if default is None:  # a default of None, or not a literal: any value
         return value
     if isinstance(default, bool):
         if not isinstance(value, bool):
@@ -526,13 +537,21 @@ def _literal(value: Any) -> str:
     return repr(value)
 
 
+def md_text(text: object) -> str:
+    """``text`` as one line of a generated MyST page, safe in a table cell: ``<``, ``>`` and ``&`` as HTML
+    entities (MyST passes raw HTML through to the reader's browser) and ``|`` escaped."""
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
+
+
 def _md_code(text: str) -> str:
+    """``text`` as an inline code span of a table cell, fenced by more backticks than it holds (a backtick
+    in a value cannot end the span and let the rest through as markdown or HTML)."""
     text = " ".join(str(text).split()).replace("|", "\\|")
-    return f"`{text}`" if text else ""
-
-
-def _md_text(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    if not text:
+        return ""
+    fence = "`" * (1 + max(map(len, re.findall("`+", text)), default=0))
+    pad = " " if text[0] == "`" or text[-1] == "`" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _title(nb, fallback: str) -> str:
@@ -566,7 +585,7 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
         "and from `params/<profile>.yaml`; edit those, not this page.",
     ]
     if profile:
-        lines += ["", f"The pages of this build were executed with the **{profile}** profile."]
+        lines += ["", f"The pages of this build were executed with the **{md_text(profile)}** profile."]
     lines += [
         "",
         "*Default* is the value in the notebook, which is what the `default` profile uses; a profile "
@@ -583,9 +602,9 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
             values[p] = resolve_parameters(nb_name, p, None, notebooks_dir=folder, params_dir=params_dir)
             values[p].pop("profile")
         shown = [p for p in profiles if p in ("smoke", "paper") or values[p]]
-        lines += ["", f"## {_md_text(_title(nb, nb_name))}", "",
+        lines += ["", f"## {md_text(_title(nb, nb_name))}", "",
                   f"Source `notebooks/{nb_name}.py`; {{doc}}`go to the chapter </notebooks/{nb_name}>`.", ""]
-        lines.append("| Parameter | Default | " + " | ".join(shown) + " | Description |")
+        lines.append("| Parameter | Default | " + " | ".join(map(md_text, shown)) + " | Description |")
         lines.append("|---|---|" + "---|" * len(shown) + "---|")
         for param in declared.values():
             cells = [_md_code(param.name), _md_code(param.source)]
@@ -596,7 +615,7 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
                     cells.append(_md_code(_literal(values[p][param.name])))
                 else:
                     cells.append("")
-            cells.append(_md_text(param.description))
+            cells.append(md_text(param.description))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

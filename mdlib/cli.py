@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 
 #: What each command keeps when Ctrl-C stops it (printed as the one line of an interrupted command).
@@ -27,19 +28,32 @@ INTERRUPTED = {
 
 
 def _parse_value(text: str, name: str = "value"):
-    """Papermill-style parameter value: YAML scalar/list (``3`` -> int, ``[1, 2]`` -> list,
-    ``1e-3`` -> float, which plain YAML would leave a string); a ValueError naming ``-p name`` for
-    malformed YAML or a repeated key."""
+    """Papermill-style parameter value: YAML (``3`` -> int, ``1e-3`` -> float, ``[1, 2]`` -> list,
+    ``'"3"'`` -> str); a ValueError naming ``-p name`` for malformed YAML or a repeated key."""
     from mdlib.book import load_yaml
 
-    value = load_yaml(text, f"-p {name} {text!r}", "values are YAML, e.g. 3, 1e-3, true, '[1.5, 2]'")
-    if isinstance(value, str):
-        for convert in (int, float):
-            try:
-                return convert(value)
-            except ValueError:
-                pass
-    return value
+    return load_yaml(text, f"-p {name} {text!r}", "values are YAML, e.g. 3, 1e-3, true, '[1.5, 2]'")
+
+
+def overrides(notebook: str, pairs: list[list[str]]) -> dict[str, Any]:
+    """The ``-p NAME VALUE`` pairs of ``run`` as parameters of ``notebook``: values read as YAML, except
+    that a parameter whose default is a string takes the text as typed (``1e-3``, ``yes``, ``null`` are
+    strings there) unless it is in YAML quotes; a ValueError for a name given twice."""
+    from mdlib import book
+
+    names = [name for name, _ in pairs]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"-p {', '.join(repeated)} given more than once; give each parameter once")
+    declared = book.notebook_parameters(book.resolve_notebook(notebook))
+
+    def value(name: str, text: str):
+        param = declared.get(name)
+        if param is not None and isinstance(param.value, str) and not text.startswith(("'", '"')):
+            return text
+        return _parse_value(text, name)
+
+    return {name: value(name, text) for name, text in pairs}
 
 
 def _positive_int(text: str) -> int:
@@ -101,12 +115,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         try:
             if args.command == "run":
-                names = [name for name, _ in args.parameter]
-                repeated = sorted({name for name in names if names.count(name) > 1})
-                if repeated:
-                    raise ValueError(f"-p {', '.join(repeated)} given more than once; give each parameter once")
-                params = {name: _parse_value(value, name) for name, value in args.parameter}
-                book.run_notebook(args.notebook, profile=args.profile, overrides=params)
+                book.run_notebook(args.notebook, profile=args.profile,
+                                  overrides=overrides(args.notebook, args.parameter))
             else:
                 book.build(profile=args.profile, execute=not args.skip_execute)
         except (ValueError, TypeError, book.NotebookError, book.BookError, fetch.DataError) as exc:

@@ -35,7 +35,10 @@ class), ``"adam"`` or ``"sgd"``.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import numbers
+import re
 import types
 import warnings
 from typing import Callable, Iterable
@@ -538,14 +541,20 @@ def make_optimizer(params, name: str, lr: float, p: float | None = None) -> torc
 # --- method keys: how the experiments name an optimizer -------------------------------------------
 
 
-def method(key: str) -> tuple[str, float | None]:
-    """A method key as (optimizer, p): ``"adam"`` -> ("adam", None), ``"1.1"`` -> ("md", 1.1)."""
+_EXPONENT = re.compile(r"[0-9]+(\.[0-9]+)?")  #: an exponent in a method key: "1.1", "2", "3"
+
+
+def method(key: str | float) -> tuple[str, float | None]:
+    """A method key as (optimizer, p): ``"adam"`` -> ("adam", None), ``"1.1"`` -> ("md", 1.1). The keys:
+    "adam", "sgd", and an exponent p > 1 in decimal digits ("1.1", "2") or as a number (a YAML key 1.1)."""
     if key in ("adam", "sgd"):
         return key, None
-    try:
-        return "md", float(key)
-    except ValueError:
-        raise ValueError(f"unknown method {key!r}: an l_p exponent such as '1.1', or 'adam' / 'sgd'") from None
+    number = isinstance(key, numbers.Real) and not isinstance(key, bool)
+    if number or isinstance(key, str) and _EXPONENT.fullmatch(key):
+        with contextlib.suppress(ValueError):
+            return "md", check_p(key)
+    raise ValueError(f"unknown method {key!r}: an l_p exponent p > 1 in decimal digits such as '1.1' or '3', "
+                     "or 'adam' / 'sgd'")
 
 
 def method_key(optimizer: str, p: float | None = None) -> str:

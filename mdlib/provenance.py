@@ -121,16 +121,17 @@ def notebook_run() -> dict[str, Any]:
 
 def command(notebook: str | None, profile: str | None, overrides: Mapping[str, Any] | None) -> str | None:
     """The shell command that executes ``notebook`` again at ``profile`` with ``overrides``
-    (``python -m mdlib run NN_name --profile P -p key value ...``); None without a notebook."""
+    (``python -m mdlib run NN_name --profile P -p key value ...``); None without a notebook.
+
+    Every value is written as JSON, which the command line reads back as YAML, exactly: a string in
+    double quotes stays that string whatever it looks like ("1e-3", "yes"). A space goes before a
+    leading minus (``' -1e-05'``): argparse would take ``-1e-05`` for an option; YAML skips the space."""
     if not notebook:
         return None
     parts = ["python", "-m", "mdlib", "run", notebook, "--profile", profile or "default"]
-    import yaml
-
     for key, value in (overrides or {}).items():
-        # values are read back as YAML, a superset of JSON; a string stays bare when YAML reads it back as is
-        bare = isinstance(value, str) and yaml.safe_load(value) == value
-        parts += ["-p", key, value if bare else json.dumps(value)]
+        text = json.dumps(value, ensure_ascii=False)
+        parts += ["-p", key, f" {text}" if text.startswith("-") else text]
     return shlex.join(parts)
 
 

@@ -22,6 +22,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import pandas as pd
 
+from mdlib.book import md_text
 from mdlib.stats import clustered_rate, paired_interval
 from mdlib.paths import atomic_write
 
@@ -849,10 +850,6 @@ def forest(table: list[Row], target) -> Path | None:
 FOREST = "scorecard-forest.png"
 
 
-def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
-
-
 def page(results_dir, *, profile: str | None = None, archive_link: str | None = None,
          link: Callable[[str, str], str] = reference, forest_image: str | None = None) -> str:
     """The scorecard page (MyST markdown) for the results in ``results_dir``; ``forest_image``: the file
@@ -886,7 +883,8 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
         lines += ["", f'Every figure, table and provenance record of this build, in one file: '
                       f'<a href="{archive_link}" download>artifacts.zip</a>.']
     lines += ["", "| Claim | Paper | Ours | Profile | Verdict | Figure / table |", "|---|---|---|---|---|---|"]
-    lines += ["| " + " | ".join(_cell(c) for c in (r.claim, r.paper, r.ours, r.profile, str(r.verdict), r.link)) + " |"
+    # every cell is text (the profile comes from a file), except the link, which is markup
+    lines += ["| " + " | ".join([*map(md_text, (r.claim, r.paper, r.ours, r.profile, str(r.verdict))), r.link]) + " |"
               for r in table]
     lines += ["", "## The verdict rules", ""]
     lines += [f"- **{rule.rule_name}.** {rule.sentence}" for rule in RULES]

@@ -57,6 +57,9 @@ from mdlib import bench, plots
 from mdlib.models import VisionTransformer
 from mdlib.optim import LpMirrorDescent
 
+bench.choice("vit", vit, ("paper", "tiny"))  # before any timing: any other value would time the tiny model
+for mode in modes:
+    bench.choice("modes", mode, bench.MD_MODES)
 plots.set_theme()
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "no CUDA runtime" on CPU machines
 device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,4 +1,4 @@
-"""Shared fixtures."""
+"""Shared fixtures and helpers."""
 
 from __future__ import annotations
 
@@ -12,6 +12,14 @@ import pytest
 from mdlib import fetch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
+HTML = "<img src=x onerror=alert(1)>"  #: user-given text that would run in the reader's browser
+
+
+def raw_html(text: str) -> list[str]:
+    """The raw HTML a markdown page passes through to the browser (MyST keeps it as HTML)."""
+    tokens = pytest.importorskip("markdown_it").MarkdownIt("commonmark").enable("table").parse(text)
+    inline = [child for t in tokens for child in t.children or []]
+    return [t.content for t in tokens + inline if t.type in ("html_block", "html_inline")]
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 import inspect
 import json
+import re
 import statistics
 from types import SimpleNamespace
 
@@ -21,6 +22,14 @@ def test_median_interval_brackets_the_median_and_covers_it():
     hits = [lo <= 1.0 <= hi for lo, hi in (bench.median_interval(rng.normal(1.0, 0.1, 31), resamples=500)
                                            for _ in range(200))]
     assert 0.85 <= np.mean(hits) <= 1.0
+
+
+def test_choice_names_the_parameter_the_value_and_the_allowed_values():
+    assert bench.choice("vit", "tiny", ("paper", "tiny")) == "tiny"
+    with pytest.raises(ValueError, match=r"^parameter 'vit': 'bogus' is not one of 'paper', 'tiny'; give one of them$"):
+        bench.choice("vit", "bogus", ("paper", "tiny"))
+    with pytest.raises(ValueError, match=re.escape("'modes': ['default'] is not one of 'default', 'foreach', 'fused'")):
+        bench.choice("modes", ["default"], bench.MD_MODES)
 
 
 def test_optimizer_step_times_times_every_contender_each_round():

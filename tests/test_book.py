@@ -3,6 +3,7 @@ end-to-end smoke-profile build of the whole book in a copy of the repository (ma
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import nbformat
 import pytest
 import yaml
 
+from conftest import HTML, raw_html
 from mdlib import book, cli, fetch, paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -50,7 +52,7 @@ def test_parse_parameters_cell():
 def test_merge_order_and_profile_injection():
     assert book.resolve_parameters("01_fixture", "default", **FIX) == {"profile": "default"}
     smoke = book.resolve_parameters("01_fixture", "smoke", **FIX)
-    assert smoke == {"seeds": 2, "lr": 1e-3, "profile": "smoke"}  # YAML's "1e-3" string -> float
+    assert smoke == {"seeds": 2, "lr": 1e-3, "profile": "smoke"}  # 1e-3: a float, as in YAML 1.2
     over = book.resolve_parameters("01_fixture", "smoke", {"seeds": 3, "lr": 1, "ps": (2, 3)}, **FIX)
     assert over == {"seeds": 3, "lr": 1.0, "ps": [2, 3], "profile": "smoke"}
     assert isinstance(over["lr"], float)
@@ -69,6 +71,7 @@ def test_unknown_parameter_is_rejected_with_the_valid_names():
 @pytest.mark.parametrize("name,value,expected", [
     ("seeds", "many", "a number"), ("seeds", 2.5, "an integer"), ("seeds", True, "a number"),
     ("verbose", 1, "true/false"), ("ps", 2.0, "a list"), ("name", 3, "a string"),
+    ("seeds", None, "a number"), ("verbose", None, "true/false"), ("ps", None, "a list"), ("name", None, "a string"),
 ])
 def test_wrong_types_are_rejected(name, value, expected):
     with pytest.raises(TypeError, match=rf"{name}.*should be {expected}"):
@@ -85,6 +88,29 @@ def test_profile_errors(tmp_path):
     (bad / "smoke.yaml").write_text("01_fixture:\n  sedes: 3\n")
     with pytest.raises(ValueError, match=r"unknown parameter 'sedes' in params/smoke.yaml"):
         book.resolve_parameters("01_fixture", "smoke", notebooks_dir=NBS, params_dir=bad)
+
+
+@pytest.mark.parametrize("name,value", [("vit", "bogus"), ("vit", "Paper"), ("modes", ["default", "fast"])])
+def test_chapter_08_refuses_an_unknown_model_or_mode_before_any_timing(name, value):
+    """Any ``vit`` but "paper" used to time the tiny model. The values pass the type check; the checks in
+    the first code cell after the parameters (its mdlib imports and calls of ``choice``, run here on the
+    injected parameters as papermill would) refuse them before any timing cell."""
+    nb = book.read_notebook(paths.NOTEBOOKS / "08_cost.py")
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    first = code[code.index(book.parameters_cell(nb)) + 1].source
+    statements = [ast.get_source_segment(first, node) for node in ast.parse(first).body]
+    checks = [s for s in statements if s.startswith("from mdlib") or "choice(" in s]
+    assert any("choice(" in s for s in checks)
+
+    def run(overrides):
+        namespace = {}
+        exec(book.parameters_cell(nb).source, namespace)
+        namespace.update(book.resolve_parameters("08_cost", "smoke", overrides))
+        exec("\n".join(checks), namespace)
+
+    run({"vit": "tiny", "modes": ["foreach"]})
+    with pytest.raises(ValueError, match=rf"^parameter {name!r}: '(bogus|Paper|fast)' is not one of"):
+        run({name: value})
 
 
 def _write_nb(folder: Path, name: str, body: str) -> Path:
@@ -153,6 +179,21 @@ def test_parameters_page_shows_only_profiles_that_set_values(tmp_path):
     header = next(line for line in text.splitlines() if line.startswith("| Parameter"))
     assert [c.strip() for c in header.strip("|").split("|")][2:-1] == ["smoke", "default", "paper"]
     assert "executed with" not in text
+
+
+def test_html_in_a_profile_name_or_value_is_text_on_the_parameters_page(tmp_path):
+    """The profile a build names and a profile's values are escaped: no raw HTML reaches the page, and a
+    backtick in a value does not end its code span. A file whose name is not a profile's is no column."""
+    params = tmp_path / "params"
+    shutil.copytree(PARAMS, params)
+    (params / "smoke.yaml").write_text(f"01_fixture:\n  name: '`{HTML}` and ``'\n")
+    (params / f"{HTML}.yaml").write_text("01_fixture:\n  seeds: 3\n")
+    assert book.list_profiles(params) == ["smoke", "default", "paper"]
+    text = book.parameters_page(HTML, notebooks_dir=NBS, params_dir=params)
+    assert raw_html(text) == [] and "img" not in next(line for line in text.splitlines() if line.startswith("| Param"))
+    assert "executed with the **&lt;img src=x onerror=alert(1)&gt;** profile" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `name`"))
+    assert f"| ```\"`{HTML}` and ``\"``` |" in row  # one code span, the value as written
 
 
 def test_toc_lists_exactly_the_chapter_notebooks():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HTML
 from mdlib import book, cli, paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -51,6 +53,19 @@ def test_repeated_parameter_is_refused(fixture_repo, capsys):
     assert err == "error: -p seeds given more than once; give each parameter once\n"
 
 
+@pytest.mark.parametrize("name,text,expected", [
+    ("name", "1e-3", "1e-3"), ("name", "yes", "yes"), ("name", "null", "null"), ("name", "", ""),
+    ("name", "a #b", "a #b"), ("name", "[a]", "[a]"), ("name", "'1e-3'", "1e-3"), ("name", '"tab\\t"', "tab\t"),
+    ("lr", "1e-3", 1e-3), ("ps", "[1e-3, 2]", [1e-3, 2]), ("schedule", "yes", True),
+])
+def test_a_string_parameter_takes_the_text_as_typed(fixture_repo, monkeypatch, text, name, expected):
+    """Only where the default is a string (YAML quotes still read as YAML); other values are YAML."""
+    given = []
+    monkeypatch.setattr(book, "run_notebook", lambda notebook, profile, overrides: given.append(overrides))
+    assert cli.main(["run", "01_fixture", "-p", name, text]) == 0
+    assert repr(book.resolve_parameters("01_fixture", "default", given[0])[name]) == repr(expected)
+
+
 @pytest.mark.parametrize("name,value", [("lr", "nan"), ("lr", "inf"), ("lr", "1e400"), ("seeds", "nan"),
                                         ("ps", "[1.5, .nan]"), ("schedule", "{kind: cosine, scale: .inf}")])
 def test_non_finite_values_are_refused(fixture_repo, capsys, name, value):
@@ -73,6 +88,22 @@ def test_broken_profile_file_is_named_with_its_line(fixture_repo, tmp_path, monk
     monkeypatch.setattr(paths, "PARAMS", params)
     err = _error(capsys, fixture_repo, ["run", "01_fixture", "--profile", "smoke"])
     assert re.search(expected, err), err
+
+
+@pytest.mark.parametrize("command", ["run", "book"])
+@pytest.mark.parametrize("profile", ["../params/smoke", "OUTSIDE", ".hidden", HTML, "smoke\n"])
+def test_a_profile_is_a_name_in_params_never_a_path(fixture_repo, tmp_path, monkeypatch, capsys, command, profile):
+    """Every --profile below names a YAML file that exists; only the files params/<name>.yaml are profiles."""
+    params = tmp_path / "params"
+    shutil.copytree(FIXTURES / "params", params)
+    for name in (".hidden", HTML):
+        (params / f"{name}.yaml").write_text("01_fixture: {}\n")
+    (tmp_path / "outside.yaml").write_text("01_fixture: {}\n")
+    monkeypatch.setattr(paths, "PARAMS", params)
+    profile = profile.replace("OUTSIDE", str(tmp_path / "outside"))
+    argv = ["run", "01_fixture"] if command == "run" else ["book"]
+    err = _error(capsys, fixture_repo, [*argv, "--profile", profile])
+    assert err.startswith(f"error: unknown profile {profile!r}; the profiles are smoke, default, paper (the files"), err
 
 
 @pytest.mark.parametrize("argv,problem", [

@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from mdlib import cli, paths, plots, provenance, runs  # noqa: E402
+from mdlib import book, cli, paths, plots, provenance, runs  # noqa: E402
 
 sys.path.insert(0, str(paths.BOOK / "_ext"))
 import mdlib_artifacts  # noqa: E402
@@ -85,6 +85,55 @@ def test_figure_record_has_every_field(build_dir, kernel_env):
     plots.save_figure(_figure(), "fig-alone")
     assert (build_dir / "figures" / "fig-alone.json").is_file()
     assert not (build_dir / "results" / "fig-alone.json").exists()
+
+
+#: Strings YAML reads as something else (or not at all), and strings the shell or argparse would mangle.
+STRINGS = ["yes", "No", "on", "null", "~", "", "1e-3", "1E5", "1_1", "0x1F", "1:30", "2001-01-01", ".inf", "nan", "3",
+           "1.5", "-x", "-1", "- a", "[a]", "{a: b}", "a: b", "a #b", " padded ", "'quoted'", '"double"', "it's", "*",
+           "&a", "!tag", "%x", "@", "`", "ü 😀", "tab\there", "two\nlines"]
+
+
+def _samples(default) -> list:
+    """Values of a parameter with this default, as ``book.resolve_parameters`` returns them."""
+    if isinstance(default, bool):
+        return [default, not default]
+    if isinstance(default, int):
+        return [default, default + 1, -3, 0]
+    if isinstance(default, float):
+        return [default, 1e-3, -1e-05, 1e20, 2.5, -0.5]
+    if isinstance(default, str):
+        return [default, *STRINGS]
+    if isinstance(default, list):
+        return [default, [], [1e-3, -1e-05, 2, "yes", "1e-3", None, True]]
+    if isinstance(default, dict):
+        return [default, {}, {"1.1": [1e-4], "adam": [0.3], "a b": "yes", "null": None}]
+    assert default is None, default
+    return [None, 200, 1e-3, "1e-3", "yes", [1, "2"]]
+
+
+@pytest.mark.parametrize("notebook", book.chapters())
+def test_the_recorded_command_gives_back_every_value_of_every_type(notebook):
+    """The command of a record, split as a shell would, parsed by the CLI and resolved against the
+    notebook, gives exactly the overrides it was made from: every parameter of the chapter at once, with
+    values of its default's type (numbers, flags, lists, mappings, None) and strings YAML would read as
+    something else ("yes", "null", "1e-3", "~")."""
+    declared = {name: param.value for name, param in book.notebook_parameters(paths.NOTEBOOKS / f"{notebook}.py")
+                .items() if name != "profile"}
+    samples = {name: _samples(default) for name, default in declared.items()}
+    for i in range(max(map(len, samples.values()))):
+        overrides = {name: values[i % len(values)] for name, values in samples.items()}
+        args = cli.build_parser().parse_args(shlex.split(provenance.command(notebook, "smoke", overrides))[3:])
+        assert (args.notebook, args.profile) == (notebook, "smoke")
+        resolved = book.resolve_parameters(notebook, "smoke", cli.overrides(notebook, args.parameter))
+        for name, value in overrides.items():
+            assert repr(resolved[name]) == repr(value), (name, provenance.command(notebook, "smoke", {name: value}))
+
+
+def test_the_recorded_command_quotes_every_value():
+    command = provenance.command("04_sentiment", "paper", {"setup": "modern", "seeds": 3, "lr": -1e-05,
+                                                           "ps": [1.1, 2.0], "train_size": None})
+    assert command == ("python -m mdlib run 04_sentiment --profile paper -p setup '\"modern\"' -p seeds 3 "
+                       "-p lr ' -1e-05' -p ps '[1.1, 2.0]' -p train_size null")
 
 
 def test_table_record_and_new_analyses(build_dir, kernel_env):
@@ -193,7 +242,7 @@ def test_reproduce_block_has_command_bibtex_and_commit(kernel_env):
     block = provenance.reproduce_html(record, cff, "Table 4.2")
     assert block.startswith('<details class="mdlib-provenance">') and block.rstrip().endswith("</details>")
     assert "python -m mdlib run 04_sentiment --profile smoke -p seeds 3 -p ps &#x27;[1.1, 2.0]&#x27; -p name " \
-           "&#x27;a b&#x27;" in block
+           "&#x27;&quot;a b&quot;&#x27;" in block
     bibtex, plain = provenance.citation(record, cff, "Table 4.2")
     assert bibtex.startswith("@misc{mdlib-table-1,") and "author = {{The mdlib contributors}}" in bibtex
     assert "Table 4.2 (table-1)" in bibtex and "commit 0123456789ab" in bibtex and f"version = {{{cff['version']}}}" in bibtex

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import HTML, raw_html
 from mdlib import scorecard
 from mdlib.scorecard import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 
@@ -253,6 +254,19 @@ def test_profile_comes_from_the_json_next_to_the_csv(tmp_path):
     (tmp_path / "table-e3-final.json").write_text(json.dumps({"profile": "paper"}))
     rows = table_rows(scorecard.page(tmp_path, profile="smoke"))
     assert rows[3][3] == "paper" and rows[0][3] == "smoke"
+
+
+def test_a_profile_with_html_is_text_on_the_page(tmp_path):
+    """The profile comes from the caller and from each CSV's JSON: HTML in it is escaped, not run."""
+    e3(tmp_path, HOLDS)
+    (tmp_path / "table-e3-final.json").write_text(json.dumps({"profile": f"{HTML} | & co"}))
+    target = scorecard.write_page(tmp_path / "book" / "scorecard.md", tmp_path, profile=HTML)
+    text = target.read_text("utf-8")
+    assert raw_html(text) == [] and HTML not in text
+    rows = table_rows(text)
+    assert all(len(row) == 6 for row in rows)
+    assert rows[3][3] == "&lt;img src=x onerror=alert(1)&gt; | &amp; co"
+    assert rows[0][3] == "&lt;img src=x onerror=alert(1)&gt;"
 
 
 def test_links_use_the_given_target(tmp_path):

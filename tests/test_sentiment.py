@@ -3,6 +3,8 @@ step-size sweep's choice, pivotal-token designation and the token measurements."
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -41,6 +43,15 @@ def test_method_keys_round_trip():
     assert optim.method("2") == ("md", 2.0)
     with pytest.raises(ValueError, match="unknown method 'rmsprop'"):
         optim.method("rmsprop")
+    assert optim.method(1.1) == ("md", 1.1) and optim.method(2) == ("md", 2.0)  # a YAML key 1.1
+
+
+@pytest.mark.parametrize("key", ["1_1", "1e1", "inf", "nan", " 2", "2.", "+2", "1", "0.5", "Adam", "\uff11.\uff11",
+                                 True, None, float("inf")])
+def test_method_keys_are_strict(key):
+    """Python's float() reads "1_1" as 11, and " 2", "inf" or full-width digits too: none is a method key."""
+    with pytest.raises(ValueError, match=re.escape(f"unknown method {key!r}: an l_p exponent p > 1")):
+        optim.method(key)
 
 
 def test_build_seeds_distinct_initializations_and_evaluates_on_the_named_split(fixture_data):
