@@ -150,9 +150,10 @@ def test_table_record_and_new_analyses(build_dir, kernel_env):
 def test_outside_the_pipeline_the_run_fields_are_null(build_dir, monkeypatch):
     plots.save_table(pd.DataFrame({"a": [1]}), "table-x", glue=False)
     record = json.loads((build_dir / "results" / "table-x.json").read_text())
-    assert [record[k] for k in ("notebook", "profile", "parameters", "overrides", "command")] == [None] * 5
+    fields = ("notebook", "profile", "execution", "parameters", "overrides")
+    assert [record[k] for k in fields + ("command",)] == [None] * 6
     monkeypatch.setenv(provenance.ENV, "{not json")
-    assert provenance.notebook_run() == dict.fromkeys(("notebook", "profile", "parameters", "overrides"))
+    assert provenance.notebook_run() == dict.fromkeys(fields)
 
 
 def test_every_labelled_artifact_of_the_notebooks_is_mapped():
