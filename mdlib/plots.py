@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mdlib import paths, provenance
+from mdlib import paths, provenance, schema
 
 DPI = 150
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -380,14 +380,27 @@ def _meaningful_index(frame) -> bool:
     return any(name is not None for name in index.names) or not pd.api.types.is_integer_dtype(index)
 
 
-def _write_csv(frame, path: Path) -> Path:
+def _write_csv(frame, label: str) -> Path:
+    """Write ``frame`` as ``<build>/results/<label>.csv``; refused (ValueError, nothing written) when the
+    label has a results schema (``mdlib.schema.TABLES``) and the file as written breaks it."""
     import pandas as pd
 
     if isinstance(frame, pd.Series):
         frame = frame.to_frame()
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"data must be a pandas DataFrame (tidy, one row per point), got {type(frame).__name__}")
-    return paths.atomic_write(path, lambda tmp: frame.to_csv(tmp, index=_meaningful_index(frame)))
+
+    def write(tmp: Path) -> None:
+        frame.to_csv(tmp, index=_meaningful_index(frame))
+        if label not in schema.TABLES:
+            return
+        try:
+            schema.read(tmp, label)
+        except schema.SchemaError as error:
+            raise ValueError(f"{label} not saved: {error}. Fix the table, or its rule in mdlib.schema.TABLES "
+                             "if the rule is wrong") from None
+
+    return paths.atomic_write(paths.results_dir() / f"{label}.csv", write)
 
 
 def save_figure(fig, label: str, data=None, *, close: bool = True, glue: bool = True) -> Saved:
@@ -411,7 +424,7 @@ def save_figure(fig, label: str, data=None, *, close: bool = True, glue: bool = 
     figures = paths.figures_dir()
     files = {"png": figures / f"{label}.png", "pdf": figures / f"{label}.pdf"}
     if data is not None:
-        files["csv"] = paths.results_dir() / f"{label}.csv"
+        files["csv"] = _write_csv(data, label)  # first: the record holds its hash
     record = provenance.record(label, "figure", files)
     text = provenance.dumps(record)
     png = paths.atomic_write(files["png"], lambda tmp: fig.savefig(
@@ -419,8 +432,6 @@ def save_figure(fig, label: str, data=None, *, close: bool = True, glue: bool = 
     pdf = paths.atomic_write(files["pdf"], lambda tmp: fig.savefig(
         tmp, format="pdf", bbox_inches="tight", metadata={
             "CreationDate": None, "Title": label, "Subject": text, "Creator": f"mdlib {record['versions']['mdlib']}"}))
-    if data is not None:
-        _write_csv(data, files["csv"])
     provenance.write(record, has_csv=data is not None)
     saved = Saved(label, "figure", files)
     if glue:
@@ -450,7 +461,7 @@ def save_table(df, label: str, *, styled=None, float_format: str = "{:.4g}", ind
         df = df.to_frame()
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"save_table needs a pandas DataFrame, got {type(df).__name__}")
-    csv = _write_csv(df, paths.results_dir() / f"{label}.csv")
+    csv = _write_csv(df, label)
     saved = Saved(label, "table", {"csv": csv})
     provenance.write(provenance.record(label, "table", saved.files), has_csv=True)
     if glue:

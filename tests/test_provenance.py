@@ -31,6 +31,13 @@ RUN = {"notebook": "04_sentiment", "profile": "smoke", "parameters": {"profile":
        "overrides": {"seeds": 3, "ps": [1.1, 2.0], "name": "a b"}}
 
 
+def table_1(test: float = 0.7) -> pd.DataFrame:
+    """A table-1 as chapter 04 writes it (``plots.save_table`` checks it against the results schema)."""
+    return pd.DataFrame([{"layers": 3, "method": "1.1", "runs": 3, "reached": 3, "epochs": 10.0, "test": test,
+                          "test_std": 0.01, "best": test, "best_std": 0.01, "validation": 0.7, "multiple": 1,
+                          "lr": 1e-3, "paper": 83.47, "paper_epochs": 72}])
+
+
 @pytest.fixture(autouse=True)
 def build_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "out"))
@@ -68,7 +75,8 @@ def _check_common(record, label, kind):
 
 def test_figure_record_has_every_field(build_dir, kernel_env):
     runs.store("e1-paths", {"seed": 1}, {"x": np.arange(3)})
-    data = pd.DataFrame({"step": [0, 1], "value": [1.0, 0.0]})
+    data = pd.DataFrame({"train_p": 2.0, "svm_p": 2.0, "step": [0, 1], "mean": [1.0, 0.5], "std": 0.1,
+                         "q10": [0.9, 0.4], "q90": [1.1, 0.6]})
     plots.save_figure(_figure(), "fig-e1-paths", data=data)
     record = json.loads((build_dir / "figures" / "fig-e1-paths.json").read_text())
     # a figure with data: the same record beside the PNG and beside the CSV
@@ -137,7 +145,7 @@ def test_the_recorded_command_quotes_every_value():
 
 
 def test_table_record_and_new_analyses(build_dir, kernel_env):
-    plots.save_table(pd.DataFrame({"a": [1.0]}), "table-1", glue=False)
+    plots.save_table(table_1(), "table-1", glue=False)
     record = json.loads((build_dir / "results" / "table-1.json").read_text())
     _check_common(record, "table-1", "table")
     assert record["reproduces"] == "Table 1" and record["new"] is False and record["runs"] == []
@@ -270,7 +278,7 @@ def test_extension_swaps_tables_and_appends_blocks(build_dir, kernel_env):
     transform = mdlib_artifacts.TablesAsTables(doc)
     transform.apply()
     assert [type(n).__name__ for n in section.children] == ["table_figure", "figure", "figure"]
-    plots.save_table(pd.DataFrame({"a": [1]}), "table-1", glue=False)
+    plots.save_table(table_1(), "table-1", glue=False)
     plots.save_figure(_figure(), "fig-e1-paths")
     numbers = {"table": {"table-1": (4, 2)}, "figure": {"fig-e1-paths": (4, 1)}}
     std = SimpleNamespace(get_enumerable_node_type=lambda n: "table" if isinstance(n, mdlib_artifacts.table_figure)
@@ -318,7 +326,7 @@ def test_tiny_sphinx_build_numbers_tables_as_tables(tmp_path, build_dir, kernel_
     (src / "page.md").write_text(
         "# Page\n\n## Table 1\n\n```{figure} img.png\n:name: table-1\n\nThe table's caption.\n```\n\n"
         "```{figure} img.png\n:name: fig-a\n\nA figure.\n```\n\nSee {numref}`table-1` and {numref}`fig-a`.\n")
-    plots.save_table(pd.DataFrame({"a": [1]}), "table-1", glue=False)
+    plots.save_table(table_1(), "table-1", glue=False)
     proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(src), str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -332,7 +340,7 @@ def test_tiny_sphinx_build_numbers_tables_as_tables(tmp_path, build_dir, kernel_
     assert "python -m mdlib run 04_sentiment --profile smoke" in page
     # an incremental build after the record changed (the page did not): the block shows the new record
     monkeypatch.setenv(provenance.ENV, json.dumps(RUN | {"overrides": {"seeds": 7}}))
-    plots.save_table(pd.DataFrame({"a": [2]}), "table-1", glue=False)
+    plots.save_table(table_1(test=0.6), "table-1", glue=False)
     proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(src), str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
