@@ -23,7 +23,8 @@ PDF (info dict ``Subject``) carry the same JSON. The record holds:
   (``mdlib.fingerprint``), which names the library code behind the artifact even in a dirty tree;
 * ``git`` (``commit``, ``dirty``; None outside a git checkout), ``versions`` (mdlib, torch, numpy,
   python), ``hardware`` (platform, CPU model and count, GPU name or None), ``time`` (UTC, ISO 8601),
-  ``files`` (relative to the build directory).
+  ``files`` (relative to the build directory), ``sha256`` ({file: hash} of the CSV, written before the
+  record; the scorecard judges only a CSV its record vouches for).
 
 :func:`write_archive` zips every figure, table and record into ``<build>/artifacts.zip``;
 :func:`reproduce_html` is the collapsed "reproduce and cite" block the book shows under each artifact.
@@ -32,6 +33,7 @@ PDF (info dict ``Subject``) carry the same JSON. The record holds:
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import html
 import json
 import os
@@ -223,7 +225,14 @@ def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> di
         "hardware": hardware(),
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "files": rel,
+        "sha256": {name: sha256(path) for name, path in zip(rel, (files or {}).values())
+                   if Path(path).suffix == ".csv"},
     }
+
+
+def sha256(path: Path) -> str:
+    """The SHA-256 of the file at ``path``, in hex."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def dumps(rec: Mapping[str, Any]) -> str:
