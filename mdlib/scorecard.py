@@ -7,8 +7,9 @@ link to the figure or table. ``write_page`` writes it atomically.
 
 Every verdict comes from a rule: a small pure function of numbers, whose ``sentence`` is printed on
 the page exactly as applied. The outcomes are ``holds``, ``differs``, ``inconclusive`` (the interval
-spans both answers) and ``not measured at this profile`` (a CSV is missing, or the regime the claim
-is about was not reached; the cell says which).
+spans both answers) and ``not measured at this profile`` (a CSV is missing, refused by its table's
+rules (``mdlib.schema``) or lacks a value a verdict uses, or the regime the claim is about was not
+reached; the cell says which).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import pandas as pd
 
+from mdlib import schema
 from mdlib.book import md_text
 from mdlib.stats import clustered_rate, paired_interval
 from mdlib.paths import atomic_write
@@ -310,15 +312,22 @@ class _Results:
     def __init__(self, folder: Path, profile: str | None):
         self.folder, self.profile = Path(folder), profile
 
-    def csv(self, label: str, columns=()) -> pd.DataFrame:
+    def csv(self, label: str, columns=(), where: str | None = None) -> pd.DataFrame:
+        """The table ``label``, kept to its rules (``mdlib.schema``; only the rows where the flag column
+        ``where`` is set, when given), every one of the ``columns`` a verdict uses holding a value in
+        every row."""
+        if label not in schema.TABLES:
+            raise KeyError(f"{label} has no results schema: declare it in mdlib.schema.TABLES")
         path = self.folder / f"{label}.csv"
         if not path.is_file():
-            raise _Unmeasured(f"{label}.csv missing")
-        frame = pd.read_csv(path)
-        lacking = [c for c in columns if c not in frame.columns]
-        if lacking:
-            raise _Unmeasured(f"{label}.csv lacks {', '.join(lacking)}")
-        return frame
+            raise _Unmeasured(f"{path.name} missing")
+        try:
+            frame = schema.read(path, label)
+        except schema.SchemaError as error:
+            raise _Unmeasured(str(error)) from None
+        if schema.placeholder(frame):
+            raise _Unmeasured(f"{path.name}: " + "; ".join(frame.note.astype(str)))
+        return _complete(frame if where is None else frame[frame[where].astype(bool)], label, columns)
 
     def profile_of(self, label: str) -> str:
         """The profile in ``<label>.json``, else the one given, else "unknown"."""
@@ -328,6 +337,15 @@ class _Results:
             if profile:
                 return str(profile)
         return self.profile or "unknown"
+
+
+def _complete(frame: pd.DataFrame, label: str, columns) -> pd.DataFrame:
+    """``frame`` (rows of ``<label>.csv``); ``_Unmeasured`` when one of ``columns`` lacks a value in a row."""
+    for column in columns:
+        missing = frame[column].isna()
+        if missing.any():
+            raise _Unmeasured(f"{label}.csv row {missing.idxmax() + 2}: {column} is missing")
+    return frame
 
 
 def reference(notebook: str, label: str) -> str:
@@ -398,7 +416,7 @@ def _e1(r: _Results):
 
 def _plain(r: _Results) -> pd.DataFrame:
     curves = r.csv("fig-e2-norm-growth", ["p", "step", "norm", "divergence"])
-    return curves[curves.method == "plain"] if "method" in curves else curves
+    return curves[curves.method == "plain"]
 
 
 def _e2_norm(r: _Results):
@@ -450,19 +468,14 @@ def _paired(frame: pd.DataFrame, first, second, value: str, by: str = "method", 
 
 
 def _chosen_runs(r: _Results, label: str = "table-sentiment-runs", extra=()) -> pd.DataFrame:
-    runs = r.csv(label, ["method", "seed", "last_test", "reached", *extra])
-    if "chosen" in runs:
-        runs = runs[runs.chosen.astype(bool)]
+    runs = r.csv(label, ["method", "seed", "last_test", "reached", *extra], where="chosen")
     return runs.assign(method=runs.method.map(_key))
 
 
 def _floor(r: _Results) -> tuple[float, float]:
     """(baseline test accuracy, the generalization floor) from chapter 04's baseline table."""
     table = r.csv("table-sentiment-baseline", ["baseline", "test_accuracy"])
-    nb = table[table.baseline == "naive_bayes"]
-    if nb.empty:
-        raise _Unmeasured("table-sentiment-baseline.csv has no naive_bayes row")
-    baseline = float(nb.test_accuracy.iloc[0])
+    baseline = float(table[table.baseline == "naive_bayes"].test_accuracy.iloc[0])  # a row the schema requires
     return baseline, generalization_floor(baseline)
 
 
@@ -509,7 +522,7 @@ def _accuracy_gap(runs: pd.DataFrame, name: str, paper: str | None, floor: tuple
 
 
 def _table1(r: _Results):
-    cells = r.csv("table-1", ["layers", "method", "paper"])
+    cells = r.csv("table-1", ["layers", "method"])
     runs = _chosen_runs(r, extra=("layers", "best_test"))
     cells = cells.assign(method=cells.method.map(_key))
     floor = _floor(r)
@@ -626,10 +639,11 @@ _DATASETS = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100"
 
 
 def _vit_parity(r: _Results):
-    history = r.csv("fig-vit-accuracy", ["dataset", "method", "seed", "test_accuracy"])
+    history = r.csv("fig-vit-accuracy", ["dataset", "method", "seed", "epoch"])
     table = r.csv("table-vit", ["dataset", "optimizer", "levelled"])
-    final = (history.dropna(subset=["test_accuracy"]).groupby(["dataset", "method", "seed"]).test_accuracy.last()
-             * 100).rename("points").reset_index()
+    last = _complete(history.loc[history.groupby(["dataset", "method", "seed"]).epoch.idxmax()], "fig-vit-accuracy",
+                     ["test_accuracy"])  # training evaluates after the last epoch
+    final = last.assign(points=100 * last.test_accuracy)
     out = []
     for dataset, frame in final.groupby("dataset", sort=False):
         name = _DATASETS.get(dataset, dataset)

@@ -1,18 +1,21 @@
 """The scorecard: each verdict rule flips between its outcomes on crafted results, the page has one row
-per claim in the paper's order, missing results give "not measured", and the real sample folder builds."""
+per claim in the paper's order, missing or broken results give "not measured" naming the file, and the
+real sample folder builds."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import HTML, raw_html
-from mdlib import scorecard
+from mdlib import paths, plots, provenance, scorecard
 from mdlib.scorecard import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 
 SAMPLE = Path("/work/main/_build/results")
@@ -35,20 +38,77 @@ def rows_of(text: str, claim: int) -> list[list[str]]:
     return [row for row in table_rows(text) if row[0].startswith(scorecard.CLAIMS[claim].claim)]
 
 
-def save(folder: Path, label: str, frame: pd.DataFrame) -> None:
+@pytest.fixture
+def results(tmp_path, monkeypatch) -> Path:
+    """The results folder of a build in ``tmp_path`` (``save`` writes there; its records name no commit,
+    which saves two git calls a table)."""
+    monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path))
+    monkeypatch.setattr(provenance, "git_state", lambda: {"commit": None, "dirty": None})
+    return paths.results_dir()
+
+
+def chapter(profile: str | None = "smoke", parameters=None):
+    """The environment of a chapter the pipeline runs at ``profile`` with ``parameters`` (None: a run
+    outside the pipeline)."""
+    run = {"notebook": "crafted", "profile": profile, "parameters": parameters or {"profile": profile},
+           "overrides": {}} if profile else None
+    return mock.patch.dict(os.environ, {provenance.ENV: json.dumps(run)})
+
+
+def record(folder: Path, label: str, **run) -> None:
+    """(Re)write ``<label>.json`` for the CSV as it is now, as the pipeline records it (``chapter``)."""
+    with chapter(**run):
+        provenance.write(provenance.record(label, "table", {"csv": folder / f"{label}.csv"}), has_csv=True)
+
+
+def save(folder: Path, label: str, frame: pd.DataFrame, *, checked: bool = True, **run) -> None:
+    """Write ``frame`` as a chapter does (``chapter(**run)``): ``plots.save_table`` refuses it when it
+    breaks the schema, and records it. ``checked=False``: as a writer without the schema would (the
+    same CSV and record), to test the check where the scorecard reads."""
+    assert folder == paths.results_dir()
+    if checked:
+        with chapter(**run):
+            plots.save_table(frame, label, glue=False)
+        return
     frame.to_csv(folder / f"{label}.csv", index=False)
+    record(folder, label, **run)
 
 
-def sentiment_runs(folder: Path, first, second, reached: bool = True, baseline: float = 0.6) -> None:
-    """table-sentiment-runs with test accuracies at the stop ``first`` (ℓ1.1) and ``second`` (GD), 3 layers,
-    seed by seed, and the baseline table (Naive Bayes at ``baseline``: the floor is its half-margin)."""
-    rows = [{"layers": 3, "method": m, "seed": s, "last_test": a, "best_test": a + 0.01, "reached": reached,
-             "chosen": True} for m, values in (("1.1", first), ("2", second)) for s, a in enumerate(values)]
-    rows.append({"layers": 3, "method": "2", "seed": 0, "last_test": 0.99, "best_test": 0.99, "reached": False,
-                 "chosen": False})
-    save(folder, "table-sentiment-runs", pd.DataFrame(rows))
-    save(folder, "table-sentiment-baseline", pd.DataFrame({"baseline": ["naive_bayes", "logistic_regression"],
-                                                           "test_accuracy": [baseline, 0.9]}))
+def edit(folder: Path, label: str, change, *, checked: bool = False) -> None:
+    """Save ``change(the table as it is)`` in place of ``<label>.csv`` (by default, unchecked)."""
+    save(folder, label, change(pd.read_csv(folder / f"{label}.csv")), checked=checked)
+
+
+def run_rows(first, second, reached: bool = True, **extra) -> list[dict]:
+    """Chosen runs at 3 layers with test accuracies at the stop ``first`` (ℓ1.1) and ``second`` (GD),
+    seed by seed."""
+    return [{"layers": 3, "method": m, "multiple": 1, "lr": 1e-3, "seed": s, "diverged": False, "epochs": 10,
+             "train_accuracy": 0.999 if reached else 0.9, "reached": reached, "best_test": a + 0.01, "last_test": a,
+             "validation": a, "chosen": True, **extra}
+            for m, values in (("1.1", first), ("2", second)) for s, a in enumerate(values)]
+
+
+def baseline(folder: Path, accuracy: float) -> None:
+    """table-sentiment-baseline, Naive Bayes at ``accuracy`` (the floor is its half-margin)."""
+    save(folder, "table-sentiment-baseline", pd.DataFrame(
+        {"baseline": ["naive_bayes", "logistic_regression"], "description": ["NB", "LR"], "C": [np.nan, 1.0],
+         "validation_accuracy": [accuracy, 0.9], "test_accuracy": [accuracy, 0.9], "train_size": 100}))
+
+
+def sentiment_runs(folder: Path, first, second, reached: bool = True, accuracy: float = 0.6) -> None:
+    """table-sentiment-runs (``run_rows``, and a seed-0 candidate step that was not chosen) and the
+    baseline table at ``accuracy``."""
+    unchosen = dict(run_rows([0.99], [], reached=False)[0], multiple=3, chosen=False)
+    save(folder, "table-sentiment-runs", pd.DataFrame(run_rows(first, second, reached) + [unchosen]))
+    baseline(folder, accuracy)
+
+
+def table_1(folder: Path, papers: dict[str, float]) -> None:
+    """table-1: one cell per method at 3 layers, with the paper's number."""
+    save(folder, "table-1", pd.DataFrame(
+        [{"layers": 3, "method": m, "runs": 3, "reached": 3, "epochs": 10.0, "test": 0.6, "test_std": 0.01,
+          "best": 0.61, "best_std": 0.01, "validation": 0.6, "multiple": 1, "lr": 1e-3, "paper": paper,
+          "paper_epochs": 72} for m, paper in papers.items()]))
 
 
 def e1(folder, scenario):
@@ -80,11 +140,11 @@ def e2(folder, scenario):
                        "divergence": divergence, "loss": 0.1}) for p in (1.75, 3.0)]))
 
 
-def e3(folder, scenario):
+def e3(folder, scenario, **run):
     ps = [] if scenario == NOT_MEASURED else [1.75, 2.0]
     value = {HOLDS: 1e-4, DIFFERS: 0.5, INCONCLUSIVE: 0.05, NOT_MEASURED: 0.0}[scenario]
-    save(folder, "table-e3-final", pd.DataFrame({"p": ps, "W_divergence": [1e-5] * len(ps),
-                                                 "v_divergence": [value] * len(ps)}, dtype=float))
+    save(folder, "table-e3-final", pd.DataFrame({"p": ps, "steps": 1000, "selected": "[2, 1]", "W_divergence": 1e-5,
+                                                 "v_divergence": value, "final_loss": 0.01}), **run)
 
 
 HIGH, LOW = [0.60, 0.62, 0.61], [0.55, 0.565, 0.56]  # paired: ℓ1.1 ahead by 5 points, seed by seed
@@ -98,16 +158,14 @@ def gaps(scenario):
 def table1(folder, scenario):
     first, second = gaps(scenario)
     sentiment_runs(folder, first, second, reached=scenario != NOT_MEASURED)
-    save(folder, "table-1", pd.DataFrame({"layers": 3, "method": ["1.1", "2", "3"], "paper": [83.47, 81.66, 82.57]}))
+    table_1(folder, {"1.1": 83.47, "2": 81.66, "3": 82.57})
 
 
 def ablation(folder, scenario):
     first, second = gaps(scenario)
     sentiment_runs(folder, [0.6] * 3, [0.6] * 3)
     save(folder, "table-sentiment-ablation", pd.DataFrame(
-        [{"setup": setup, "layers": 3, "method": m, "seed": s, "last_test": a, "best_test": a, "chosen": True,
-          "reached": scenario != NOT_MEASURED or setup == "authors"}
-         for setup in ("authors", "modern") for m, values in (("1.1", first), ("2", second)) for s, a in enumerate(values)]))
+        run_rows(first, second, setup="authors") + run_rows(first, second, scenario != NOT_MEASURED, setup="modern")))
 
 
 def tokens(folder, scenario):
@@ -123,7 +181,7 @@ def concentration(folder, scenario):
           NOT_MEASURED: (0.9, 0.93, 0.91)}[scenario]
     sentiment_runs(folder, HIGH, LOW, reached=scenario != NOT_MEASURED)
     save(folder, "table-token-concentration", pd.DataFrame(
-        [{"method": m, "seed": s, "entropy": e, "top_share": 0.3}
+        [{"method": m, "seed": s, "entropy": e, "top_share": 0.3, "sentences": 40}
          for m, values in (("1.1", (0.8, 0.82, 0.81)), ("2", gd)) for s, e in enumerate(values)]))
 
 
@@ -132,10 +190,11 @@ def kqv(folder, scenario):
              NOT_MEASURED: (0.30, 0.33, 0.31)}[scenario]
     sentiment_runs(folder, HIGH, LOW, reached=scenario != NOT_MEASURED)
     save(folder, "table-weights-change", pd.DataFrame(
-        [{"method": m, "seed": s, "effective_density": x, "top_share": 0.1}
-         for m, values in (("1.1", small), ("2", (0.50, 0.52, 0.51))) for s, x in enumerate(values)]))
+        [{"method": m, "seed": s, "top_share": 0.1, "effective_density": x, "relative_change": 1.0, "epochs": 10,
+          "reached": True} for m, values in (("1.1", small), ("2", (0.50, 0.52, 0.51))) for s, x in enumerate(values)]))
     save(folder, "table-weights-kqv", pd.DataFrame(
-        [{"method": m, "seed": s, "K": c, "Q": c, "V": c} for m, c in (("init", 0), ("1.1", 5), ("2", 9)) for s in range(3)]))
+        [{"method": m, "seed": s, "K": c, "Q": c, "V": c, "K > 0.06": 9, "Q > 0.06": 9, "V > 0.06": 9}
+         for m, c in (("init", 0), ("1.1", 5), ("2", 9)) for s in range(3)]))
 
 
 def pruning(folder, scenario):
@@ -147,16 +206,21 @@ def pruning(folder, scenario):
 
 
 def vit_table(folder, levelled: bool):
-    save(folder, "table-vit", pd.DataFrame({"dataset": "Fashion-MNIST", "optimizer": ["Adam", "p = 1.1", "p = 2"],
-                                            "levelled": [True, levelled, True]}))
+    save(folder, "table-vit", pd.DataFrame(
+        {"dataset": "Fashion-MNIST", "optimizer": ["Adam", "p = 1.1", "p = 2"], "lr": 1e-3, "lr from": "sweep",
+         "final_mean": 80.0, "final_std": 0.5, "best_mean": 80.5, "best_std": 0.5, "train_loss": 0.5,
+         "loss_change": -0.05, "loss_share": 0.02, "accuracy_change": 0.5, "levelled": [True, levelled, True],
+         "key_above": 500.0, "query_above": 600.0, "value_above": 700.0, "paper": np.nan}))
 
 
 def vit_parity(folder, scenario):
     shift = {HOLDS: [0.1, 0.2, 0.15], DIFFERS: [-10, -9.5, -9], INCONCLUSIVE: [-3, 2, 4], NOT_MEASURED: [0.1, 0.2, 0.15]}
     adam = [80.0, 81.0, 80.5]
     md = [a + d for a, d in zip(adam, shift[scenario])]
-    rows = [{"epoch": e, "dataset": "fashion_mnist", "method": m, "seed": s,
-             "test_accuracy": np.nan if e == 2 else (0.3 if e == 0 else a / 100)}
+    # epoch 1 is not evaluated (NaN); the last one is, as training always does
+    rows = [{"epoch": e, "train_loss": 1.0 / (e + 1), "train_accuracy": 0.5, "test_loss": np.nan if e == 1 else 0.5,
+             "test_accuracy": np.nan if e == 1 else (0.3 if e == 0 else a / 100), "seconds": 1.0, "lr": 1e-3,
+             "dataset": "fashion_mnist", "method": m, "seed": s}
             for m, values in (("Adam", adam), ("p = 1.1", md), ("p = 2", [a + 0.1 * s for s, a in enumerate(adam)]))
             for s, a in enumerate(values) for e in range(3)]
     save(folder, "fig-vit-accuracy", pd.DataFrame(rows))
@@ -167,8 +231,9 @@ def vit_sparsity(folder, scenario):
     md = {HOLDS: (0.30, 0.33, 0.31), DIFFERS: (0.60, 0.63, 0.61), INCONCLUSIVE: (0.40, 0.60, 0.50),
           NOT_MEASURED: (0.30, 0.33, 0.31)}[scenario]
     save(folder, "table-vit-change", pd.DataFrame(
-        [{"steps": "swept", "dataset": "fashion_mnist", "method": m, "seed": s, "lr": 0.1, "effective_density": x,
-          "levelled": scenario != NOT_MEASURED} for m, values in (("1.1", md), ("adam", (0.5, 0.52, 0.51)))
+        [{"steps": "swept", "dataset": "fashion_mnist", "method": m, "seed": s, "lr": 0.1, "top_share": 0.1,
+          "effective_density": x, "relative_change": 1.0, "loss_share": 0.02, "levelled": scenario != NOT_MEASURED}
+         for m, values in (("1.1", md), ("adam", (0.5, 0.52, 0.51)))
          for s, x in enumerate(values)]))
     save(folder, "fig-vit-weights", pd.DataFrame(
         [{"dataset": "fashion_mnist", "method": m, "seed": s, "matrix": kind, "count": 3}
@@ -195,9 +260,9 @@ def test_writers_follow_the_claims():
 
 @pytest.mark.parametrize("claim", range(len(WRITERS)), ids=[c.label + f"-{i}" for i, c in enumerate(scorecard.CLAIMS)])
 @pytest.mark.parametrize("scenario", OUTCOMES)
-def test_each_rule_flips_between_its_outcomes(tmp_path, claim, scenario):
-    WRITERS[claim](tmp_path, scenario)
-    text = scorecard.page(tmp_path, profile="smoke")
+def test_each_rule_flips_between_its_outcomes(results, claim, scenario):
+    WRITERS[claim](results, scenario)
+    text = scorecard.page(results, profile="smoke")
     rows = rows_of(text, claim)
     assert len(rows) == 1
     assert verdict_of(rows[0][4]) == scenario, rows[0]
@@ -212,8 +277,8 @@ def full_folder(folder: Path) -> Path:
     return folder
 
 
-def test_page_has_one_row_per_claim_in_paper_order(tmp_path):
-    text = scorecard.page(full_folder(tmp_path), profile="smoke", archive_link="results.zip")
+def test_page_has_one_row_per_claim_in_paper_order(results):
+    text = scorecard.page(full_folder(results), profile="smoke", archive_link="results.zip")
     rows = table_rows(text)
     assert all(len(row) == 6 for row in rows)
     tokens = pytest.importorskip("markdown_it").MarkdownIt("commonmark").enable("table").parse(text)
@@ -225,42 +290,43 @@ def test_page_has_one_row_per_claim_in_paper_order(tmp_path):
     assert all(row[3] == "smoke" for row in rows)
     assert '<a href="results.zip" download>artifacts.zip</a>' in text
     assert rows[4][0].endswith("(3 layers)") and rows[4][1].startswith("83.47 / 81.66 / 82.57")
-    assert (tmp_path / scorecard.FOREST).exists() is False  # page() draws nothing; write_page does
+    assert (results / scorecard.FOREST).exists() is False  # page() draws nothing; write_page does
     for rule in scorecard.RULES:  # the page prints the rules it applied
         assert rule.sentence in text
 
 
-def test_missing_results_are_not_measured(tmp_path):
-    rows = table_rows(scorecard.page(tmp_path))
+def test_missing_results_are_not_measured(results):
+    rows = table_rows(scorecard.page(results))
     assert len(rows) == len(scorecard.CLAIMS)
     for row in rows:
         assert verdict_of(row[4]) == NOT_MEASURED and ".csv missing" in row[4]
         assert row[3] == "unknown"
     # one file of a claim missing is enough
-    table1(tmp_path, HOLDS)
-    (tmp_path / "table-sentiment-runs.csv").unlink()
-    row = rows_of(scorecard.page(tmp_path), 4)[0]
+    table1(results, HOLDS)
+    (results / "table-sentiment-runs.csv").unlink()
+    row = rows_of(scorecard.page(results), 4)[0]
     assert verdict_of(row[4]) == NOT_MEASURED and "table-sentiment-runs.csv missing" in row[4]
 
 
-def test_a_missing_column_is_not_measured_and_named(tmp_path):
-    save(tmp_path, "table-e3-final", pd.DataFrame({"p": [2.0], "W_divergence": [0.0]}))
-    row = rows_of(scorecard.page(tmp_path), 3)[0]
-    assert verdict_of(row[4]) == NOT_MEASURED and "lacks v_divergence" in row[4]
+def test_a_missing_column_is_not_measured_and_named(results):
+    e3(results, HOLDS)
+    edit(results, "table-e3-final", lambda frame: frame.drop(columns="v_divergence"))
+    row = rows_of(scorecard.page(results), 3)[0]
+    assert verdict_of(row[4]) == NOT_MEASURED and "table-e3-final.csv lacks v_divergence" in row[4]
 
 
-def test_profile_comes_from_the_json_next_to_the_csv(tmp_path):
-    e3(tmp_path, HOLDS)
-    (tmp_path / "table-e3-final.json").write_text(json.dumps({"profile": "paper"}))
-    rows = table_rows(scorecard.page(tmp_path, profile="smoke"))
+def test_profile_comes_from_the_json_next_to_the_csv(results):
+    e3(results, HOLDS)
+    (results / "table-e3-final.json").write_text(json.dumps({"profile": "paper"}))
+    rows = table_rows(scorecard.page(results, profile="smoke"))
     assert rows[3][3] == "paper" and rows[0][3] == "smoke"
 
 
-def test_a_profile_with_html_is_text_on_the_page(tmp_path):
+def test_a_profile_with_html_is_text_on_the_page(results):
     """The profile comes from the caller and from each CSV's JSON: HTML in it is escaped, not run."""
-    e3(tmp_path, HOLDS)
-    (tmp_path / "table-e3-final.json").write_text(json.dumps({"profile": f"{HTML} | & co"}))
-    target = scorecard.write_page(tmp_path / "book" / "scorecard.md", tmp_path, profile=HTML)
+    e3(results, HOLDS)
+    (results / "table-e3-final.json").write_text(json.dumps({"profile": f"{HTML} | & co"}))
+    target = scorecard.write_page(results / "book" / "scorecard.md", results, profile=HTML)
     text = target.read_text("utf-8")
     assert raw_html(text) == [] and HTML not in text
     rows = table_rows(text)
@@ -269,18 +335,18 @@ def test_a_profile_with_html_is_text_on_the_page(tmp_path):
     assert rows[0][3] == "&lt;img src=x onerror=alert(1)&gt;"
 
 
-def test_links_use_the_given_target(tmp_path):
-    default = table_rows(scorecard.page(tmp_path))[4][5]
+def test_links_use_the_given_target(results):
+    default = table_rows(scorecard.page(results))[4][5]
     assert default == "{numref}`table-1`"
-    custom = table_rows(scorecard.page(tmp_path, link=lambda nb, label: f"[{label}]({nb}.md#{label})"))[4][5]
+    custom = table_rows(scorecard.page(results, link=lambda nb, label: f"[{label}]({nb}.md#{label})"))[4][5]
     assert custom == "[table-1](04_sentiment.md#table-1)"
 
 
-def test_write_page(tmp_path):
-    full_folder(tmp_path)
-    target = scorecard.write_page(tmp_path / "book" / "scorecard.md", tmp_path, profile="smoke")
+def test_write_page(results):
+    full_folder(results)
+    target = scorecard.write_page(results / "book" / "scorecard.md", results, profile="smoke")
     text = target.read_text("utf-8")
-    assert text == scorecard.page(tmp_path, profile="smoke", forest_image=scorecard.FOREST)
+    assert text == scorecard.page(results, profile="smoke", forest_image=scorecard.FOREST)
     assert sorted(p.name for p in target.parent.iterdir()) == [scorecard.FOREST, "scorecard.md"]
     assert text.index(scorecard.FOREST) < text.index("| Claim |")  # the page leads with the picture
 
@@ -307,52 +373,114 @@ GATED = {4: table1, 5: ablation, 6: tokens, 9: pruning}  # the claims about what
 
 
 @pytest.mark.parametrize("claim", list(GATED), ids=[scorecard.CLAIMS[i].label for i in GATED])
-def test_generalization_gate_flips_a_holding_claim_to_not_measured(tmp_path, claim):
-    GATED[claim](tmp_path, HOLDS)
-    assert verdict_of(rows_of(scorecard.page(tmp_path), claim)[0][4]) == HOLDS
+def test_generalization_gate_flips_a_holding_claim_to_not_measured(results, claim):
+    GATED[claim](results, HOLDS)
+    assert verdict_of(rows_of(scorecard.page(results), claim)[0][4]) == HOLDS
     # a baseline of 95 %: the floor is 72.5 %, above every crafted model's test accuracy
-    runs = pd.read_csv(tmp_path / "table-sentiment-runs.csv")
-    save(tmp_path, "table-sentiment-baseline", pd.DataFrame({"baseline": ["naive_bayes"], "test_accuracy": [0.95]}))
-    cell = rows_of(scorecard.page(tmp_path), claim)[0][4]
+    runs = pd.read_csv(results / "table-sentiment-runs.csv")
+    baseline(results, 0.95)
+    cell = rows_of(scorecard.page(results), claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "not in a generalizing regime" in cell and "72.5 %" in cell, cell
     # exactly at the floor passes: 50 % + (baseline - 50 %) / 2 = the lowest mean
     lowest = runs[runs.chosen].groupby("method").last_test.mean().min()
     if claim != 5:  # the ablation's own runs set its gate
-        save(tmp_path, "table-sentiment-baseline", pd.DataFrame({"baseline": ["naive_bayes"],
-                                                                 "test_accuracy": [2 * lowest - 0.5 - 1e-9]}))
-        assert verdict_of(rows_of(scorecard.page(tmp_path), claim)[0][4]) == HOLDS
+        baseline(results, 2 * lowest - 0.5 - 1e-9)
+        assert verdict_of(rows_of(scorecard.page(results), claim)[0][4]) == HOLDS
 
 
 @pytest.mark.parametrize("claim", list(GATED), ids=[scorecard.CLAIMS[i].label for i in GATED])
-def test_stop_rule_and_seed_gates(tmp_path, claim):
-    GATED[claim](tmp_path, NOT_MEASURED)  # every run short of the stop rule
-    cell = rows_of(scorecard.page(tmp_path), claim)[0][4]
+def test_stop_rule_and_seed_gates(results, claim):
+    GATED[claim](results, NOT_MEASURED)  # every run short of the stop rule
+    cell = rows_of(scorecard.page(results), claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "did not reach the stop rule" in cell
-    GATED[claim](tmp_path, HOLDS)
+    GATED[claim](results, HOLDS)
     for label in ("table-sentiment-runs", "table-sentiment-ablation", "table-token-selection-seeds", "fig-pruning"):
-        path = tmp_path / f"{label}.csv"
+        path = results / f"{label}.csv"
         if path.exists() and label != "table-sentiment-runs" or (claim == 4 and label == "table-sentiment-runs"):
             frame = pd.read_csv(path)
-            save(tmp_path, label, frame[frame.seed == 0])  # one seed: no interval
-    cell = rows_of(scorecard.page(tmp_path), claim)[0][4]
+            save(results, label, frame[frame.seed == 0])  # one seed: no interval
+    cell = rows_of(scorecard.page(results), claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "seed" in cell, cell
 
 
-def test_no_baseline_is_not_measured(tmp_path):
-    table1(tmp_path, HOLDS)
-    (tmp_path / "table-sentiment-baseline.csv").unlink()
-    cell = rows_of(scorecard.page(tmp_path), 4)[0][4]
+def test_no_baseline_is_not_measured(results):
+    table1(results, HOLDS)
+    (results / "table-sentiment-baseline.csv").unlink()
+    cell = rows_of(scorecard.page(results), 4)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "table-sentiment-baseline.csv missing" in cell
 
 
-def test_paired_not_welch(tmp_path):
+def test_paired_not_welch(results):
     """Seed effects shared by both methods cancel in the paired interval: ℓ1.1 is 1 point ahead at every
     seed while the seeds spread over 20 points; Welch's interval would contain 0."""
     first = [0.60, 0.70, 0.80]
-    sentiment_runs(tmp_path, first, [a - 0.01 for a in first])
-    save(tmp_path, "table-1", pd.DataFrame({"layers": 3, "method": ["1.1", "2"], "paper": [83.47, 81.66]}))
-    save(tmp_path, "table-sentiment-baseline", pd.DataFrame({"baseline": ["naive_bayes"], "test_accuracy": [0.6]}))
-    assert verdict_of(rows_of(scorecard.page(tmp_path), 4)[0][4]) == NOT_MEASURED  # no spread: no interval
-    sentiment_runs(tmp_path, first, [a - d for a, d in zip(first, (0.01, 0.012, 0.011))])
-    row = rows_of(scorecard.page(tmp_path), 4)[0]
+    sentiment_runs(results, first, [a - 0.01 for a in first])
+    table_1(results, {"1.1": 83.47, "2": 81.66})
+    assert verdict_of(rows_of(scorecard.page(results), 4)[0][4]) == NOT_MEASURED  # no spread: no interval
+    sentiment_runs(results, first, [a - d for a, d in zip(first, (0.01, 0.012, 0.011))])
+    row = rows_of(scorecard.page(results), 4)[0]
     assert verdict_of(row[4]) == HOLDS and "paired, n = 3" in row[2]
+
+
+# ---------------------------------------------------------------------------------------------
+# faults: each broken input reads "not measured" naming the file (and the row and the rule), and the
+# rest of the page still builds
+
+RUNS = "table-sentiment-runs"
+
+
+def truncate(folder: Path, label: str) -> None:
+    """Cut ``<label>.csv`` in the middle of its third line, as a killed writer or a full disk would."""
+    path = folder / f"{label}.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])
+
+
+def rewrite_text(folder: Path, label: str, text: str) -> None:
+    """Replace ``<label>.csv`` by ``text`` with a record of it (the record vouches for the file)."""
+    (folder / f"{label}.csv").write_text(text)
+    record(folder, label)
+
+
+FAULTS = {  # name: (claim, fault, what the row must say)
+    "negated accuracy": (4, lambda d: edit(d, RUNS, lambda f: f.assign(last_test=-f.last_test)),
+                         "table-sentiment-runs.csv row 2: last_test -0.6 outside [0, 1]"),
+    "accuracy of 850 %": (4, lambda d: edit(d, RUNS, lambda f: f.assign(last_test=f.last_test.where(f.index > 0, 8.5))),
+                          "table-sentiment-runs.csv row 2: last_test 8.5 outside [0, 1]"),
+    "negative divergence": (3, lambda d: edit(d, "table-e3-final", lambda f: f.assign(v_divergence=-1e-4)),
+                            "table-e3-final.csv row 2: v_divergence -0.0001 outside [0, ∞)"),
+    "NaN the schema forbids": (3, lambda d: edit(d, "table-e3-final", lambda f: f.assign(v_divergence=np.nan)),
+                               "table-e3-final.csv row 2: v_divergence is missing"),
+    "NaN a verdict uses": (4, lambda d: edit(d, RUNS, lambda f: f.assign(last_test=f.last_test.where(f.index != 4)),
+                                             checked=True),  # a chosen run's: the schema allows it (diverged runs)
+                           "table-sentiment-runs.csv row 6: last_test is missing"),
+    "NaN at a run's last epoch": (10, lambda d: edit(d, "fig-vit-accuracy", lambda f: f.assign(
+        test_accuracy=f.test_accuracy.where(f.index != 2)), checked=True), "fig-vit-accuracy.csv row 4: test_accuracy is missing"),
+    "duplicated run rows": (4, lambda d: edit(d, RUNS, lambda f: pd.concat([f, f.iloc[:3]], ignore_index=True)),
+                            "table-sentiment-runs.csv row 9 repeats row 2: the same layers, method, multiple, seed "
+                            "(3, 1.1, 1, 0); one row per run"),
+    "duplicated seed rows": (6, lambda d: edit(d, "table-token-selection-seeds", lambda f: pd.concat([f, f])),
+                             "table-token-selection-seeds.csv row 5 repeats row 2"),
+    "truncated CSV": (4, lambda d: (truncate(d, RUNS), record(d, RUNS)),
+                      "table-sentiment-runs.csv row 3: reached is missing"),
+    "empty CSV": (4, lambda d: rewrite_text(d, RUNS, ""), "table-sentiment-runs.csv is empty"),
+    "unparsable CSV": (4, lambda d: rewrite_text(d, RUNS, "a,b\n1,2\n1,2,3\n"), "table-sentiment-runs.csv is not a "
+                                                                             "readable CSV"),
+    "a placeholder table": (5, lambda d: save(d, "table-sentiment-ablation", pd.DataFrame({"note": ["no ablation"]})),
+                            "table-sentiment-ablation.csv: no ablation"),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_broken_result_is_not_measured_by_name(results, fault):
+    claim, inject, says = FAULTS[fault]
+    e1(results, HOLDS)  # a claim that reads none of the broken files
+    WRITERS[claim](results, HOLDS)
+    before = scorecard.page(results, profile="smoke")
+    assert verdict_of(rows_of(before, claim)[0][4]) == HOLDS
+    inject(results)
+    after = scorecard.page(results, profile="smoke")
+    cell = rows_of(after, claim)[0][4]
+    assert verdict_of(cell) == NOT_MEASURED and says in cell, cell
+    assert len(table_rows(after)) == len(table_rows(before))  # the rest of the page builds
+    assert verdict_of(table_rows(after)[0][4]) == HOLDS
