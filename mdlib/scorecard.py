@@ -1,15 +1,16 @@
 """The reproduction scorecard: which of the paper's claims hold in a build, decided by stated rules.
 
-``page(results_dir)`` reads the ``<label>.csv`` files a book build wrote (and the ``<label>.json``
-next to each, for the profile) and returns a MyST markdown page: one table row per claim, in the
-paper's order, with the paper's number, ours with its interval or seeds, the profile, a verdict and a
-link to the figure or table. ``write_page`` writes it atomically.
+``page(results_dir, profile=...)`` reads the ``<label>.csv`` files a book build wrote and returns a
+MyST markdown page: one table row per claim, in the paper's order, with the paper's number, ours with
+its interval or seeds, the profile, a verdict and a link to the figure or table. ``write_page`` writes
+it atomically. A CSV counts only when its provenance record (``<label>.json``) names the build's
+profile and holds the CSV's hash, and when the CSV keeps its table's rules (``mdlib.schema``).
 
 Every verdict comes from a rule: a small pure function of numbers, whose ``sentence`` is printed on
 the page exactly as applied. The outcomes are ``holds``, ``differs``, ``inconclusive`` (the interval
-spans both answers) and ``not measured at this profile`` (a CSV is missing, refused by its table's
-rules (``mdlib.schema``) or lacks a value a verdict uses, or the regime the claim is about was not
-reached; the cell says which).
+spans both answers) and ``not measured at this profile`` (a CSV is missing, refused by its record or
+its table's rules, or lacks a value a verdict uses, or the regime the claim is about was not reached;
+the cell says which).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import pandas as pd
 
-from mdlib import schema
+from mdlib import provenance, schema
 from mdlib.book import md_text
 from mdlib.stats import clustered_rate, paired_interval
 from mdlib.paths import atomic_write
@@ -309,18 +310,27 @@ class _Unmeasured(Exception):
 
 
 class _Results:
+    """The results folder as one claim reads it. A CSV is judged only when its record (``<label>.json``,
+    ``mdlib.provenance``) vouches for it, made by the pipeline at the build's ``profile`` and holding
+    this very file's hash, and when it keeps its table's rules (``mdlib.schema``). The CSVs of one claim
+    agree: one profile (with ``profile`` None, a caller that does not know the build's, the one its
+    first record names); one run of each notebook (the same parameters); and a later chapter analysed
+    only runs of a kind an earlier one's record lists among them."""
+
     def __init__(self, folder: Path, profile: str | None):
         self.folder, self.profile = Path(folder), profile
+        self.records: dict[str, dict] = {}  # label -> record, of the CSVs read so far
 
     def csv(self, label: str, columns=(), where: str | None = None) -> pd.DataFrame:
-        """The table ``label``, kept to its rules (``mdlib.schema``; only the rows where the flag column
-        ``where`` is set, when given), every one of the ``columns`` a verdict uses holding a value in
-        every row."""
+        """The table ``label``, vouched for by its record and kept to its rules (only the rows where the
+        flag column ``where`` is set, when given), every one of the ``columns`` a verdict uses holding
+        a value in every row."""
         if label not in schema.TABLES:
             raise KeyError(f"{label} has no results schema: declare it in mdlib.schema.TABLES")
         path = self.folder / f"{label}.csv"
         if not path.is_file():
             raise _Unmeasured(f"{path.name} missing")
+        self._vouch(label, path)
         try:
             frame = schema.read(path, label)
         except schema.SchemaError as error:
@@ -329,14 +339,50 @@ class _Results:
             raise _Unmeasured(f"{path.name}: " + "; ".join(frame.note.astype(str)))
         return _complete(frame if where is None else frame[frame[where].astype(bool)], label, columns)
 
-    def profile_of(self, label: str) -> str:
-        """The profile in ``<label>.json``, else the one given, else "unknown"."""
-        path = self.folder / f"{label}.json"
-        if path.is_file():
-            profile = json.loads(path.read_text("utf-8")).get("profile")
-            if profile:
-                return str(profile)
-        return self.profile or "unknown"
+    def _vouch(self, label: str, path: Path) -> None:
+        name = path.name
+        try:
+            record = json.loads((self.folder / f"{label}.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            record = None
+        if not isinstance(record, dict):
+            raise _Unmeasured(f"{name} has no readable record ({label}.json): made outside the pipeline, or its "
+                              "save did not finish")
+        profile = record.get("profile")
+        if not profile:
+            raise _Unmeasured(f"{name} was made outside the pipeline (no profile in its record)")
+        wanted = self.profile or next((r["profile"] for r in self.records.values()), profile)
+        if profile != wanted:
+            raise _Unmeasured(f"{name} was made at profile {profile}, not {wanted}")
+        digest = {Path(file).name: value for file, value in (record.get("sha256") or {}).items()}.get(name)
+        if digest is None:
+            raise _Unmeasured(f"{name}'s record holds no hash of it (an older record): run its chapter again")
+        if provenance.sha256(path) != digest:
+            raise _Unmeasured(f"{name} does not match its record: edited or from another run")
+        for other, known in self.records.items():
+            _agree((name, record), (f"{other}.csv", known))
+        self.records[label] = record
+
+    def shown(self) -> str:
+        """The profile of the claim's results: its records', else the build's, else "unknown"."""
+        return next((r["profile"] for r in self.records.values()), None) or self.profile or "unknown"
+
+
+def _agree(one: tuple[str, dict], other: tuple[str, dict]) -> None:
+    """Raise ``_Unmeasured`` unless two (CSV name, record) of one claim come from one run of each
+    notebook: the same parameters within a notebook; across two, the later chapter's runs of every kind
+    the earlier one's record lists are among those (it analysed the grid the earlier one built)."""
+    (early, first), (late, second) = sorted((one, other), key=lambda item: str(item[1].get("notebook")))
+    if first.get("notebook") == second.get("notebook"):
+        if first.get("parameters") != second.get("parameters"):
+            raise _Unmeasured(f"{early} and {late} come from different runs of {first.get('notebook')} "
+                              "(their parameters differ)")
+        return
+    listed = set(first.get("runs") or [])
+    kinds = {run.partition("/")[0] for run in listed}
+    if any(run.partition("/")[0] in kinds and run not in listed for run in second.get("runs") or []):
+        raise _Unmeasured(f"{late} analysed runs that {early} does not list: its chapter ran again since, or "
+                          "with other parameters")
 
 
 def _complete(frame: pd.DataFrame, label: str, columns) -> pd.DataFrame:
@@ -392,7 +438,6 @@ class _Claim:
     paper: str
     notebook: str
     label: str
-    csvs: tuple[str, ...]
     build: Callable
 
 
@@ -725,63 +770,60 @@ def _cost(r: _Results):
 CLAIMS = [
     _Claim("E1: each ℓp path approaches its own ℓp attention SVM direction, the nearest of the SVMs",
            "own-SVM divergence → ≈ 0; other SVMs plateau (≈ 0.2 on the p = 3 path); 100 seeds",
-           "01_fixed_decoder_paths", "fig-e1-paths", ("fig-e1-paths",), _e1),
+           "01_fixed_decoder_paths", "fig-e1-paths", _e1),
     _Claim("E2: ||W(k)|| grows without bound, logarithmically in k (Thm 8)",
-           "norm linear in log k", "02_single_instance_path", "fig-e2-norm-growth", ("fig-e2-norm-growth",),
-           _e2_norm),
+           "norm linear in log k", "02_single_instance_path", "fig-e2-norm-growth", _e2_norm),
     _Claim("E2: the directional divergence to the SVM decays at least like 1/log k (Thm 11)",
-           "O(1 / log k)", "02_single_instance_path", "fig-e2-norm-growth", ("fig-e2-norm-growth",), _e2_rate),
+           "O(1 / log k)", "02_single_instance_path", "fig-e2-norm-growth", _e2_rate),
     _Claim("E3: joint training: W and v converge in direction to the attention and decoder SVMs",
-           "both directions reach their SVMs (empirical)", "03_joint_training", "table-e3-final",
-           ("table-e3-final",), _e3),
+           "both directions reach their SVMs (empirical)", "03_joint_training", "table-e3-final", _e3),
     _Claim("Table 1: ℓ1.1 reaches a higher test accuracy than GD (paper: ℓ1.1 best in every row)",
            "83.47 / 81.66 / 82.57 (L = 3), 83.36 / 81.05 / 82.40 (L = 4), 83.65 / 82.23 / 81.98 (L = 6); "
            "ℓ1.1 − GD 1.81 / 2.31 / 1.43 (best over epochs)",
-           "04_sentiment", "table-1", ("table-1", "table-sentiment-runs", "table-sentiment-baseline"), _table1),
+           "04_sentiment", "table-1", _table1),
     _Claim("Ablation, modern initialization (not in the paper): ℓ1.1 reaches a higher test accuracy than GD",
-           "not in the paper", "04_sentiment", "table-sentiment-ablation",
-           ("table-sentiment-ablation", "table-sentiment-baseline"), _ablation),
+           "not in the paper", "04_sentiment", "table-sentiment-ablation", _ablation),
     _Claim("Token selection: ℓ1.1 puts more attention on the pivotal word than GD in more sentences",
            "ℓ1.1 wins 22 of 40, GD 16, 2 ties (57.9 % of non-ties); one model each", "05_token_selection",
-           "table-token-selection", ("table-token-selection-seeds", "table-sentiment-runs"), _tokens),
+           "table-token-selection", _tokens),
     _Claim("Attention concentration: ℓ1.1's [CLS] attention is sharper than GD's",
            "sharper, less diffuse attention (the rebuttal; no number)", "05_token_selection",
-           "fig-token-concentration", ("table-token-concentration",), _concentration),
+           "fig-token-concentration", _concentration),
     _Claim("K/Q/V sparsity: ℓ1.1 changes the key, query and value weights more sparsely than GD",
            "entries > 0.06, K / Q / V: 18206 / 13964 / 7643 (ℓ1.1) vs 27224 / 14654 / 10127 (GD)",
-           "06_weights", "table-weights-change", ("table-weights-change", "table-weights-kqv"), _kqv),
+           "06_weights", "table-weights-change", _kqv),
     _Claim("Pruning (new analysis): ℓ1.1 keeps more test accuracy than GD when half the matrices are pruned",
-           "not in the paper", "06_weights", "fig-pruning", ("fig-pruning",), _pruning),
+           "not in the paper", "06_weights", "fig-pruning", _pruning),
     _Claim("ViT parity: every optimizer reaches about the same final test accuracy",
            "≈ 82 % (CIFAR-10), ≈ 55 % (CIFAR-100) for Adam and every MD exponent", "07_vision", "table-vit",
-           ("fig-vit-accuracy", "table-vit"), _vit_parity),
+           _vit_parity),
     _Claim("ViT sparsity: ℓ1.1 changes the attention weights more sparsely than Adam",
-           "MD weights more concentrated near zero (Fig 12)", "07_vision", "table-vit-change",
-           ("table-vit-change", "table-vit", "fig-vit-weights"), _vit_sparsity),
+           "MD weights more concentrated near zero (Fig 12)", "07_vision", "table-vit-change", _vit_sparsity),
     _Claim("Cost: a mirror-descent step costs about as much as the baseline's",
            "ops per parameter GD 2, MD 10, Adam 14; small time differences between the five methods",
-           "08_cost", "table-cost-training", ("table-cost-training",), _cost),
+           "08_cost", "table-cost-training", _cost),
 ]
 
 
 def rows(results_dir, *, profile: str | None = None, link: Callable[[str, str], str] = reference,
          notebook: str | None = None) -> list[Row]:
     """One ``Row`` per claim (and per depth, sentence set, data set or model within a claim), in the
-    paper's order (only ``notebook``'s claims when given). ``profile`` stands in where no
-    ``<label>.json`` names one."""
-    results = _Results(Path(results_dir), profile)
+    paper's order (only ``notebook``'s claims when given). Only results the build's ``profile`` made
+    are judged (``_Results``); with ``profile`` None (a caller that does not know it), each claim's
+    results must come from one profile, whichever it is, and its row shows it."""
     out = []
     for claim in CLAIMS:
         if notebook is not None and claim.notebook != notebook:
             continue
-        shown = results.profile_of(claim.csvs[0])
+        results = _Results(Path(results_dir), profile)
         target = link(claim.notebook, claim.label)
         try:
             built = claim.build(results)
         except _Unmeasured as missing:
-            out.append(Row(claim.claim, claim.paper, "–", shown, _not_measured(str(missing)), target,
+            out.append(Row(claim.claim, claim.paper, "–", results.shown(), _not_measured(str(missing)), target,
                            short=_short(claim.claim)))
             continue
+        shown = results.shown()  # the profile every record of the claim names
         for part in built:
             name = claim.claim if part.part is None else f"{claim.claim} ({part.part})"
             short = _short(claim.claim) + ("" if part.part is None else f" ({part.part})")
@@ -791,11 +833,12 @@ def rows(results_dir, *, profile: str | None = None, link: Callable[[str, str], 
 
 def verdicts(notebook: str, results_dir=None) -> str:
     """The scorecard's verdicts on ``notebook``'s claims, as one line of text per claim row, from the
-    results the chapter has just written: a chapter prints these, so that it and the scorecard cannot
-    disagree."""
+    results the chapter has just written, at its own profile (``provenance.notebook_run``; outside the
+    pipeline its results have none, so each claim reads not measured): a chapter prints these, so that
+    it and the scorecard cannot disagree."""
     from mdlib import paths
 
-    found = rows(results_dir or paths.results_dir(), notebook=notebook)
+    found = rows(results_dir or paths.results_dir(), profile=provenance.notebook_run()["profile"], notebook=notebook)
     return "; ".join(f"{r.short}: {r.verdict.outcome}" + (f" ({r.verdict.why})" if r.verdict.why else "")
                      for r in found)
 

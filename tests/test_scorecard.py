@@ -1,6 +1,6 @@
 """The scorecard: each verdict rule flips between its outcomes on crafted results, the page has one row
-per claim in the paper's order, missing or broken results give "not measured" naming the file, and the
-real sample folder builds."""
+per claim in the paper's order, missing, broken or foreign results give "not measured" naming the file,
+and the real sample folder builds."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def table_1(folder: Path, papers: dict[str, float]) -> None:
           "paper_epochs": 72} for m, paper in papers.items()]))
 
 
-def e1(folder, scenario):
+def e1(folder, scenario, **run):
     own, other, spread = {HOLDS: (0.001, 0.05, 0.0005), DIFFERS: (0.05, 0.001, 0.0005),
                           INCONCLUSIVE: (0.01, 0.012, 0.005), NOT_MEASURED: (0.001, 0.05, 0.0005)}[scenario]
     svm_ps = [2.0] if scenario == NOT_MEASURED else [2.0, 3.0]
@@ -123,7 +123,7 @@ def e1(folder, scenario):
                 mean = 1.0 if step == 0 else level
                 rows.append({"train_p": p, "svm_p": q, "step": step, "mean": mean, "std": spread,
                              "q10": mean - spread, "q90": mean + spread})
-    save(folder, "fig-e1-paths", pd.DataFrame(rows))
+    save(folder, "fig-e1-paths", pd.DataFrame(rows), **run)
 
 
 def e2(folder, scenario):
@@ -315,24 +315,33 @@ def test_a_missing_column_is_not_measured_and_named(results):
     assert verdict_of(row[4]) == NOT_MEASURED and "table-e3-final.csv lacks v_divergence" in row[4]
 
 
-def test_profile_comes_from_the_json_next_to_the_csv(results):
-    e3(results, HOLDS)
-    (results / "table-e3-final.json").write_text(json.dumps({"profile": "paper"}))
+def test_the_profile_is_the_builds_or_else_the_records(results):
+    """A build judges only its own profile's results; a caller that does not know the build's profile
+    gets each claim at the one profile its records name, shown in the row."""
+    e1(results, HOLDS)
+    e3(results, HOLDS, profile="paper")
     rows = table_rows(scorecard.page(results, profile="smoke"))
-    assert rows[3][3] == "paper" and rows[0][3] == "smoke"
+    assert verdict_of(rows[0][4]) == HOLDS and rows[0][3] == "smoke"
+    assert verdict_of(rows[3][4]) == NOT_MEASURED
+    assert "table-e3-final.csv was made at profile paper, not smoke" in rows[3][4]
+    rows = table_rows(scorecard.page(results))
+    assert (verdict_of(rows[0][4]), rows[0][3]) == (HOLDS, "smoke")
+    assert (verdict_of(rows[3][4]), rows[3][3]) == (HOLDS, "paper")
 
 
 def test_a_profile_with_html_is_text_on_the_page(results):
-    """The profile comes from the caller and from each CSV's JSON: HTML in it is escaped, not run."""
-    e3(results, HOLDS)
-    (results / "table-e3-final.json").write_text(json.dumps({"profile": f"{HTML} | & co"}))
+    """The profile comes from the caller and from each CSV's record: HTML in it is escaped, not run."""
+    e1(results, HOLDS, profile=HTML)
+    e3(results, HOLDS, profile=f"{HTML} | & co")
     target = scorecard.write_page(results / "book" / "scorecard.md", results, profile=HTML)
     text = target.read_text("utf-8")
     assert raw_html(text) == [] and HTML not in text
     rows = table_rows(text)
     assert all(len(row) == 6 for row in rows)
+    assert rows[0][3] == "&lt;img src=x onerror=alert(1)&gt;" and verdict_of(rows[0][4]) == HOLDS
+    assert "made at profile &lt;img src=x onerror=alert(1)&gt; | &amp; co, not &lt;img" in rows[3][4]
+    rows = table_rows(scorecard.page(results))  # each claim at its records' profile
     assert rows[3][3] == "&lt;img src=x onerror=alert(1)&gt; | &amp; co"
-    assert rows[0][3] == "&lt;img src=x onerror=alert(1)&gt;"
 
 
 def test_links_use_the_given_target(results):
@@ -423,8 +432,8 @@ def test_paired_not_welch(results):
 
 
 # ---------------------------------------------------------------------------------------------
-# faults: each broken input reads "not measured" naming the file (and the row and the rule), and the
-# rest of the page still builds
+# faults: each broken or foreign input reads "not measured" naming the file (and the row and the rule),
+# and the rest of the page still builds
 
 RUNS = "table-sentiment-runs"
 
@@ -442,6 +451,12 @@ def rewrite_text(folder: Path, label: str, text: str) -> None:
     record(folder, label)
 
 
+def amend(folder: Path, label: str, **fields) -> None:
+    """Set ``fields`` in ``<label>.json`` (the CSV stays as its record hashed it)."""
+    path = folder / f"{label}.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | fields))
+
+
 FAULTS = {  # name: (claim, fault, what the row must say)
     "negated accuracy": (4, lambda d: edit(d, RUNS, lambda f: f.assign(last_test=-f.last_test)),
                          "table-sentiment-runs.csv row 2: last_test -0.6 outside [0, 1]"),
@@ -455,24 +470,47 @@ FAULTS = {  # name: (claim, fault, what the row must say)
                                              checked=True),  # a chosen run's: the schema allows it (diverged runs)
                            "table-sentiment-runs.csv row 6: last_test is missing"),
     "NaN at a run's last epoch": (10, lambda d: edit(d, "fig-vit-accuracy", lambda f: f.assign(
-        test_accuracy=f.test_accuracy.where(f.index != 2)), checked=True), "fig-vit-accuracy.csv row 4: test_accuracy is missing"),
+        test_accuracy=f.test_accuracy.where(f.index != 2)), checked=True),
+        "fig-vit-accuracy.csv row 4: test_accuracy is missing"),
     "duplicated run rows": (4, lambda d: edit(d, RUNS, lambda f: pd.concat([f, f.iloc[:3]], ignore_index=True)),
                             "table-sentiment-runs.csv row 9 repeats row 2: the same layers, method, multiple, seed "
                             "(3, 1.1, 1, 0); one row per run"),
     "duplicated seed rows": (6, lambda d: edit(d, "table-token-selection-seeds", lambda f: pd.concat([f, f])),
                              "table-token-selection-seeds.csv row 5 repeats row 2"),
-    "truncated CSV": (4, lambda d: (truncate(d, RUNS), record(d, RUNS)),
-                      "table-sentiment-runs.csv row 3: reached is missing"),
+    "truncated CSV": (4, lambda d: truncate(d, RUNS), "table-sentiment-runs.csv does not match its record"),
+    "truncated CSV, recorded": (4, lambda d: (truncate(d, RUNS), record(d, RUNS)),
+                                "table-sentiment-runs.csv row 3: reached is missing"),
     "empty CSV": (4, lambda d: rewrite_text(d, RUNS, ""), "table-sentiment-runs.csv is empty"),
     "unparsable CSV": (4, lambda d: rewrite_text(d, RUNS, "a,b\n1,2\n1,2,3\n"), "table-sentiment-runs.csv is not a "
                                                                              "readable CSV"),
+    "a CSV edited after its record": (3, lambda d: (d / "table-e3-final.csv").write_text(
+        (d / "table-e3-final.csv").read_text().replace("0.0001", "0.0002")),
+        "table-e3-final.csv does not match its record: edited or from another run"),
+    "no record": (3, lambda d: (d / "table-e3-final.json").unlink(), "table-e3-final.csv has no readable record"),
+    "a record that is not one": (3, lambda d: (d / "table-e3-final.json").write_text("null"),
+                                 "table-e3-final.csv has no readable record"),
+    "an older record, without a hash": (3, lambda d: amend(d, "table-e3-final", sha256={}),
+                                        "table-e3-final.csv's record holds no hash of it"),
+    "a record of another profile": (4, lambda d: record(d, RUNS, profile="paper"),
+                                    "table-sentiment-runs.csv was made at profile paper, not smoke"),
+    "the gate's runs of another profile": (6, lambda d: record(d, RUNS, profile="paper"),
+                                           "table-sentiment-runs.csv was made at profile paper, not smoke"),
+    "a record with profile null": (3, lambda d: record(d, "table-e3-final", profile=None),
+                                   "table-e3-final.csv was made outside the pipeline (no profile in its record)"),
+    "two runs of one notebook": (4, lambda d: record(d, "table-1", parameters={"profile": "smoke", "seeds": 5}),
+                                 "come from different runs of crafted (their parameters differ)"),
+    "a grid the later chapter did not analyse": (6, lambda d: (
+        amend(d, RUNS, notebook="04_sentiment", runs=["e4-sentiment/new"]),
+        amend(d, "table-sentiment-baseline", notebook="04_sentiment", runs=["e4-sentiment/new"]),
+        amend(d, "table-token-selection-seeds", notebook="05_token_selection", runs=["e4-sentiment/old"])),
+        "table-token-selection-seeds.csv analysed runs that table-sentiment-runs.csv does not list"),
     "a placeholder table": (5, lambda d: save(d, "table-sentiment-ablation", pd.DataFrame({"note": ["no ablation"]})),
                             "table-sentiment-ablation.csv: no ablation"),
 }
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_a_broken_result_is_not_measured_by_name(results, fault):
+def test_a_broken_or_foreign_result_is_not_measured_by_name(results, fault):
     claim, inject, says = FAULTS[fault]
     e1(results, HOLDS)  # a claim that reads none of the broken files
     WRITERS[claim](results, HOLDS)
@@ -484,3 +522,21 @@ def test_a_broken_result_is_not_measured_by_name(results, fault):
     assert verdict_of(cell) == NOT_MEASURED and says in cell, cell
     assert len(table_rows(after)) == len(table_rows(before))  # the rest of the page builds
     assert verdict_of(table_rows(after)[0][4]) == HOLDS
+
+
+def test_a_matching_grid_and_a_good_record_are_judged(results):
+    """The counterpart of the faults: the same records, agreeing, give the verdict."""
+    tokens(results, HOLDS)
+    for label in (RUNS, "table-sentiment-baseline"):
+        amend(results, label, notebook="04_sentiment", runs=["e4-sentiment/a", "e4-sentiment/b", "e4-baseline/c"])
+    amend(results, "table-token-selection-seeds", notebook="05_token_selection", runs=["e4-sentiment/a", "other/d"])
+    assert verdict_of(rows_of(scorecard.page(results, profile="smoke"), 6)[0][4]) == HOLDS
+
+
+def test_verdicts_judge_at_the_notebooks_own_profile(results):
+    e3(results, HOLDS)
+    with chapter(profile="smoke"):
+        assert scorecard.verdicts("03_joint_training", results) == "E3: holds"
+    with chapter(profile="paper"):
+        text = scorecard.verdicts("03_joint_training", results)
+    assert text == "E3: not measured at this profile (table-e3-final.csv was made at profile smoke, not paper)"
