@@ -370,13 +370,16 @@ class _Results:
 
 def _agree(one: tuple[str, dict], other: tuple[str, dict]) -> None:
     """Raise ``_Unmeasured`` unless two (CSV name, record) of one claim come from one run of each
-    notebook: the same parameters within a notebook; across two, the later chapter's runs of every kind
-    the earlier one's record lists are among those (it analysed the grid the earlier one built)."""
+    notebook: within a notebook, the same execution (the same parameters, for records without its id);
+    across two, the later chapter's runs of every kind the earlier one's record lists are among those
+    (it analysed the grid the earlier one built)."""
     (early, first), (late, second) = sorted((one, other), key=lambda item: str(item[1].get("notebook")))
     if first.get("notebook") == second.get("notebook"):
-        if first.get("parameters") != second.get("parameters"):
+        both = bool(first.get("execution") and second.get("execution"))
+        field = "execution" if both else "parameters"
+        if first.get(field) != second.get(field):
             raise _Unmeasured(f"{early} and {late} come from different runs of {first.get('notebook')} "
-                              "(their parameters differ)")
+                              f"(their {'execution ids' if both else 'parameters'} differ)")
         return
     listed = set(first.get("runs") or [])
     kinds = {run.partition("/")[0] for run in listed}

@@ -499,6 +499,8 @@ FAULTS = {  # name: (claim, fault, what the row must say)
                                    "table-e3-final.csv was made outside the pipeline (no profile in its record)"),
     "two runs of one notebook": (4, lambda d: record(d, "table-1", parameters={"profile": "smoke", "seeds": 5}),
                                  "come from different runs of crafted (their parameters differ)"),
+    "two executions of one notebook": (4, lambda d: (amend(d, "table-1", execution="a"), amend(d, RUNS, execution="b")),
+                                       "come from different runs of crafted (their execution ids differ)"),
     "a grid the later chapter did not analyse": (6, lambda d: (
         amend(d, RUNS, notebook="04_sentiment", runs=["e4-sentiment/new"]),
         amend(d, "table-sentiment-baseline", notebook="04_sentiment", runs=["e4-sentiment/new"]),
