@@ -105,3 +105,9 @@ def test_save_figure_refuses_broken_data_before_drawing(build_dir):
     assert not (build_dir / "figures").exists()  # no PNG, PDF or record
     saved = plots.save_figure(fig, "fig-pruning", data=curves.assign(test_accuracy=[0.8, 0.75]))
     assert saved.files["png"].is_file() and saved.files["csv"].is_file()
+
+
+def test_rounding_at_a_bound_passes():
+    schema.check("table-sentiment-runs", runs().assign(last_test=1 + 1e-7, lr=-1e-12))
+    with pytest.raises(schema.SchemaError, match="last_test 1.0001 outside"):
+        schema.check("table-sentiment-runs", runs().assign(last_test=1.0001))
