@@ -8,8 +8,9 @@ registries, sha256-checked and cached), ``data`` (their readers), ``train`` (the
 the real-data chapters), ``runs`` (the results store, and the runs and process pool that fill it),
 ``sentiment`` and ``vision`` (the real-data experiments E4-E6 and E7: run configs, sweep, grid), ``analysis`` (token scores,
 interventions, pruning), ``plots`` (theme and figure saving), ``book`` (executing notebooks, building
-the book), ``bench`` (benchmarks), ``scorecard`` (the page of which claims hold, by stated rules), ``paths`` (where files live, atomic writes), ``cli``
-(``python -m mdlib``).
+the book), ``bench`` (benchmarks), ``schema`` (what each results table the scorecard reads must
+hold), ``scorecard`` (the page of which claims hold, by stated rules), ``paths`` (where files live,
+atomic writes), ``cli`` (``python -m mdlib``).
 """
 
 __version__ = "0.1.0"
