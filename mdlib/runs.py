@@ -329,6 +329,14 @@ class Entry:
     path: Path
 
 
+def _discard(path: Path, key: str = "") -> None:
+    """Remove the entry folder ``path`` at once for readers: moved into a temporary ``.trash-`` folder
+    (one ``os.replace``), then deleted."""
+    trash = Path(tempfile.mkdtemp(prefix=_temp_prefix("trash", key), dir=path.parent))
+    os.replace(path, trash / "entry")
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 def entries() -> list[Entry]:
     """Every entry in ``<build>/runs/`` (the runs names and temporary folders aside), by kind and key.
     ``current`` needs the kind's module imported (``python -m mdlib store`` imports all of mdlib)."""
@@ -354,9 +362,7 @@ def prune() -> list[Entry]:
     metadata); returns them."""
     gone = [entry for entry in entries() if not entry.current]
     for entry in gone:
-        trash = Path(tempfile.mkdtemp(prefix=_temp_prefix("trash", entry.key), dir=entry.path.parent))
-        os.replace(entry.path, trash / "entry")
-        shutil.rmtree(trash, ignore_errors=True)
+        _discard(entry.path, entry.key)
     return gone
 
 
@@ -437,9 +443,7 @@ def store(kind: str, config: Mapping[str, Any], result: Mapping[str, Any], *, se
             # Something is already there: a complete entry from a concurrent run (keep it), or a
             # corrupt one (move it aside, then put ours in place).
             if _read(final, kind, config) is None and final.exists():
-                trash = Path(tempfile.mkdtemp(prefix=_temp_prefix("trash", key), dir=final.parent))
-                os.replace(final, trash / "entry")
-                shutil.rmtree(trash, ignore_errors=True)
+                _discard(final, key)
                 os.replace(tmp, final)
     finally:
         if tmp.exists():
@@ -469,9 +473,7 @@ def load_or_run(kind: str, config: Mapping[str, Any], compute: Callable[[], Mapp
     if force:
         existing = entry_dir(kind, config)
         if existing.exists():
-            trash = Path(tempfile.mkdtemp(prefix=_temp_prefix("trash"), dir=existing.parent))
-            os.replace(existing, trash / "entry")
-            shutil.rmtree(trash, ignore_errors=True)
+            _discard(existing)
     path = store(kind, config, result, seconds=seconds)
     loaded = _read(path, kind, config)
     if loaded is None:  # pragma: no cover - store() just wrote it
