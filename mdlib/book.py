@@ -434,23 +434,11 @@ def _journal(nb_name: str) -> Path:
     return paths.build_dir() / ".rollback" / nb_name
 
 
-def _records() -> Iterator[tuple[Path, dict]]:
-    """(path, record) of every provenance record in the build's figures and results."""
-    import json
-
-    for folder in _artifact_folders().values():
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            try:
-                record = json.loads(path.read_text("utf-8"))
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                yield path, record
-
-
 def _drop_earlier_artifacts(nb_name: str, execution: str) -> None:
     """Remove the figures and tables of ``nb_name`` that earlier executions wrote and this one did not."""
-    for path, record in list(_records()):
+    from mdlib import provenance
+
+    for path, record in list(provenance.records()):
         if record.get("notebook") == nb_name and record.get("execution") != execution:
             for name in record.get("files") or []:
                 (paths.build_dir() / name).unlink(missing_ok=True)
@@ -463,6 +451,8 @@ def check_consistent(names: list[str], notebooks_dir: Path | None = None) -> Non
     execution (a chapter's text and its numbers agree). Restores first the artifacts of an execution
     that was killed before it finished."""
     import nbformat
+
+    from mdlib import provenance
 
     folder = Path(notebooks_dir or paths.NOTEBOOKS)
     for name in names:
@@ -477,7 +467,7 @@ def check_consistent(names: list[str], notebooks_dir: Path | None = None) -> Non
         if meta.get("build") != build:
             problems[name] = [f"notebooks/{name}.ipynb was executed for the build folder {meta.get('build')}, "
                               f"not this one ({build})"]
-    for path, rec in _records():
+    for path, rec in provenance.records():
         name = rec.get("notebook")
         if name in executions and rec.get("execution") != executions[name]:
             problems.setdefault(name, []).append(f"{path.name} is not from the execution of notebooks/{name}.ipynb")

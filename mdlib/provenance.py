@@ -265,6 +265,19 @@ def find(label: str, build: Path | None = None) -> dict[str, Any] | None:
     return None
 
 
+def records(build: Path | None = None):
+    """(path, record) of every readable record in the build directory's figures and results."""
+    build = Path(build) if build is not None else paths.build_dir()
+    for folder in (build / "figures", build / "results"):
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                record = json.loads(path.read_text("utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict):
+                yield path, record
+
+
 # ---------------------------------------------------------------------------------------------
 # citation and the "reproduce and cite" block
 
