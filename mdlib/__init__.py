@@ -1,19 +1,75 @@
 """mdlib: l_p mirror descent for attention, the companion library of the book.
 
-Modules, one responsibility each: ``mirror`` (maps, steps, divergences), ``optim`` (the torch
-optimizer and ``make_optimizer``), ``svm`` (l_p max-margin problems), ``models`` (the single-head
-model and its synthetic data, the sentiment encoder, the vision transformer), ``synthetic`` (batched
-training of the single-head model, experiments E1-E3), ``fetch`` (real data files from package
-registries, sha256-checked and cached), ``data`` (their readers), ``train`` (the training loop of
-the real-data chapters), ``runs`` (the results store, and the runs and process pool that fill it),
-``sentiment`` and ``vision`` (the real-data experiments E4-E6 and E7: run configs, sweep, grid), ``analysis`` (token scores,
-interventions, pruning), ``plots`` (theme and figure saving), ``book`` (executing notebooks, building
-the book), ``bench`` (benchmarks), ``schema`` (what each results table the scorecard reads must
-hold), ``scorecard`` (the page of which claims hold, by stated rules), ``paths`` (where files live,
-atomic writes), ``cli`` (``python -m mdlib``).
+The public API, importable from ``mdlib`` itself (loaded on first use, so ``import mdlib`` alone
+imports neither torch nor numpy)::
+
+    from mdlib import LpMirrorDescent, attention_svm, SingleHeadAttention
+
+- the optimizer: :class:`LpMirrorDescent` (a ``torch.optim.Optimizer``) and its functional step
+  :func:`lp_mirror_descent`;
+- the geometry of the potential psi(w) = ||w||_p^p / p: :func:`mirror_map`,
+  :func:`inverse_mirror_map`, :func:`mirror_step`, :func:`potential`, :func:`bregman_divergence`,
+  :func:`lp_norm` and the rest of ``mdlib.mirror``;
+- the max-margin problems, solved with a certificate: :func:`lp_margin`, :func:`attention_svm`,
+  :func:`decoder_svm` and the token-selection helpers of ``mdlib.svm``;
+- the models: :class:`SingleHeadAttention` (the paper's single-head model), :class:`EncoderClassifier`
+  (the sentiment encoder), :class:`VisionTransformer`, and the synthetic data.
+
+These need torch, numpy and scipy only. The other modules are the experiments (``fetch``, ``data``,
+``train``, ``runs``, ``synthetic``, ``sentiment``, ``vision``, ``analysis``, ``selection``,
+``sparsity``, ``stats``) and the book (``book``, ``plots``, ``provenance``, ``schema``, ``scorecard``,
+``bench``, ``fingerprint``, ``paths``, ``cli``: ``python -m mdlib``); they need the extras.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
+
+#: Each public name and the module that defines it.
+_EXPORTS = {
+    "mdlib.optim": ("LpMirrorDescent", "lp_mirror_descent"),
+    "mdlib.mirror": ("mirror_map", "inverse_mirror_map", "mirror_step", "potential", "bregman_divergence",
+                     "directional_bregman", "lp_norm", "lp_normalize", "normalized_gradient", "dual_exponent",
+                     "check_p"),
+    "mdlib.svm": ("lp_margin", "attention_svm", "decoder_svm", "attention_constraints", "MarginSolution",
+                  "InfeasibleError", "ConvergenceError", "token_scores", "globally_optimal_tokens",
+                  "support_tokens", "is_locally_optimal"),
+    "mdlib.models": ("SingleHeadAttention", "EncoderClassifier", "VisionTransformer", "SelfAttention",
+                     "SyntheticData", "attention_logits", "single_head_output", "logistic_loss",
+                     "gaussian_instances", "joint_training_data"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = [name for names in _EXPORTS.values() for name in names]
+
+if TYPE_CHECKING:  # what static type checkers see; at run time the names load on first use
+    from mdlib.mirror import (bregman_divergence, check_p, directional_bregman, dual_exponent,
+                              inverse_mirror_map, lp_norm, lp_normalize, mirror_map, mirror_step,
+                              normalized_gradient, potential)
+    from mdlib.models import (EncoderClassifier, SelfAttention, SingleHeadAttention, SyntheticData,
+                              VisionTransformer, attention_logits, gaussian_instances, joint_training_data,
+                              logistic_loss, single_head_output)
+    from mdlib.optim import LpMirrorDescent, lp_mirror_descent
+    from mdlib.svm import (ConvergenceError, InfeasibleError, MarginSolution, attention_constraints,
+                           attention_svm, decoder_svm, globally_optimal_tokens, is_locally_optimal, lp_margin,
+                           support_tokens, token_scores)
+
+
+def __getattr__(name: str) -> object:
+    """Load a public name from its module on first access (PEP 562) and keep it here."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mdlib' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def first_line(text: object) -> str:

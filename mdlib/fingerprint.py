@@ -4,7 +4,9 @@ A stored run is keyed by its config *and* by the fingerprint of the code that co
 ``mdlib.runs``), so a change of that code is recomputed instead of served from the store, with no
 version number to bump by hand. The fingerprint of a module is the sha256 of the sources of the module
 and of every mdlib module it imports, directly or through others, at module level or inside a
-function (read statically from the source, so an import on a path a test never takes still counts).
+function (read statically from the source, so an import on a path a test never takes still counts;
+a public name imported from the package, ``from mdlib import LpMirrorDescent``, counts as its module,
+and an ``if TYPE_CHECKING:`` block, never executed, does not count).
 The fingerprint of the package is that of every mdlib source file.
 
 Sources are read once per process: the fingerprint names the code this process loaded (an edit takes
@@ -41,13 +43,28 @@ def _source(module: str) -> bytes:
     return source_file(module).read_bytes()
 
 
+def _executed(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` outside ``if TYPE_CHECKING:`` blocks (imports for type checkers only)."""
+    nodes, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            todo.extend(node.orelse)
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
 def imports(module: str) -> set[str]:
     """The mdlib modules ``module``'s source imports anywhere in its code (the package itself included
     when it is named), resolved to modules that have a source file."""
+    from mdlib import _MODULE_OF  # the package's public names and their modules (loaded lazily there)
+
     tree = ast.parse(_source(module))
     package = module if source_file(module).name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _executed(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -55,7 +72,8 @@ def imports(module: str) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            names = [base] + [_MODULE_OF.get(alias.name, f"{base}.{alias.name}") if base == PACKAGE
+                              else f"{base}.{alias.name}" for alias in node.names]
         else:
             continue
         for name in names:

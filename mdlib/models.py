@@ -20,6 +20,7 @@ import contextlib
 import math
 import threading
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -157,7 +158,7 @@ _reference = threading.local()
 
 
 @contextlib.contextmanager
-def reference_kernels():
+def reference_kernels() -> Iterator[None]:
     """Within the block (in this thread), the models use torch's own kernels on every device:
     ``torch.nn.functional.dropout`` and ``scaled_dot_product_attention``, the implementation before the
     CPU fast path (:func:`dropout`, attention as written). The same functions up to float rounding and
@@ -235,7 +236,9 @@ class SelfAttention(nn.Module):
         """The query, key and value matrices (width, width): views of the rows of ``qkv.weight``."""
         return dict(zip(("query", "key", "value"), self.qkv.weight.split(self.width)))
 
-    def forward(self, x: Tensor, key_mask: Tensor | None, return_attention: bool = False):
+    def forward(self, x: Tensor, key_mask: Tensor | None, return_attention: bool = False
+                ) -> tuple[Tensor, Tensor | None]:
+        """The attention output (B, T, width) and, with ``return_attention``, the maps (B, heads, T, T)."""
         q, k, v = (self._split(part) for part in self.qkv(x).split(self.width, dim=-1))
         p = self.attention_dropout if self.training else 0.0
         attention, bias = None, None
@@ -276,7 +279,9 @@ class EncoderBlock(nn.Module):
                                  Dropout(dropout))
         self.norm2 = nn.LayerNorm(width, bias=False)
 
-    def forward(self, x: Tensor, key_mask: Tensor | None, return_attention: bool = False):
+    def forward(self, x: Tensor, key_mask: Tensor | None, return_attention: bool = False
+                ) -> tuple[Tensor, Tensor | None]:
+        """The block's output (B, T, width) and its attention maps (None without ``return_attention``)."""
         mixed, attention = self.attention(x, key_mask, return_attention)
         x = self.norm1(x + mixed)
         return self.norm2(x + self.mlp(x)), attention
@@ -313,7 +318,8 @@ class EncoderClassifier(nn.Module):
             nn.init.normal_(self.position.weight, std=0.02)
             _glorot_init(self)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, return_attention: bool = False):
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, return_attention: bool = False
+                ) -> Tensor | tuple[Tensor, list[Tensor | None]]:
         """Logits (B,); with ``return_attention`` also each layer's attention maps (B, heads, T, T)."""
         T = input_ids.shape[1]
         if T > self.position.num_embeddings:
@@ -371,7 +377,8 @@ class PreNormBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(width, mlp), nn.GELU(), Dropout(dropout), nn.Linear(mlp, width),
                                  Dropout(dropout))
 
-    def forward(self, x: Tensor, return_attention: bool = False):
+    def forward(self, x: Tensor, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
+        """The block's output (B, T, width) and its attention maps (None without ``return_attention``)."""
         mixed, attention = self.attention(self.norm1(x), None, return_attention)
         x = x + mixed
         return x + self.mlp(self.norm2(x)), attention
@@ -410,7 +417,8 @@ class VisionTransformer(nn.Module):
         self.blocks = nn.ModuleList(PreNormBlock(width, heads, mlp, dropout, out_bias=authors) for _ in range(depth))
         self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, classes))
 
-    def forward(self, images: Tensor, return_attention: bool = False):
+    def forward(self, images: Tensor, return_attention: bool = False
+                ) -> Tensor | tuple[Tensor, list[Tensor | None]]:
         """Logits (B, classes); with ``return_attention`` also each block's maps (B, heads, 1+P, 1+P)."""
         B, C, H, W = images.shape
         if (C, H, W) != (self.channels, self.image_size, self.image_size):

@@ -44,8 +44,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from numbers import Integral, Real
+from typing import Iterable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 try:
     from numba import njit
@@ -81,7 +83,7 @@ class InfeasibleError(ValueError):
     ``problems`` lists the infeasible problems' batch indices ((0,) for a single problem).
     """
 
-    def __init__(self, message: str, problems=()):
+    def __init__(self, message: str, problems: Iterable[int] = ()) -> None:
         super().__init__(message)
         self.problems = tuple(int(b) for b in problems)
 
@@ -538,7 +540,7 @@ def _certificate(A: np.ndarray, lam: np.ndarray, w: np.ndarray, p: float):
     return w, norm, gap, gap / primal, violation
 
 
-def lp_margin(A, p, *, tol: float = 1e-8, max_iter: int = 200) -> MarginSolution:
+def lp_margin(A: ArrayLike, p: float, *, tol: float = 1e-8, max_iter: int = 200) -> MarginSolution:
     """Solve ``min ||w||_p s.t. A w >= 1`` for A of shape (m, N), or B problems at once for (B, m, N).
 
     Solves the dual ``max_{lambda >= 0} 1^T lambda - ||A^T lambda||_q^q / q`` (q = p / (p - 1)) and
@@ -614,7 +616,7 @@ def _others(alpha: np.ndarray, T: int) -> np.ndarray:
     return t + (t >= alpha[..., None])
 
 
-def attention_constraints(X, z, alpha) -> np.ndarray:
+def attention_constraints(X: ArrayLike, z: ArrayLike, alpha: ArrayLike) -> np.ndarray:
     """Constraint matrix of the attention SVM: rows vec((x_{i,alpha_i} - x_it) z_i^T), t != alpha_i.
 
     X (n, T, d) tokens, z (n, d) comparison tokens, alpha (n,) selected tokens; vec is row-major, so
@@ -632,7 +634,7 @@ def attention_constraints(X, z, alpha) -> np.ndarray:
     return rows.reshape(*lead, n * (T - 1), d * d)
 
 
-def attention_svm(X, z, alpha, p, **solver_kw) -> np.ndarray:
+def attention_svm(X: ArrayLike, z: ArrayLike, alpha: ArrayLike, p: float, **solver_kw: float) -> np.ndarray:
     """W_mm = argmin ||W||_p (entrywise) s.t. (x_{i,alpha_i} - x_it)^T W z_i >= 1 for all t != alpha_i.
 
     Shapes as in `attention_constraints`; returns W (d, d), or (B, d, d) for batched input.
@@ -643,14 +645,14 @@ def attention_svm(X, z, alpha, p, **solver_kw) -> np.ndarray:
     return lp_margin(A, p, **solver_kw).w.reshape(*A.shape[:-2], d, d)
 
 
-def decoder_svm(X, y, alpha, p, **solver_kw) -> np.ndarray:
+def decoder_svm(X: ArrayLike, y: ArrayLike, alpha: ArrayLike, p: float, **solver_kw: float) -> np.ndarray:
     """v_mm = argmin ||v||_p s.t. y_i x_{i,alpha_i}^T v >= 1: (d,), or (B, d) for batched input."""
     X, alpha, (y,) = _check_tokens(X, alpha, ("y", y, np.shape(alpha)))
     chosen = np.take_along_axis(X, alpha[..., None, None], axis=-2)[..., 0, :]  # (..., n, d)
     return lp_margin(y[..., None] * chosen, p, **solver_kw).w
 
 
-def token_scores(X, y, v) -> np.ndarray:
+def token_scores(X: ArrayLike, y: ArrayLike, v: ArrayLike) -> np.ndarray:
     """gamma_it = y_i v^T x_it: (n, T), or (B, n, T) for batched X (B, n, T, d), y (B, n), v (B, d)."""
     X = _check_array("X", X, (3, 4))
     *lead, n, _, d = X.shape
@@ -661,12 +663,12 @@ def token_scores(X, y, v) -> np.ndarray:
     return y[..., None] * np.einsum("...ntd,...d->...nt", X, v)
 
 
-def globally_optimal_tokens(X, y, v) -> np.ndarray:
+def globally_optimal_tokens(X: ArrayLike, y: ArrayLike, v: ArrayLike) -> np.ndarray:
     """opt_i = argmax_t gamma_it, the globally optimal token of each example: (n,) or (B, n) ints."""
     return np.argmax(token_scores(X, y, v), axis=-1)
 
 
-def support_tokens(X, z, alpha, W, tol: float = 1e-6) -> np.ndarray:
+def support_tokens(X: ArrayLike, z: ArrayLike, alpha: ArrayLike, W: ArrayLike, tol: float = 1e-6) -> np.ndarray:
     """Tokens whose attention-SVM constraint is tight at W: |(x_{i,alpha_i} - x_it)^T W z_i - 1| <= tol.
 
     W must be scaled as W_mm (smallest margin 1). Returns a boolean mask (n, T) (or (B, n, T));
@@ -687,7 +689,8 @@ def support_tokens(X, z, alpha, W, tol: float = 1e-6) -> np.ndarray:
     return tight
 
 
-def is_locally_optimal(X, y, z, v, alpha, p, **solver_kw) -> bool | np.ndarray:
+def is_locally_optimal(X: ArrayLike, y: ArrayLike, z: ArrayLike, v: ArrayLike, alpha: ArrayLike, p: float,
+                       **solver_kw: float) -> bool | np.ndarray:
     """Definition 3 of the paper: alpha is locally optimal for (X, y, z, v) in the l_p geometry.
 
     True when the attention SVM for alpha is feasible and every example's selected token scores

@@ -105,3 +105,18 @@ def test_a_kind_belongs_to_one_module():
     assert runs.kind("kind-test", "mdlib.synthetic") == "kind-test"  # a re-import declares it again
     with pytest.raises(ValueError, match="declared by mdlib.synthetic already"):
         runs.kind("kind-test", "mdlib.vision")
+
+
+def test_a_public_name_counts_as_its_module_and_type_checking_imports_do_not(tmp_path, monkeypatch):
+    package = tmp_path / "mdlib"
+    package.mkdir()
+    for name in ("__init__", "optim", "svm", "stats"):
+        (package / f"{name}.py").write_text("")
+    (package / "user.py").write_text("from typing import TYPE_CHECKING\nfrom mdlib import LpMirrorDescent\n"
+                                     "if TYPE_CHECKING:\n    from mdlib import svm\nelse:\n    import mdlib.stats\n")
+    monkeypatch.setattr(fingerprint, "_ROOT", package)
+    fingerprint._source.cache_clear()
+    try:
+        assert fingerprint.imports("mdlib.user") == {"mdlib", "mdlib.optim", "mdlib.stats"}
+    finally:
+        fingerprint._source.cache_clear()

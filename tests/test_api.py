@@ -1,0 +1,72 @@
+"""The public API: ``from mdlib import ...`` for the library tier (optimizer, mirror maps, SVM solvers,
+models), loaded lazily, fully annotated, and typed (``py.typed``)."""
+
+import importlib
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+import mdlib
+
+#: The library tier: the modules whose public names make up ``mdlib.__all__``.
+LIBRARY = ("mdlib.optim", "mdlib.mirror", "mdlib.svm", "mdlib.models")
+
+
+def test_public_names_resolve_to_their_modules():
+    assert len(mdlib.__all__) == len(set(mdlib.__all__))
+    for name in mdlib.__all__:
+        module = importlib.import_module(mdlib._MODULE_OF[name])
+        assert module.__name__ in LIBRARY
+        assert name in module.__all__, (name, module.__name__)
+        assert getattr(mdlib, name) is getattr(module, name)
+        assert name in dir(mdlib)
+    from mdlib import LpMirrorDescent, attention_svm  # noqa: F401  (the issue's spelling)
+    namespace: dict = {}
+    exec("from mdlib import *", namespace)
+    assert set(mdlib.__all__) <= namespace.keys()
+
+
+def test_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'LpMirrorDecent'"):
+        mdlib.LpMirrorDecent  # noqa: B018
+    from mdlib import mirror  # a submodule still imports as one
+    assert mirror.__name__ == "mdlib.mirror"
+
+
+def test_importing_the_package_loads_no_array_library():
+    code = ("import sys, mdlib; print(sorted(m for m in ('torch', 'numpy', 'scipy') if m in sys.modules)); "
+            "mdlib.LpMirrorDescent; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[]", "True"]
+
+
+def _public_callables():
+    for module_name in LIBRARY:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj):
+                for attr, value in vars(obj).items():
+                    if inspect.isfunction(value) and (attr == "__init__" or not attr.startswith("_")):
+                        yield f"{module_name}.{name}.{attr}", value
+            elif inspect.isfunction(obj):
+                yield f"{module_name}.{name}", obj
+
+
+def test_public_functions_are_fully_annotated():
+    missing = []
+    for qualname, function in _public_callables():
+        signature = inspect.signature(function)
+        missing += [f"{qualname}({parameter})" for parameter, value in signature.parameters.items()
+                    if parameter not in ("self", "cls") and value.annotation is inspect.Parameter.empty]
+        if signature.return_annotation is inspect.Signature.empty and not qualname.endswith(".__init__"):
+            missing.append(f"{qualname} -> ?")
+    assert not missing, missing
+
+
+def test_typed_marker_ships_with_the_package():
+    from importlib.resources import files
+
+    assert files("mdlib").joinpath("py.typed").is_file()
