@@ -136,12 +136,14 @@ def _fused_signed_power(u: Tensor, r: float) -> Tensor:
 
 
 def mirror_map(w: Tensor, p: float) -> Tensor:
-    """m(w) = sign(w) |w|^(p-1), the gradient of psi(w) = ||w||_p^p / p."""
+    r"""The mirror map :math:`m(w) = \operatorname{sign}(w)\,|w|^{p-1}` (entrywise), the gradient of the
+    potential :math:`\psi(w) = \|w\|_p^p / p`."""
     return _signed_power(w, check_p(p) - 1.0)
 
 
 def inverse_mirror_map(u: Tensor, p: float) -> Tensor:
-    """m^-1(u) = sign(u) |u|^(1/(p-1)), the inverse of :func:`mirror_map`."""
+    r"""The inverse mirror map :math:`m^{-1}(u) = \operatorname{sign}(u)\,|u|^{1/(p-1)}` (entrywise), the
+    inverse of :func:`mirror_map` and the mirror map of the conjugate exponent :math:`q = p/(p-1)`."""
     return _signed_power(u, 1.0 / (check_p(p) - 1.0))
 
 
@@ -152,8 +154,8 @@ def _reduce_dims(x: Tensor, batch_dims: int) -> tuple[int, ...]:
 
 
 def lp_norm(w: Tensor, p: float, batch_dims: int = 0) -> Tensor:
-    """||w||_p over all non-batch dimensions, computed with the max-abs entry factored out
-    (no overflow or underflow for large |w| or large p)."""
+    r""":math:`\|w\|_p = (\sum_j |w_j|^p)^{1/p}` over all non-batch dimensions, computed with the
+    max-abs entry factored out (no overflow or underflow for large :math:`|w|` or large p)."""
     p = check_p(p)
     dims = _reduce_dims(w, batch_dims)
     if not dims:
@@ -170,7 +172,7 @@ def _expand(batch_values: Tensor, like: Tensor) -> Tensor:
 
 
 def lp_normalize(w: Tensor, p: float, batch_dims: int = 0, *, zero: str = "raise") -> Tensor:
-    """w / ||w||_p per problem. An all-zero problem has no direction: it raises, or with
+    r""":math:`w / \|w\|_p` per problem. An all-zero problem has no direction: it raises, or with
     ``zero="nan"`` comes back as NaN (e.g. a path that starts at W(0) = 0)."""
     if zero not in ("raise", "nan"):
         raise ValueError(f"zero must be 'raise' or 'nan', got {zero!r}")
@@ -181,13 +183,15 @@ def lp_normalize(w: Tensor, p: float, batch_dims: int = 0, *, zero: str = "raise
 
 
 def potential(w: Tensor, p: float, batch_dims: int = 0) -> Tensor:
-    """psi(w) = ||w||_p^p / p per problem."""
+    r"""The potential :math:`\psi(w) = \|w\|_p^p / p` per problem."""
     p = check_p(p)
     return (w.abs() ** p).sum(dim=_reduce_dims(w, batch_dims)) / p
 
 
 def bregman_divergence(a: Tensor, b: Tensor, p: float, batch_dims: int = 0) -> Tensor:
-    """D_psi(a, b) = psi(a) - psi(b) - <m(b), a - b>, per problem.
+    r"""The Bregman divergence of the potential, per problem:
+
+    .. math:: D_\psi(a, b) = \psi(a) - \psi(b) - \langle m(b),\, a - b \rangle.
 
     The order matters (D is not symmetric): the first argument is the point measured, the second
     the point whose tangent plane is used. The paper's directional divergence puts the SVM
@@ -201,11 +205,12 @@ def bregman_divergence(a: Tensor, b: Tensor, p: float, batch_dims: int = 0) -> T
 
 
 def directional_bregman(reference: Tensor, w: Tensor, p: float, batch_dims: int = 0) -> Tensor:
-    """D_psi(reference / ||reference||_p, w / ||w||_p): how far the direction of ``w`` is from the
-    direction of ``reference`` (the SVM solution) in the l_p geometry. Zero iff the directions agree.
+    r""":math:`D_\psi(\bar w / \|\bar w\|_p,\ w / \|w\|_p)` with :math:`\bar w` = ``reference``: how far the
+    direction of ``w`` is from the direction of ``reference`` (the SVM solution) in the
+    :math:`\ell_p` geometry. Zero iff the directions agree.
 
     ``reference`` may have fewer batch dimensions than ``w`` (one SVM solution against a whole
-    recorded path ``w`` of shape (steps, *batch, ...)); it is broadcast. An all-zero ``w`` (no
+    recorded path ``w`` of shape ``(steps, *batch, ...)``); it is broadcast. An all-zero ``w`` (no
     direction yet, as at W(0) = 0) gives NaN.
     """
     ref = lp_normalize(reference, p, reference.dim() - (w.dim() - batch_dims))
@@ -213,7 +218,7 @@ def directional_bregman(reference: Tensor, w: Tensor, p: float, batch_dims: int 
 
 
 def normalized_gradient(g: Tensor, p: float, eps: float = 1e-12, batch_dims: int = 0) -> Tensor:
-    """g / (||g||_q + eps) per problem, with q the dual exponent: the paper's normalized step
+    r""":math:`g / (\|g\|_q + \epsilon)` per problem, with q = p/(p-1) the dual exponent: the paper's normalized step
     direction (a unit-size step in the dual norm, whatever the gradient's scale)."""
     q = dual_exponent(p)
     return g / _expand(lp_norm(g, q, batch_dims) + eps, g)
@@ -221,8 +226,8 @@ def normalized_gradient(g: Tensor, p: float, eps: float = 1e-12, batch_dims: int
 
 def mirror_step(w: Tensor, grad: Tensor, lr: float, p: float, *, normalize: bool = False,
                 eps: float = 1e-12, batch_dims: int = 0) -> Tensor:
-    """One mirror-descent step  m^-1( m(w) - lr * g ),  g = grad or its normalized version
-    (per problem when ``batch_dims`` > 0). Raises FloatingPointError rather than returning
+    r"""One mirror-descent step :math:`w^+ = m^{-1}(m(w) - \eta\, g)` with :math:`\eta` = ``lr`` and
+    g = ``grad`` or, with ``normalize``, :func:`normalized_gradient` (per problem when ``batch_dims`` > 0). Raises FloatingPointError rather than returning
     infinities when the inverse map overflows (p near 1 with a large step)."""
     if lr <= 0 or not math.isfinite(lr):
         raise ValueError(f"the step size must be a finite number > 0, got lr={lr!r}")

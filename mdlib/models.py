@@ -71,23 +71,23 @@ class SyntheticData:
 
 
 def attention_logits(W: Tensor, X: Tensor, z: Tensor) -> Tensor:
-    """s_it = x_it^T W z_i, shape (*B, n, T)."""
+    r"""The attention logits :math:`s_{it} = x_{it}^\top W z_i`, shape ``(*B, n, T)``."""
     return torch.einsum("...ntd,...de,...ne->...nt", X, W, z)
 
 
 def single_head_output(W: Tensor, v: Tensor, X: Tensor, z: Tensor) -> Tensor:
-    """f_i = v^T X_i^T softmax(X_i W z_i), shape (*B, n)."""
+    r"""The model's output :math:`f_i = v^\top X_i^\top \operatorname{softmax}(X_i W z_i)`, shape ``(*B, n)``."""
     attention = torch.softmax(attention_logits(W, X, z), dim=-1)
     return torch.einsum("...nt,...ntd,...d->...n", attention, X, v)
 
 
 def logistic_loss(W: Tensor, v: Tensor, X: Tensor, y: Tensor, z: Tensor) -> Tensor:
-    """L = mean_i log(1 + exp(-y_i f_i)) per trial, shape (*B)."""
+    r"""The logistic loss :math:`L = \frac1n \sum_i \log(1 + e^{-y_i f_i})` per trial, shape ``(*B)``."""
     return F.softplus(-y * single_head_output(W, v, X, z)).mean(dim=-1)
 
 
 class SingleHeadAttention(nn.Module):
-    """f(X, z) = v^T X^T softmax(X W z) as a torch module, for ``LpMirrorDescent`` and autograd.
+    r""":math:`f(X, z) = v^\top X^\top \operatorname{softmax}(X W z)` as a torch module, for ``LpMirrorDescent`` and autograd.
 
     ``trials`` independent copies are held in one batched parameter (W: (trials, d, d)).
     With ``train_decoder=False`` the decoder v is a fixed buffer (experiments E1, E2).
@@ -104,6 +104,7 @@ class SingleHeadAttention(nn.Module):
             self.register_buffer("v", v.clone())
 
     def forward(self, X: Tensor, z: Tensor) -> Tensor:
+        """The outputs :func:`single_head_output` of every trial, shape ``(trials, n)``."""
         return single_head_output(self.W, self.v, X, z)
 
     def loss(self, X: Tensor, y: Tensor, z: Tensor) -> Tensor:

@@ -541,13 +541,17 @@ def _certificate(A: np.ndarray, lam: np.ndarray, w: np.ndarray, p: float):
 
 
 def lp_margin(A: ArrayLike, p: float, *, tol: float = 1e-8, max_iter: int = 200) -> MarginSolution:
-    """Solve ``min ||w||_p s.t. A w >= 1`` for A of shape (m, N), or B problems at once for (B, m, N).
+    r"""Solve :math:`\min \|w\|_p` subject to :math:`A w \ge 1` for A of shape (m, N), or B problems at
+    once for (B, m, N).
 
-    Solves the dual ``max_{lambda >= 0} 1^T lambda - ||A^T lambda||_q^q / q`` (q = p / (p - 1)) and
-    recovers ``w = sign(u)|u|^(q-1)``, ``u = A^T lambda`` (see the module docstring). The returned w
+    Solves the dual, with :math:`q = p / (p - 1)`,
+
+    .. math:: \max_{\lambda \ge 0}\ D(\lambda) = \mathbf 1^\top \lambda - \|A^\top \lambda\|_q^q / q,
+
+    and recovers :math:`w = \operatorname{sign}(u)|u|^{q-1}`, :math:`u = A^\top \lambda` (see the module docstring). The returned w
     satisfies ``min(A w) = 1`` and its relative duality gap and violation are <= tol, else
     ConvergenceError; the iteration aims at tol / 100 because the gap pins w less tightly (an entry
-    near 0 moves the objective like |delta|^max(p, 2)). Raises InfeasibleError (a ValueError) when no
+    near 0 moves the objective like :math:`|\delta|^{\max(p, 2)}`). Raises InfeasibleError (a ValueError) when no
     w satisfies the constraints, ValueError for bad input or a w beyond float64's range. More
     constraints than unknowns (A A^T singular) is supported but slow, and for p >= 4 may need a
     larger max_iter. Any scale of A solves alike (see the module docstring); ``dual`` and ``gap``
@@ -617,7 +621,7 @@ def _others(alpha: np.ndarray, T: int) -> np.ndarray:
 
 
 def attention_constraints(X: ArrayLike, z: ArrayLike, alpha: ArrayLike) -> np.ndarray:
-    """Constraint matrix of the attention SVM: rows vec((x_{i,alpha_i} - x_it) z_i^T), t != alpha_i.
+    r"""Constraint matrix of the attention SVM: rows :math:`\operatorname{vec}((x_{i\alpha_i} - x_{it}) z_i^\top)`, :math:`t \ne \alpha_i`.
 
     X (n, T, d) tokens, z (n, d) comparison tokens, alpha (n,) selected tokens; vec is row-major, so
     row (i, t) times vec(W) is (x_{i,alpha_i} - x_it)^T W z_i. Returns (n (T-1), d d), rows ordered
@@ -635,9 +639,12 @@ def attention_constraints(X: ArrayLike, z: ArrayLike, alpha: ArrayLike) -> np.nd
 
 
 def attention_svm(X: ArrayLike, z: ArrayLike, alpha: ArrayLike, p: float, **solver_kw: float) -> np.ndarray:
-    """W_mm = argmin ||W||_p (entrywise) s.t. (x_{i,alpha_i} - x_it)^T W z_i >= 1 for all t != alpha_i.
+    r"""The attention SVM of the :math:`\ell_p` geometry:
 
-    Shapes as in `attention_constraints`; returns W (d, d), or (B, d, d) for batched input.
+    .. math:: W^{mm}_p = \arg\min_W \|W\|_p \quad\text{s.t.}\quad (x_{i\alpha_i} - x_{it})^\top W z_i \ge 1
+              \ \text{for all } i \text{ and } t \ne \alpha_i
+
+    (entrywise norm). Shapes as in :func:`attention_constraints`; returns W (d, d), or (B, d, d) for batched input.
     ``solver_kw`` goes to `lp_margin` (tol, max_iter).
     """
     A = attention_constraints(X, z, alpha)
@@ -646,14 +653,15 @@ def attention_svm(X: ArrayLike, z: ArrayLike, alpha: ArrayLike, p: float, **solv
 
 
 def decoder_svm(X: ArrayLike, y: ArrayLike, alpha: ArrayLike, p: float, **solver_kw: float) -> np.ndarray:
-    """v_mm = argmin ||v||_p s.t. y_i x_{i,alpha_i}^T v >= 1: (d,), or (B, d) for batched input."""
+    r"""The decoder SVM :math:`v^{mm}_p = \arg\min_v \|v\|_p` s.t. :math:`y_i x_{i\alpha_i}^\top v \ge 1`:
+    shape (d,), or (B, d) for batched input."""
     X, alpha, (y,) = _check_tokens(X, alpha, ("y", y, np.shape(alpha)))
     chosen = np.take_along_axis(X, alpha[..., None, None], axis=-2)[..., 0, :]  # (..., n, d)
     return lp_margin(y[..., None] * chosen, p, **solver_kw).w
 
 
 def token_scores(X: ArrayLike, y: ArrayLike, v: ArrayLike) -> np.ndarray:
-    """gamma_it = y_i v^T x_it: (n, T), or (B, n, T) for batched X (B, n, T, d), y (B, n), v (B, d)."""
+    r"""The token scores :math:`\gamma_{it} = y_i v^\top x_{it}`: (n, T), or (B, n, T) for batched X (B, n, T, d), y (B, n), v (B, d)."""
     X = _check_array("X", X, (3, 4))
     *lead, n, _, d = X.shape
     y = _check_array("y", y, (len(lead) + 1,))
@@ -664,12 +672,12 @@ def token_scores(X: ArrayLike, y: ArrayLike, v: ArrayLike) -> np.ndarray:
 
 
 def globally_optimal_tokens(X: ArrayLike, y: ArrayLike, v: ArrayLike) -> np.ndarray:
-    """opt_i = argmax_t gamma_it, the globally optimal token of each example: (n,) or (B, n) ints."""
+    r""":math:`\mathrm{opt}_i = \arg\max_t \gamma_{it}`, the globally optimal token of each example: (n,) or (B, n) ints."""
     return np.argmax(token_scores(X, y, v), axis=-1)
 
 
 def support_tokens(X: ArrayLike, z: ArrayLike, alpha: ArrayLike, W: ArrayLike, tol: float = 1e-6) -> np.ndarray:
-    """Tokens whose attention-SVM constraint is tight at W: |(x_{i,alpha_i} - x_it)^T W z_i - 1| <= tol.
+    r"""Tokens whose attention-SVM constraint is tight at W: :math:`|(x_{i\alpha_i} - x_{it})^\top W z_i - 1| \le` ``tol``.
 
     W must be scaled as W_mm (smallest margin 1). Returns a boolean mask (n, T) (or (B, n, T));
     the selected tokens alpha_i are never support tokens.
@@ -691,10 +699,10 @@ def support_tokens(X: ArrayLike, z: ArrayLike, alpha: ArrayLike, W: ArrayLike, t
 
 def is_locally_optimal(X: ArrayLike, y: ArrayLike, z: ArrayLike, v: ArrayLike, alpha: ArrayLike, p: float,
                        **solver_kw: float) -> bool | np.ndarray:
-    """Definition 3 of the paper: alpha is locally optimal for (X, y, z, v) in the l_p geometry.
+    r"""Definition 3 of the paper: alpha is locally optimal for (X, y, z, v) in the l_p geometry.
 
     True when the attention SVM for alpha is feasible and every example's selected token scores
-    above its support tokens: gamma_{i,alpha_i} > gamma_it for every support token t of W_mm.
+    above its support tokens: :math:`\gamma_{i\alpha_i} > \gamma_{it}` for every support token t of :math:`W^{mm}_p`.
     Returns a bool, or a (B,) bool array for batched input.
     """
     X, alpha, _ = _check_tokens(X, alpha)
