@@ -327,10 +327,32 @@ def citation(rec: Mapping[str, Any], cff: Mapping[str, Any], number: str | None 
     return bibtex, plain
 
 
+def paper_citation(cff: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(BibTeX, plain text) of the paper the software reproduces: ``preferred-citation`` of ``cff``, with
+    its DOI as a resolvable link; None when ``cff`` names none."""
+    paper = cff.get("preferred-citation")
+    if not paper:
+        return None
+    authors = _authors(paper)
+    doi, year = paper.get("doi"), str(paper.get("year", ""))
+    fields = {"author": " and ".join(bib for _, bib in authors), "title": "{" + str(paper.get("title", "")) + "}",
+              "journal": paper.get("journal"), "volume": paper.get("volume"), "number": paper.get("issue"),
+              "year": year or None, "doi": doi, "url": paper.get("url")}
+    family = str((paper.get("authors") or [{}])[0].get("family-names", "paper")).lower()
+    bibtex = "@article{" + f"{family}{year}" + ",\n" + ",\n".join(
+        f"  {name} = {{{value}}}" for name, value in fields.items() if value) + "\n}"
+    venue = " ".join(str(x) for x in (paper.get("journal"), paper.get("volume")) if x)
+    venue += f"({paper['issue']})" if paper.get("issue") else ""
+    plain = f"{', '.join(name for name, _ in authors)}. {paper.get('title', '')}. " + \
+        ", ".join(x for x in (venue, year) if x) + "." + (f" https://doi.org/{doi}" if doi else "")
+    return bibtex, plain
+
+
 def reproduce_html(rec: Mapping[str, Any], cff: Mapping[str, Any], number: str | None = None) -> str:
     """A collapsed ``<details>`` block: the command that regenerates the artifact of ``rec``, its
-    provenance in brief, and its citation (BibTeX and plain text)."""
+    provenance in brief, its citation and that of the paper (BibTeX and plain text)."""
     bibtex, plain = citation(rec, cff, number)
+    paper = paper_citation(cff)
     git = rec.get("git") or {}
     commit = git.get("commit")
     state = ("" if commit is None else f"{commit[:12]}{' (uncommitted changes)' if git.get('dirty') else ''}")
@@ -348,7 +370,9 @@ def reproduce_html(rec: Mapping[str, Any], cff: Mapping[str, Any], number: str |
         f"<ul>{items}</ul>\n"
         f'<p>Cite it (BibTeX):</p>\n<pre class="mdlib-bibtex">{esc(bibtex)}</pre>\n'
         f'<p class="mdlib-cite">{esc(plain)}</p>\n'
-        "</details>\n"
+        + ("" if paper is None else f'<p>and the paper it reproduces:</p>\n<pre class="mdlib-bibtex">{esc(paper[0])}</pre>\n'
+           f'<p class="mdlib-cite">{esc(paper[1])}</p>\n')
+        + "</details>\n"
     )
 
 
