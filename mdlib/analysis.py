@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["cls_row", "cls_attention", "concentration", "win_loss_tie", "delete_tokens", "probability_drop",
            "magnitudes", "count_above", "top_share", "effective_density", "late_means", "late_change", "late_share",
@@ -52,7 +56,7 @@ def cls_attention(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -
     return torch.where(real, (row - low) / span, torch.nan)
 
 
-def concentration(row) -> tuple[float, float]:
+def concentration(row: ArrayLike) -> tuple[float, float]:
     """How concentrated one sequence's attention row (probabilities over its n real tokens) is:
     (normalized entropy H / log n, in [0, 1], lower: sharper; the largest probability, the top token's
     share)."""
@@ -70,7 +74,7 @@ def win_loss_tie(first: Tensor, second: Tensor, tol: float = 1e-6) -> tuple[int,
     return int((diff > tol).sum()), int((diff < -tol).sum()), int((diff.abs() <= tol).sum())
 
 
-def delete_tokens(input_ids: Tensor, attention_mask: Tensor, positions: Tensor, pad_id: int = 0):
+def delete_tokens(input_ids: Tensor, attention_mask: Tensor, positions: Tensor, pad_id: int = 0) -> tuple[Tensor, Tensor]:
     """Remove the token at ``positions[b]`` from sequence b (later tokens move one place left, a pad
     enters at the end). Returns new (input_ids, attention_mask)."""
     B, T = input_ids.shape
@@ -99,12 +103,12 @@ def probability_drop(model: nn.Module, input_ids: Tensor, attention_mask: Tensor
     return torch.where(positive, before - after, after - before)
 
 
-def magnitudes(tensors) -> np.ndarray:
+def magnitudes(tensors: Iterable[Tensor]) -> np.ndarray:
     """|w| of every entry of the given tensors, concatenated (float, on the CPU), e.g. for a histogram."""
     return torch.cat([w.detach().abs().flatten().float().cpu() for w in tensors]).numpy()
 
 
-def count_above(tensors, threshold: float = 0.06) -> int:
+def count_above(tensors: Iterable[Tensor], threshold: float = 0.06) -> int:
     """Number of entries with |w| > threshold over the given tensors."""
     return int(sum((w.detach().abs() > threshold).sum().item() for w in tensors))
 
@@ -113,7 +117,7 @@ def _flat(tensors) -> Tensor:
     return torch.cat([w.detach().flatten().double().cpu() for w in tensors])
 
 
-def top_share(tensors, fraction: float = 0.01) -> float:
+def top_share(tensors: Iterable[Tensor], fraction: float = 0.01) -> float:
     """The share of the squared l2 norm held by the largest ``fraction`` of the entries (at least one),
     over all the tensors together: 1 for a single nonzero entry, ``fraction`` when all are equal."""
     if not 0 < fraction <= 1:
@@ -124,7 +128,7 @@ def top_share(tensors, fraction: float = 0.01) -> float:
     return squares.topk(k).values.sum().item() / total if total > 0 else math.nan
 
 
-def effective_density(tensors) -> float:
+def effective_density(tensors: Iterable[Tensor]) -> float:
     """||x||_1^2 / (n ||x||_2^2) of all entries x together: 1 when every entry has the same magnitude,
     1/n for a single nonzero entry (a scale-free share of entries in use)."""
     x = _flat(tensors)
@@ -132,7 +136,7 @@ def effective_density(tensors) -> float:
     return x.abs().sum().item() ** 2 / (x.numel() * squares) if squares > 0 else math.nan
 
 
-def late_means(values, fraction: float = 0.25, window: int | None = None) -> tuple[float, float]:
+def late_means(values: ArrayLike, fraction: float = 0.25, window: int | None = None) -> tuple[float, float]:
     """(before, last) of a per-epoch curve: the mean of its last ``window`` values and of the ``window``
     values ending ``fraction`` of the curve earlier (windows tame the epoch-to-epoch noise; default: a
     fifth of that span, at least 1); NaNs when the curve is shorter than the span plus the window."""
@@ -144,7 +148,7 @@ def late_means(values, fraction: float = 0.25, window: int | None = None) -> tup
     return float(values[-span - window:-span].mean()), float(values[-window:].mean())
 
 
-def late_change(values, fraction: float = 0.25, window: int | None = None) -> float:
+def late_change(values: ArrayLike, fraction: float = 0.25, window: int | None = None) -> float:
     """How much a per-epoch curve (e.g. the training loss) still moved at the end, relative to where it
     is: last / before - 1 of ``late_means``. A curve falling like a power of the epoch, c t^-a, gives the
     same (3/4)^-a - 1 at every length: this alone never says "flat"."""
@@ -152,7 +156,7 @@ def late_change(values, fraction: float = 0.25, window: int | None = None) -> fl
     return last / before - 1
 
 
-def late_share(values, fraction: float = 0.25, window: int | None = None) -> float:
+def late_share(values: ArrayLike, fraction: float = 0.25, window: int | None = None) -> float:
     """The share of a curve's total change (first value to the last window's mean) that came in its last
     ``fraction`` (windows of ``late_means``): near 0 for a curve that has flattened, ``fraction`` for a
     straight line."""
@@ -195,7 +199,8 @@ def magnitude_prune(model: nn.Module, sparsity: float, embeddings: bool = False)
     return pruned
 
 
-def pruning_curve(model: nn.Module, sparsities, evaluate, embeddings: bool = False) -> list[tuple[float, float]]:
+def pruning_curve(model: nn.Module, sparsities: Iterable[float], evaluate: Callable[[nn.Module], float],
+                  embeddings: bool = False) -> list[tuple[float, float]]:
     """``[(sparsity, evaluate(magnitude_prune(model, sparsity, embeddings))), ...]``: a metric (e.g. test
     accuracy) against global magnitude-pruning sparsity, without retraining."""
     return [(float(s), float(evaluate(magnitude_prune(model, s, embeddings)))) for s in sparsities]
