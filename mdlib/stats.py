@@ -17,8 +17,12 @@ no spread at all), never a degenerate one.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["mean_interval", "paired_interval", "difference_interval", "wilson_interval", "clustered_rate"]
 
@@ -29,7 +33,7 @@ def _t_quantile(confidence: float, dof: float) -> float:
     return float(t.ppf(0.5 + confidence / 2, dof))
 
 
-def mean_interval(values, confidence: float = 0.95) -> tuple[float, float, float]:
+def mean_interval(values: ArrayLike, confidence: float = 0.95) -> tuple[float, float, float]:
     """The mean of ``values`` with its one-sample t interval: (mean, low, high). NaN bounds with fewer
     than two values or no spread."""
     x = np.asarray(values, dtype=float)
@@ -44,7 +48,7 @@ def mean_interval(values, confidence: float = 0.95) -> tuple[float, float, float
     return mean, mean - half, mean + half
 
 
-def paired_interval(first, second, confidence: float = 0.95) -> tuple[float, float, float]:
+def paired_interval(first: ArrayLike, second: ArrayLike, confidence: float = 0.95) -> tuple[float, float, float]:
     """mean(first - second) over pairs (``first[i]`` and ``second[i]`` share seed i) with the paired t
     interval: (difference, low, high). The two sides must have equal lengths."""
     a, b = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
@@ -54,7 +58,7 @@ def paired_interval(first, second, confidence: float = 0.95) -> tuple[float, flo
     return mean_interval(a - b, confidence)
 
 
-def difference_interval(first, second, confidence: float = 0.95) -> tuple[float, float, float]:
+def difference_interval(first: ArrayLike, second: ArrayLike, confidence: float = 0.95) -> tuple[float, float, float]:
     """mean(first) - mean(second) of independent samples with Welch's t interval (unequal variances):
     (difference, low, high). NaN bounds with fewer than two values on a side, or no spread at all."""
     a, b = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
@@ -84,7 +88,7 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
     return centre - half, centre + half
 
 
-def clustered_rate(wins, losses, confidence: float = 0.95) -> tuple[float, float, float]:
+def clustered_rate(wins: ArrayLike, losses: ArrayLike, confidence: float = 0.95) -> tuple[float, float, float]:
     """A win rate among non-tied comparisons when the comparisons cluster (``wins[s]`` and
     ``losses[s]``: the counts of cluster s, e.g. one seed's model pair over the shared sentences): each
     cluster's rate wins / (wins + losses), and the t interval of their mean over clusters (``mean_interval``),
