@@ -7,7 +7,7 @@ every method the same initialization (``stats.paired_interval``).
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import pandas as pd
 from torch import nn
@@ -52,8 +52,8 @@ def change_table(models: Mapping[tuple[str, int], nn.Module], initial: Mapping[i
     return pd.DataFrame(rows)
 
 
-def pruning_table(models: Mapping[tuple[str, int], nn.Module], sparsities, evaluate: Callable[[nn.Module], float]
-                  ) -> pd.DataFrame:
+def pruning_table(models: Mapping[tuple[str, int], nn.Module], sparsities: Sequence[float],
+                  evaluate: Callable[[nn.Module], float]) -> pd.DataFrame:
     """Per model and sparsity, ``evaluate`` (e.g. test accuracy) after global magnitude pruning of the
     weight matrices (``analysis.pruning_curve``: attention, MLP and classifier; not the embedding tables),
     without retraining."""
