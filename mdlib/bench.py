@@ -10,12 +10,22 @@ import os
 import random
 import statistics
 import time
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    import argparse
+
+    import torch
+    from numpy.typing import ArrayLike
+    from torch import Tensor, nn
+
+_T = TypeVar("_T")
 
 # OpenMP threads spin while waiting; a passive policy keeps a neighbour's load from distorting timings.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def median_time(fn, repeats: int) -> float:
+def median_time(fn: Callable[[], object], repeats: int) -> float:
     """Median wall time of ``fn()`` over ``repeats`` calls, in seconds."""
     times = []
     for _ in range(repeats):
@@ -42,7 +52,7 @@ STEP_TARGETS = {"default": ("adam_default", 1.0), "fused": ("adam_fused", 1.10)}
 TRAINING_TARGET = 1.10
 
 
-def choice(name: str, value, allowed):
+def choice(name: str, value: _T, allowed: Iterable[object]) -> _T:
     """``value`` if it is one of ``allowed``, else a ValueError naming the parameter ``name``, the value and
     the allowed values: chapter 08 checks its parameters of a closed set with it before any timing."""
     allowed = list(allowed)
@@ -52,8 +62,8 @@ def choice(name: str, value, allowed):
     return value
 
 
-def optimizer_step_times(total: int, ps=(1.1, 1.75, 3.0), repeats: int = 31, modes=("default", "fused"),
-                         seed: int = 0) -> dict[str, list[float]]:
+def optimizer_step_times(total: int, ps: Iterable[float] = (1.1, 1.75, 3.0), repeats: int = 31,
+                         modes: Sequence[str] = ("default", "fused"), seed: int = 0) -> dict[str, list[float]]:
     """Seconds per optimizer step on ``total`` float32 parameters (split as ``TENSOR_SPLIT``), for the
     torch optimizers of ``TORCH_CONTENDERS`` and LpMirrorDescent at each p in each mode of ``MD_MODES``
     (named ``md_p{p}_{mode}``); after two warm-up steps (which also compile), the contenders take one
@@ -117,7 +127,8 @@ TRAINING_OPTIMIZERS = {"adam": ("adam", 1e-4, None), "md_p1.1": ("md", 1e-4, 1.1
                        "md_p2": ("md", 1e-4, 2.0), "md_p3": ("md", 1e-4, 3.0)}
 
 
-def training_setup(which: str, seed: int = 0):
+def training_setup(which: str, seed: int = 0) -> tuple[Callable[[], nn.Module], Tensor | dict[str, Tensor], Tensor,
+                                                      Callable[[Tensor, Tensor], Tensor]]:
     """(model factory, inputs, labels, loss function) of one training step of a chapter's default run:
     "sentiment" (04: width 24, 3 layers and heads, 64 positions, sentences of 32 WordPiece tokens) or
     "vit" (07: Fashion-MNIST 28 px, patch 7, width 64, depth 3, 4 heads, MLP 64)."""
@@ -149,7 +160,8 @@ def training_setup(which: str, seed: int = 0):
 
 
 def training_step_times(which: str, repeats: int = 21, threads: int = 1, seed: int = 0,
-                        optimizers=None) -> dict[str, list[float]]:
+                        optimizers: Mapping[str, tuple[str, float, float | None]] | None = None
+                        ) -> dict[str, list[float]]:
     """Seconds per training step (forward, loss, backward, optimizer step) of ``training_setup(which)``
     with each optimizer of ``TRAINING_OPTIMIZERS`` (through ``optim.make_optimizer``, as the chapters
     build them), on ``threads`` threads (the chapters' runs: one each), interleaved round by round in a
@@ -189,7 +201,7 @@ def training_step_times(which: str, repeats: int = 21, threads: int = 1, seed: i
         torch.set_num_threads(before)
 
 
-def optimizer(args) -> dict:
+def optimizer(args: argparse.Namespace) -> dict:
     """The issue-11 benchmark: (1) one optimizer step on 10M float32 parameters, LpMirrorDescent at
     p = 1.1, 1.75 and 3 with its default implementation against torch's default Adam (target: no
     slower) and fused against fused Adam (target: within 1.10x); (2) one training step of the sentiment
@@ -276,7 +288,7 @@ def kernel_step_times(repeats: int = 21, batches: int = 20, seed: int = 0) -> di
         torch.set_num_threads(before)
 
 
-def training(args) -> dict:
+def training(args: argparse.Namespace) -> dict:
     """The issue-19 benchmark: chapter 04's training step with the CPU fast path against torch's own
     kernels, side by side in one run (``kernel_step_times``): per optimizer, the median over rounds of
     the reference's time over the fast path's, with its 95 % interval, against ``KERNELS_TARGET``."""
@@ -296,7 +308,8 @@ def training(args) -> dict:
             "speedup_vs_reference_kernels": speedups, "all_targets_met": all(v["met"] for v in speedups.values())}
 
 
-def median_interval(values, confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+def median_interval(values: ArrayLike, confidence: float = 0.95, resamples: int = 2000,
+                    seed: int = 0) -> tuple[float, float]:
     """Percentile-bootstrap interval of the median of ``values`` (seeded)."""
     import numpy as np
 
@@ -306,7 +319,8 @@ def median_interval(values, confidence: float = 0.95, resamples: int = 2000, see
     return float(low), float(high)
 
 
-def training_step_time(model, optimizer, inputs, labels, loss_fn, repeats: int = 3) -> float:
+def training_step_time(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: Tensor, labels: Tensor,
+                       loss_fn: Callable[[Tensor, Tensor], Tensor], repeats: int = 3) -> float:
     """Median seconds of one training step (forward, loss, backward, optimizer step) after one warm-up."""
     def step():
         optimizer.zero_grad(set_to_none=True)
@@ -317,7 +331,7 @@ def training_step_time(model, optimizer, inputs, labels, loss_fn, repeats: int =
     return median_time(step, repeats)
 
 
-def synthetic(args) -> dict:
+def synthetic(args: argparse.Namespace) -> dict:
     """The full experiment E1 (``--seeds`` seeds x p in {1.75, 2, 3} at the paper's step counts, each
     path compared with the SVMs of all three exponents), timed end to end, nothing cached."""
     from mdlib.synthetic import fixed_decoder_experiment
@@ -335,7 +349,7 @@ def synthetic(args) -> dict:
             "own_svm_smallest_on_every_path": own_smallest}
 
 
-def svm(args) -> dict:
+def svm(args: argparse.Namespace) -> dict:
     """l_p attention SVM of E1 size (n = 6, T = 8, d = 10: 42 constraints, 100 unknowns).
 
     Contenders, per p in {1.1, 1.75, 2, 3}: ``mdlib.svm.lp_margin`` on a batch of 100 problems (time
