@@ -26,16 +26,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from mdlib.fetch import DataError, data_dir, path_of
 
+if TYPE_CHECKING:  # datasets, tokenizers and torch load lazily, in the readers that need them
+    from datasets import DatasetDict
+    from numpy.typing import ArrayLike
+    from tokenizers import Tokenizer
+    from torch import Tensor
+
 __all__ = ["stratified_split", "rotten_tomatoes", "imdb", "sentiment_dataset", "wordpiece_tokenizer",
            "sentiment_lexicon", "ImageDataset", "read_idx", "ImageTransform", "fashion_mnist", "cifar"]
 
 
-def stratified_split(labels, fractions: dict[str, float], seed: int) -> dict[str, np.ndarray]:
+def stratified_split(labels: ArrayLike, fractions: dict[str, float], seed: int) -> dict[str, np.ndarray]:
     """Indices of a seeded split keeping each label's share in every part: per label, a permutation
     by ``numpy.random.default_rng(seed)`` is cut in the given fractions (the last part takes the rest)."""
     labels = np.asarray(labels)
@@ -59,7 +66,7 @@ def _dataset_dict(text, label, split: dict[str, np.ndarray]):
         {"text": text[index].tolist(), "label": label[index].tolist()}) for name, index in split.items()})
 
 
-def rotten_tomatoes(seed: int = 0, validation: float = 0.1, test: float = 0.1):
+def rotten_tomatoes(seed: int = 0, validation: float = 0.1, test: float = 0.1) -> DatasetDict:
     """The 10,568 Rotten Tomatoes snippets with a non-zero human valence, labelled by its sign, split
     train / validation / test (stratified, seeded)."""
     raw = path_of("movieReviewSnippets_GroundTruth.txt").read_text(encoding="utf-8")
@@ -78,7 +85,7 @@ def rotten_tomatoes(seed: int = 0, validation: float = 0.1, test: float = 0.1):
     return _dataset_dict(text, label, split)
 
 
-def imdb(seed: int = 0, validation: float = 0.1, local_dir: str | os.PathLike | None = None):
+def imdb(seed: int = 0, validation: float = 0.1, local_dir: str | os.PathLike | None = None) -> DatasetDict:
     """The Stanford IMDb reviews (25k train, 25k test), from ``local_dir`` holding the hub's parquet files
     (``plain_text/train-*.parquet``, ``plain_text/test-*.parquet``; default: ``<data cache>/imdb`` when
     it holds them) or else from the hub (internet); the validation split is a seeded, stratified share
@@ -102,7 +109,7 @@ def imdb(seed: int = 0, validation: float = 0.1, local_dir: str | os.PathLike | 
                                  "test": raw["test"]})
 
 
-def sentiment_dataset(name: str, **kwargs):
+def sentiment_dataset(name: str, **kwargs: Any) -> DatasetDict:
     """A sentiment source by name: ``rotten_tomatoes`` or ``imdb``."""
     sources = {"rotten_tomatoes": rotten_tomatoes, "imdb": imdb}
     if name not in sources:
@@ -110,7 +117,7 @@ def sentiment_dataset(name: str, **kwargs):
     return sources[name](**kwargs)
 
 
-def wordpiece_tokenizer(max_length: int = 128, vocab: str | os.PathLike | None = None):
+def wordpiece_tokenizer(max_length: int = 128, vocab: str | os.PathLike | None = None) -> Tokenizer:
     """The uncased BERT WordPiece tokenizer (30,522 ids, [CLS] first, [SEP] last; the vocabulary and
     rules of ``bert-base-uncased``), truncating to and padding at most to ``max_length``. From the
     fetched ``vocab.txt`` (default) or a given vocabulary file."""
@@ -150,7 +157,7 @@ class ImageDataset:
     The transform takes a batch (B, C, H, W): the DataLoader fetches a batch's images in one call
     (``__getitems__``), so an ``ImageTransform`` runs once per batch, not once per image."""
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, transform=None):
+    def __init__(self, images: np.ndarray, labels: np.ndarray, transform: Callable[[Tensor], Tensor] | None = None):
         if images.ndim == 3:
             images = images[..., None]
         if images.ndim != 4 or len(images) != len(labels):
@@ -230,7 +237,7 @@ class ImageTransform:
         return (images - mean) / std
 
 
-def fashion_mnist(split: str, transform=None) -> ImageDataset:
+def fashion_mnist(split: str, transform: Callable[[Tensor], Tensor] | None = None) -> ImageDataset:
     """Fashion-MNIST, the real 60k / 10k split (28 x 28 grey images, 10 classes), from the fetched files."""
     prefix = {"train": "train", "test": "t10k"}.get(split)
     if prefix is None:
@@ -239,7 +246,8 @@ def fashion_mnist(split: str, transform=None) -> ImageDataset:
     return ImageDataset(images, read_idx(path_of(f"{prefix}-labels-idx1-ubyte.gz")), transform)
 
 
-def cifar(name: str, split: str, root: str | os.PathLike, transform=None, download: bool = False) -> ImageDataset:
+def cifar(name: str, split: str, root: str | os.PathLike, transform: Callable[[Tensor], Tensor] | None = None,
+          download: bool = False) -> ImageDataset:
     """CIFAR-10 / CIFAR-100 from torchvision's on-disk format under ``root`` (the python pickles);
     ``download=True`` first fetches them with torchvision (internet; it checks their md5)."""
     import pickle
