@@ -34,9 +34,20 @@ import base64
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from mdlib import paths, provenance, schema
+
+if TYPE_CHECKING:  # matplotlib, pandas and seaborn load lazily, in the functions that draw and save
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.typing import ColorType
+    from numpy.typing import ArrayLike
+    from pandas.io.formats.style import Styler
+    from seaborn.axisgrid import Grid
+
+    from mdlib.selection import SentenceSet
 
 DPI = 150
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -73,7 +84,7 @@ def set_theme(context: str = "notebook", **rc: Any) -> None:
     sns.set_theme(context=context, style="whitegrid", palette="colorblind", rc=base)
 
 
-def p_color(p: float | str):
+def p_color(p: float | str) -> tuple[float, float, float]:
     """The fixed colour of an l_p exponent (1.1, 1.75, 2, 3 and a few more), or of a named method
     such as ``"adam"``; other values get a stable colour from the spare palette slots."""
     import seaborn as sns
@@ -93,7 +104,7 @@ def p_color(p: float | str):
     return palette[_SPARE_SLOTS[int(round(value * 1000)) % len(_SPARE_SLOTS)]]
 
 
-def p_palette(ps) -> dict:
+def p_palette(ps: Iterable[float | str]) -> dict:
     """``{p: colour}`` for seaborn's ``palette=`` argument (with ``hue="p"``)."""
     return {p: p_color(p) for p in ps}
 
@@ -118,12 +129,13 @@ def method_text(optimizer: str, p: float | None = None) -> str:
     return f"ℓ{float(p):g}" + (" (GD)" if float(p) == 2.0 else "")
 
 
-def method_color(optimizer: str, p: float | None = None):
+def method_color(optimizer: str, p: float | None = None) -> tuple[float, float, float]:
     """The colour of a real-data run's optimizer: ``p_color(p)`` for "md", else ``p_color(optimizer)``."""
     return p_color(p if optimizer == "md" else optimizer)
 
 
-def magnitude_histogram(ax, magnitudes, threshold: float = 0.06, bins: int = 50) -> None:
+def magnitude_histogram(ax: Axes, magnitudes: Mapping[tuple[str, ColorType], ArrayLike], threshold: float = 0.06,
+                        bins: int = 50) -> None:
     """Overlaid step histograms of |w| above ``threshold`` on a log count axis, one per method:
     ``magnitudes`` maps (label, colour) -> array of |w| (the paper's Fig. 9 view)."""
     import numpy as np
@@ -144,7 +156,7 @@ def _method_style(key: str):
     return method_color(*method(key)), method_label(*method(key))
 
 
-def training_curves(history, methods, stop: float | None = 0.995):
+def training_curves(history: pd.DataFrame, methods: Sequence[str], stop: float | None = 0.995) -> Figure:
     """The training of a sentiment grid (``Grid.history``), one column per depth: above, the test
     accuracy (solid: the mean over seeds while every seed runs, band: one standard deviation) and the
     running training accuracy (dotted, mean; a tick where each run stopped; grey: the stop rule);
@@ -182,7 +194,7 @@ def training_curves(history, methods, stop: float | None = 0.995):
     return fig
 
 
-def movement_bars(table, methods, groups=None):
+def movement_bars(table: pd.DataFrame, methods: Sequence[str], groups: Iterable[str] | None = None) -> Figure:
     """Relative movement ||W - W(0)|| / ||W(0)|| per parameter group (``sentiment.movement``): bars of
     the mean over seeds with 95 % t intervals, one colour per method, log scale. Returns the figure."""
     import matplotlib.pyplot as plt
@@ -208,7 +220,8 @@ def movement_bars(table, methods, groups=None):
     return fig
 
 
-def token_heatmaps(heat, sentences, shown, methods, seed):
+def token_heatmaps(heat: pd.DataFrame, sentences: SentenceSet, shown: Sequence[int], methods: Sequence[str],
+                   seed: int) -> Figure:
     """Heat maps of the normalized [CLS] scores (``selection.heat_table``) of the sentences ``shown``
     (indices into ``sentences.ids``) for each method at ``seed``, tokens written in their cells and the
     pivotal word boxed in red. Returns the figure."""
@@ -258,7 +271,7 @@ def _seed_dots(ax, table, methods, column, groups=None):
     ax.set_xticks(range(len(groups)), [g or "" for g in groups])
 
 
-def concentration_plot(table, methods):
+def concentration_plot(table: pd.DataFrame, methods: Sequence[str]) -> Figure:
     """Concentration of the [CLS] attention (``selection.concentration_table``): normalized entropy and
     top-token share, bars of the mean over seeds with each seed as a dot. Returns the figure."""
     import matplotlib.pyplot as plt
@@ -273,7 +286,7 @@ def concentration_plot(table, methods):
     return fig
 
 
-def deletion_bars(drops, methods):
+def deletion_bars(drops: pd.DataFrame, methods: Sequence[str]) -> Figure:
     """The deletion control (``selection.deletion_table``): the mean drop of the predicted class's
     probability per deleted token and method, each seed a dot. Returns the figure."""
     import matplotlib.pyplot as plt
@@ -287,7 +300,7 @@ def deletion_bars(drops, methods):
     return fig
 
 
-def pruning_curves(pruning, methods):
+def pruning_curves(pruning: pd.DataFrame, methods: Iterable[str]) -> Figure:
     """Test accuracy against the fraction of weights pruned (``sparsity.pruning_table``): mean ± one
     standard deviation over seeds per method, chance dotted. Returns the figure."""
     import matplotlib.pyplot as plt
@@ -403,7 +416,8 @@ def _write_csv(frame, label: str) -> Path:
     return paths.atomic_write(paths.results_dir() / f"{label}.csv", write)
 
 
-def save_figure(fig, label: str, data=None, *, close: bool = True, glue: bool = True) -> Saved:
+def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.Series | None = None, *,
+                close: bool = True, glue: bool = True) -> Saved:
     """Save ``fig`` as ``<build>/figures/<label>.png`` (150 dpi) and ``.pdf``; with ``data`` (a tidy
     DataFrame: the numbers plotted) also ``<build>/results/<label>.csv``; the provenance record
     (``mdlib.provenance``) goes to ``<build>/figures/<label>.json`` (and beside the CSV) and into the
@@ -445,8 +459,8 @@ def save_figure(fig, label: str, data=None, *, close: bool = True, glue: bool = 
     return saved
 
 
-def save_table(df, label: str, *, styled=None, float_format: str = "{:.4g}", index: bool | None = None,
-               glue: bool = True) -> Saved:
+def save_table(df: pd.DataFrame | pd.Series, label: str, *, styled: Styler | None = None, float_format: str = "{:.4g}",
+               index: bool | None = None, glue: bool = True) -> Saved:
     """Save ``df`` as ``<build>/results/<label>.csv`` with its provenance record (``mdlib.provenance``)
     beside it, ``<label>.json``, and glue it as an HTML table under ``label``.
 
