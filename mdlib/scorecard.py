@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -160,7 +160,7 @@ E3_CLOSE, E3_FAR = 0.01, 0.1
 @_rule("E3", f"One fixed instance per p (no seeds, no interval). Holds when, for every p, the directional "
              f"Bregman divergences of W to the attention SVM and of v to the decoder SVM at the last step are "
              f"at most {E3_CLOSE:g}; differs when one of them is at least {E3_FAR:g}; inconclusive between.")
-def e3_rule(divergences) -> Verdict:
+def e3_rule(divergences: Iterable[float]) -> Verdict:
     """``divergences``: every p's final W and v divergences."""
     values = [float(x) for x in divergences]
     if not values:
@@ -269,7 +269,7 @@ PARITY_MARGIN = 2.0
                      f"differs when one lies wholly outside; inconclusive otherwise. Not measured with fewer "
                      f"than 2 seeds per method, or when some method's training loss had not levelled off (the "
                      f"chapter's rule): the claim is about end points, not speed.")
-def parity_rule(intervals, seeds: int, levelled: bool) -> Verdict:
+def parity_rule(intervals: Iterable[tuple[float, float]], seeds: int, levelled: bool) -> Verdict:
     """``intervals``: (low, high) of MD minus Adam per exponent, in points."""
     if seeds < 2:
         return _not_measured(f"{seeds} seed per method")
@@ -288,7 +288,7 @@ COST_BAND = (0.8, 1.25)
                f"time to Adam's (chapter 08). Holds when every exponent's interval lies within "
                f"{COST_BAND[0]:g} to {COST_BAND[1]:g}; differs when one lies wholly outside; inconclusive "
                f"otherwise.")
-def cost_rule(intervals) -> Verdict:
+def cost_rule(intervals: Iterable[tuple[float, float]]) -> Verdict:
     intervals = list(intervals)
     lo, hi = COST_BAND
     if not intervals:
@@ -808,7 +808,7 @@ CLAIMS = [
 ]
 
 
-def rows(results_dir, *, profile: str | None = None, link: Callable[[str, str], str] = reference,
+def rows(results_dir: Path | str, *, profile: str | None = None, link: Callable[[str, str], str] = reference,
          notebook: str | None = None) -> list[Row]:
     """One ``Row`` per claim (and per depth, sentence set, data set or model within a claim), in the
     paper's order (only ``notebook``'s claims when given). Only results the build's ``profile`` made
@@ -834,7 +834,7 @@ def rows(results_dir, *, profile: str | None = None, link: Callable[[str, str], 
     return out
 
 
-def verdicts(notebook: str, results_dir=None) -> str:
+def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:
     """The scorecard's verdicts on ``notebook``'s claims, as one line of text per claim row, from the
     results the chapter has just written, at its own profile (``provenance.notebook_run``; outside the
     pipeline its results have none, so each claim reads not measured): a chapter prints these, so that
@@ -854,7 +854,7 @@ def _short(claim: str) -> str:
 _COLOURS = {HOLDS: "#1b7837", DIFFERS: "#b2182b", INCONCLUSIVE: "#e08214", NOT_MEASURED: "#8c8c8c"}
 
 
-def forest(table: list[Row], target) -> Path | None:
+def forest(table: list[Row], target: Path | str) -> Path | None:
     """The forest plot of every comparative claim of ``table`` (rows with an ``effect``), saved as a PNG
     at ``target``: per row its own axis, the estimate and its 95 % interval coloured by the verdict,
     the null value or band (grey), the side the claim predicts shaded, the verdict word at the right.
@@ -910,7 +910,7 @@ def forest(table: list[Row], target) -> Path | None:
 FOREST = "scorecard-forest.png"
 
 
-def page(results_dir, *, profile: str | None = None, archive_link: str | None = None,
+def page(results_dir: Path | str, *, profile: str | None = None, archive_link: str | None = None,
          link: Callable[[str, str], str] = reference, forest_image: str | None = None) -> str:
     """The scorecard page (MyST markdown) for the results in ``results_dir``; ``forest_image``: the file
     name of the forest plot (``forest``) to lead with."""
@@ -951,8 +951,8 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
     return "\n".join(lines) + "\n"
 
 
-def write_page(target, results_dir, *, profile: str | None = None, archive_link: str | None = None,
-               link: Callable[[str, str], str] = reference) -> Path:
+def write_page(target: Path | str, results_dir: Path | str, *, profile: str | None = None,
+               archive_link: str | None = None, link: Callable[[str, str], str] = reference) -> Path:
     """Write the page (``page``) to ``target`` atomically, led by the forest plot (``FOREST``, written
     beside it)."""
     target = Path(target)
