@@ -13,7 +13,7 @@ seed (``stats.paired_interval``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,9 @@ __all__ = ["PAPER", "SentenceSet", "sentence_sets", "scores", "heat_table", "win
 
 #: The paper's token-selection numbers (its Figs. 8, 13, 14: one 6-layer model per optimizer).
 PAPER = {"wins": 22, "losses": 16, "ties": 2, "sentences": 40, "score_1.1": 0.44, "score_2": 0.31}
+
+#: What ``scores`` returns: {(method, seed): {set name: [normalized [CLS] scores per sentence]}}.
+_Scored = Mapping[tuple[str, int], Mapping[str, Sequence[np.ndarray]]]
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def _seeds(scored, key) -> list[int]:
     return sorted(seed for k, seed in scored if k == key)
 
 
-def heat_table(scored, s: SentenceSet, methods) -> pd.DataFrame:
+def heat_table(scored: _Scored, s: SentenceSet, methods: Iterable[str]) -> pd.DataFrame:
     """Every token's normalized score in every sentence of ``s``, per method and seed (tidy)."""
     return pd.DataFrame([{"method": key, "seed": seed, "sentence": i + 1, "position": j, "token": token,
                           "score": float(scored[key, seed][s.name][i][j]), "pivot": bool(j == s.positions[i])}
@@ -80,7 +83,7 @@ def heat_table(scored, s: SentenceSet, methods) -> pd.DataFrame:
                          for j, token in enumerate(sentiment.tokens(ids))])
 
 
-def win_table(scored, sets: Mapping[str, SentenceSet], pairs) -> pd.DataFrame:
+def win_table(scored: _Scored, sets: Mapping[str, SentenceSet], pairs: Sequence[int]) -> pd.DataFrame:
     """Per set with pivots and seed pair: ℓ1.1's wins, losses and ties against GD on the pivot's score."""
     rows = []
     for name, s in sets.items():
@@ -97,7 +100,8 @@ def _most_attended(rows) -> np.ndarray:
     return np.array([1 + int(np.argmax(r[1:-1])) for r in rows])
 
 
-def summary(per_seed: pd.DataFrame, scored, sets: Mapping[str, SentenceSet], methods) -> pd.DataFrame:
+def summary(per_seed: pd.DataFrame, scored: _Scored, sets: Mapping[str, SentenceSet],
+            methods: Sequence[str]) -> pd.DataFrame:
     """One row per set with pivots (and the paper's): the counts, ℓ1.1's win rate as the mean of the
     per-seed rates with its t interval over seeds, the pooled rate with a Wilson interval (which
     wrongly treats every comparison as independent; shown for contrast), and per method the mean pivot
@@ -151,7 +155,7 @@ def summary_view(table: pd.DataFrame) -> pd.DataFrame:
             lambda v: "–" if pd.isna(v) else f"{v:.2f}") for k in methods})
 
 
-def summary_text(row) -> str:
+def summary_text(row: pd.Series) -> str:
     """One set's row of ``summary`` in words."""
     scores = " / ".join(f"{row[f'score_{k}']:.2f}" for k in ("1.1", "2") if f"score_{k}" in row)
     return (f"ℓ1.1 / GD / ties {row.wins} / {row.losses} / {row.ties} over {row.seeds} seed pairs; ℓ1.1's win rate "
@@ -177,7 +181,7 @@ def concentration_table(models: Mapping[tuple[str, int], torch.nn.Module], s: Se
     return pd.DataFrame(rows)
 
 
-def concentration_text(table: pd.DataFrame, methods, pairs) -> str:
+def concentration_text(table: pd.DataFrame, methods: Sequence[str], pairs: Sequence[int]) -> str:
     """The concentration per method (means over seeds with t intervals) and GD minus ℓ1.1, paired."""
     from mdlib.plots import method_text
 
@@ -197,7 +201,8 @@ def concentration_text(table: pd.DataFrame, methods, pairs) -> str:
     return text
 
 
-def deletion_table(models, scored, s: SentenceSet, seed: int = 0) -> pd.DataFrame:
+def deletion_table(models: Mapping[tuple[str, int], torch.nn.Module], scored: _Scored, s: SentenceSet,
+                   seed: int = 0) -> pd.DataFrame:
     """Per model: the mean drop of the predicted class's probability when deleting, from each sentence
     of ``s``, its most-attended token, its pivot, or a random real token (seeded)."""
     rng = np.random.default_rng(seed)
@@ -211,7 +216,7 @@ def deletion_table(models, scored, s: SentenceSet, seed: int = 0) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-def deletion_text(drops: pd.DataFrame, methods) -> str:
+def deletion_text(drops: pd.DataFrame, methods: Sequence[str]) -> str:
     from mdlib.plots import method_text
 
     means = drops.groupby(["deleted", "method"], sort=False)["drop"].mean()
