@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import numpy as np
 import torch
@@ -59,7 +59,8 @@ def _factor_out(log_abs: Tensor, sign: Tensor, sum_dims: int) -> tuple[Tensor, T
     return scale.reshape(scale.shape[:-sum_dims]), rel
 
 
-def scaled_gradients(W: Tensor, v: Tensor, data: SyntheticData, with_decoder: bool = False):
+def scaled_gradients(W: Tensor, v: Tensor, data: SyntheticData, with_decoder: bool = False
+                     ) -> tuple[Tensor, Tensor] | tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
     """Gradients of the mean logistic loss as (log_scale, direction) pairs, grad = exp(log_scale) * D.
 
     Returns ``(sW, DW)`` (shapes (B,), (B, d, d)) and, with ``with_decoder``, also ``(sv, Dv)``.
@@ -198,7 +199,7 @@ def selected_tokens(W: Tensor, data: SyntheticData) -> Tensor:
     return attention_logits(W, data.X, data.z).argmax(dim=-1)
 
 
-def svm_divergences(path: Path, data: SyntheticData, svm_ps, tol: float = 1e-8) -> dict:
+def svm_divergences(path: Path, data: SyntheticData, svm_ps: Iterable[float], tol: float = 1e-8) -> dict:
     """For each SVM exponent p', the l_p' attention SVM W_mm for the path's final selected tokens and
     the directional Bregman divergence D_psi_p(W_mm / ||W_mm||_p, W_k / ||W_k||_p) along the path, in
     the training exponent's geometry (p = path.p). Returns {p': (divergence (R, B), W_mm (B, d, d))}."""
