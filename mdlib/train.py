@@ -39,7 +39,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -209,7 +209,8 @@ def _train_batches(n: int, batch_size: int, seed: int, epoch: int, world: World,
             for chunk in chunks if len(chunk) >= world.size]
 
 
-def batching(lengths, batch_size: int, pool: int, seed: int = 0) -> dict[str, float]:
+def batching(lengths: Tensor | np.ndarray | Sequence[int], batch_size: int, pool: int,
+             seed: int = 0) -> dict[str, float]:
     """What length pools do to an epoch's batches (``fit(lengths=..., pool=...)``), from the lengths
     alone: ``padding``, the padded tokens of epoch 0 over its real tokens (1: no padding); ``again``,
     the share of a batch's pairs of examples that share a batch again in epoch 1 (random batches:
@@ -325,7 +326,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         reduction: str = "mean", stop_train_accuracy: float | None = None,
         checkpoint: str | os.PathLike | None = None,
         eval_every: int = 1, num_workers: int = 0, progress: bool = True,
-        device: str | torch.device | None = None, lengths=None, pool: int = 16) -> pd.DataFrame:
+        device: str | torch.device | None = None, lengths: Tensor | np.ndarray | Sequence[int] | None = None,
+        pool: int = 16) -> pd.DataFrame:
     """Train ``model`` with ``optimizer`` for up to ``epochs`` epochs; the history, one row per epoch.
 
     Args:
