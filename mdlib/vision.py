@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Container, Mapping
 
 import numpy as np
 import pandas as pd
@@ -72,7 +72,7 @@ def split_indices(labels: np.ndarray, train_size: int | None, validation: int,
     return rest, parts["validation"]
 
 
-def image_sets(data_config: Mapping[str, Any], download: bool = False):
+def image_sets(data_config: Mapping[str, Any], download: bool = False) -> tuple[data.ImageDataset, data.ImageDataset]:
     """(training set, evaluation set) of a config's ``data``: the evaluation set is the held-out
     validation images when ``validation > 0``, else the test set. ``download`` lets torchvision fetch
     CIFAR first (internet)."""
@@ -260,7 +260,8 @@ def grid(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True) 
     return Grid(dict(config), entry["sweep"], chosen, configs, results, diverged, history)
 
 
-def change_table(grids: Mapping[str, Grid], methods=("adam", "1.1"), flat_share: float = 0.05) -> pd.DataFrame:
+def change_table(grids: Mapping[str, Grid], methods: Container[str] = ("adam", "1.1"),
+                 flat_share: float = 0.05) -> pd.DataFrame:
     """What training changed in the attention matrices of the final runs of several grids (``grids``:
     name -> grid, e.g. {"swept": ..., "paper": ...} for the chosen and the paper's step sizes): one row
     per (grid, dataset, method, seed) of ``methods`` with the step size, ``sparsity.change_table``'s
