@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, overload
 
 import numpy as np
 import torch
@@ -59,6 +59,15 @@ def _factor_out(log_abs: Tensor, sign: Tensor, sum_dims: int) -> tuple[Tensor, T
     return scale.reshape(scale.shape[:-sum_dims]), rel
 
 
+@overload
+def scaled_gradients(W: Tensor, v: Tensor, data: SyntheticData,
+                     with_decoder: Literal[False] = False) -> tuple[Tensor, Tensor]: ...
+@overload
+def scaled_gradients(W: Tensor, v: Tensor, data: SyntheticData,
+                     with_decoder: Literal[True]) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]: ...
+@overload
+def scaled_gradients(W: Tensor, v: Tensor, data: SyntheticData, with_decoder: bool = False
+                     ) -> tuple[Tensor, Tensor] | tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]: ...
 def scaled_gradients(W: Tensor, v: Tensor, data: SyntheticData, with_decoder: bool = False
                      ) -> tuple[Tensor, Tensor] | tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
     """Gradients of the mean logistic loss as (log_scale, direction) pairs, grad = exp(log_scale) * D.
