@@ -101,19 +101,19 @@ def load_yaml(text: str, where: str, fix: str) -> Any:
 
 def list_notebooks(notebooks_dir: Path | None = None) -> list[str]:
     """Names (without ``.py``) of every jupytext notebook in ``notebooks/``, sorted."""
-    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     return sorted(path.stem for path in folder.glob("*.py") if not path.name.startswith((".", "_")))
 
 
 def chapters(notebooks_dir: Path | None = None) -> list[str]:
     """The book's chapters: ``notebooks/[0-9][0-9]_*.py``, in order."""
-    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     return sorted(path.stem for path in folder.glob("*.py") if CHAPTER_RE.match(path.name))
 
 
 def resolve_notebook(name: str | os.PathLike, notebooks_dir: Path | None = None) -> Path:
     """``notebooks/<name>.py`` for a name given with or without ``.py`` (or ``.ipynb``)."""
-    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     stem = Path(name).name
     for suffix in (".py", ".ipynb"):
         if stem.endswith(suffix):
@@ -127,7 +127,7 @@ def resolve_notebook(name: str | os.PathLike, notebooks_dir: Path | None = None)
 
 def list_profiles(params_dir: Path | None = None) -> list[str]:
     """The profiles: the names of the files ``params/<name>.yaml`` that match :data:`PROFILE_RE`."""
-    folder = Path(params_dir or paths.PARAMS)
+    folder = Path(params_dir or paths.params_dir())
     names = [path.stem for path in folder.glob("*.yaml") if PROFILE_RE.fullmatch(path.stem)]
     return sorted(names, key=lambda n: (PROFILE_ORDER.index(n) if n in PROFILE_ORDER else len(PROFILE_ORDER), n))
 
@@ -135,7 +135,7 @@ def list_profiles(params_dir: Path | None = None) -> list[str]:
 def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict[str, Any]]:
     """``params/<profile>.yaml``: a mapping notebook name -> {parameter: value}; ``profile`` is one of
     :func:`list_profiles` (a name, never a path)."""
-    folder = Path(params_dir or paths.PARAMS)
+    folder = Path(params_dir or paths.params_dir())
     profiles = list_profiles(folder)
     if profile not in profiles:
         raise ValueError(f"unknown profile {profile!r}; the profiles are {', '.join(profiles) or '(none)'} "
@@ -307,7 +307,9 @@ def resolve_parameters(name: str, profile: str = "default", overrides: Mapping[s
 
 @contextlib.contextmanager
 def _kernel_environment(run: Mapping[str, Any] | None = None) -> Iterator[None]:
-    """The kernel imports this checkout's mdlib (PYTHONPATH) and writes where this process would.
+    """The kernel imports the mdlib this process runs (PYTHONPATH: the folder holding the package, a
+    checkout or site-packages) and reads and writes where this process would (``MDLIB_ROOT``: the
+    project this process found, when it found one).
 
     ``run`` (``{notebook, profile, parameters, overrides}``) reaches the kernel as the JSON value of
     ``mdlib.provenance.ENV``, from which every saved figure and table records how it was made.
@@ -322,14 +324,17 @@ def _kernel_environment(run: Mapping[str, Any] | None = None) -> Iterator[None]:
     from mdlib import fetch, provenance
 
     keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, fetch.DATA_ENV,
-            provenance.ENV)
+            paths.ROOT_ENV, provenance.ENV)
     saved = {key: os.environ.get(key) for key in keys}
     if run is not None:
         os.environ[provenance.ENV] = json.dumps(dict(run), default=str)
     for key, resolved in ((paths.BUILD_ENV, paths.build_dir), (fetch.DATA_ENV, fetch.data_dir)):
         if saved[key]:
             os.environ[key] = str(resolved())
-    parts = [str(paths.ROOT)] + [p for p in (saved["PYTHONPATH"] or "").split(os.pathsep) if p]
+    project = paths.find_root()
+    if project is not None:
+        os.environ[paths.ROOT_ENV] = str(project)
+    parts = [str(paths.PACKAGE_DIR.parent)] + [p for p in (saved["PYTHONPATH"] or "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("TQDM_DISABLE", "1")
@@ -454,7 +459,7 @@ def check_consistent(names: list[str], notebooks_dir: Path | None = None) -> Non
 
     from mdlib import provenance
 
-    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     for name in names:
         if paths.recover(_journal(name), _artifact_folders()):
             print(f"{name}: an execution was killed before it finished; its figures and results were set back "
@@ -497,7 +502,7 @@ def notebook_failure(ipynb: Path) -> str | None:
 
 def check_executed(names: list[str], notebooks_dir: Path | None = None) -> None:
     """Raise ``BookError`` unless every ``<notebooks>/<name>.ipynb`` exists and executed without error."""
-    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     missing = [n for n in names if not (folder / f"{n}.ipynb").is_file()]
     if missing:
         raise BookError(f"not executed yet: {', '.join(missing)}; run `python -m mdlib book` without "
@@ -558,7 +563,7 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
     """The markdown of the parameters page: per notebook, a table of every parameter with its default,
     its value in each profile that sets it (smoke and paper always shown) and its description.
     Every profile's values are validated against the notebooks (unknown names, wrong types)."""
-    folder = Path(notebooks_dir or paths.NOTEBOOKS)
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     names = chapters(folder) if notebooks is None else list(notebooks)
     profiles = list_profiles(params_dir)
     loaded = {p: load_profile(p, params_dir) for p in profiles}
@@ -611,7 +616,7 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
 
 
 def write_parameters_page(target: Path | None = None, profile: str | None = None, **kwargs) -> Path:
-    target = Path(target or paths.BOOK / "parameters.md")
+    target = Path(target or paths.book_dir() / "parameters.md")
     text = parameters_page(profile, **kwargs)
     return paths.atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))
 
@@ -621,7 +626,7 @@ def write_scorecard_page(target: Path | None = None, profile: str | None = None)
     (``mdlib.scorecard``), with the link to the archive of every figure and table."""
     from mdlib import provenance, scorecard
 
-    return scorecard.write_page(Path(target or paths.BOOK / "scorecard.md"), paths.results_dir(), profile=profile,
+    return scorecard.write_page(Path(target or paths.book_dir() / "scorecard.md"), paths.results_dir(), profile=profile,
                                 archive_link=provenance.archive_href("book/scorecard"))
 
 
@@ -631,7 +636,7 @@ def write_scorecard_page(target: Path | None = None, profile: str | None = None)
 
 def toc_files(toc: Path | None = None) -> list[str]:
     """Every ``file:`` entry of ``_toc.yml`` (the root first), in order."""
-    data = yaml.safe_load(Path(toc or paths.ROOT / "_toc.yml").read_text("utf-8"))
+    data = yaml.safe_load(Path(toc or paths.root() / "_toc.yml").read_text("utf-8"))
     found = [data["root"]] if "root" in data else []
 
     def walk(node):
@@ -675,7 +680,7 @@ def build(profile: str = "default", execute: bool = True) -> Path:
     load_profile(profile)  # unknown profile -> clear error before anything runs
     names = chapters()
     if not names:
-        raise BookError(f"no chapter notebooks ({paths.NOTEBOOKS}/[0-9][0-9]_*.py)")
+        raise BookError(f"no chapter notebooks ({paths.notebooks_dir()}/[0-9][0-9]_*.py)")
     _check_toc(names)
     for nb_name in names:  # validate parameters and profiles before spending time executing
         resolve_parameters(nb_name, profile)
@@ -694,7 +699,7 @@ def build(profile: str = "default", execute: bool = True) -> Path:
     else:
         check_executed(names)
         check_consistent(names)
-        used = {_executed_profile(paths.NOTEBOOKS / f"{n}.ipynb") for n in names}
+        used = {_executed_profile(paths.notebooks_dir() / f"{n}.ipynb") for n in names}
         profile = used.pop() if len(used) == 1 and None not in used else "mixed (see each chapter)"
     write_parameters_page(profile=profile)
     from mdlib import provenance
@@ -712,11 +717,11 @@ def build(profile: str = "default", execute: bool = True) -> Path:
 
 def build_html() -> Path:
     """``jupyter-book build`` of the pre-executed notebooks, warnings as errors."""
-    output = paths.jupyter_book_output()
+    output, project = paths.jupyter_book_output(), paths.root()
     cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
-           "build", str(paths.ROOT), "--path-output", str(output), "--builder", "html", "-W", "--keep-going"]
+           "build", str(project), "--path-output", str(output), "--builder", "html", "-W", "--keep-going"]
     print("building the HTML book: jupyter-book build -W --keep-going", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=paths.ROOT)
+    proc = subprocess.run(cmd, cwd=project)
     index = paths.html_dir() / "index.html"
     if proc.returncode != 0:
         raise BookError(f"jupyter-book build failed (exit {proc.returncode}); warnings count as errors, "

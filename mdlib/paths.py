@@ -1,7 +1,28 @@
-"""Where things live (the repository root, the build outputs) and how a file gets there: atomically.
+"""Where things live (the book project, the build outputs, the data cache) and how a file gets there:
+atomically.
 
-The build directory is ``$MDLIB_BUILD_DIR`` when set, else ``<repo>/_build``. The functions read the
-environment variable at call time, so a test (or a user) can redirect every output by setting it.
+The library (the optimizer, the mirror maps, the SVM solvers, the models) needs none of this: nothing
+here runs on import, and only the book and the experiments' stores ask for a folder.
+
+**The project** (:func:`root`) is the folder of the book: ``_config.yml``, ``notebooks/``, ``params/``,
+``book/``, ``data/``. It is, the first that applies:
+
+1. the ``--root`` of the command line (``python -m mdlib --root DIR ...``; :func:`using_root`);
+2. ``$MDLIB_ROOT``;
+3. the checkout that holds this package, when it is one (running from the checkout, an editable
+   install);
+4. the working directory or the nearest of its parents that is a project;
+
+a folder is a project when it holds ``_config.yml``, ``notebooks/`` and ``params/``. An explicit
+folder (1, 2) that is not one is an error, and so is finding none (:class:`ProjectNotFound` says what
+to do). A non-editable install is found only by 1, 2 or 4: its package folder (site-packages) never is.
+
+**The build directory** is ``$MDLIB_BUILD_DIR`` when set, else ``<project>/_build``, else (no project:
+the experiments used as a library) ``<user cache>/build``. **The user cache** is
+``$XDG_CACHE_HOME/mdlib`` or ``~/.cache/mdlib`` (:func:`user_cache_dir`; ``mdlib.fetch.data_dir``
+keeps the data there outside a project). Every function reads the environment at call time, so a
+test (or a user) can redirect every output by setting a variable. Nothing is ever written into the
+installed package.
 
     <build>/figures/<label>.png, .pdf   figures saved by ``mdlib.plots.save_figure``
     <build>/results/<label>.csv         the numbers behind each figure and table
@@ -24,22 +45,141 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
-#: The repository root (the folder holding ``mdlib/``, ``notebooks/``, ``params/``, ``_config.yml``).
-ROOT = Path(__file__).resolve().parent.parent
-#: Jupytext sources of the book's chapters (``NN_name.py``) and their executed ``.ipynb``.
-NOTEBOOKS = ROOT / "notebooks"
-#: Parameter profiles: ``params/<profile>.yaml``.
-PARAMS = ROOT / "params"
-#: Prose pages of the book.
-BOOK = ROOT / "book"
+#: The installed (or checked-out) package ``mdlib/`` itself; its parent is what ``import mdlib`` needs on
+#: the path. Not the project: see :func:`root`.
+PACKAGE_DIR = Path(__file__).resolve().parent
 
+ROOT_ENV = "MDLIB_ROOT"
 BUILD_ENV = "MDLIB_BUILD_DIR"
+CACHE_ENV = "XDG_CACHE_HOME"
+#: What makes a folder a book project: these files and folders.
+PROJECT_FILES = ("_config.yml",)
+PROJECT_FOLDERS = ("notebooks", "params")
+
+_override: list[Path] = []  # the --root of the command line, innermost last (using_root)
+
+
+class ProjectNotFound(LookupError):
+    """No book project (``_config.yml``, ``notebooks/``, ``params/``) was found; the message says how
+    to point mdlib at one."""
+
+
+def is_project(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds ``_config.yml``, ``notebooks/`` and ``params/``."""
+    folder = Path(folder)
+    return all((folder / name).is_file() for name in PROJECT_FILES) and \
+        all((folder / name).is_dir() for name in PROJECT_FOLDERS)
+
+
+def _must_be_project(folder: Path, given: str) -> Path:
+    folder = folder.expanduser().resolve()
+    if not is_project(folder):
+        missing = [f for f in PROJECT_FILES if not (folder / f).is_file()] + \
+            [f"{f}/" for f in PROJECT_FOLDERS if not (folder / f).is_dir()]
+        raise ProjectNotFound(f"{given} is {folder}, which is not a checkout of the book: it has no "
+                              f"{', '.join(missing)}. Point it at the folder that holds _config.yml, "
+                              "notebooks/ and params/")
+    return folder
+
+
+def find_root(cwd: str | os.PathLike | None = None) -> Path | None:
+    """The project by the rules of this module's docstring (``cwd``: the working directory to search
+    from, ``os.getcwd()`` by default); None when there is none, ``ProjectNotFound`` when ``--root`` or
+    ``$MDLIB_ROOT`` names a folder that is not one."""
+    if _override:
+        return _must_be_project(_override[-1], "--root")
+    value = os.environ.get(ROOT_ENV)
+    if value:
+        return _must_be_project(Path(value), f"${ROOT_ENV}")
+    checkout = PACKAGE_DIR.parent
+    if is_project(checkout):
+        return checkout
+    here = Path(cwd if cwd is not None else os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if is_project(folder):
+            return folder
+    return None
+
+
+def root() -> Path:
+    """The book project (see the module's docstring); ``ProjectNotFound`` when there is none."""
+    found = find_root()
+    if found is None:
+        raise ProjectNotFound(
+            f"no checkout of the book found: mdlib looked for a folder holding _config.yml, notebooks/ and "
+            f"params/ in --root, ${ROOT_ENV}, the checkout this mdlib was imported from ({PACKAGE_DIR.parent}) "
+            f"and the working directory {os.getcwd()} and its parents. Run the command inside a checkout of "
+            f"the book, set {ROOT_ENV}=/path/to/the/checkout, or pass --root /path/to/the/checkout. (The "
+            "library itself, the optimizer, SVM solvers and models, needs no checkout.)")
+    return found
+
+
+@contextlib.contextmanager
+def using_root(folder: str | os.PathLike | None) -> Iterator[None]:
+    """Within the block, :func:`root` is ``folder`` (checked to be a project; the command line's
+    ``--root``); None changes nothing."""
+    if folder is None:
+        yield
+        return
+    _override.append(_must_be_project(Path(folder), "--root"))
+    try:
+        yield
+    finally:
+        _override.pop()
+
+
+def notebooks_dir() -> Path:
+    """Jupytext sources of the book's chapters (``NN_name.py``) and their executed ``.ipynb``."""
+    return root() / "notebooks"
+
+
+def params_dir() -> Path:
+    """Parameter profiles: ``params/<profile>.yaml``."""
+    return root() / "params"
+
+
+def book_dir() -> Path:
+    """Prose pages of the book."""
+    return root() / "book"
+
+
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/mdlib`` or ``~/.cache/mdlib``: mdlib's folder outside a project (a relative
+    ``XDG_CACHE_HOME`` is ignored, as the XDG base directory specification says)."""
+    value = Path(os.environ.get(CACHE_ENV) or "").expanduser()
+    base = value if value.is_absolute() else Path.home() / ".cache"
+    return base.resolve() / "mdlib"
+
+
+def data_file(name: str) -> Path:
+    """A tracked data file ``data/<name>`` (the token-selection sentences): the project's copy inside a
+    project, else the copy the installed package carries (``mdlib/_data/``, from the same file)."""
+    found = find_root()
+    if found is not None and (found / "data" / name).is_file():
+        return found / "data" / name
+    packaged = PACKAGE_DIR / "_data" / name
+    if packaged.is_file():
+        return packaged
+    raise FileNotFoundError(f"data/{name} is neither in a checkout of the book nor installed with mdlib "
+                            f"({packaged}); reinstall the package or run inside a checkout")
 
 
 def build_dir() -> Path:
-    """``$MDLIB_BUILD_DIR`` (made absolute) or ``<repo>/_build``."""
+    """``$MDLIB_BUILD_DIR`` (made absolute), else ``<project>/_build``, else ``<user cache>/build``."""
     value = os.environ.get(BUILD_ENV)
-    return Path(value).expanduser().resolve() if value else ROOT / "_build"
+    if value:
+        return Path(value).expanduser().resolve()
+    found = find_root()
+    return found / "_build" if found is not None else user_cache_dir() / "build"
+
+
+def __getattr__(name: str) -> Path:
+    """``ROOT``, ``NOTEBOOKS``, ``PARAMS``, ``BOOK``: the module constants of mdlib 0.1.0, now resolved
+    when read (``root()`` and the functions beside it are the API)."""
+    resolve = {"ROOT": root, "NOTEBOOKS": notebooks_dir, "PARAMS": params_dir, "BOOK": book_dir}.get(name)
+    if resolve is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return resolve()
 
 
 def figures_dir() -> Path:

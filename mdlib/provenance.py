@@ -138,10 +138,13 @@ def command(notebook: str | None, profile: str | None, overrides: Mapping[str, A
 
 
 def git_state(root: Path | None = None) -> dict[str, Any]:
-    """``{"commit": sha or None, "dirty": bool or None}`` of the checkout at ``root`` (the repository
-    by default); both None when ``root`` is not the top of a git work tree or git is unavailable.
-    Dirty: a tracked file modified, or an untracked file git does not ignore."""
-    root = Path(root or paths.ROOT).resolve()
+    """``{"commit": sha or None, "dirty": bool or None}`` of the checkout at ``root`` (the book project,
+    ``mdlib.paths.find_root``, by default); both None when there is no project, ``root`` is not the top
+    of a git work tree or git is unavailable. Dirty: a tracked file modified, or an untracked file git
+    does not ignore."""
+    root = Path(root).resolve() if root is not None else paths.find_root()
+    if root is None:
+        return {"commit": None, "dirty": None}
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True,
@@ -283,10 +286,15 @@ def records(build: Path | None = None):
 
 
 def load_citation(path: Path | None = None) -> dict[str, Any]:
-    """The repository's ``CITATION.cff`` as a mapping ({} when it is missing)."""
+    """The project's ``CITATION.cff`` as a mapping ({} when it is missing, or there is no project)."""
     import yaml
 
-    path = Path(path or paths.ROOT / "CITATION.cff")
+    if path is None:
+        project = paths.find_root()
+        if project is None:
+            return {}
+        path = project / "CITATION.cff"
+    path = Path(path)
     try:
         return yaml.safe_load(path.read_text("utf-8")) or {}
     except OSError:

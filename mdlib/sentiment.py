@@ -601,7 +601,7 @@ def _baselines(dataset: str, split_seed: int, max_length: int, train_size: int |
 
 def pivotal_sentences() -> pd.DataFrame:
     """The project's hand-written sentences (data/pivotal_sentences.csv): sentence, pivotal, label."""
-    return pd.read_csv(paths.ROOT / "data" / "pivotal_sentences.csv")
+    return pd.read_csv(paths.data_file("pivotal_sentences.csv"))
 
 
 #: The sentences of the authors' figures (Figs. 8, 13, 14): the first 40 their notebook keeps.
@@ -613,7 +613,7 @@ def authors_sentences(max_length: int = 64, shown: int = AUTHORS_SHOWN) -> pd.Da
     ``attn_map.ipynb``; see data/README.md) that their notebook keeps, those whose pivotal word is a
     whole WordPiece token of the sentence, the first ``shown`` of them (their figures show 40):
     number, sentence, pivotal, label."""
-    table = pd.read_csv(paths.ROOT / "data" / "authors_sentences.csv")
+    table = pd.read_csv(paths.data_file("authors_sentences.csv"))
     tokenizer = _tokenizer(max_length)
     ids = encode(table.sentence, max_length)
     kept = [tokenizer.token_to_id(word) in sequence for sequence, word in zip(ids, table.pivotal)]

@@ -95,7 +95,7 @@ def test_chapter_08_refuses_an_unknown_model_or_mode_before_any_timing(name, val
     """Any ``vit`` but "paper" used to time the tiny model. The values pass the type check; the checks in
     the first code cell after the parameters (its mdlib imports and calls of ``choice``, run here on the
     injected parameters as papermill would) refuse them before any timing cell."""
-    nb = book.read_notebook(paths.NOTEBOOKS / "08_cost.py")
+    nb = book.read_notebook(paths.notebooks_dir() / "08_cost.py")
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
     first = code[code.index(book.parameters_cell(nb)) + 1].source
     statements = [ast.get_source_segment(first, node) for node in ast.parse(first).body]
@@ -200,14 +200,14 @@ def test_toc_lists_exactly_the_chapter_notebooks():
     book._check_toc(book.chapters())  # raises BookError naming the mismatch
     for file in book.toc_files():
         if not file.startswith("notebooks/") and file not in ("book/parameters", "book/scorecard"):  # generated
-            assert (paths.ROOT / f"{file}.md").is_file(), file
+            assert (paths.root() / f"{file}.md").is_file(), file
 
 
 def _book_sources() -> dict[str, str]:
     """The markdown of every page: book/*.md, and the chapters' markdown cells (comment marks removed)."""
-    texts = {f"book/{path.stem}": path.read_text() for path in sorted((paths.ROOT / "book").glob("*.md"))}
+    texts = {f"book/{path.stem}": path.read_text() for path in sorted((paths.root() / "book").glob("*.md"))}
     for name in book.chapters():
-        cells = re.split(r"^# %%", (paths.NOTEBOOKS / f"{name}.py").read_text(), flags=re.M)
+        cells = re.split(r"^# %%", (paths.notebooks_dir() / f"{name}.py").read_text(), flags=re.M)
         texts[f"notebooks/{name}"] = "\n".join(
             re.sub(r"^# ?", "", line) for cell in cells if cell.startswith(" [markdown]")
             for line in cell.splitlines()[1:])
@@ -229,13 +229,13 @@ def test_each_equation_is_labelled_once_and_every_reference_has_a_target():
 
 
 def test_book_config_is_offline():
-    config = yaml.safe_load((paths.ROOT / "_config.yml").read_text())
+    config = yaml.safe_load((paths.root() / "_config.yml").read_text())
     assert config["execute"]["execute_notebooks"] == "off"
     assert config["only_build_toc_files"] is True
     assert "sphinx-mathjax-offline" in config["sphinx"]["extra_extensions"]
     assert config["launch_buttons"].get("binderhub_url", "") == "" and not config["launch_buttons"]["thebe"]
     for profile in ("smoke", "default", "paper"):
-        assert (paths.PARAMS / f"{profile}.yaml").is_file()
+        assert (paths.params_dir() / f"{profile}.yaml").is_file()
 
 
 def test_relative_dirs_reach_the_kernel_as_absolute_paths(tmp_path, monkeypatch):
@@ -270,7 +270,7 @@ def test_run_notebook_executes_with_parameters(tmp_path, monkeypatch):
     values = json.loads((tmp_path / "build" / "fixture.json").read_text())
     assert values["profile"] == "smoke" and values["seeds"] == 3 and values["lr"] == 1e-3
     assert Path(values["cwd"]).resolve() == NBS.resolve()
-    assert Path(values["mdlib"]).parent == paths.ROOT / "mdlib"  # the kernel imports this checkout
+    assert Path(values["mdlib"]).parent == paths.PACKAGE_DIR  # the kernel imports the mdlib this process runs
     nb = nbformat.read(out, as_version=4)
     assert nb.metadata["kernelspec"]["name"] == "python3"
     assert nb.metadata["papermill"]["parameters"] == {"seeds": 3, "lr": 1e-3, "profile": "smoke"}
@@ -343,10 +343,10 @@ def _artifacts(nb) -> list[dict]:
 @pytest.fixture(scope="session")
 def smoke_book(tmp_path_factory):
     root = tmp_path_factory.mktemp("book") / "repo"
-    for name in _source_files(paths.ROOT):
+    for name in _source_files(paths.root()):
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(paths.ROOT / name, target)
+        shutil.copy2(paths.root() / name, target)
     # a commit of its own, so that the provenance records name one
     git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.org", "-c", "commit.gpgsign=false"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the sources under test"]):

@@ -24,8 +24,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 @pytest.fixture
 def fixture_repo(monkeypatch):
     """The CLI sees the fixture notebook and profiles; returns the list of notebook executions started."""
-    monkeypatch.setattr(paths, "NOTEBOOKS", FIXTURES / "notebooks")
-    monkeypatch.setattr(paths, "PARAMS", FIXTURES / "params")
+    monkeypatch.setattr(paths, "notebooks_dir", lambda: FIXTURES / "notebooks")
+    monkeypatch.setattr(paths, "params_dir", lambda: FIXTURES / "params")
     started = []
     monkeypatch.setattr("papermill.execute_notebook", lambda *args, **kwargs: started.append(args))
     return started
@@ -85,7 +85,7 @@ def test_broken_profile_file_is_named_with_its_line(fixture_repo, tmp_path, monk
     params = tmp_path / "params"
     params.mkdir()
     (params / "smoke.yaml").write_text(text)
-    monkeypatch.setattr(paths, "PARAMS", params)
+    monkeypatch.setattr(paths, "params_dir", lambda: params)
     err = _error(capsys, fixture_repo, ["run", "01_fixture", "--profile", "smoke"])
     assert re.search(expected, err), err
 
@@ -99,7 +99,7 @@ def test_a_profile_is_a_name_in_params_never_a_path(fixture_repo, tmp_path, monk
     for name in (".hidden", HTML):
         (params / f"{name}.yaml").write_text("01_fixture: {}\n")
     (tmp_path / "outside.yaml").write_text("01_fixture: {}\n")
-    monkeypatch.setattr(paths, "PARAMS", params)
+    monkeypatch.setattr(paths, "params_dir", lambda: params)
     profile = profile.replace("OUTSIDE", str(tmp_path / "outside"))
     argv = ["run", "01_fixture"] if command == "run" else ["book"]
     err = _error(capsys, fixture_repo, [*argv, "--profile", profile])
@@ -143,6 +143,7 @@ def test_ctrl_c_during_execution_keeps_the_notebook_and_prints_one_line(tmp_path
     nbs, params = tmp_path / "notebooks", tmp_path / "params"
     nbs.mkdir()
     params.mkdir()
+    (tmp_path / "_config.yml").write_text("title: sleep\n")
     (params / "default.yaml").write_text("{}\n")
     (nbs / "01_sleep.py").write_text('# %% tags=["parameters"]\nprofile = "default"  # profile\n\n'
                                      "# %%\nimport time\ntime.sleep(120)\n")
@@ -150,14 +151,12 @@ def test_ctrl_c_during_execution_keeps_the_notebook_and_prints_one_line(tmp_path
     previous.write_text('{"previous": "good"}\n')
     script = textwrap.dedent(f"""
         import signal, sys
-        from pathlib import Path
-        from mdlib import cli, paths
+        from mdlib import cli
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job may ignore SIGINT
-        paths.NOTEBOOKS, paths.PARAMS = Path({str(nbs)!r}), Path({str(params)!r})
-        sys.exit(cli.main(["run", "01_sleep"]))
+        sys.exit(cli.main(["--root", {str(tmp_path)!r}, "run", "01_sleep"]))
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(paths.ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(paths.PACKAGE_DIR.parent)})
     deadline = time.monotonic() + 120
     while not list(nbs.glob(".01_sleep.*.executing.ipynb")) and time.monotonic() < deadline:
         time.sleep(0.2)  # papermill writes the temporary notebook when the kernel has started

@@ -132,7 +132,7 @@ def test_a_killed_store_write_is_cleaned_up_by_the_next_load(build_dir, tmp_path
     script = tmp_path / "write.py"
     script.write_text(KILLED_WRITE)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(paths.ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(paths.PACKAGE_DIR.parent)})
     assert proc.stdout.readline() == "writing\n"
     folder = build_dir / "runs" / "killed"
     (left,) = folder.glob(".tmp-*")
@@ -208,7 +208,7 @@ def test_workers_end_with_a_killed_parent(tmp_path, build_dir, sig):
     (tmp_path / "parent.py").write_text(PARENT)
     pids = tmp_path / "pids"
     pids.mkdir()
-    env = {**os.environ, "PIDS": str(pids), "PYTHONPATH": str(paths.ROOT)}
+    env = {**os.environ, "PIDS": str(pids), "PYTHONPATH": str(paths.PACKAGE_DIR.parent)}
     parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py"), str(tmp_path)], env=env,
                               stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -258,8 +258,8 @@ def test_the_book_refuses_failed_or_unfinished_notebooks_naming_them(tmp_path):
 
 
 def test_failed_and_partial_notebooks_are_ignored_by_git_and_the_book():
-    config = yaml.safe_load((paths.ROOT / "_config.yml").read_text())
+    config = yaml.safe_load((paths.root() / "_config.yml").read_text())
     assert {"**.failed.ipynb", "**/.*.executing.ipynb"} <= set(config["exclude_patterns"])
     names = ["notebooks/03_joint_training.failed.ipynb", "notebooks/.03_joint_training.12.executing.ipynb"]
-    ignored = subprocess.run(["git", "check-ignore", *names], cwd=paths.ROOT, capture_output=True, text=True)
+    ignored = subprocess.run(["git", "check-ignore", *names], cwd=paths.root(), capture_output=True, text=True)
     assert ignored.stdout.split() == names

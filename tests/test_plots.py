@@ -26,10 +26,10 @@ def test_paths_follow_the_environment(build_dir, monkeypatch):
     assert paths.runs_dir() == build_dir.resolve() / "runs"
     assert paths.html_dir() == build_dir.resolve() / "_build" / "html"
     monkeypatch.delenv("MDLIB_BUILD_DIR")
-    assert paths.build_dir() == paths.ROOT / "_build"
-    assert paths.html_dir() == paths.ROOT / "_build" / "html"
-    assert paths.jupyter_book_output() == paths.ROOT
-    assert (paths.ROOT / "mdlib" / "paths.py").is_file()
+    assert paths.build_dir() == paths.root() / "_build"
+    assert paths.html_dir() == paths.root() / "_build" / "html"
+    assert paths.jupyter_book_output() == paths.root()
+    assert (paths.root() / "mdlib" / "paths.py").is_file()
 
 
 def test_save_figure_writes_png_pdf_csv(build_dir):

@@ -23,7 +23,7 @@ from PIL import Image  # noqa: E402
 
 from mdlib import book, cli, paths, plots, provenance, runs  # noqa: E402
 
-sys.path.insert(0, str(paths.BOOK / "_ext"))
+sys.path.insert(0, str(paths.book_dir() / "_ext"))
 import mdlib_artifacts  # noqa: E402
 
 RUN = {"notebook": "04_sentiment", "profile": "smoke", "parameters": {"profile": "smoke", "seeds": 3, "ps": [1.1, 2.0],
@@ -125,7 +125,7 @@ def test_the_recorded_command_gives_back_every_value_of_every_type(notebook):
     notebook, gives exactly the overrides it was made from: every parameter of the chapter at once, with
     values of its default's type (numbers, flags, lists, mappings, None) and strings YAML would read as
     something else ("yes", "null", "1e-3", "~")."""
-    declared = {name: param.value for name, param in book.notebook_parameters(paths.NOTEBOOKS / f"{notebook}.py")
+    declared = {name: param.value for name, param in book.notebook_parameters(paths.notebooks_dir() / f"{notebook}.py")
                 .items() if name != "profile"}
     samples = {name: _samples(default) for name, default in declared.items()}
     for i in range(max(map(len, samples.values()))):
@@ -166,7 +166,7 @@ def test_outside_the_pipeline_the_run_fields_are_null(build_dir, monkeypatch):
 
 def test_every_labelled_artifact_of_the_notebooks_is_mapped():
     """Each label a notebook saves is in PAPER_ARTIFACTS (a paper figure/table, or None: new)."""
-    source = "\n".join(p.read_text() for p in sorted(paths.NOTEBOOKS.glob("[0-9][0-9]_*.py")))
+    source = "\n".join(p.read_text() for p in sorted(paths.notebooks_dir().glob("[0-9][0-9]_*.py")))
     labels = set(re.findall(r"save_(?:figure|table)\([^\"]*?\"((?:fig|table)-[^\"]+)\"", source, re.S))
     assert labels, "no labels found in the notebooks"
     assert labels <= set(provenance.PAPER_ARTIFACTS), sorted(labels - set(provenance.PAPER_ARTIFACTS))
@@ -317,7 +317,7 @@ def test_tiny_sphinx_build_numbers_tables_as_tables(tmp_path, build_dir, kernel_
     and in {numref}, the figure stays "Fig. 1", and only the artifact with a record gets a block."""
     src = tmp_path / "src"
     src.mkdir()
-    (src / "conf.py").write_text(f"import sys\nsys.path.insert(0, {str(paths.BOOK / '_ext')!r})\n"
+    (src / "conf.py").write_text(f"import sys\nsys.path.insert(0, {str(paths.book_dir() / '_ext')!r})\n"
                                  "extensions = ['myst_parser', 'mdlib_artifacts']\nnumfig = True\n")
     (src / "index.md").write_text("# Book\n\n```{toctree}\npage\n```\n")
     figure = _figure()

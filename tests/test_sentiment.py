@@ -290,7 +290,7 @@ def test_authors_sentences_keep_whole_token_pivots(cache, monkeypatch):
 
     from mdlib import fetch
 
-    table = pd.read_csv(sentiment.paths.ROOT / "data" / "authors_sentences.csv")
+    table = pd.read_csv(sentiment.paths.root() / "data" / "authors_sentences.csv")
     assert len(table) == 50 and set(table.label) == {0, 1}
     split = {"breathtaking", "overpriced", "overheats"}
     words = {w.strip(".,!'").lower() for s in table.sentence for w in s.replace("-", " - ").split()} - split
