@@ -24,14 +24,17 @@ html: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The environment: created once, reinstalled when pyproject.toml changes.
+# The environment: created once, reinstalled when pyproject.toml changes; every extra ("all": the
+# experiments, the book, numba, torchvision, the test tools). A .venv made before the distribution was
+# renamed attention-mirror-descent still holds it as "mdlib": removed first, so one install owns the package.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install $(TORCH) -e '.[test]'
+	if $(PY) -m pip show -q mdlib 2>/dev/null; then $(PY) -m pip uninstall -y mdlib; fi
+	$(PY) -m pip install $(TORCH) -e '.[all]'
 	touch $@
 
 clean:
 	rm -rf _build notebooks/*.ipynb notebooks/.ipynb_checkpoints book/parameters.md book/scorecard.md book/scorecard-forest.png
 
 distclean: clean
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info build dist

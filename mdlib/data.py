@@ -260,8 +260,9 @@ def cifar(name: str, split: str, root: str | os.PathLike, transform: Callable[[T
         try:
             import torchvision
         except ImportError as error:
-            raise DataError("downloading CIFAR needs torchvision: pip install 'mdlib[cifar]' (or torchvision "
-                            "matching your torch), or put torchvision's CIFAR files under " + str(root)) from error
+            raise DataError("downloading CIFAR needs torchvision: pip install 'attention-mirror-descent[cifar]' "
+                            "(or torchvision matching your torch), or put torchvision's CIFAR files under "
+                            + str(root)) from error
 
         getattr(torchvision.datasets, name.upper())(root, train=split == "train", download=True)
     images, labels = [], []

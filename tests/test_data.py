@@ -194,5 +194,5 @@ def test_cifar_download_without_torchvision_says_what_to_install(tmp_path, monke
     import sys
 
     monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision raises ImportError
-    with pytest.raises(fetch.DataError, match=r"mdlib\[cifar\]"):
+    with pytest.raises(fetch.DataError, match=r"attention-mirror-descent\[cifar\]"):
         data.cifar("cifar10", "train", tmp_path, download=True)
