@@ -173,15 +173,6 @@ def build_dir() -> Path:
     return found / "_build" if found is not None else user_cache_dir() / "build"
 
 
-def __getattr__(name: str) -> Path:
-    """``ROOT``, ``NOTEBOOKS``, ``PARAMS``, ``BOOK``: the module constants of mdlib 0.1.0, now resolved
-    when read (``root()`` and the functions beside it are the API)."""
-    resolve = {"ROOT": root, "NOTEBOOKS": notebooks_dir, "PARAMS": params_dir, "BOOK": book_dir}.get(name)
-    if resolve is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return resolve()
-
-
 def figures_dir() -> Path:
     return build_dir() / "figures"
 

@@ -80,18 +80,18 @@ def test_api_page_builds_from_the_docstrings_without_warnings(tmp_path):
 
     from mdlib import paths
 
-    sphinx = yaml.safe_load((paths.ROOT / "_config.yml").read_text("utf-8"))["sphinx"]
+    sphinx = yaml.safe_load((paths.root() / "_config.yml").read_text("utf-8"))["sphinx"]
     assert {"sphinx.ext.autodoc", "sphinx.ext.napoleon"} <= set(sphinx["extra_extensions"])
     settings = {key: value for key, value in sphinx["config"].items() if key.startswith(("autodoc_", "napoleon_"))}
     source = tmp_path / "src"
     source.mkdir()
-    (source / "index.md").write_text((paths.BOOK / "api.md").read_text("utf-8"), "utf-8")
+    (source / "index.md").write_text((paths.book_dir() / "api.md").read_text("utf-8"), "utf-8")
     (source / "conf.py").write_text(
         "extensions = ['myst_parser', 'sphinx.ext.autodoc', 'sphinx.ext.napoleon', 'sphinx.ext.mathjax']\n"
         "myst_enable_extensions = ['dollarmath', 'amsmath']\n"
         + "".join(f"{key} = {value!r}\n" for key, value in settings.items()), "utf-8")
     done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(source),
-                           str(tmp_path / "html")], capture_output=True, text=True, cwd=paths.ROOT)
+                           str(tmp_path / "html")], capture_output=True, text=True, cwd=paths.root())
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "html" / "index.html").read_text("utf-8")
     for name in ("LpMirrorDescent", "attention_svm", "VisionTransformer", "bregman_divergence"):

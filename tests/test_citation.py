@@ -24,7 +24,7 @@ def paper_entries() -> dict[str, str]:
     """The paper's BibTeX entry in each file that carries one."""
     found = {}
     for name in ("book/references.bib", "README.md", "book/intro.md"):
-        text = (paths.ROOT / name).read_text("utf-8")
+        text = (paths.root() / name).read_text("utf-8")
         match = re.search(r"@article\{julistiono2026mirror,.*?\n\}", text, flags=re.S)
         assert match, f"{name} no longer carries the paper's BibTeX entry"
         found[name] = match.group(0)
@@ -41,9 +41,9 @@ def test_the_paper_is_cited_with_the_authors_and_doi_of_citation_cff():
 
 
 def test_no_page_keeps_the_old_misspelled_author():
-    sources = [*paths.ROOT.glob("*.md"), *paths.ROOT.glob("*.cff"), *(paths.ROOT / "book").glob("*.md"),
-               *(paths.ROOT / "book").glob("*.bib"), *(paths.ROOT / "notebooks").glob("*.py"),
-               *(paths.ROOT / "mdlib").glob("*.py")]
+    sources = [*paths.root().glob("*.md"), *paths.root().glob("*.cff"), *(paths.root() / "book").glob("*.md"),
+               *(paths.root() / "book").glob("*.bib"), *(paths.root() / "notebooks").glob("*.py"),
+               *(paths.root() / "mdlib").glob("*.py")]
     assert sources
     for path in sources:
         assert "Alvarado" not in path.read_text("utf-8"), path

@@ -50,7 +50,6 @@ def test_the_checkout_holding_the_package_is_the_project(clean_env, monkeypatch)
     assert paths.book_dir() == CHECKOUT / "book"
     assert paths.build_dir() == CHECKOUT / "_build"
     assert fetch.data_dir() == CHECKOUT / "data" / "cache"
-    assert paths.ROOT == CHECKOUT and paths.NOTEBOOKS == CHECKOUT / "notebooks"  # the 0.1.0 names, resolved now
 
 
 def test_mdlib_root_comes_before_the_checkout(clean_env, monkeypatch):
