@@ -1,33 +1,57 @@
-r"""``LpMirrorDescent``: l_p mirror descent in the shape of ``torch.optim.Adam``.
+r"""``LpMirrorDescent``: l_p mirror descent as a ``torch.optim`` optimizer, with torch's conventions.
 
-The class gathers each parameter's state (the dual variable) and calls the functional
-:func:`lp_mirror_descent`, which runs one of three implementations of the same update:
+The class gathers each parameter's state (the dual variable) and calls one of three implementations
+of the same update, named as torch names its own:
 
-- single-tensor: a loop over the parameters, in-place torch operations (the default on CPU);
-- multi-tensor (``foreach``): torch's documented ``torch._foreach_*`` kernels, one launch per
-  operation for all tensors of a device and dtype (the default on CUDA, as for torch's optimizers);
-- fused: the whole update of a tensor, finiteness check included, as one expression compiled by
-  ``torch.compile`` (opt-in; if compiling fails, a one-time warning and the other implementations).
+- single-tensor (``_single_tensor_lpmirrordescent``): a loop over the parameters, in-place torch
+  operations (the default on CPU);
+- multi-tensor (``_multi_tensor_lpmirrordescent``, ``foreach=True``): torch's ``torch._foreach_*``
+  kernels, one launch per operation for all tensors of a device and dtype (the default on CUDA);
+- fused (``_fused_lpmirrordescent``, ``fused=True``): the whole update of a tensor, finiteness check
+  included, as one expression compiled by ``torch.compile`` (opt-in; if compiling fails, a one-time
+  warning and the other implementations).
 
-What holds on every implementation:
+Conventions (those of torch's optimizers, and where this one differs):
 
+- ``lr``: a number or a 1-element tensor (as ``torch.optim.Adam`` accepts), >= 0, default 1e-3 (as
+  ``torch.optim.SGD``). It is validated at construction and in ``add_param_group``, never at
+  ``step()``: a scheduler may take it to 0 (``LambdaLR`` warmup, ``LinearLR(end_factor=0)``,
+  ``CosineAnnealingLR`` at T_max). A step with a non-finite lr is refused like any step that would
+  make a parameter non-finite. A tensor lr is read on the host by the eager implementations (as SGD
+  does) and passed to the fused kernel as an argument.
+- ``maximize``, ``foreach`` and ``fused`` are param-group entries (``__setstate__`` back-fills them for
+  older checkpoints). ``load_state_dict`` keeps this optimizer's ``foreach``/``fused``: they say how
+  this process runs the step, so a state saved with one implementation loads into another.
+  ``lazy_check`` is an attribute for the same reason.
 - p = 2 (without normalization) performs ``param.add_(grad, alpha=-lr)``: bit for bit
-  ``torch.optim.SGD(lr=lr)`` (its single-tensor or foreach path).
-- The dual variable u = m(w) is optimizer state, so the float round trip w -> m(w) -> m^-1 is not
-  repeated every step (float32 weights would drift ~1e-4 relative per 1000 steps at p = 1.75). If a
-  parameter is changed outside the optimizer (in-place edit, ``load_state_dict``), its version counter
-  changes and u is resynchronized from it (kept when it still maps exactly onto w). Low-precision
-  parameters (fp16/bf16) keep u in float32.
+  ``torch.optim.SGD(lr=lr, maximize=...)`` (its single-tensor or foreach path), no per-parameter state.
+- The dual variable u = m(w) is optimizer state (``state[param]["dual"]``), so the float round trip
+  w -> m(w) -> m^-1 is not repeated every step (float32 weights would drift ~1e-4 relative per 1000
+  steps at p = 1.75). Low-precision parameters (fp16/bf16) keep u in float32, also through
+  ``state_dict``/``load_state_dict`` (torch would cast it to the parameter's dtype).
+- Parameters changed outside the optimizer are respected, also through ``.data`` (``p.data.clamp_``,
+  ``torch.nn.utils.vector_to_parameters``), which torch's version counter does not see: every step
+  first verifies, bit for bit, that each parameter is still what the optimizer last wrote (m^-1(u) by
+  the same implementation, or the copy an immediately checked step keeps in its spare buffer) and
+  re-derives u = m(w) for the entries that are not. Without edits, nothing changes bit for bit.
 - A refused step changes nothing. The new dual is written into a spare buffer (u and the spare swap
   roles once the step is accepted: u plus one spare, the memory of Adam's two moments) and the new
   parameter in place, with a per-tensor flag of whether it is finite. A non-finite gradient or an
   inverse map that overflows clears a flag; the step is then undone, parameters rebuilt from the
   untouched dual by the same computation that made them (bit for bit; parameters that had no dual
-  yet are copied back from a backup), and FloatingPointError names the parameters.
-- ``lazy_check`` (the default on GPUs) reads the flags at the next ``step()``, ``state_dict()`` or
-  ``check()`` instead of right away, so a step does not wait for the device; a refused step is then
-  undone at that point (the spare still holds its starting dual). p = 2 checks the gradient before
-  the step (SGD keeps no second copy to roll back to), which reads it on the host.
+  yet, or were edited outside the optimizer, are copied back from a backup), and FloatingPointError
+  names the parameters. One exception: a parameter edited outside the optimizer since the previous
+  step, when the step is checked lazily or fused (those cannot know of the edit before the update),
+  comes back as m^-1(m(w)), within one rounding of the edited value.
+- ``lazy_check`` (the default on GPUs) reads the step's flags at the next ``step()`` instead of right
+  away, so a step does not wait for the device; a refused step is then undone at that point.
+  ``state_dict()``, ``check()`` and pickling/``deepcopy`` settle it too (``load_state_dict`` discards
+  it: the loaded state replaces it); ``check()`` is the one call a training loop makes after its last
+  step (``mdlib.train.fit`` does after every epoch). ``zero_grad()`` does not settle it: that would make
+  the host wait for the device at every iteration. p = 2 checks the gradient before the step (SGD keeps
+  no second copy to roll back to), which reads it on the host.
+- Not supported, by design: complex parameters (an error at construction says to optimize
+  ``torch.view_as_real(param)``), sparse gradients, ``weight_decay``/momentum, ``differentiable``.
 
 ``make_optimizer(params, name, lr, p)`` builds the optimizer a run config names: ``"md"`` (this
 class), ``"adam"`` or ``"sgd"``.
@@ -41,20 +65,39 @@ import numbers
 import re
 import types
 import warnings
-from typing import Callable, Iterable
+from itertools import chain
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+try:  # torch's lists of the devices with foreach and fused optimizer kernels (private helpers, torch >= 2.1)
+    from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices, _get_fused_kernels_supported_devices
+except ImportError:  # pragma: no cover
+    def _get_foreach_kernels_supported_devices() -> list[str]:
+        return ["cuda", "xpu"]
+
+    def _get_fused_kernels_supported_devices() -> list[str]:
+        return ["mps", "cuda", "xpu", "hpu", "cpu"]
+
 from mdlib import first_line
-from mdlib.mirror import _fused_signed_power, _power_kind, check_p, lp_norm, mirror_map
+from mdlib.mirror import _fused_signed_power, _power_kind, _signed_power, check_p, lp_norm, mirror_map
 
 __all__ = ["LpMirrorDescent", "OPTIMIZERS", "lp_mirror_descent", "make_optimizer", "method", "method_key"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
-#: Devices whose tensors take the foreach implementation when ``foreach=None`` (torch's rule).
-_FOREACH_DEVICES = ("cuda", "xpu")
+#: Per-parameter state that only serves the next step and is not saved by ``state_dict()``: the spare
+#: dual buffer (``"copy"`` when it holds the parameter as the last immediately checked step left it) and
+#: ``"p"``, the exponent that copy was made with (a 0-dim float64 CPU tensor).
+_UNSAVED = ("spare", "copy", "p")
+#: Per-parameter entries of checkpoints written by earlier versions, dropped on loading.
+_LEGACY = ("version", "exact")
+
+
+def _dual_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of a parameter's dual: float32 for fp16/bf16 parameters, else the parameter's."""
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
 
 
 def _finite(tensors: list[Tensor]) -> Tensor:
@@ -123,40 +166,74 @@ def _foreach_signed_power_into(ss: list[Tensor], r: float, ws: list[Tensor]) -> 
         torch._foreach_copy_(ws, out)
 
 
-def _single_tensor(params, grads, duals, spares, lr: float, r: float) -> Tensor:
+def _by_device_and_dtype(*lists: list[Tensor]) -> list[list[int]]:
+    """Indices of the tensors of ``lists`` (parallel lists), grouped by the device and dtype of each."""
+    groups: dict[tuple, list[int]] = {}
+    for i, tensors in enumerate(zip(*lists)):
+        groups.setdefault(tuple((t.device, t.dtype) for t in tensors), []).append(i)
+    return list(groups.values())
+
+
+# --- the three implementations (p = 2 is SGD in each) ----------------------------------------------
+
+
+def _single_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
+                                   spares: list[Tensor], *, lr: float, p: float, maximize: bool) -> Tensor | None:
+    """s <- u - lr g (u + lr g when maximizing) and w <- m^-1(s), tensor by tensor; the finite flags.
+    p = 2: ``w.add_(g, alpha=-lr)``, SGD's single-tensor step (and None)."""
+    alpha = lr if maximize else -lr  # (-lr)(-g) = lr g exactly: SGD's maximize, without negating g
+    if p == 2.0:
+        for w, g in zip(params, grads):
+            w.add_(g, alpha=alpha)
+        return None
+    r = 1.0 / (p - 1.0)
     for w, g, u, s in zip(params, grads, duals, spares):
-        torch.add(u, g, alpha=-lr, out=s)
+        torch.add(u, g, alpha=alpha, out=s)
         _signed_power_into(s, r, w)
     return _finite(params)
 
 
-def _multi_tensor(params, grads, duals, spares, lr: float, r: float) -> Tensor:
-    groups: dict[tuple, list[int]] = {}
-    for i, (w, u) in enumerate(zip(params, duals)):
-        groups.setdefault((u.device, u.dtype, w.dtype), []).append(i)
-    for index in groups.values():
+def _multi_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
+                                  spares: list[Tensor], *, lr: float, p: float, maximize: bool) -> Tensor | None:
+    """The same update with foreach kernels, per device and dtype. p = 2: SGD's foreach step."""
+    alpha = lr if maximize else -lr
+    if p == 2.0:
+        torch._foreach_add_(params, grads, alpha=alpha)
+        return None
+    r = 1.0 / (p - 1.0)
+    for index in _by_device_and_dtype(duals, params):
         ws, gs, us, ss = ([x[i] for i in index] for x in (params, grads, duals, spares))
         torch._foreach_copy_(ss, us)
-        torch._foreach_add_(ss, gs, alpha=-lr)
+        torch._foreach_add_(ss, gs, alpha=alpha)
         _foreach_signed_power_into(ss, r, ws)
     return _finite(params)
 
 
 def _fused_update(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spares: list[Tensor],
-                  lr: Tensor, r: float) -> Tensor:
+                  lr: Tensor, r: float, q: float, check: str | None) -> Tensor:
     """The update as one expression per tensor, for torch.compile; returns the finite flags.
 
-    A tensor is finite iff max|w| is (the max propagates NaN), a float reduction in the update's loop."""
+    ``check`` (None: the duals are new or trusted): first keep u where w is what the optimizer last
+    wrote (``"probe"``: m^-1(u), computed as the update computes it; ``"copy"``: the spare holds that
+    copy) and write u = m(w) (exponent q = p - 1) where it is not, into u itself.
+    A tensor is finite iff max|w| is (the max propagates NaN), a float reduction in the update's loop.
+    The sign of a maximizing step is in ``lr``."""
     extremes = []
     for w, g, u, s in zip(params, grads, duals, spares):
+        if check is not None:
+            if check == "copy":
+                synced = w.to(u.dtype) == s
+            else:
+                synced = _fused_signed_power(u, r).to(w.dtype) == w
+            u.copy_(torch.where(synced, u, _fused_signed_power(w.to(u.dtype), q)))
         s.copy_(u - g.to(u.dtype) * lr)
         w.copy_(_fused_signed_power(s, r).to(w.dtype))
         extremes.append(w.abs().amax().float() if w.numel() else w.new_zeros((), dtype=torch.float32))
     return torch.isfinite(torch.stack(extremes))
 
 
-#: Compiled kernels by the layout they were compiled for (shapes, strides, dtypes, devices, r): one
-#: code object each, so a kernel is compiled once and never recompiled or shared across layouts.
+#: Compiled kernels by the layout they were compiled for (shapes, strides, dtypes, devices, r, check):
+#: one code object each, so a kernel is compiled once and never recompiled or shared across layouts.
 _KERNELS: dict[tuple, Callable] = {}
 #: Why the fused implementation is off in this process (set by the first failure to compile), or None.
 _FUSED_FAILURE: str | None = None
@@ -164,12 +241,13 @@ _FUSED_FAILURE: str | None = None
 _LR: dict[torch.device, Tensor] = {}
 
 
-def _kernel(params, grads, duals, spares, lr: Tensor, r: float) -> Callable:
+def _kernel(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spares: list[Tensor], lr: Tensor,
+            r: float, q: float, check: str | None) -> Callable:
     """The compiled :func:`_fused_update` for these tensors. ``realize_reads_threshold=1`` makes
     inductor store each new value once and run the finiteness reduction in the loop of the stores;
     kernels of at most two tensors each compile in parallel on CPU."""
-    key = (r, lr.dtype, lr.device, *((t.shape, t.stride(), t.dtype, t.device)
-                                    for ts in (params, grads, duals, spares) for t in ts))
+    key = (r, q, check, lr.dtype, lr.device, *((t.shape, t.stride(), t.dtype, t.device)
+                                               for ts in (params, grads, duals, spares) for t in ts))
     fn = _KERNELS.get(key)
     if fn is None:
         code = _fused_update.__code__.replace()  # torch caches compiled code per code object
@@ -179,9 +257,10 @@ def _kernel(params, grads, duals, spares, lr: Tensor, r: float) -> Callable:
     return fn
 
 
-def _fused(params, grads, duals, spares, lr: float, r: float) -> Tensor | None:
-    """The compiled update, or None if torch.compile fails (warned once; the fallback then reruns the
-    update from the untouched duals, so a kernel that failed halfway leaves nothing behind)."""
+def _fused_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spares: list[Tensor],
+                           *, lr: float | Tensor, p: float, maximize: bool, check: str | None = None) -> Tensor | None:
+    """The compiled update (p != 2), or None if torch.compile fails (warned once; the caller then runs
+    another implementation). A kernel fails when it is compiled, before it writes anything."""
     global _FUSED_FAILURE
     if _FUSED_FAILURE is not None:
         return None
@@ -189,9 +268,16 @@ def _fused(params, grads, duals, spares, lr: float, r: float) -> Tensor | None:
     lr_t = _LR.get(device)
     if lr_t is None:
         lr_t = _LR[device] = torch.zeros((), dtype=torch.float64, device=device)
-    lr_t.fill_(lr)  # a kernel argument: no host-to-device copy to wait for
+    if isinstance(lr, Tensor):
+        lr_t.copy_(lr.detach().reshape(()))  # a kernel argument: no host read of a device lr
+    else:
+        lr_t.fill_(lr)
+    if maximize:
+        lr_t.neg_()
+    r, q = 1.0 / (p - 1.0), p - 1.0
     try:
-        return _kernel(params, grads, duals, spares, lr_t, r)(params, grads, duals, spares, lr_t, r)
+        return _kernel(params, grads, duals, spares, lr_t, r, q, check)(params, grads, duals, spares, lr_t, r, q,
+                                                                        check)
     except Exception as error:  # noqa: BLE001  (any failure to compile or run the kernel: fall back)
         _FUSED_FAILURE = f"{type(error).__name__}: {first_line(error)}"
         warnings.warn(f"LpMirrorDescent(fused=True): torch.compile failed ({_FUSED_FAILURE}); using the "
@@ -200,9 +286,24 @@ def _fused(params, grads, duals, spares, lr: float, r: float) -> Tensor | None:
         return None
 
 
+#: Tensor types the foreach kernels take (torch's ``_foreach_supported_types``).
+_FOREACH_TYPES = (Tensor, torch.nn.Parameter, torch.nn.Buffer) if hasattr(torch.nn, "Buffer") else (
+    Tensor, torch.nn.Parameter)
+
+
 def _default_foreach(tensors: list[Tensor]) -> bool:
     """torch's rule: foreach when every tensor is a plain tensor on a foreach-capable device (CUDA)."""
-    return all(type(t) in (Tensor, torch.nn.Parameter) and t.device.type in _FOREACH_DEVICES for t in tensors)
+    devices = _get_foreach_kernels_supported_devices()
+    return all(type(t) in _FOREACH_TYPES and t.device.type in devices for t in tensors)
+
+
+def _check_fused_param(param: Tensor) -> None:
+    """What torch's fused optimizers refuse, with their message: a parameter that is not floating point
+    or not on a device with fused kernels (e.g. meta)."""
+    devices = _get_fused_kernels_supported_devices()
+    if not (param.device.type in devices and torch.is_floating_point(param)):
+        raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of "
+                           f"supported devices: {devices} but {param.dtype} and {param.device.type}")
 
 
 def _normalized(grads: list[Tensor], p: float, eps: float) -> list[Tensor]:
@@ -212,51 +313,50 @@ def _normalized(grads: list[Tensor], p: float, eps: float) -> list[Tensor]:
     return [g / (lp_norm(g, q) + eps) for g in grads]
 
 
+def _eager(foreach: bool) -> Callable[..., Tensor | None]:
+    return _multi_tensor_lpmirrordescent if foreach else _single_tensor_lpmirrordescent
+
+
 def lp_mirror_descent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor] | None,
-                      spares: list[Tensor] | None, *, lr: float, p: float, normalize: bool = False,
-                      eps: float = 1e-12, foreach: bool | None = None, fused: bool | None = None) -> Tensor | None:
+                      spares: list[Tensor] | None, *, lr: float | Tensor, p: float, maximize: bool = False,
+                      normalize: bool = False, eps: float = 1e-12, foreach: bool | None = None,
+                      fused: bool | None = None) -> Tensor | None:
     r"""Functional l_p mirror descent; see :class:`LpMirrorDescent` for the update.
 
-    For p != 2 it writes u - lr g (u: ``duals``, left untouched) into ``spares`` and
-    sign(.)|.|^(1/(p-1)) of it into ``params``, and returns a bool tensor on the parameters' device:
-    whether each new parameter is finite (a refusal is the caller's to undo). For p = 2 it performs
-    ``param.add_(grad, alpha=-lr)`` (SGD; ``duals``/``spares`` unused, the caller checks gradients first)
-    and returns None. ``foreach``/``fused`` choose the implementation as in torch's optimizers:
-    ``foreach=None`` means foreach on CUDA, ``fused=None`` means not fused.
+    For p != 2 it writes u - lr g (u + lr g with ``maximize``; u: ``duals``, left untouched) into
+    ``spares`` and sign(.)|.|^(1/(p-1)) of it into ``params``, and returns a bool tensor on the
+    parameters' device: whether each new parameter is finite (a refusal is the caller's to undo). For
+    p = 2 it performs ``param.add_(grad, alpha=-lr)`` (SGD; ``duals``/``spares`` unused, the caller checks
+    gradients first) and returns None. The duals are the caller's to keep in step with the parameters
+    (:class:`LpMirrorDescent` verifies them every step). ``foreach``/``fused`` choose the implementation
+    as in torch's optimizers: ``foreach=None`` means foreach on CUDA, ``fused=None`` means not fused.
     """
     if foreach and fused:
-        raise RuntimeError("`foreach` and `fused` cannot be `True` together: choose one implementation")
+        raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
     if not params:
         return None
     if normalize:
         grads = _normalized(grads, p, eps)
-    if foreach is None and not fused:
+    if foreach is None:
         foreach = _default_foreach(params)
-    if p == 2.0:
-        if foreach or fused:
-            torch._foreach_add_(params, grads, alpha=-lr)
-        else:
-            for w, g in zip(params, grads):
-                w.add_(g, alpha=-lr)
-        return None
-    r = 1.0 / (p - 1.0)
-    if fused:
-        flags = _fused(params, grads, duals, spares, lr, r)
+    if fused and p != 2.0:
+        flags = _fused_lpmirrordescent(params, grads, duals, spares, lr=lr, p=p, maximize=maximize)
         if flags is not None:
             return flags
-        foreach = _default_foreach(params)
-    if foreach:
-        return _multi_tensor(params, grads, duals, spares, lr, r)
-    return _single_tensor(params, grads, duals, spares, lr, r)
+    return _eager(foreach or bool(fused and p == 2.0))(params, grads, duals, spares, lr=float(lr), p=p,
+                                                        maximize=maximize)
 
 
 class _Pending:
     """One param group's step awaiting its finiteness check: what undoing it needs."""
 
-    def __init__(self, params, labels, states, old_duals, new_duals, backups, flags, lr, p):
+    def __init__(self, params: list[Tensor], labels: list[str], states: list[dict], old_duals: list[Tensor],
+                 new_duals: list[Tensor], backups: list[Tensor | None], flags: Tensor, lr: float | Tensor,
+                 p: float, implementation: tuple[bool, bool]):
         self.params, self.labels, self.states = params, labels, states
         self.old_duals, self.new_duals, self.backups, self.lr, self.p = old_duals, new_duals, backups, lr, p
-        if flags.is_cuda:  # copy the flags to pinned host memory without waiting; read after the event
+        self.implementation = implementation  # (foreach, fused) as the step ran
+        if isinstance(flags, Tensor) and flags.is_cuda:  # to pinned host memory without waiting; read after the event
             self.host = torch.empty(flags.shape, dtype=flags.dtype, pin_memory=True)
             self.host.copy_(flags, non_blocking=True)
             self.event = torch.cuda.Event()
@@ -270,88 +370,185 @@ class _Pending:
         return self.host.tolist()
 
 
+def _check_lr(lr: object) -> None:
+    if isinstance(lr, Tensor):
+        if lr.numel() != 1:
+            raise ValueError("Tensor lr must be 1-element")
+        if lr.is_complex() or not math.isfinite(float(lr)) or float(lr) < 0:
+            raise ValueError(f"Invalid learning rate: {lr} (a finite number >= 0, or a 1-element tensor of one)")
+        return
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr < 0:
+        raise ValueError(f"Invalid learning rate: {lr!r} (a finite number >= 0, or a 1-element tensor of one)")
+
+
 class LpMirrorDescent(Optimizer):
     r"""l_p mirror descent with the entrywise potential psi(w) = ||w||_p^p / p.
 
     For every parameter w with gradient g, starting from the dual variable u_0 = m(w_0)::
 
         g   <- g / (||g||_q + eps),   q = p / (p - 1)      (only with normalize=True)
+        g   <- -g                                          (only with maximize=True)
         u_t <- u_{t-1} - lr * g
         w_t <- m^-1(u_t) = sign(u_t) |u_t|^(1 / (p - 1))
 
     with the mirror map m(w) = sign(w) |w|^(p - 1), entrywise. p = 2 is gradient descent (bit for bit
     ``torch.optim.SGD``). No momentum or weight decay; torch lr schedulers act on ``lr``. A step that
-    would make a parameter non-finite (a non-finite gradient, or an inverse map beyond the float range)
-    is undone and raises FloatingPointError naming the parameters.
+    would make a parameter non-finite (a non-finite gradient or lr, or an inverse map beyond the float
+    range) is undone and raises FloatingPointError naming the parameters. A parameter changed outside
+    the optimizer (in place, through ``.data``, by ``load_state_dict``) is stepped from its new value.
+    The module docstring states the conventions in full.
 
     Args:
-        params: parameters or param groups (each group may set its own ``lr``, ``p``,
-            ``normalize``, ``eps``); ``model.named_parameters()`` gives error messages with names.
-        lr: step size > 0.
+        params: parameters or param groups (each group may set its own ``lr``, ``p``, ``normalize``,
+            ``eps``, ``maximize``, ``foreach``, ``fused``); ``model.named_parameters()`` gives error
+            messages with names. Complex parameters are refused: optimize ``torch.view_as_real(param)``.
+        lr: step size >= 0, a number or a 1-element tensor (default 1e-3, as SGD).
         p: the l_p exponent, p > 1 (p = 2 is SGD). The paper uses 1.1, 1.75, 2 and 3.
         normalize: divide each tensor's gradient by its dual norm ||g||_q (+ eps).
         eps: added to the dual norm when normalizing.
+        maximize: maximize the objective (step along +g).
         foreach: use the multi-tensor implementation (torch's ``_foreach`` kernels). None (default):
             when every parameter is on CUDA, as torch's optimizers decide.
-        fused: use the implementation compiled with ``torch.compile`` (the first step compiles it).
-            None (default) means False. Falls back, with a warning, to the others if compiling fails.
-            Not together with ``foreach=True``.
-        lazy_check: read the step's finiteness flags at the next ``step()``/``state_dict()``/``check()``
-            rather than at once, so the host does not wait for the device every step; a refused step is
-            then undone and reported there. None (default): lazily when the parameters are not on CPU.
+        fused: use the implementation compiled with ``torch.compile`` (the first step compiles it); it
+            refuses, at the step, parameters that are not floating point or not on a device with fused
+            kernels, as torch's fused optimizers do. None (default) means False. Falls back, with a
+            warning, to the others if compiling fails. Not together with ``foreach=True``.
+        lazy_check: read the step's finiteness flags at the next ``step()`` (or ``check()``,
+            ``state_dict()``, pickling) rather than at once, so the host does not wait for the device
+            every step; a refused step is then undone and reported there. None (default): lazily when
+            the parameters are not on CPU. An attribute, not a param-group entry.
 
-    Unlike torch's optimizers, ``foreach``, ``fused`` and ``lazy_check`` are not param-group entries: they
-    say how this process runs the step, so a state saved with one implementation loads into another.
+    ``state[param]`` holds ``"dual"`` (saved by ``state_dict``) and, between steps, the spare buffer
+    (``"spare"``, or ``"copy"`` with ``"p"``), which ``state_dict`` leaves out.
     """
 
-    def __init__(self, params: Iterable, lr: float, p: float = 2.0, *, normalize: bool = False,
-                 eps: float = 1e-12, foreach: bool | None = None, fused: bool | None = None,
+    def __init__(self, params: Iterable[Any], lr: float | Tensor = 1e-3, p: float = 2.0, *, normalize: bool = False,
+                 eps: float = 1e-12, maximize: bool = False, foreach: bool | None = None, fused: bool | None = None,
                  lazy_check: bool | None = None):
-        if foreach and fused:
-            raise RuntimeError("`foreach` and `fused` cannot be `True` together: choose one implementation")
-        defaults = dict(lr=lr, p=p, normalize=normalize, eps=eps)
+        defaults = dict(lr=lr, p=p, normalize=normalize, eps=eps, maximize=maximize, foreach=foreach, fused=fused)
         self._validate(defaults)
-        self.foreach, self.fused, self.lazy_check = foreach, fused, lazy_check
-        self._spares: dict[Tensor, Tensor] = {}  # per parameter: the buffer the next dual is written to
-        self._synced: dict[Tensor, int] = {}  # per parameter: its version when it was m^-1(dual) bit for bit
+        if lazy_check is not None and not isinstance(lazy_check, bool):
+            raise ValueError(f"lazy_check must be None, True or False, got {lazy_check!r}")
+        self.lazy_check = lazy_check
         self._pending: list[_Pending] = []  # the last step's groups, while their check is outstanding
         super().__init__(params, defaults)
-        self.register_state_dict_pre_hook(LpMirrorDescent._before_save)
-        self.register_load_state_dict_pre_hook(LpMirrorDescent._before_load)
-        self.register_load_state_dict_post_hook(LpMirrorDescent._after_load)
 
     @staticmethod
-    def _validate(group: dict) -> None:
-        lr = group["lr"]
-        if isinstance(lr, Tensor) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
-            raise ValueError(f"lr must be a finite number > 0, got lr={lr!r}")
+    def _validate(group: dict[str, Any], params: Iterable[object] = ()) -> None:
+        """Refuse a bad hyperparameter or parameter of ``group`` (ValueError, RuntimeError); normalize p."""
+        _check_lr(group["lr"])
         group["p"] = check_p(group["p"])
-        if not (isinstance(group["eps"], (int, float)) and group["eps"] >= 0):
-            raise ValueError(f"eps must be a number >= 0, got eps={group['eps']!r}")
+        eps = group["eps"]
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 <= eps < math.inf:
+            raise ValueError(f"eps must be a finite number >= 0, got eps={eps!r}")
+        for key in ("normalize", "maximize"):
+            if not isinstance(group[key], bool):
+                raise ValueError(f"{key} must be True or False, got {key}={group[key]!r}")
+        for key in ("foreach", "fused"):
+            if group[key] is not None and not isinstance(group[key], bool):
+                raise ValueError(f"{key} must be None, True or False, got {key}={group[key]!r}")
+        if group["foreach"] and group["fused"]:
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+        for param in params:
+            if isinstance(param, Tensor) and param.is_complex():
+                raise ValueError(f"LpMirrorDescent does not support complex parameters (got {param.dtype}): the "
+                                 "entrywise l_p geometry is over real numbers; optimize torch.view_as_real(param) "
+                                 "(a real view of its real and imaginary parts) instead")
 
-    def add_param_group(self, param_group: dict) -> None:
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's ``add_param_group``, after validating the group as it will be (defaults filled in): a
+        refused group (bad lr, p <= 1, complex parameters, ...) leaves the optimizer as it was."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+        params = param_group["params"]
+        if isinstance(params, Tensor):
+            params = [params]
+        elif not isinstance(params, set):  # a set: torch's add_param_group refuses it
+            params = list(params)  # a generator is read once, here
+        param_group["params"] = params
+        group = {**self.defaults, **param_group}
+        self._validate(group, (x[1] if isinstance(x, tuple) and len(x) == 2 else x for x in params))
         super().add_param_group(param_group)
-        self._validate(self.param_groups[-1])
+        self.param_groups[-1]["p"] = group["p"]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """torch's pickled state, plus ``lazy_check``; a lazily checked step is settled first."""
+        self.check()
+        return {**super().__getstate__(), "lazy_check": self.lazy_check}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__.setdefault("lazy_check", None)
+        self._pending = []
+        for group in self.param_groups:  # checkpoints and pickles of earlier versions lack these
+            group.setdefault("normalize", False)
+            group.setdefault("eps", 1e-12)
+            group.setdefault("maximize", False)
+            group.setdefault("foreach", None)
+            group.setdefault("fused", None)
 
     @staticmethod
-    def _before_save(optimizer: "LpMirrorDescent") -> None:
-        optimizer.check()  # never save a step that is still to be refused
+    def _process_value_according_to_param_policy(param: Tensor, value: Tensor, param_id: int | None,
+                                                 param_groups: list[dict[str, Any]] | None,
+                                                 key: str | None = None) -> Tensor:
+        """torch's rule for a loaded state tensor (floating state takes the parameter's dtype), except the
+        dual: a copy in the dual's dtype (float32 for fp16/bf16 parameters). torch's ``load_state_dict``
+        calls ``Optimizer``'s rule by name, so ``load_state_dict`` applies this one to the duals itself."""
+        if key == "dual":
+            return value.to(device=param.device, dtype=_dual_dtype(param.dtype), copy=True)
+        return Optimizer._process_value_according_to_param_policy(param, value, param_id, param_groups, key)
 
-    @staticmethod
-    def _before_load(optimizer: "LpMirrorDescent", state_dict: dict) -> None:
-        optimizer._pending = []  # the loaded state replaces whatever the last step did
+    def state_dict(self) -> dict[str, Any]:
+        """torch's ``state_dict`` after settling a lazily checked step (never save a step still to be
+        refused), without the spare buffers (``_UNSAVED``): per parameter, only its dual."""
+        self.check()
+        state_dict = super().state_dict()
+        state_dict["state"] = {
+            key: {k: v for k, v in value.items() if k not in _UNSAVED} if isinstance(value, dict) else value
+            for key, value in state_dict["state"].items()}
+        return state_dict
 
-    @staticmethod
-    def _after_load(optimizer: "LpMirrorDescent") -> None:
-        optimizer._synced.clear()  # loaded duals are verified against their parameters at the next step
-        for state in optimizer.state.values():
-            for key in ("version", "exact"):  # bookkeeping of checkpoints written by earlier versions
-                state.pop(key, None)
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's ``load_state_dict``, with two differences: the duals keep their dtype (float32 for
+        fp16/bf16 parameters) and are copies; this optimizer keeps its ``foreach``/``fused``. A lazily
+        checked step still pending is discarded (the loaded state replaces it); loaded duals that do not
+        reproduce their parameters are re-derived from them at the next step."""
+        implementation = [(group["foreach"], group["fused"]) for group in self.param_groups]
+        duals: list[tuple[Tensor, Tensor]] = []
+
+        def set_duals_aside(optimizer: Optimizer, loaded: dict[str, Any]) -> dict[str, Any]:
+            # after every other pre-hook: the duals bypass torch's cast to the parameter dtype
+            ids = chain.from_iterable(group["params"] for group in loaded["param_groups"])
+            by_id = dict(zip(ids, chain.from_iterable(group["params"] for group in optimizer.param_groups)))
+            state = {}
+            for key, value in loaded["state"].items():
+                if key in by_id and isinstance(value, dict):
+                    value = {k: v for k, v in value.items() if k not in _UNSAVED + _LEGACY + ("dual",)}
+                    dual = loaded["state"][key].get("dual")
+                    if isinstance(dual, Tensor):
+                        duals.append((by_id[key], dual))
+                state[key] = value
+            return {**loaded, "state": state}
+
+        def restore(optimizer: Optimizer) -> None:  # before every other post-hook
+            for param, dual in duals:
+                optimizer.state[param]["dual"] = self._process_value_according_to_param_policy(
+                    param, dual, None, optimizer.param_groups, key="dual")
+            for group, (foreach, fused) in zip(optimizer.param_groups, implementation):
+                group["foreach"], group["fused"] = foreach, fused
+
+        handles = (self.register_load_state_dict_pre_hook(set_duals_aside),
+                   self.register_load_state_dict_post_hook(restore, prepend=True))
+        try:
+            super().load_state_dict(state_dict)
+        finally:
+            for handle in handles:
+                handle.remove()
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None):
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Perform one mirror-descent step (after settling a lazily checked previous one); returns the
-        closure's loss if a closure is given."""
+        closure's loss if a closure is given. Parameters without a gradient are left alone."""
         self.check()
         loss = None
         if closure is not None:
@@ -359,7 +556,7 @@ class LpMirrorDescent(Optimizer):
                 loss = closure()
         work = []
         for index, group in enumerate(self.param_groups):  # everything that can refuse, before any update
-            self._validate(group)
+            p = check_p(group["p"])
             names = group.get("param_names") or [
                 f"param_groups[{index}]['params'][{j}]" for j in range(len(group["params"]))]
             live = [(w, name) for w, name in zip(group["params"], names) if w.grad is not None]
@@ -370,30 +567,39 @@ class LpMirrorDescent(Optimizer):
                 if w.grad.is_sparse:
                     raise RuntimeError(f"LpMirrorDescent does not support sparse gradients ({name}); "
                                        "use dense gradients (e.g. nn.Embedding(..., sparse=False))")
+                if group["fused"]:
+                    _check_fused_param(w)
+            lr = group["lr"]
+            fused_lr = group["fused"] and p != 2.0 and isinstance(lr, Tensor)  # a kernel argument: not read
+            if not fused_lr and not math.isfinite(float(lr)):
+                raise FloatingPointError(f"lr is not finite ({float(lr)}) in param_groups[{index}]: parameters "
+                                         "left unchanged")
             grads = [w.grad for w in params]
-            if group["p"] == 2.0:  # SGD: the gradient is checked before the step
+            if p == 2.0:  # SGD: the gradient is checked before the step
                 if group["normalize"]:
                     grads = _normalized(grads, 2.0, group["eps"])
                 bad = [name for name, ok in zip(labels, _finite(grads).tolist()) if not ok]
                 if bad:
                     raise FloatingPointError(f"non-finite gradient in {', '.join(bad)}: parameters left unchanged; "
-                                             f"check the loss or reduce lr (now {group['lr']})")
-            work.append((group, params, grads, labels))
+                                             f"check the loss or reduce lr (now {float(lr)})")
+            work.append((group, p, params, grads, labels))
+        lazy = self._lazy()
         try:
-            for group, params, grads, labels in work:
-                if group["p"] != 2.0:
-                    self._mirror_step(params, grads, group, labels)
+            for group, p, params, grads, labels in work:
+                if p != 2.0:
+                    self._mirror_step(params, grads, group, p, labels, lazy)
         except BaseException:
             self._undo_pending()  # the groups this step already updated
             raise
-        if not self._lazy():
-            self.check()
+        if not lazy:
+            self._settle(keep_copies=True)
         # p = 2 last: SGD's update has no dual to return to (with lazy_check it is not undone with the
         # mirror-descent groups of a step refused later)
-        for group, params, grads, labels in work:
-            if group["p"] == 2.0:
-                lp_mirror_descent(params, grads, None, None, lr=group["lr"], p=2.0, foreach=self.foreach,
-                                  fused=self.fused)
+        for group, p, params, grads, labels in work:
+            if p == 2.0:
+                foreach = self._foreach(group, params)
+                _eager(foreach or bool(group["fused"]))(params, grads, None, None, lr=float(group["lr"]), p=2.0,
+                                                         maximize=group["maximize"])
         return loss
 
     def _lazy(self) -> bool:
@@ -401,101 +607,142 @@ class LpMirrorDescent(Optimizer):
             return bool(self.lazy_check)
         return any(w.device.type != "cpu" for group in self.param_groups for w in group["params"])
 
-    def _spares_for(self, params: list[Tensor], duals: list[Tensor]) -> list[Tensor]:
-        """Each parameter's spare dual buffer (allocated on first use, like the dual)."""
-        spares = []
-        for w, u in zip(params, duals):
-            s = self._spares.get(w)
-            if s is None or s.shape != u.shape or s.dtype != u.dtype or s.device != u.device or s is u:
-                s = self._spares[w] = torch.empty_like(u)
-            spares.append(s)
-        return spares
-
-    def _inverse_into(self, targets: list[Tensor], duals: list[Tensor], work: list[Tensor], p: float) -> None:
-        """targets <- m^-1(u) by the very computation of a step (a zero gradient, the same implementation):
-        bit for bit the parameters a step that ended at these duals wrote. ``work`` receives copies of u."""
-        lp_mirror_descent(targets, [torch.zeros_like(w) for w in targets], duals, work, lr=1.0, p=p,
-                          foreach=self.foreach, fused=self.fused)
+    @staticmethod
+    def _foreach(group: dict[str, Any], params: list[Tensor]) -> bool:
+        """Whether the group's eager implementation is foreach: its ``foreach``, else torch's default."""
+        return _default_foreach(params) if group["foreach"] is None else bool(group["foreach"])
 
     def _duals(self, params: list[Tensor], p: float) -> tuple[list[Tensor], list[bool]]:
-        """The dual variable of each parameter, and whether the parameter is this optimizer's inverse map
-        of it bit for bit. A dual is created, or resynchronized from its parameter, when the parameter is
-        new, when p changed, or when the parameter was modified outside this optimizer and no longer
-        maps exactly (checked with :meth:`_inverse_into`, into temporary buffers)."""
-        duals, changed = [], []
-        for i, w in enumerate(params):
+        """Each parameter's dual (created as m(w), in the dual's dtype, for a parameter that has none or
+        whose shape changed; moved to the parameter's device and dtype if it is elsewhere), and whether
+        it was created now."""
+        duals, fresh = [], []
+        for w in params:
             state = self.state[w]
-            dtype = torch.float32 if w.dtype in _LOW_PRECISION else w.dtype
+            dtype = _dual_dtype(w.dtype)
             u = state.get("dual")
-            if u is None or state.get("p") != p or u.shape != w.shape:
+            new = u is None or u.shape != w.shape
+            if new:
                 u = mirror_map(w.detach().to(dtype), p)
-                self._synced.pop(w, None)
-            elif self._synced.get(w) != w._version:
+            elif u.dtype != dtype or u.device != w.device:
                 u = u.to(device=w.device, dtype=dtype)
-                changed.append(i)
-            state["dual"], state["p"] = u, p
+            state["dual"] = u
             duals.append(u)
-        if changed:  # edited, or loaded with the optimizer: keep u where it still reproduces w exactly
-            probes = [torch.empty_like(w) for w in params]
-            self._inverse_into(probes, duals, [torch.empty_like(u) for u in duals], p)
-            for i in changed:
-                w = params[i]
-                if torch.equal(probes[i], w):
-                    self._synced[w] = w._version
-                else:
-                    self.state[w]["dual"] = duals[i] = mirror_map(w.detach().to(duals[i].dtype), p)
-        return duals, [self._synced.get(w) == w._version for w in params]
+            fresh.append(new)
+        return duals, fresh
 
-    def _mirror_step(self, params: list[Tensor], grads: list[Tensor], group: dict, labels: list[str]) -> None:
+    def _spares(self, params: list[Tensor], duals: list[Tensor], p: float) -> tuple[list[Tensor], list[bool]]:
+        """Each parameter's spare dual buffer (allocated on first use, like the dual; ``state["spare"]``),
+        and whether it holds a copy of the parameter as the last immediately checked step, with this p,
+        left it."""
+        spares, copies = [], []
+        for w, u in zip(params, duals):
+            state = self.state[w]
+            s = state.pop("copy", None)
+            copy = s is not None and "p" in state and state["p"].item() == p
+            if s is None:
+                s = state.pop("spare", None)
+            if s is None or s.shape != u.shape or s.dtype != u.dtype or s.device != u.device or s is u:
+                s, copy = torch.empty_like(u), False
+            state["spare"] = s
+            spares.append(s)
+            copies.append(copy)
+        return spares, copies
+
+    def _synchronize(self, params: list[Tensor], duals: list[Tensor], spares: list[Tensor], fresh: list[bool],
+                     copies: list[bool], backups: list[Tensor | None], p: float, foreach: bool,
+                     lazy: bool) -> list[Tensor]:
+        """The duals this step starts from (eager implementations): u where the parameter is what this
+        optimizer last wrote, bit for bit, and m(w) where it is not (edited outside the optimizer, loaded,
+        p changed). What it last wrote: the spare's copy, or m^-1(u) computed into the spare as the update
+        computes it. Immediately checked: per tensor on the host; an edited tensor gets a backup and a new
+        dual beside u (u stays for a refusal to return to). Lazily checked: on the device, into u."""
+        checked = [i for i, new in enumerate(fresh) if not new]
+        if not checked:
+            return duals
+        probed = [i for i in checked if not copies[i]]
+        if probed:
+            _inverse([duals[i] for i in probed], [spares[i] for i in probed], 1.0 / (p - 1.0), foreach)
+        refs = {i: spares[i] if spares[i].dtype == params[i].dtype else spares[i].to(params[i].dtype)
+                for i in checked}
+        if lazy:
+            for i in checked:
+                w, u, s = params[i], duals[i], spares[i]
+                synced = refs[i] == w
+                _signed_power(w.detach().to(u.dtype), p - 1.0, out=s)  # m(w), as mirror_map computes it
+                torch.where(synced, u, s, out=u)
+            return duals
+        if all(params[i].device.type == "cpu" for i in checked):
+            equal = [torch.equal(refs[i], params[i]) for i in checked]
+        else:  # one host read for all tensors
+            equal = torch.stack([torch.eq(refs[i], params[i]).all() for i in checked]).tolist()
+        out = list(duals)
+        for i, ok in zip(checked, equal):
+            if not ok:
+                w, u = params[i], duals[i]
+                backups[i] = w.detach().clone()
+                out[i] = torch.where(refs[i] == w, u, mirror_map(w.detach().to(u.dtype), p))
+        return out
+
+    def _mirror_step(self, params: list[Tensor], grads: list[Tensor], group: dict[str, Any], p: float,
+                     labels: list[str], lazy: bool) -> None:
         """One pass into the spare duals; the step is accepted (duals and spares swap) pending its check."""
-        p, lr = group["p"], group["lr"]
+        lr, maximize = group["lr"], group["maximize"]
         states = [dict(self.state[w]) for w in params]  # what a refusal restores (the tensors stay untouched)
-        duals, exact = self._duals(params, p)
-        spares = self._spares_for(params, duals)
-        backups = [None if ok else w.detach().clone() for w, ok in zip(params, exact)]
-        flags = lp_mirror_descent(params, grads, duals, spares, lr=lr, p=p, normalize=group["normalize"],
-                                  eps=group["eps"], foreach=self.foreach, fused=self.fused)
-        self._pending.append(_Pending(params, labels, states, duals, spares, backups, flags, lr, p))
+        duals, fresh = self._duals(params, p)
+        spares, copies = self._spares(params, duals, p)
+        backups: list[Tensor | None] = [w.detach().clone() if new else None for w, new in zip(params, fresh)]
+        if group["normalize"]:
+            grads = _normalized(grads, p, group["eps"])
+        foreach, fused = self._foreach(group, params), bool(group["fused"])
+        flags = None
+        if fused:
+            checked = [copy for copy, new in zip(copies, fresh) if not new]
+            check = None if not checked else "copy" if len(checked) == len(params) and all(checked) else "probe"
+            flags = _fused_lpmirrordescent(params, grads, duals, spares, lr=lr, p=p, maximize=maximize, check=check)
+            fused = flags is not None
+        if flags is None:
+            start = self._synchronize(params, duals, spares, fresh, copies, backups, p, foreach, lazy)
+            flags = _eager(foreach)(params, grads, start, spares, lr=float(lr), p=p, maximize=maximize)
+        self._pending.append(_Pending(params, labels, states, duals, spares, backups, flags, lr, p, (foreach, fused)))
         for w, s in zip(params, spares):
             state = self.state[w]
-            state["dual"], self._spares[w] = s, state["dual"]
-            self._synced[w] = w._version
+            state["spare"], state["dual"] = state["dual"], s
 
     @torch.no_grad()
     def _undo_pending(self) -> None:
         """Undo the pending groups' steps: duals back, parameters rebuilt from them (or from backups)."""
         pending, self._pending = self._pending, []
         for entry in reversed(pending):
-            self._inverse_into(entry.params, entry.old_duals, entry.new_duals, entry.p)
-            for w, s, state, backup in zip(entry.params, entry.new_duals, entry.states, entry.backups):
+            _inverse_into(entry.params, entry.old_duals, entry.new_duals, entry.p, *entry.implementation)
+            for w, state, backup in zip(entry.params, entry.states, entry.backups):
                 if backup is not None:
                     w.copy_(backup)
-                self._spares[w] = s
                 if state:
+                    if "copy" in state:  # its buffer received the refused dual: a spare again
+                        state["spare"] = state.pop("copy")
                     self.state[w] = state
                 else:  # the step had created it
                     del self.state[w]
-                if backup is None:  # w is m^-1 of its restored dual again, bit for bit
-                    self._synced[w] = w._version
-                else:
-                    self._synced.pop(w, None)
 
     @torch.no_grad()
-    def check(self) -> None:
-        """Settle the last step if its finiteness check is outstanding (``lazy_check``): if a new
-        parameter is not finite, undo that step and raise FloatingPointError naming the parameters.
-        ``step()`` and ``state_dict()`` call it; call it after a run's last step."""
+    def _settle(self, keep_copies: bool) -> None:
+        """:meth:`check`; ``keep_copies`` (a step checked right after its update): an accepted step's
+        parameters are also copied into their spare buffers, the reference of the next step's check."""
         if not self._pending:
             return
         verdicts = [(entry, entry.finite()) for entry in self._pending]
         if all(all(finite) for _, finite in verdicts):
-            self._pending = []
+            pending, self._pending = self._pending, []
+            if keep_copies:
+                for entry in pending:
+                    self._keep_copies(entry.params, entry.p, entry.implementation[0])
             return
         gradient, overflow, lr, p = [], [], None, None
         for entry, finite in verdicts:
             bad = [i for i, ok in enumerate(finite) if not ok]
             if bad:
-                lr, p = entry.lr, entry.p
+                lr, p = float(entry.lr), entry.p
                 duals_ok = _finite([entry.new_duals[i] for i in bad]).tolist()  # u - lr g itself not finite?
                 for i, ok in zip(bad, duals_ok):
                     (overflow if ok else gradient).append(entry.labels[i])
@@ -509,12 +756,56 @@ class LpMirrorDescent(Optimizer):
             f"the inverse mirror map overflowed in {', '.join(overflow)}{where} (|u|^{r:.3g} exceeds the float "
             f"range): parameters left unchanged; reduce lr (now {lr}, p={p})")
 
+    def _keep_copies(self, params: list[Tensor], p: float, foreach: bool) -> None:
+        """Copy each parameter into its spare buffer (``state["copy"]``, made with exponent ``state["p"]``)."""
+        spares = []
+        for w in params:
+            state = self.state[w]
+            spares.append(state.pop("spare"))
+            state["copy"] = spares[-1]
+            if "p" in state:
+                state["p"].fill_(p)
+            else:
+                state["p"] = torch.tensor(p, dtype=torch.float64)
+        if foreach:
+            for index in _by_device_and_dtype(spares, params):
+                torch._foreach_copy_([spares[i] for i in index], [params[i] for i in index])
+        else:
+            for s, w in zip(spares, params):
+                s.copy_(w)
+
+    def check(self) -> None:
+        """Settle the last step if its finiteness check is outstanding (``lazy_check``): if a new
+        parameter is not finite, undo that step and raise FloatingPointError naming the parameters.
+        ``step()``, ``state_dict()`` and pickling call it; a training loop calls it after its last step."""
+        self._settle(keep_copies=False)
+
+
+def _inverse(duals: list[Tensor], outs: list[Tensor], r: float, foreach: bool) -> None:
+    """outs <- m^-1(u) by the eager implementation's own kernels, in the duals' dtype (``outs`` have it)."""
+    if foreach:
+        for index in _by_device_and_dtype(duals):
+            _foreach_signed_power_into([duals[i] for i in index], r, [outs[i] for i in index])
+    else:
+        for u, s in zip(duals, outs):
+            _signed_power_into(u, r, s)
+
+
+def _inverse_into(targets: list[Tensor], duals: list[Tensor], work: list[Tensor], p: float, foreach: bool,
+                  fused: bool) -> None:
+    """targets <- m^-1(u) by the very computation of a step (a zero gradient, the same implementation):
+    bit for bit the parameters a step that ended at these duals wrote. ``work`` receives copies of u."""
+    zeros = [torch.zeros_like(w) for w in targets]
+    if fused and _fused_lpmirrordescent(targets, zeros, duals, work, lr=1.0, p=p, maximize=False) is not None:
+        return
+    _eager(foreach)(targets, zeros, duals, work, lr=1.0, p=p, maximize=False)
+
 
 #: The optimizers of the real-data chapters, by name: ``make_optimizer(params, name, lr, p)``.
 OPTIMIZERS = ("md", "adam", "sgd")
 
 
-def make_optimizer(params, name: str, lr: float, p: float | None = None) -> torch.optim.Optimizer:
+def make_optimizer(params: Iterable[Any], name: str, lr: float, p: float | None = None) -> torch.optim.Optimizer:
     """The optimizer of a run config: ``"md"`` (``LpMirrorDescent`` with exponent ``p``), ``"adam"``
     (torch Adam, default betas) or ``"sgd"`` (plain SGD; the same as md with p = 2).
 

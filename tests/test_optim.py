@@ -136,13 +136,13 @@ def test_scheduler_drives_lr(path):
     model = make_model(torch.float64)
     opt = LpMirrorDescent(model.parameters(), lr=0.1, p=1.75, **PATHS[path])
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-    train(model, opt, 1)
+    train(model, opt, 2)  # the first step (new duals) and the later ones (verified duals): two kernels
     sched.step()
     assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
     kernels = len(optim._KERNELS)
     before = [w.detach().clone() for w in model.parameters()]
     opt.zero_grad()
-    loss_of(model, 1).backward()
+    loss_of(model, 2).backward()
     grads = [w.grad.clone() for w in model.parameters()]
     opt.step()
     for w, b, g in zip(model.parameters(), before, grads):
@@ -189,7 +189,8 @@ def test_a_state_saved_by_one_implementation_loads_into_another(saver, loader):
     resumed.load_state_dict(saved_model)
     opt2 = LpMirrorDescent(resumed.parameters(), lr=0.01, p=1.75, **PATHS[loader])
     opt2.load_state_dict(saved_opt)
-    assert opt2.foreach is PATHS[loader].get("foreach") and opt2.fused is PATHS[loader].get("fused")
+    group = opt2.param_groups[0]  # the implementation is the loader's, not the checkpoint's
+    assert group["foreach"] is PATHS[loader].get("foreach") and group["fused"] is PATHS[loader].get("fused")
     for k in range(4, 8):
         opt2.zero_grad()
         loss_of(resumed, k).backward()
@@ -200,17 +201,27 @@ def test_a_state_saved_by_one_implementation_loads_into_another(saver, loader):
         np.testing.assert_allclose(w.detach().numpy(), expected, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("kwargs", [dict(lr=0.0), dict(lr=-1.0), dict(lr=float("nan")), dict(lr=0.1, p=1.0),
+@pytest.mark.parametrize("kwargs", [dict(lr=-1.0), dict(lr=float("nan")), dict(lr=float("inf")),
+                                    dict(lr=torch.tensor(-1.0)), dict(lr=torch.tensor([0.1, 0.1])),
+                                    dict(lr="0.1"), dict(lr=0.1, p=1.0),
                                     dict(lr=0.1, p=0.5), dict(lr=0.1, p=float("inf")), dict(lr=0.1, p=float("nan")),
-                                    dict(lr=0.1, eps=-1.0)])
+                                    dict(lr=0.1, eps=-1.0), dict(maximize=1), dict(lazy_check="yes")])
 def test_bad_hyperparameters_raise(kwargs):
     with pytest.raises(ValueError):
         LpMirrorDescent(make_model().parameters(), **kwargs)
 
 
+@pytest.mark.parametrize("lr", [0.0, 0, torch.tensor(0.0), torch.tensor([0.5])])
+def test_lr_zero_and_tensor_lr_are_accepted(lr):
+    LpMirrorDescent(make_model().parameters(), lr=lr, p=1.5)
+    assert LpMirrorDescent(make_model().parameters()).defaults["lr"] == 1e-3  # torch SGD's default
+
+
 def test_foreach_and_fused_together_are_refused():
     with pytest.raises(RuntimeError, match="cannot be `True` together"):
         LpMirrorDescent(make_model().parameters(), lr=0.1, foreach=True, fused=True)
+    with pytest.raises(RuntimeError, match="cannot be `True` together"):
+        LpMirrorDescent([{"params": make_model().parameters(), "foreach": True}], lr=0.1, fused=True)
     with pytest.raises(RuntimeError, match="cannot be `True` together"):
         lp_mirror_descent([torch.zeros(1)], [torch.zeros(1)], None, None, lr=0.1, p=2.0, foreach=True, fused=True)
 
@@ -226,13 +237,13 @@ def test_defaults_follow_torch_single_tensor_on_cpu(monkeypatch):
     """foreach=None: foreach only when every parameter is on CUDA (torch's rule), so the single-tensor
     implementation on CPU; fused=None: not fused; the finiteness check is immediate on CPU."""
     calls = []
-    for name in ("_single_tensor", "_multi_tensor", "_fused"):
+    for name in ("_single_tensor_lpmirrordescent", "_multi_tensor_lpmirrordescent", "_fused_lpmirrordescent"):
         real = getattr(optim, name)
-        monkeypatch.setattr(optim, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+        monkeypatch.setattr(optim, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
     model = make_model()
     opt = LpMirrorDescent(model.parameters(), lr=0.01, p=1.5)
     train(model, opt, 1)
-    assert calls == ["_single_tensor"] and not opt._lazy() and not opt._pending
+    assert calls == ["_single_tensor_lpmirrordescent"] and not opt._lazy() and not opt._pending
     assert optim._default_foreach([torch.zeros(1)]) is False
     assert optim._default_foreach([torch.zeros(1, device="meta")]) is False
 
@@ -412,7 +423,7 @@ def test_fused_failing_halfway_leaves_the_fallback_a_clean_start(monkeypatch):
     monkeypatch.setattr(optim, "_FUSED_FAILURE", None)
 
     def half_written(*tensors, **kwargs):
-        def run(params, grads, duals, spares, lr, r):
+        def run(params, grads, duals, spares, lr, *static):
             params[0].fill_(float("nan"))
             spares[0].fill_(123.0)
             raise RuntimeError("kernel died")
@@ -460,6 +471,7 @@ def test_make_optimizer_by_name():
         optim.make_optimizer(params, "lion", 1e-3)
     # CPU: torch's defaults (single-tensor, checked at once); parameters may come as generators or groups
     md = optim.make_optimizer(iter(params), "md", 1e-1, p=1.5)
-    assert (md.foreach, md.fused, md._lazy()) == (None, None, False) and md.param_groups[0]["params"] == params
+    group = md.param_groups[0]
+    assert (group["foreach"], group["fused"], md._lazy()) == (None, None, False) and group["params"] == params
     md = optim.make_optimizer([{"params": iter(params), "lr": 0.5}], "md", 1e-1, p=1.5)
     assert md.param_groups[0]["params"] == params and md.param_groups[0]["lr"] == 0.5
