@@ -223,8 +223,10 @@ def _fused_update(params: list[Tensor], grads: list[Tensor], duals: list[Tensor]
         if check is not None:
             if check == "copy":
                 synced = w.to(u.dtype) == s
-            else:
-                synced = _fused_signed_power(u, r).to(w.dtype) == w
+            elif w.dtype == u.dtype:
+                synced = _fused_signed_power(u, r) == w
+            else:  # fp16/bf16: compare the bits, or inductor elides the rounding to w's precision
+                synced = _fused_signed_power(u, r).to(w.dtype).view(torch.int16) == w.view(torch.int16)
             u.copy_(torch.where(synced, u, _fused_signed_power(w.to(u.dtype), q)))
         s.copy_(u - g.to(u.dtype) * lr)
         w.copy_(_fused_signed_power(s, r).to(w.dtype))
@@ -375,10 +377,10 @@ def _check_lr(lr: object) -> None:
         if lr.numel() != 1:
             raise ValueError("Tensor lr must be 1-element")
         if lr.is_complex() or not math.isfinite(float(lr)) or float(lr) < 0:
-            raise ValueError(f"Invalid learning rate: {lr} (a finite number >= 0, or a 1-element tensor of one)")
+            raise ValueError(f"Invalid learning rate: {lr} (lr must be a finite number >= 0, or a 1-element tensor holding one)")
         return
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr < 0:
-        raise ValueError(f"Invalid learning rate: {lr!r} (a finite number >= 0, or a 1-element tensor of one)")
+        raise ValueError(f"Invalid learning rate: {lr!r} (lr must be a finite number >= 0, or a 1-element tensor holding one)")
 
 
 class LpMirrorDescent(Optimizer):
