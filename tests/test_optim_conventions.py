@@ -19,9 +19,13 @@ from mdlib import mirror, optim
 from mdlib.optim import LpMirrorDescent, _foreach_signed_power_into, _signed_power_into, lp_mirror_descent
 
 PATHS = {"single": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True),
-         "lazy": dict(foreach=False, lazy_check=True), "lazy-foreach": dict(foreach=True, lazy_check=True)}
+         "lazy": dict(foreach=False, lazy_check=True), "lazy-foreach": dict(foreach=True, lazy_check=True),
+         "lazy-fused": dict(fused=True, lazy_check=True)}
 FAST = ("single", "foreach", "lazy", "lazy-foreach")
 every_path = pytest.mark.parametrize("path", [*FAST, pytest.param("fused", marks=pytest.mark.slow)])
+#: also the fused kernel's own (lazy) check
+all_checks = pytest.mark.parametrize("path", [*FAST, *(pytest.param(p, marks=pytest.mark.slow)
+                                                      for p in ("fused", "lazy-fused"))])
 eager_paths = pytest.mark.parametrize("path", FAST)
 
 
@@ -289,14 +293,16 @@ def test_without_edits_training_is_bit_for_bit_todays_update(p, dtype, path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
-def test_without_edits_fused_training_is_bit_for_bit_the_unchecked_kernel(p):
-    """The fused step with its in-kernel check, against the functional fused update (the kernel as it
-    was, no check) with the duals carried by hand."""
-    a, b = make_model(), make_model()
-    train(a, LpMirrorDescent(a.parameters(), lr=0.01, p=p, fused=True), 8)
+def test_without_edits_fused_training_is_bit_for_bit_the_unchecked_kernel(p, dtype, lazy):
+    """The fused step with its check (on the host, or in the kernel when lazy), against the functional
+    fused update (the kernel as it was, no check) with the duals carried by hand."""
+    a, b = make_model(dtype), make_model(dtype)
+    train(a, LpMirrorDescent(a.parameters(), lr=0.01, p=p, fused=True, lazy_check=lazy), 8)
     params = list(b.parameters())
-    duals = [mirror.mirror_map(w.detach(), p) for w in params]
+    duals = [mirror.mirror_map(w.detach().float() if dtype == torch.bfloat16 else w.detach(), p) for w in params]
     spares = [torch.empty_like(u) for u in duals]
     for k in range(8):
         b.zero_grad()
@@ -322,7 +328,7 @@ def edit_no_grad(model):
         model[0].weight[0].fill_(0.25)  # an ordinary in-place edit: part of one tensor
 
 
-@every_path
+@all_checks
 @pytest.mark.parametrize("edit", [edit_clamp, edit_vector, edit_no_grad])
 @pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
 def test_an_edit_outside_the_optimizer_is_stepped_from(edit, p, path):
@@ -356,7 +362,7 @@ def test_the_issues_clamped_weight_stays_near_its_clamp(path):
     assert w[0].item() == pytest.approx(0.1, abs=2e-3)
 
 
-@every_path
+@all_checks
 def test_changing_p_of_a_group_is_picked_up(path):
     model = make_model(torch.float64)
     opt = LpMirrorDescent(model.parameters(), lr=0.01, p=1.5, **PATHS[path])
@@ -371,7 +377,7 @@ def test_changing_p_of_a_group_is_picked_up(path):
         torch.testing.assert_close(w.detach(), mirror.mirror_step(b, g, 0.01, 3.0), rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("path", ["single", "foreach"])
+@pytest.mark.parametrize("path", ["single", "foreach", pytest.param("fused", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("p", [1.75, 2.0])
 def test_a_refused_step_after_an_edit_restores_the_edited_parameters_bit_for_bit(p, path):
     model = make_model()
@@ -394,7 +400,7 @@ def test_a_refused_step_after_an_edit_restores_the_edited_parameters_bit_for_bit
                                    rtol=2e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("path", ["lazy", "lazy-foreach"])
+@pytest.mark.parametrize("path", ["lazy", "lazy-foreach", pytest.param("lazy-fused", marks=pytest.mark.slow)])
 def test_a_lazily_refused_step_after_an_edit_restores_it_within_one_rounding(path):
     """The documented exception: a lazily checked step re-derives the dual of an edited entry before it
     updates, so its refusal restores m^-1(m(w)) there (and everything else bit for bit)."""
