@@ -338,8 +338,9 @@ def lp_mirror_descent(params: list[Tensor], grads: list[Tensor], duals: list[Ten
                       fused: bool | None = None) -> Tensor | None:
     r"""Functional l_p mirror descent; see :class:`LpMirrorDescent` for the update.
 
-    For p != 2 it writes u - lr g (u + lr g with ``maximize``; u: ``duals``, left untouched) into
-    ``spares`` and sign(.)|.|^(1/(p-1)) of it into ``params``, and returns a bool tensor on the
+    For p != 2 it writes :math:`s = u - \eta g` (:math:`\eta` = ``lr``; :math:`u + \eta g` with
+    ``maximize``; u: ``duals``, left untouched) into ``spares`` and
+    :math:`\operatorname{sign}(s)\,|s|^{1/(p-1)}` into ``params``, and returns a bool tensor on the
     parameters' device: whether each new parameter is finite (a refusal is the caller's to undo). For
     p = 2 it performs ``param.add_(grad, alpha=-lr)`` (SGD; ``duals``/``spares`` unused, the caller checks
     gradients first) and returns None. The duals are the caller's to keep in step with the parameters
@@ -385,32 +386,37 @@ class _Pending:
         return self.host.tolist()
 
 
+_LR_RULE = "lr must be a finite number >= 0, or a 1-element tensor holding one"
+
+
 def _check_lr(lr: object) -> None:
     if isinstance(lr, Tensor):
         if lr.numel() != 1:
             raise ValueError("Tensor lr must be 1-element")
         if lr.is_complex() or not math.isfinite(float(lr)) or float(lr) < 0:
-            raise ValueError(f"Invalid learning rate: {lr} (lr must be a finite number >= 0, or a 1-element tensor holding one)")
+            raise ValueError(f"Invalid learning rate: {lr} ({_LR_RULE})")
         return
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr < 0:
-        raise ValueError(f"Invalid learning rate: {lr!r} (lr must be a finite number >= 0, or a 1-element tensor holding one)")
+        raise ValueError(f"Invalid learning rate: {lr!r} ({_LR_RULE})")
 
 
 class LpMirrorDescent(Optimizer):
-    r"""l_p mirror descent with the entrywise potential psi(w) = ||w||_p^p / p.
+    r""":math:`\ell_p` mirror descent with the entrywise potential :math:`\psi(w) = \|w\|_p^p / p`.
 
-    For every parameter w with gradient g, starting from the dual variable u_0 = m(w_0)::
+    For every parameter :math:`w` with gradient :math:`g`, starting from the dual variable
+    :math:`u_0 = m(w_0)`::
 
         g   <- g / (||g||_q + eps),   q = p / (p - 1)      (only with normalize=True)
         g   <- -g                                          (only with maximize=True)
         u_t <- u_{t-1} - lr * g
         w_t <- m^-1(u_t) = sign(u_t) |u_t|^(1 / (p - 1))
 
-    with the mirror map m(w) = sign(w) |w|^(p - 1), entrywise. p = 2 is gradient descent (bit for bit
-    ``torch.optim.SGD``). No momentum or weight decay; torch lr schedulers act on ``lr``. A step that
-    would make a parameter non-finite (a non-finite gradient or lr, or an inverse map beyond the float
-    range) is undone and raises FloatingPointError naming the parameters. A parameter changed outside
-    the optimizer (in place, through ``.data``, by ``load_state_dict``) is stepped from its new value.
+    with the mirror map :math:`m(w) = \operatorname{sign}(w)\,|w|^{p-1}`, entrywise. p = 2 is gradient
+    descent (bit for bit ``torch.optim.SGD``). No momentum or weight decay; torch lr schedulers act on
+    ``lr``. A step that would make a parameter non-finite (a non-finite gradient or lr, or an inverse
+    map beyond the float range) is undone and raises FloatingPointError naming the parameters. A
+    parameter changed outside the optimizer (in place, through ``.data``, by ``load_state_dict``) is
+    stepped from its new value.
     The module docstring states the conventions in full.
 
     Args:
@@ -419,7 +425,7 @@ class LpMirrorDescent(Optimizer):
             messages with names. Complex parameters are refused: optimize ``torch.view_as_real(param)``.
         lr: step size >= 0, a number or a 1-element tensor (default 1e-3, as SGD).
         p: the l_p exponent, p > 1 (p = 2 is SGD). The paper uses 1.1, 1.75, 2 and 3.
-        normalize: divide each tensor's gradient by its dual norm ||g||_q (+ eps).
+        normalize: divide each tensor's gradient by its dual norm :math:`\|g\|_q` (+ ``eps``).
         eps: added to the dual norm when normalizing.
         maximize: maximize the objective (step along +g).
         foreach: use the multi-tensor implementation (torch's ``_foreach`` kernels). None (default):

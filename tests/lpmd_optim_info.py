@@ -78,7 +78,8 @@ def _skip(reason: str, test: str, **kwargs) -> DecorateInfo:
 #: The by-design differences, as named skips of torch's TestOptimRenewed tests.
 SKIPS = (
     _skip("no weight_decay (nor momentum, dampening, nesterov): the update is plain mirror descent in the "
-          "l_p geometry, whose regularizer would be the potential, not an L2 penalty", "test_param_groups_weight_decay"),
+          "l_p geometry, whose regularizer would be the potential, not an L2 penalty",
+          "test_param_groups_weight_decay"),
     _skip("no AMP grad_scale/found_inf protocol: a non-finite gradient is refused with FloatingPointError "
           "(parameters left unchanged) where torch's optimizers propagate NaN or skip by found_inf",
           "test_fused_does_not_step_if_foundinf"),

@@ -137,7 +137,8 @@ def test_a_tensor_lr_is_the_same_step_as_its_value(p, path):
 
 @pytest.mark.parametrize("path", ["single", "foreach"])
 def test_p2_with_a_tensor_lr_and_maximize_is_sgd_bit_for_bit(path):
-    for kwargs in (dict(lr=torch.tensor(0.03)), dict(lr=0.03, maximize=True), dict(lr=torch.tensor(0.03), maximize=True)):
+    for kwargs in (dict(lr=torch.tensor(0.03)), dict(lr=0.03, maximize=True),
+                   dict(lr=torch.tensor(0.03), maximize=True)):
         a, b = make_model(), make_model()
         train(a, LpMirrorDescent(a.parameters(), **kwargs, **PATHS[path]), 10)
         train(b, torch.optim.SGD(b.parameters(), **kwargs, foreach=path == "foreach"), 10)
@@ -492,7 +493,8 @@ def test_loaded_duals_are_copies_in_the_dual_dtype():
     opt2 = LpMirrorDescent(model.parameters(), lr=0.01, p=1.75)
     opt2.load_state_dict(saved)
     w = next(model.parameters())
-    assert opt2.state[w]["dual"] is not opt.state[w]["dual"] and torch.equal(opt2.state[w]["dual"], opt.state[w]["dual"])
+    assert opt2.state[w]["dual"] is not opt.state[w]["dual"]
+    assert torch.equal(opt2.state[w]["dual"], opt.state[w]["dual"])
     dual = torch.ones(3, dtype=torch.float64)
     assert LpMirrorDescent._process_value_according_to_param_policy(
         torch.zeros(3, dtype=torch.float16), dual, 0, opt.param_groups, key="dual").dtype == torch.float32
