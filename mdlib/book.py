@@ -29,11 +29,14 @@ import tokenize
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import yaml
 
 from mdlib import first_line, paths
+
+if TYPE_CHECKING:
+    import nbformat
 
 CHAPTER_RE = re.compile(r"^[0-9][0-9]_.+\.py$")
 PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  #: a profile's name: params/<name>.yaml, never a path
@@ -58,7 +61,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """yaml's SafeLoader, refusing a mapping that repeats a key (SafeLoader keeps the last one) and
     reading ``1e-3`` as a float, as YAML 1.2 does (SafeLoader, YAML 1.1, reads it as a string)."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first: dict[Any, int] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -166,13 +169,15 @@ class Parameter:
     description: str     # the trailing ``# comment`` on the assignment line
 
 
-def read_notebook(path: Path):
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """The jupytext (py:percent) source of a chapter as a notebook."""
     import jupytext
 
     return jupytext.read(Path(path), fmt="py:percent")
 
 
-def parameters_cell(nb, where: str = "notebook"):
+def parameters_cell(nb: nbformat.NotebookNode, where: str = "notebook") -> nbformat.NotebookNode:
+    """The notebook's one code cell tagged ``parameters`` (ValueError naming ``where`` otherwise)."""
     cells = [cell for cell in nb.cells if "parameters" in cell.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise ValueError(f"{where}: expected exactly one cell tagged 'parameters' "
@@ -615,7 +620,8 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
     return "\n".join(lines) + "\n"
 
 
-def write_parameters_page(target: Path | None = None, profile: str | None = None, **kwargs) -> Path:
+def write_parameters_page(target: Path | None = None, profile: str | None = None, **kwargs: Any) -> Path:
+    """Write :func:`parameters_page` (``kwargs`` go to it) to ``book/parameters.md``, atomically."""
     target = Path(target or paths.book_dir() / "parameters.md")
     text = parameters_page(profile, **kwargs)
     return paths.atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))

@@ -22,6 +22,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from mdlib import paths
 
@@ -159,7 +160,7 @@ def _extract(archive: bytes, members: tuple[str, ...]) -> bytes:
     return data
 
 
-def fetch(name: str, *, download=_download) -> list[Path]:
+def fetch(name: str, *, download: Callable[[str, str, Path], Path] = _download) -> list[Path]:
     """Fetch the files of ``name`` (``rotten_tomatoes``, ``wordpiece_vocab``, ``fashion_mnist``) into :func:`data_dir`,
     verifying the archive's and each file's sha256; files already present and intact are kept."""
     if name not in FETCHABLE:

@@ -43,7 +43,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from mdlib import fingerprint, paths
 
@@ -268,7 +268,7 @@ def find(label: str, build: Path | None = None) -> dict[str, Any] | None:
     return None
 
 
-def records(build: Path | None = None):
+def records(build: Path | None = None) -> Iterator[tuple[Path, dict[str, Any]]]:
     """(path, record) of every readable record in the build directory's figures and results."""
     build = Path(build) if build is not None else paths.build_dir()
     for folder in (build / "figures", build / "results"):

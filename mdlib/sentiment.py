@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,9 @@ from torch.utils.data import Dataset
 from mdlib import analysis, data, optim, paths, runs
 from mdlib.optim import method, method_key
 from mdlib.models import EncoderClassifier, check_setup
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KEYS", "GRID_KIND",
            "Grid", "KIND", "PAPER_EPOCHS_TO_STOP", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "TokenizedDataset",
@@ -61,7 +64,7 @@ PAPER_STEP_SIZES = {3: {"1.1": 8e-4, "2": 4e-4, "3": 4e-6}, 4: {"1.1": 6e-4, "2"
 class TokenizedDataset(Dataset):
     """(token ids, label) pairs, ids unpadded ([CLS] ... [SEP], truncated to the tokenizer's length)."""
 
-    def __init__(self, ids: list[list[int]], labels, texts: list[str] | None = None):
+    def __init__(self, ids: list[list[int]], labels: ArrayLike, texts: list[str] | None = None):
         if len(ids) != len(labels):
             raise ValueError(f"{len(ids)} token sequences but {len(labels)} labels")
         self.ids = [torch.tensor(x, dtype=torch.long) for x in ids]
@@ -74,7 +77,7 @@ class TokenizedDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         return self.ids[index], self.labels[index]
 
-    def subset(self, indices) -> "TokenizedDataset":
+    def subset(self, indices: Iterable[int]) -> "TokenizedDataset":
         """The examples at ``indices``, in that order."""
         indices = [int(i) for i in indices]
         return TokenizedDataset([self.ids[i].tolist() for i in indices], self.labels[indices],
@@ -668,7 +671,7 @@ def lexicon_pivots(ids: list[list[int]], min_valence: float = 2.0, max_length: i
     return np.asarray(positions), words
 
 
-def attention_scores(model, ids: list[list[int]], batch_size: int = 256) -> list[np.ndarray]:
+def attention_scores(model: EncoderClassifier, ids: list[list[int]], batch_size: int = 256) -> list[np.ndarray]:
     """Each sequence's normalized [CLS] attention scores (``analysis.cls_attention``), unpadded."""
     scores = []
     for start in range(0, len(ids), batch_size):
@@ -679,7 +682,7 @@ def attention_scores(model, ids: list[list[int]], batch_size: int = 256) -> list
     return scores
 
 
-def deletion_drops(model, ids: list[list[int]], positions, batch_size: int = 256) -> np.ndarray:
+def deletion_drops(model: EncoderClassifier, ids: list[list[int]], positions: ArrayLike, batch_size: int = 256) -> np.ndarray:
     """``analysis.probability_drop`` of deleting the token at ``positions[b]`` from each sequence."""
     drops = []
     for start in range(0, len(ids), batch_size):

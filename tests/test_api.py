@@ -3,6 +3,7 @@ models), loaded lazily, fully annotated, and typed (``py.typed``)."""
 
 import importlib
 import inspect
+import pkgutil
 import subprocess
 import sys
 
@@ -42,10 +43,10 @@ def test_importing_the_package_loads_no_array_library():
     assert out.split() == ["[]", "True"]
 
 
-def _public_callables():
-    for module_name in LIBRARY:
+def _public_callables(modules=LIBRARY, public=lambda module: module.__all__):
+    for module_name in modules:
         module = importlib.import_module(module_name)
-        for name in module.__all__:
+        for name in public(module):
             obj = getattr(module, name)
             if inspect.isclass(obj):
                 for attr, value in vars(obj).items():
@@ -55,9 +56,21 @@ def _public_callables():
                 yield f"{module_name}.{name}", obj
 
 
-def test_public_functions_are_fully_annotated():
+def _every_module():
+    return [f"mdlib.{info.name}" for info in pkgutil.iter_modules(mdlib.__path__) if info.name != "__main__"]
+
+
+def _defined_here(module):
+    return [name for name, value in vars(module).items()
+            if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__]
+
+
+@pytest.mark.parametrize("scope", ["library", "every module"])
+def test_public_functions_are_fully_annotated(scope):
+    """The library's API, and every public function and method of every mdlib module."""
+    found = _public_callables() if scope == "library" else _public_callables(_every_module(), _defined_here)
     missing = []
-    for qualname, function in _public_callables():
+    for qualname, function in found:
         signature = inspect.signature(function)
         missing += [f"{qualname}({parameter})" for parameter, value in signature.parameters.items()
                     if parameter not in ("self", "cls") and value.annotation is inspect.Parameter.empty]
