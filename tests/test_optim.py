@@ -11,24 +11,12 @@ import torch
 
 from mdlib import mirror, optim
 from mdlib.optim import LpMirrorDescent, lp_mirror_descent
+from tiny_model import loss_of, make_model  # tests/tiny_model.py (pytest puts tests/ on the path)
 
 #: The implementations, as LpMirrorDescent arguments (fused: forced on CPU; it compiles, hence slow).
 PATHS = {"single": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}
 every_path = pytest.mark.parametrize("path", [
     "single", "foreach", pytest.param("fused", marks=pytest.mark.slow)])
-
-
-def make_model(dtype=torch.float32, seed=0):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1)).to(dtype)
-
-
-def loss_of(model, seed):
-    g = torch.Generator().manual_seed(seed)
-    dtype = next(model.parameters()).dtype
-    x = torch.randn(16, 6, generator=g).to(dtype)
-    y = torch.randn(16, 1, generator=g).to(dtype)
-    return ((model(x) - y) ** 2).mean()
 
 
 def train(model, opt, steps, start=0):

@@ -17,6 +17,7 @@ from torch.optim.swa_utils import SWALR
 
 from mdlib import mirror, optim
 from mdlib.optim import LpMirrorDescent, _foreach_signed_power_into, _signed_power_into, lp_mirror_descent
+from tiny_model import loss_of, make_model  # tests/tiny_model.py (pytest puts tests/ on the path)
 
 PATHS = {"single": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True),
          "lazy": dict(foreach=False, lazy_check=True), "lazy-foreach": dict(foreach=True, lazy_check=True),
@@ -27,19 +28,6 @@ every_path = pytest.mark.parametrize("path", [*FAST, pytest.param("fused", marks
 all_checks = pytest.mark.parametrize("path", [*FAST, *(pytest.param(p, marks=pytest.mark.slow)
                                                       for p in ("fused", "lazy-fused"))])
 eager_paths = pytest.mark.parametrize("path", FAST)
-
-
-def make_model(dtype=torch.float32, seed=0):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1)).to(dtype)
-
-
-def loss_of(model, seed):
-    g = torch.Generator().manual_seed(seed)
-    dtype = next(model.parameters()).dtype
-    x = torch.randn(16, 6, generator=g).to(dtype)
-    y = torch.randn(16, 1, generator=g).to(dtype)
-    return ((model(x) - y) ** 2).mean()
 
 
 def train(model, opt, steps, start=0, sign=1.0):
