@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import subprocess
 import sys
 import tarfile
@@ -83,11 +82,7 @@ def data_dir() -> Path:
     """Where fetched files live: ``$MDLIB_DATA_DIR`` (made absolute), else ``<project>/data/cache``
     inside a book project (``mdlib.paths.root``), else ``$XDG_CACHE_HOME/mdlib`` or ``~/.cache/mdlib``
     (``mdlib.paths.user_cache_dir``): never inside the installed package."""
-    value = os.environ.get(DATA_ENV)
-    if value:
-        return Path(value).expanduser().resolve()
-    project = paths.find_root()
-    return project / "data" / "cache" if project is not None else paths.user_cache_dir()
+    return paths.located(DATA_ENV, "data/cache")
 
 
 #: Each kind of archive: the registry it comes from and the tool that downloads it.

@@ -164,13 +164,19 @@ def data_file(name: str) -> Path:
                             f"({packaged}); reinstall the package or run inside a checkout")
 
 
-def build_dir() -> Path:
-    """``$MDLIB_BUILD_DIR`` (made absolute), else ``<project>/_build``, else ``<user cache>/build``."""
-    value = os.environ.get(BUILD_ENV)
+def located(env: str, in_project: str, in_cache: str = "") -> Path:
+    """``$env`` (made absolute), else ``<project>/<in_project>`` inside a project, else
+    ``<user cache>/<in_cache>``: where a folder of mdlib's lives, never inside the installed package."""
+    value = os.environ.get(env)
     if value:
         return Path(value).expanduser().resolve()
     found = find_root()
-    return found / "_build" if found is not None else user_cache_dir() / "build"
+    return found / in_project if found is not None else user_cache_dir() / in_cache
+
+
+def build_dir() -> Path:
+    """``$MDLIB_BUILD_DIR`` (made absolute), else ``<project>/_build``, else ``<user cache>/build``."""
+    return located(BUILD_ENV, "_build", "build")
 
 
 def figures_dir() -> Path:
