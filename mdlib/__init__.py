@@ -15,10 +15,18 @@ imports neither torch nor numpy)::
 - the models: :class:`SingleHeadAttention` (the paper's single-head model), :class:`EncoderClassifier`
   (the sentiment encoder), :class:`VisionTransformer`, and the synthetic data.
 
-These need torch, numpy and scipy only. The other modules are the experiments (``fetch``, ``data``,
-``train``, ``runs``, ``synthetic``, ``sentiment``, ``vision``, ``analysis``, ``selection``,
-``sparsity``, ``stats``) and the book (``book``, ``plots``, ``provenance``, ``schema``, ``scorecard``,
-``bench``, ``fingerprint``, ``paths``, ``cli``: ``python -m mdlib``); they need the extras.
+These need torch, numpy and scipy only. The package has three tiers, each importing only itself and
+the tiers below it:
+
+- the library, ``mdlib.mirror``, ``mdlib.optim``, ``mdlib.svm``, ``mdlib.models``;
+- ``mdlib.experiments`` (extra ``[experiments]``): the results store (``store``, no torch), training
+  runs through it (``pool``, ``train``), the data (``fetch``, ``data``), the experiments
+  (``synthetic``, ``sentiment``, ``vision``, ``selection``, ``sparsity``), their statistics and
+  analyses (``stats``, ``analysis``), method names (``methods``), ``paths`` and ``fingerprint``;
+- ``mdlib.book`` (extra ``[book]``): the notebooks' parameters (``profiles``), their execution
+  (``execute``), the generated pages and the build (``pages``, ``book``), figures and tables
+  (``plots``, ``schema``), records (``provenance``), the verdicts (``scorecard``, no torch),
+  benchmarks (``bench``), the command line (``cli``: ``python -m mdlib``).
 """
 
 from __future__ import annotations

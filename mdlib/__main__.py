@@ -1,3 +1,3 @@
-from mdlib.cli import main
+from mdlib.book.cli import main
 
 raise SystemExit(main())

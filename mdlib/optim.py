@@ -51,22 +51,18 @@ Conventions (those of torch's optimizers, and where this one differs):
   away, so a step does not wait for the device; a refused step is then undone at that point.
   ``state_dict()``, ``check()`` and pickling/``deepcopy`` settle it too (``load_state_dict`` discards
   it: the loaded state replaces it); ``check()`` is the one call a training loop makes after its last
-  step (``mdlib.train.fit`` does after every epoch). ``zero_grad()`` does not settle it: that would make
+  step (``mdlib.experiments.train.fit`` does after every epoch). ``zero_grad()`` does not settle it: that would make
   the host wait for the device at every iteration. p = 2 checks the gradient before the step (SGD keeps
   no second copy to roll back to), which reads it on the host.
 - Not supported, by design: complex parameters (an error at construction says to optimize
   ``torch.view_as_real(param)``), sparse gradients, ``weight_decay``/momentum, ``differentiable``.
 
-``make_optimizer(params, name, lr, p)`` builds the optimizer a run config names: ``"md"`` (this
-class), ``"adam"`` or ``"sgd"``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
-import re
 import types
 import warnings
 from itertools import chain
@@ -89,7 +85,7 @@ except ImportError:  # pragma: no cover
 from mdlib import first_line
 from mdlib.mirror import _fused_signed_power, _power_kind, _signed_power, check_p, lp_norm, mirror_map
 
-__all__ = ["LpMirrorDescent", "OPTIMIZERS", "lp_mirror_descent", "make_optimizer", "method", "method_key"]
+__all__ = ["LpMirrorDescent", "lp_mirror_descent"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 #: Per-parameter state that only serves the next step and is not saved by ``state_dict()``: the spare
@@ -836,52 +832,3 @@ def _inverse_into(targets: list[Tensor], duals: list[Tensor], work: list[Tensor]
 
 
 #: The optimizers of the real-data chapters, by name: ``make_optimizer(params, name, lr, p)``.
-OPTIMIZERS = ("md", "adam", "sgd")
-
-
-def make_optimizer(params: Iterable[Any], name: str, lr: float, p: float | None = None) -> torch.optim.Optimizer:
-    """The optimizer of a run config: ``"md"`` (``LpMirrorDescent`` with exponent ``p``), ``"adam"``
-    (torch Adam, default betas) or ``"sgd"`` (plain SGD; the same as md with p = 2).
-
-    Implementations: torch's defaults (single-tensor on CPU, foreach on CUDA), except that mirror descent
-    on CUDA takes its fused step (torch.compile; foreach, with a warning, where that does not compile).
-    On CPU the optimizer is a small part of a chapter's training step (chapter 08): compiling it would
-    buy little."""
-    params = [dict(x, params=list(x["params"])) if isinstance(x, dict) else x for x in params]
-    tensors = [w for x in params for w in (x["params"] if isinstance(x, dict) else [x])]
-    on_gpu = bool(tensors) and all(w.device.type == "cuda" for w in tensors)
-    if name == "md":
-        if p is None:
-            raise ValueError("optimizer 'md' needs the exponent p")
-        return LpMirrorDescent(params, lr=lr, p=p, fused=True if on_gpu and p != 2.0 else None)
-    if p is not None:
-        raise ValueError(f"optimizer {name!r} takes no exponent p (got p={p}); p is for 'md'")
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
-
-
-# --- method keys: how the experiments name an optimizer -------------------------------------------
-
-
-_EXPONENT = re.compile(r"[0-9]+(\.[0-9]+)?")  #: an exponent in a method key: "1.1", "2", "3"
-
-
-def method(key: str | float) -> tuple[str, float | None]:
-    """A method key as (optimizer, p): ``"adam"`` -> ("adam", None), ``"1.1"`` -> ("md", 1.1). The keys:
-    "adam", "sgd", and an exponent p > 1 in decimal digits ("1.1", "2") or as a number (a YAML key 1.1)."""
-    if key in ("adam", "sgd"):
-        return key, None
-    number = isinstance(key, numbers.Real) and not isinstance(key, bool)
-    if number or isinstance(key, str) and _EXPONENT.fullmatch(key):
-        with contextlib.suppress(ValueError):
-            return "md", check_p(key)
-    raise ValueError(f"unknown method {key!r}: an l_p exponent p > 1 in decimal digits such as '1.1' or '3', "
-                     "or 'adam' / 'sgd'")
-
-
-def method_key(optimizer: str, p: float | None = None) -> str:
-    """The inverse of ``method``: ("md", 2.0) -> "2", ("adam", None) -> "adam"."""
-    return f"{p:g}" if optimizer == "md" else optimizer

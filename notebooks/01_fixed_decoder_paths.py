@@ -59,7 +59,8 @@ import numpy as np
 import pandas as pd
 from myst_nb import glue
 
-from mdlib import plots, synthetic
+from mdlib.book import plots
+from mdlib.experiments import synthetic
 
 plots.set_theme()
 if len(steps) != len(train_ps):
@@ -75,7 +76,7 @@ print(f"profile={profile}: {seeds} seeds, n={n}, T={T}, d={d}, lr={lr}, steps={d
 # ## What we ran
 #
 # All trials of one training exponent run as a single batched tensor program in float64
-# (`mdlib.synthetic.train`): each trial draws its own tokens, comparison tokens and decoder
+# (`mdlib.experiments.synthetic.train`): each trial draws its own tokens, comparison tokens and decoder
 # (Gaussian, scaled to unit $\ell_2$ norm), labels ($\pm 1$) and $W(0)$, and takes the step
 # {eq}`eq-md-update` with the gradient normalized by its dual norm,
 # $m(W) \leftarrow m(W) - \eta\, \nabla L / \|\nabla L\|_q$, $q = p/(p-1)$, with the paper's

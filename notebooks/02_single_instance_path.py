@@ -45,7 +45,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from myst_nb import glue
 
-from mdlib import plots, synthetic
+from mdlib.book import plots
+from mdlib.experiments import synthetic
 
 plots.set_theme()
 config = dict(ps=ps, normalized_steps=normalized_steps, lr=lr, plain_steps=plain_steps, plain_lr=plain_lr, n=n, T=T,

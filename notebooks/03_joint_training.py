@@ -45,7 +45,8 @@ first_steps = 150  # window of the probability panel
 import matplotlib.pyplot as plt
 from myst_nb import glue
 
-from mdlib import plots, synthetic
+from mdlib.book import plots
+from mdlib.experiments import synthetic
 
 plots.set_theme()
 if len(steps) != len(ps):

@@ -74,7 +74,9 @@ workers = 2  # runs trained at once, one CPU thread each (use 1 on a GPU)
 import pandas as pd
 from myst_nb import glue
 
-from mdlib import optim, plots, scorecard, sentiment, train
+from mdlib.book import plots, scorecard
+from mdlib.experiments import methods as method_keys
+from mdlib.experiments import sentiment, train
 
 plots.set_theme()
 config = dict(dataset=dataset, max_length=max_length, train_size=train_size, width=width, setup=setup,
@@ -85,8 +87,8 @@ sentiment.train_grids([config] + ([ablation_config] if ablation_setup else []), 
 grid = sentiment.grid(config, workers=workers, name=sentiment.grid_name(profile))  # chapters 05 and 06 read it
 print(f"profile={profile}: {dataset} ({train_size or 'all'} training texts), width {width}, layers {layers}, "
       f"seeds {seeds}, <= {epochs} epochs, setup {setup!r}")
-label = {key: plots.method_label(*optim.method(key)) for key in methods}
-text = {key: plots.method_text(*optim.method(key)) for key in methods}
+label = {key: plots.method_label(*method_keys.method(key)) for key in methods}
+text = {key: plots.method_text(*method_keys.method(key)) for key in methods}
 
 # %% [markdown]
 # ## The baseline

@@ -53,11 +53,10 @@ heatmap_sentences = 10  # the authors' sentences shown in the heat maps
 deletion_seed = 0  # seeds the random token of the deletion control
 
 # %% tags=["remove-stderr"]
-import numpy as np
-import pandas as pd
 from myst_nb import glue
 
-from mdlib import plots, scorecard, selection, sentiment
+from mdlib.book import plots, scorecard
+from mdlib.experiments import selection, sentiment
 
 plots.set_theme()
 grid = sentiment.built_grid(table1 or profile, depth)

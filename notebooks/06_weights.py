@@ -45,15 +45,17 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from myst_nb import glue
 
-from mdlib import analysis, optim, plots, scorecard, selection, sentiment, sparsity, stats, train
+from mdlib.book import plots, scorecard
+from mdlib.experiments import methods as method_keys
+from mdlib.experiments import analysis, selection, sentiment, sparsity, stats, train
 
 plots.set_theme()
 grid = sentiment.built_grid(table1 or profile, depth)
 dataset, max_length, width, methods = map(grid.config.get, ("dataset", "max_length", "width", "methods"))
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
 initial = {seed: sentiment.initial_model(grid.configs[depth, key, seed]).eval() for key, seed in models}
-label = {key: plots.method_label(*optim.method(key)) for key in methods} | {"init": "initialization"}
-names = " / ".join(plots.method_text(*optim.method(k)) for k in methods)
+label = {key: plots.method_label(*method_keys.method(key)) for key in methods} | {"init": "initialization"}
+names = " / ".join(plots.method_text(*method_keys.method(k)) for k in methods)
 entries = depth * width * width
 # The paper's 0.06 at width 384 is above the authors' init bound 1/sqrt(384) = 0.051: the same
 # threshold relative to the bound 1/sqrt(width) at this width.
@@ -122,7 +124,7 @@ glue("w-methods", names, display=False)
 # interval: {glue:text}`w-density-gap` (negative: $\ell_{1.1}$'s change is sparser).
 
 # %% tags=["hide-input"]
-colors = {k: plots.method_color(*optim.method(k)) for k in methods} | {"init": "0.6"}
+colors = {k: plots.method_color(*method_keys.method(k)) for k in methods} | {"init": "0.6"}
 first = min(initial)
 fig, axes = plt.subplots(1, 3, figsize=(14, 3.9), sharey=True)
 for ax, (kind, short) in zip(axes, sparsity.KINDS.items()):

@@ -69,14 +69,16 @@ import pandas as pd
 import torch
 from myst_nb import glue
 
-from mdlib import analysis, optim, plots, scorecard, vision
+from mdlib.book import plots, scorecard
+from mdlib.experiments import methods as method_keys
+from mdlib.experiments import analysis, vision
 
 plots.set_theme()
 NAMES = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
-methods = ["adam"] + [optim.method_key("md", float(p)) for p in ps]
+methods = ["adam"] + [method_keys.method_key("md", float(p)) for p in ps]
 config = dict(datasets=datasets, image_size=image_size, train_size=train_size, validation=validation, model=model,
               setup=setup, batch_size=batch_size, root=cifar_root, epochs=epochs, eval_every=eval_every, seeds=seeds,
-              methods=methods, step_sizes={optim.method_key(*optim.method(k)): v for k, v in step_sizes.items()},
+              methods=methods, step_sizes={method_keys.method_key(*method_keys.method(k)): v for k, v in step_sizes.items()},
               sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window)
 grid = vision.grid(config, workers=workers)
 name = {k: "Adam" if k == "adam" else f"p = {k}" for k in methods}
@@ -128,7 +130,7 @@ fig, axes = plt.subplots(2, len(datasets), figsize=(6.4 * len(datasets), 7.6), s
 for column, dataset in enumerate(datasets):
     for method in methods:
         runs_of = history[(history.dataset == dataset) & (history.method == name[method])]
-        color, label = plots.method_color(*optim.method(method)), plots.method_label(*optim.method(method))
+        color, label = plots.method_color(*method_keys.method(method)), plots.method_label(*method_keys.method(method))
         for row, (metric, scale) in enumerate((("train_loss", 1), ("test_accuracy", 100))):
             curve = runs_of.dropna(subset=[metric]).groupby("epoch")[metric]  # test: the evaluated epochs
             mean, std = scale * curve.mean(), scale * curve.std().fillna(0)
@@ -260,7 +262,7 @@ glue("vit-lrs", per_dataset(lambda d: ", ".join(f"{name[m]}: {grid.chosen[d, m]:
 # ## Where the weights are
 
 # %% tags=["hide-input"]
-styles = [("initialization", "initialization", "black")] + [(name[m], plots.method_label(*optim.method(m)), plots.method_color(*optim.method(m)))
+styles = [("initialization", "initialization", "black")] + [(name[m], plots.method_label(*method_keys.method(m)), plots.method_color(*method_keys.method(m)))
                                                            for m in methods]
 fig, axes = plt.subplots(len(datasets), len(kinds), figsize=(14, 3.8 * len(datasets)), squeeze=False)
 for row, d in enumerate(datasets):
@@ -335,8 +337,8 @@ for ax, d in zip(axes[0], datasets):
     for m in methods:
         curve = pruning[(pruning.dataset == d) & (pruning.method == name[m])].groupby("sparsity").test_accuracy
         mean, std = 100 * curve.mean(), 100 * curve.std().fillna(0)
-        ax.plot(100 * mean.index, mean, marker="o", ms=3, color=plots.method_color(*optim.method(m)), label=plots.method_label(*optim.method(m)))
-        ax.fill_between(100 * mean.index, mean - std, mean + std, color=plots.method_color(*optim.method(m)), alpha=0.2, lw=0)
+        ax.plot(100 * mean.index, mean, marker="o", ms=3, color=plots.method_color(*method_keys.method(m)), label=plots.method_label(*method_keys.method(m)))
+        ax.fill_between(100 * mean.index, mean - std, mean + std, color=plots.method_color(*method_keys.method(m)), alpha=0.2, lw=0)
     ax.set(title=NAMES[d], xlabel="weights pruned (%)", ylabel="test accuracy (%)")
     ax.legend(fontsize=8)
 fig.tight_layout()
@@ -347,7 +349,7 @@ glue("vit-pruning", per_dataset(lambda d: ", ".join(
     f"{name[m]} " + " / ".join(f"{100 * at[(d, name[m], x)]:.1f}" for x in levels) for m in methods)), display=False)
 glue("vit-pruning-levels", " / ".join(f"{100 * x:.0f} %" for x in levels) or "(none of 50, 80, 90 % measured)",
      display=False)
-smallest = optim.method_key("md", float(min(ps)))  # the paper's Figure 12 contrast: mirror descent with small p against Adam
+smallest = method_keys.method_key("md", float(min(ps)))  # the paper's Figure 12 contrast: mirror descent with small p against Adam
 heavy = max(sparsities)
 
 

@@ -53,7 +53,7 @@ import pandas as pd
 import torch
 from myst_nb import glue
 
-from mdlib import bench, plots
+from mdlib.book import bench, plots
 from mdlib.models import VisionTransformer
 from mdlib.optim import LpMirrorDescent
 
@@ -208,7 +208,7 @@ glue("cost-adam-default-over-fused", f"{largest.loc['adam_default', 'vs_adam_fus
 # One training step (forward, backward, optimizer step; batch of 100, one thread, as a chapter's run)
 # of the sentiment encoder of chapter 04 (width 24, three layers and heads, sentences of 32 tokens) and
 # of the vision transformer of chapter 07 (28-pixel images, width 64, depth 3), at this book's default
-# sizes, with each optimizer as those chapters build it (`mdlib.optim.make_optimizer`): the median time
+# sizes, with each optimizer as those chapters build it (`mdlib.experiments.methods.make_optimizer`): the median time
 # and the median over rounds of the ratio to Adam's step in the same round, with its 95 % interval.
 # Numbers: `_build/results/table-cost-training.csv`.
 # ```

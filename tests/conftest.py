@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdlib import fetch
+from mdlib.experiments import fetch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 HTML = "<img src=x onerror=alert(1)>"  #: user-given text that would run in the reader's browser
@@ -62,7 +62,7 @@ def fixture_data(cache, monkeypatch, tmp_path):
     for name in ("movieReviewSnippets_GroundTruth.txt", "vader_lexicon.txt", "vocab.txt"):
         (cache / name).write_bytes((FIXTURES / name).read_bytes())
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
-    from mdlib import sentiment
+    from mdlib.experiments import sentiment
 
     sentiment.splits.cache_clear()
     sentiment._tokenizer.cache_clear()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mdlib import book, paths
+from mdlib.book import execute
+from mdlib.experiments import paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIX = dict(notebooks_dir=FIXTURES / "notebooks", params_dir=FIXTURES / "params")
@@ -58,7 +59,7 @@ def test_the_writes_of_a_killed_process_are_undone_by_the_next(tmp_path, folders
     script = f"""
 import os
 from pathlib import Path
-from mdlib import paths
+from mdlib.experiments import paths
 folders = {{k: Path(v) for k, v in {({k: str(v) for k, v in folders.items()})!r}.items()}}
 with paths.all_or_nothing(folders, Path({str(tmp_path / '.rollback' / 'ch')!r})):
     paths.atomic_write(folders["figures"] / "a.png", lambda t: t.write_text("half"))
@@ -75,39 +76,39 @@ with paths.all_or_nothing(folders, Path({str(tmp_path / '.rollback' / 'ch')!r}))
 def test_a_failed_rerun_leaves_the_build_byte_identical_and_the_book_consistent(tmp_path, monkeypatch):
     build = tmp_path / "build"
     monkeypatch.setenv(paths.BUILD_ENV, str(build))
-    book.run_notebook("01_fixture", "default", {"seeds": 4}, output_dir=tmp_path, progress=False, **FIX)
-    book.check_consistent(["01_fixture"], tmp_path)
+    execute.run_notebook("01_fixture", "default", {"seeds": 4}, output_dir=tmp_path, progress=False, **FIX)
+    execute.check_consistent(["01_fixture"], tmp_path)
     before = tree(build / "figures") | {f"results/{k}": v for k, v in tree(build / "results").items()}
     notebook = (tmp_path / "01_fixture.ipynb").read_bytes()
     # the re-run with new overrides saves the figure, then fails in its last cell
-    with pytest.raises(book.NotebookError, match="the figures and results are as they were before this run"):
-        book.run_notebook("01_fixture", "default", {"seeds": 3, "fail": True}, output_dir=tmp_path, progress=False,
+    with pytest.raises(execute.NotebookError, match="the figures and results are as they were before this run"):
+        execute.run_notebook("01_fixture", "default", {"seeds": 3, "fail": True}, output_dir=tmp_path, progress=False,
                           **FIX)
     after = tree(build / "figures") | {f"results/{k}": v for k, v in tree(build / "results").items()}
     assert after == before and (tmp_path / "01_fixture.ipynb").read_bytes() == notebook
     assert json.loads(after["fig-fixture.json"])["overrides"] == {"seeds": 4}
-    book.check_consistent(["01_fixture"], tmp_path)
+    execute.check_consistent(["01_fixture"], tmp_path)
     # a record from another execution of the chapter: the book refuses to render the mix
     record = json.loads(after["fig-fixture.json"])
     write(build / "figures" / "fig-fixture.json", json.dumps(record | {"execution": "another"}))
-    with pytest.raises(book.BookError, match=r"fig-fixture.json is not from the execution of notebooks/01_fixture"
+    with pytest.raises(execute.BookError, match=r"fig-fixture.json is not from the execution of notebooks/01_fixture"
                                              r".ipynb; execute again with `python -m mdlib run 01_fixture`"):
-        book.check_consistent(["01_fixture"], tmp_path)
+        execute.check_consistent(["01_fixture"], tmp_path)
     # the notebook executed for another build folder (MDLIB_BUILD_DIR) is not this build's chapter
     monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path / "other"))
-    with pytest.raises(book.BookError, match="was executed for the build folder .*build, not this one"):
-        book.check_consistent(["01_fixture"], tmp_path)
+    with pytest.raises(execute.BookError, match="was executed for the build folder .*build, not this one"):
+        execute.check_consistent(["01_fixture"], tmp_path)
 
 
 @pytest.mark.slow
 def test_a_successful_rerun_removes_the_chapters_artifacts_it_no_longer_makes(tmp_path, monkeypatch):
     build = tmp_path / "build"
     monkeypatch.setenv(paths.BUILD_ENV, str(build))
-    book.run_notebook("01_fixture", "default", {}, output_dir=tmp_path, progress=False, **FIX)
+    execute.run_notebook("01_fixture", "default", {}, output_dir=tmp_path, progress=False, **FIX)
     stale = json.loads((build / "figures" / "fig-fixture.json").read_text()) | {"label": "fig-gone",
                                                                                 "files": ["figures/fig-gone.png"]}
     write(build / "figures" / "fig-gone.json", json.dumps(stale))
     write(build / "figures" / "fig-gone.png", "an earlier execution's figure")
-    book.run_notebook("01_fixture", "default", {}, output_dir=tmp_path, progress=False, **FIX)
+    execute.run_notebook("01_fixture", "default", {}, output_dir=tmp_path, progress=False, **FIX)
     assert not (build / "figures" / "fig-gone.png").exists() and not (build / "figures" / "fig-gone.json").exists()
-    book.check_consistent(["01_fixture"], tmp_path)
+    execute.check_consistent(["01_fixture"], tmp_path)

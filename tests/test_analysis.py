@@ -1,6 +1,5 @@
 """Token scores, interventions, weight counts and pruning, on small models with known answers."""
 
-import math
 
 import numpy as np
 
@@ -8,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from mdlib import analysis
+from mdlib.experiments import analysis
 from mdlib.models import EncoderClassifier
 
 

@@ -91,7 +91,7 @@ def test_api_page_builds_from_the_docstrings_without_warnings(tmp_path):
     valid reStructuredText."""
     import yaml
 
-    from mdlib import paths
+    from mdlib.experiments import paths
 
     sphinx = yaml.safe_load((paths.root() / "_config.yml").read_text("utf-8"))["sphinx"]
     assert {"sphinx.ext.autodoc", "sphinx.ext.napoleon"} <= set(sphinx["extra_extensions"])

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mdlib import analysis, train
+from mdlib.experiments import analysis, train
 from mdlib.models import EncoderClassifier, VisionTransformer
 from mdlib.optim import LpMirrorDescent
 

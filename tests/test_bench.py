@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from mdlib import bench
+from mdlib.book import bench
 
 
 def test_median_interval_brackets_the_median_and_covers_it():
@@ -145,7 +145,7 @@ def test_svm_benchmark_reports_certified_solutions_and_consistent_speedups():
 
 
 def test_synthetic_benchmark_reports_the_final_divergences_of_the_run(monkeypatch):
-    from mdlib import synthetic
+    from mdlib.experiments import synthetic
 
     original, calls = synthetic.fixed_decoder_experiment, []
 
@@ -157,7 +157,7 @@ def test_synthetic_benchmark_reports_the_final_divergences_of_the_run(monkeypatc
     out = bench.synthetic(SimpleNamespace(seeds=2))
     json.dumps(out)
     (call,) = calls
-    assert call["config"]["seeds"] == 2 == out["seeds"] and call["options"] == {"store": False}  # timed, not stored
+    assert call["config"]["seeds"] == 2 == out["seeds"] and call["options"] == {"cache": False}  # timed, not stored
     assert call["config"]["steps"] == {"1.75": 1500, "2": 2000, "3": 20000}  # the paper's step counts
     assert call["config"]["svm_ps"] == [1.75, 2.0, 3.0] and _positive_finite(out["seconds"])
     final = call["result"]["final"]

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from conftest import HTML, raw_html
-from mdlib import book, cli, fetch, paths
+from mdlib.book import book, execute, pages, profiles, cli
+from mdlib.experiments import fetch, paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NBS = FIXTURES / "notebooks"
@@ -32,15 +33,15 @@ FIX = dict(notebooks_dir=NBS, params_dir=PARAMS)
 
 
 def test_resolve_notebook_names():
-    assert book.resolve_notebook("01_fixture", NBS) == NBS / "01_fixture.py"
-    assert book.resolve_notebook("01_fixture.py", NBS) == NBS / "01_fixture.py"
-    assert book.resolve_notebook("notebooks/01_fixture.ipynb", NBS) == NBS / "01_fixture.py"
+    assert profiles.resolve_notebook("01_fixture", NBS) == NBS / "01_fixture.py"
+    assert profiles.resolve_notebook("01_fixture.py", NBS) == NBS / "01_fixture.py"
+    assert profiles.resolve_notebook("notebooks/01_fixture.ipynb", NBS) == NBS / "01_fixture.py"
     with pytest.raises(ValueError, match=r"unknown notebook 'nope'.*01_fixture"):
-        book.resolve_notebook("nope", NBS)
+        profiles.resolve_notebook("nope", NBS)
 
 
 def test_parse_parameters_cell():
-    declared = book.notebook_parameters(NBS / "01_fixture.py")
+    declared = profiles.notebook_parameters(NBS / "01_fixture.py")
     assert list(declared) == ["profile", "seeds", "lr", "ps", "name", "verbose", "schedule", "fail"]
     assert declared["seeds"].value == 4 and declared["seeds"].description == "number of random instances"
     assert declared["lr"].value == 0.1 and declared["lr"].description == "step size | with a pipe"
@@ -50,22 +51,22 @@ def test_parse_parameters_cell():
 
 
 def test_merge_order_and_profile_injection():
-    assert book.resolve_parameters("01_fixture", "default", **FIX) == {"profile": "default"}
-    smoke = book.resolve_parameters("01_fixture", "smoke", **FIX)
+    assert profiles.resolve_parameters("01_fixture", "default", **FIX) == {"profile": "default"}
+    smoke = profiles.resolve_parameters("01_fixture", "smoke", **FIX)
     assert smoke == {"seeds": 2, "lr": 1e-3, "profile": "smoke"}  # 1e-3: a float, as in YAML 1.2
-    over = book.resolve_parameters("01_fixture", "smoke", {"seeds": 3, "lr": 1, "ps": (2, 3)}, **FIX)
+    over = profiles.resolve_parameters("01_fixture", "smoke", {"seeds": 3, "lr": 1, "ps": (2, 3)}, **FIX)
     assert over == {"seeds": 3, "lr": 1.0, "ps": [2, 3], "profile": "smoke"}
     assert isinstance(over["lr"], float)
-    assert book.resolve_parameters("01_fixture", "default", {"seeds": 5.0}, **FIX)["seeds"] == 5
+    assert profiles.resolve_parameters("01_fixture", "default", {"seeds": 5.0}, **FIX)["seeds"] == 5
     # a non-literal default takes any value
-    assert book.resolve_parameters("01_fixture", "default", {"schedule": "cosine"}, **FIX)["schedule"] == "cosine"
+    assert profiles.resolve_parameters("01_fixture", "default", {"schedule": "cosine"}, **FIX)["schedule"] == "cosine"
 
 
 def test_unknown_parameter_is_rejected_with_the_valid_names():
     with pytest.raises(ValueError, match=r"unknown parameter 'seed'.*profile, seeds, lr, ps, name, verbose"):
-        book.resolve_parameters("01_fixture", "default", {"seed": 1}, **FIX)
+        profiles.resolve_parameters("01_fixture", "default", {"seed": 1}, **FIX)
     with pytest.raises(ValueError, match="unknown parameter"):
-        book.run_notebook("01_fixture", "default", {"nope": 1}, **FIX)
+        execute.run_notebook("01_fixture", "default", {"nope": 1}, **FIX)
 
 
 @pytest.mark.parametrize("name,value,expected", [
@@ -75,19 +76,19 @@ def test_unknown_parameter_is_rejected_with_the_valid_names():
 ])
 def test_wrong_types_are_rejected(name, value, expected):
     with pytest.raises(TypeError, match=rf"{name}.*should be {expected}"):
-        book.resolve_parameters("01_fixture", "default", {name: value}, **FIX)
+        profiles.resolve_parameters("01_fixture", "default", {name: value}, **FIX)
 
 
 def test_profile_errors(tmp_path):
     with pytest.raises(ValueError, match=r"unknown profile 'huge'.*smoke, default, paper"):
-        book.resolve_parameters("01_fixture", "huge", **FIX)
+        profiles.resolve_parameters("01_fixture", "huge", **FIX)
     with pytest.raises(ValueError, match="--profile"):
-        book.resolve_parameters("01_fixture", "smoke", {"profile": "paper"}, **FIX)
+        profiles.resolve_parameters("01_fixture", "smoke", {"profile": "paper"}, **FIX)
     bad = tmp_path / "params"
     bad.mkdir()
     (bad / "smoke.yaml").write_text("01_fixture:\n  sedes: 3\n")
     with pytest.raises(ValueError, match=r"unknown parameter 'sedes' in params/smoke.yaml"):
-        book.resolve_parameters("01_fixture", "smoke", notebooks_dir=NBS, params_dir=bad)
+        profiles.resolve_parameters("01_fixture", "smoke", notebooks_dir=NBS, params_dir=bad)
 
 
 @pytest.mark.parametrize("name,value", [("vit", "bogus"), ("vit", "Paper"), ("modes", ["default", "fast"])])
@@ -95,17 +96,17 @@ def test_chapter_08_refuses_an_unknown_model_or_mode_before_any_timing(name, val
     """Any ``vit`` but "paper" used to time the tiny model. The values pass the type check; the checks in
     the first code cell after the parameters (its mdlib imports and calls of ``choice``, run here on the
     injected parameters as papermill would) refuse them before any timing cell."""
-    nb = book.read_notebook(paths.notebooks_dir() / "08_cost.py")
+    nb = profiles.read_notebook(paths.notebooks_dir() / "08_cost.py")
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
-    first = code[code.index(book.parameters_cell(nb)) + 1].source
+    first = code[code.index(profiles.parameters_cell(nb)) + 1].source
     statements = [ast.get_source_segment(first, node) for node in ast.parse(first).body]
     checks = [s for s in statements if s.startswith("from mdlib") or "choice(" in s]
     assert any("choice(" in s for s in checks)
 
     def run(overrides):
         namespace = {}
-        exec(book.parameters_cell(nb).source, namespace)
-        namespace.update(book.resolve_parameters("08_cost", "smoke", overrides))
+        exec(profiles.parameters_cell(nb).source, namespace)
+        namespace.update(profiles.resolve_parameters("08_cost", "smoke", overrides))
         exec("\n".join(checks), namespace)
 
     run({"vit": "tiny", "modes": ["foreach"]})
@@ -130,11 +131,11 @@ def test_notebook_conventions_are_enforced(tmp_path):
     (params / "default.yaml").write_text("{}\n")
     kw = dict(notebooks_dir=nbs, params_dir=params)
     with pytest.raises(ValueError, match="must define `profile"):
-        book.resolve_parameters("01_noprofile", **kw)
+        profiles.resolve_parameters("01_noprofile", **kw)
     with pytest.raises(ValueError, match="exactly one cell tagged 'parameters'.*found 0"):
-        book.resolve_parameters("02_nocell", **kw)
+        profiles.resolve_parameters("02_nocell", **kw)
     with pytest.raises(ValueError, match="found 2"):
-        book.resolve_parameters("03_twocells", **kw)
+        profiles.resolve_parameters("03_twocells", **kw)
 
 
 def test_cli_reports_errors(capsys):
@@ -150,11 +151,11 @@ def test_cli_reports_errors(capsys):
 
 
 def test_parameters_page_from_fixture(tmp_path):
-    text = book.parameters_page("smoke", **FIX)
+    text = pages.parameters_page("smoke", **FIX)
     assert "## Fixture chapter" in text
     assert "executed with the **smoke** profile" in text
     rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| `")}
-    declared = book.notebook_parameters(NBS / "01_fixture.py")
+    declared = profiles.notebook_parameters(NBS / "01_fixture.py")
     assert set(rows) == {f"`{name}`" for name in declared}
     header = next(line for line in text.splitlines() if line.startswith("| Parameter"))
     assert [c.strip() for c in header.strip("|").split("|")] == ["Parameter", "Default", "smoke", "paper",
@@ -166,7 +167,7 @@ def test_parameters_page_from_fixture(tmp_path):
     assert cells("verbose")[3] == "`True`"
     assert cells("profile")[2:4] == ['`"smoke"`', '`"paper"`']
     assert cells("schedule")[1] == '`dict(kind="constant")`'
-    path = book.write_parameters_page(tmp_path / "parameters.md", profile="smoke", **FIX)
+    path = pages.write_parameters_page(tmp_path / "parameters.md", profile="smoke", **FIX)
     assert path.read_text() == text
 
 
@@ -175,7 +176,7 @@ def test_parameters_page_shows_only_profiles_that_set_values(tmp_path):
     shutil.copytree(PARAMS, params)
     (params / "default.yaml").write_text("01_fixture:\n  seeds: 7\n")
     (params / "gpu.yaml").write_text("01_fixture: {}\n")
-    text = book.parameters_page(None, notebooks_dir=NBS, params_dir=params)
+    text = pages.parameters_page(None, notebooks_dir=NBS, params_dir=params)
     header = next(line for line in text.splitlines() if line.startswith("| Parameter"))
     assert [c.strip() for c in header.strip("|").split("|")][2:-1] == ["smoke", "default", "paper"]
     assert "executed with" not in text
@@ -188,8 +189,8 @@ def test_html_in_a_profile_name_or_value_is_text_on_the_parameters_page(tmp_path
     shutil.copytree(PARAMS, params)
     (params / "smoke.yaml").write_text(f"01_fixture:\n  name: '`{HTML}` and ``'\n")
     (params / f"{HTML}.yaml").write_text("01_fixture:\n  seeds: 3\n")
-    assert book.list_profiles(params) == ["smoke", "default", "paper"]
-    text = book.parameters_page(HTML, notebooks_dir=NBS, params_dir=params)
+    assert profiles.list_profiles(params) == ["smoke", "default", "paper"]
+    text = pages.parameters_page(HTML, notebooks_dir=NBS, params_dir=params)
     assert raw_html(text) == [] and "img" not in next(line for line in text.splitlines() if line.startswith("| Param"))
     assert "executed with the **&lt;img src=x onerror=alert(1)&gt;** profile" in text
     row = next(line for line in text.splitlines() if line.startswith("| `name`"))
@@ -197,7 +198,7 @@ def test_html_in_a_profile_name_or_value_is_text_on_the_parameters_page(tmp_path
 
 
 def test_toc_lists_exactly_the_chapter_notebooks():
-    book._check_toc(book.chapters())  # raises BookError naming the mismatch
+    book._check_toc(profiles.chapters())  # raises BookError naming the mismatch
     for file in book.toc_files():
         if not file.startswith("notebooks/") and file not in ("book/parameters", "book/scorecard"):  # generated
             assert (paths.root() / f"{file}.md").is_file(), file
@@ -206,7 +207,7 @@ def test_toc_lists_exactly_the_chapter_notebooks():
 def _book_sources() -> dict[str, str]:
     """The markdown of every page: book/*.md, and the chapters' markdown cells (comment marks removed)."""
     texts = {f"book/{path.stem}": path.read_text() for path in sorted((paths.root() / "book").glob("*.md"))}
-    for name in book.chapters():
+    for name in profiles.chapters():
         cells = re.split(r"^# %%", (paths.notebooks_dir() / f"{name}.py").read_text(), flags=re.M)
         texts[f"notebooks/{name}"] = "\n".join(
             re.sub(r"^# ?", "", line) for cell in cells if cell.startswith(" [markdown]")
@@ -245,13 +246,13 @@ def test_relative_dirs_reach_the_kernel_as_absolute_paths(tmp_path, monkeypatch)
     monkeypatch.setenv("MDLIB_BUILD_DIR", "relbuild")
     monkeypatch.setenv("MDLIB_DATA_DIR", "reldata")
     assert fetch.data_dir() == paths.build_dir().parent / "reldata" == launch / "reldata"
-    with book._kernel_environment():  # what the kernel, running in notebooks/, is given
+    with execute._kernel_environment():  # what the kernel, running in notebooks/, is given
         seen = dict(os.environ)
     assert seen["MDLIB_BUILD_DIR"] == str(launch / "relbuild")
     assert seen["MDLIB_DATA_DIR"] == str(launch / "reldata")
     assert os.environ["MDLIB_BUILD_DIR"] == "relbuild" and os.environ["MDLIB_DATA_DIR"] == "reldata"  # restored
     monkeypatch.delenv("MDLIB_DATA_DIR")
-    with book._kernel_environment():
+    with execute._kernel_environment():
         assert "MDLIB_DATA_DIR" not in os.environ  # unset stays unset: the kernel uses the default
     assert "MDLIB_DATA_DIR" not in os.environ
 
@@ -264,7 +265,7 @@ def test_relative_dirs_reach_the_kernel_as_absolute_paths(tmp_path, monkeypatch)
 def test_run_notebook_executes_with_parameters(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MDLIB_BUILD_DIR", "build")  # relative to this process's cwd, not the kernel's
-    out = book.run_notebook("01_fixture.py", "smoke", {"seeds": 3}, output_dir=tmp_path / "out",
+    out = execute.run_notebook("01_fixture.py", "smoke", {"seeds": 3}, output_dir=tmp_path / "out",
                             progress=False, **FIX)
     assert out == tmp_path / "out" / "01_fixture.ipynb"
     values = json.loads((tmp_path / "build" / "fixture.json").read_text())
@@ -292,8 +293,8 @@ def test_failing_cell_names_the_notebook_and_keeps_the_good_one(tmp_path, monkey
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
     good = tmp_path / "01_fixture.ipynb"
     good.write_bytes(b'{"the": "previous good notebook"}\n')
-    with pytest.raises(book.NotebookError) as error:
-        book.run_notebook("01_fixture", "default", {"fail": True}, output_dir=tmp_path, progress=False, **FIX)
+    with pytest.raises(execute.NotebookError) as error:
+        execute.run_notebook("01_fixture", "default", {"fail": True}, output_dir=tmp_path, progress=False, **FIX)
     message = str(error.value)
     assert "\n" not in message
     assert re.match(r"notebook 01_fixture \(profile default\) failed in cell \[\d+\]: ValueError: the fixture "
@@ -304,12 +305,12 @@ def test_failing_cell_names_the_notebook_and_keeps_the_good_one(tmp_path, monkey
     failed = tmp_path / "01_fixture.failed.ipynb"
     assert sorted(p.name for p in tmp_path.glob("*.ipynb")) + sorted(p.name for p in tmp_path.glob(".*")) == [
         "01_fixture.failed.ipynb", "01_fixture.ipynb"]  # no temporary file left
-    assert book.notebook_failure(failed).endswith("raised ValueError: the fixture was asked to fail")
+    assert execute.notebook_failure(failed).endswith("raised ValueError: the fixture was asked to fail")
     # `book --skip-execute` refuses a failed notebook in place (e.g. one papermill wrote by hand)
     shutil.copy(failed, good)
-    with pytest.raises(book.BookError, match=r"^notebooks/01_fixture.ipynb failed: cell \[\d+\] raised "
+    with pytest.raises(execute.BookError, match=r"^notebooks/01_fixture.ipynb failed: cell \[\d+\] raised "
                                              r"ValueError: the fixture was asked to fail; execute again with `python -m mdlib run 01_fixture`"):
-        book.check_executed(["01_fixture"], tmp_path)
+        execute.check_executed(["01_fixture"], tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,7 +331,7 @@ def _source_files(root: Path) -> list[str]:
 
 
 def _artifacts(nb) -> list[dict]:
-    """What the notebook announced through mdlib.plots: metadata["mdlib"] of its glued outputs."""
+    """What the notebook announced through mdlib.book.plots: metadata["mdlib"] of its glued outputs."""
     found = []
     for cell in nb.cells:
         for output in cell.get("outputs", []):
@@ -363,7 +364,7 @@ def smoke_book(tmp_path_factory):
     if proc.returncode != 0:
         pytest.fail(f"`python -m mdlib book --profile smoke` failed (exit {proc.returncode}) after {seconds:.0f} s\n"
                     f"--- stdout (tail)\n{proc.stdout[-6000:]}\n--- stderr (tail)\n{proc.stderr[-6000:]}")
-    chapters = book.chapters(root / "notebooks")
+    chapters = profiles.chapters(root / "notebooks")
     assert chapters, "no chapter notebooks were copied"
     return SimpleNamespace(root=root, build=build, html=build / "html", chapters=chapters, seconds=seconds,
                            log=proc.stderr, commit=commit)
@@ -493,7 +494,7 @@ def test_parameters_page_lists_every_parameter(smoke_book):
     assert "executed with the **smoke** profile" in text
     html = (smoke_book.html / "book" / "parameters.html").read_text()
     for name in smoke_book.chapters:
-        for param in book.notebook_parameters(smoke_book.root / "notebooks" / f"{name}.py"):
+        for param in profiles.notebook_parameters(smoke_book.root / "notebooks" / f"{name}.py"):
             assert f"| `{param}` |" in text, f"{name}: {param} missing from the parameters page"
             assert f">{param}</span>" in html, f"{name}: {param} missing from parameters.html"
 

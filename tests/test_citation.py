@@ -6,7 +6,8 @@ import datetime
 import re
 
 import mdlib
-from mdlib import paths, provenance
+from mdlib.book import provenance
+from mdlib.experiments import paths
 
 CFF = provenance.load_citation()
 PAPER = CFF["preferred-citation"]

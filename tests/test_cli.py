@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import HTML
-from mdlib import book, cli, paths
+from mdlib.book import cli, execute, profiles
+from mdlib.experiments import paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -61,9 +62,9 @@ def test_repeated_parameter_is_refused(fixture_repo, capsys):
 def test_a_string_parameter_takes_the_text_as_typed(fixture_repo, monkeypatch, text, name, expected):
     """Only where the default is a string (YAML quotes still read as YAML); other values are YAML."""
     given = []
-    monkeypatch.setattr(book, "run_notebook", lambda notebook, profile, overrides: given.append(overrides))
+    monkeypatch.setattr(execute, "run_notebook", lambda notebook, profile, overrides: given.append(overrides))
     assert cli.main(["run", "01_fixture", "-p", name, text]) == 0
-    assert repr(book.resolve_parameters("01_fixture", "default", given[0])[name]) == repr(expected)
+    assert repr(profiles.resolve_parameters("01_fixture", "default", given[0])[name]) == repr(expected)
 
 
 @pytest.mark.parametrize("name,value", [("lr", "nan"), ("lr", "inf"), ("lr", "1e400"), ("seeds", "nan"),
@@ -122,10 +123,10 @@ def test_bad_arguments_get_argparse_two_lines(capsys, argv, problem):
 
 
 @pytest.mark.parametrize("argv,target", [
-    (["run", "01_fixture"], "mdlib.book.run_notebook"),
-    (["book", "--skip-execute"], "mdlib.book.build"),
-    (["fetch", "rotten_tomatoes"], "mdlib.fetch.fetch"),
-    (["bench", "svm"], "mdlib.bench.svm"),
+    (["run", "01_fixture"], "mdlib.book.execute.run_notebook"),
+    (["book", "--skip-execute"], "mdlib.book.book.build"),
+    (["fetch", "rotten_tomatoes"], "mdlib.experiments.fetch.fetch"),
+    (["bench", "svm"], "mdlib.book.bench.svm"),
 ])
 def test_ctrl_c_ends_with_one_line(fixture_repo, monkeypatch, capsys, argv, target):
     def interrupted(*args, **kwargs):
@@ -151,7 +152,7 @@ def test_ctrl_c_during_execution_keeps_the_notebook_and_prints_one_line(tmp_path
     previous.write_text('{"previous": "good"}\n')
     script = textwrap.dedent(f"""
         import signal, sys
-        from mdlib import cli
+        from mdlib.book import cli
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job may ignore SIGINT
         sys.exit(cli.main(["--root", {str(tmp_path)!r}, "run", "01_sleep"]))
     """)

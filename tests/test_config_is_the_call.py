@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mdlib import optim, paths, runs, sentiment, synthetic, vision
+from mdlib.experiments import methods, paths, sentiment, store, synthetic, vision
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +24,7 @@ def stored_configs(kind: str) -> list[dict]:
 
 
 def plain(config) -> dict:
-    return json.loads(runs.canonical_json(config))
+    return json.loads(store.canonical_json(config))
 
 
 SYNTHETIC = [
@@ -60,8 +60,8 @@ def recording_runs(kind, given):
         given.extend(configs)
         out = []
         for c in configs:
-            runs.store(kind, c, fake_history(c, 0.5 + c["optimizer"]["lr"]))
-            out.append(runs.load(kind, c))
+            store.save(kind, c, fake_history(c, 0.5 + c["optimizer"]["lr"]))
+            out.append(store.load(kind, c))
         return out
     return train_runs
 
@@ -73,8 +73,8 @@ def test_the_table_1_grid_stores_exactly_its_argument_and_runs_what_it_names(mon
                   layers=[3], methods=["1.1", "2"], seeds=2, multiples={"1.1": [1, 3], "2": [3]})
     grid = sentiment.grid(config)
     assert stored_configs(sentiment.GRID_KIND) == [plain(config)]
-    assert sorted(map(runs.canonical_json, stored_configs(sentiment.KIND))) == sorted(
-        {runs.canonical_json(c) for c in given})
+    assert sorted(map(store.canonical_json, stored_configs(sentiment.KIND))) == sorted(
+        {store.canonical_json(c) for c in given})
     for run in grid.configs.values():  # every run is the grid's settings at one cell, step and seed
         assert {k: run[k] for k in ("dataset", "max_length", "train_size")} == {k: config[k] for k in
                                                                                  ("dataset", "max_length", "train_size")}
@@ -94,7 +94,7 @@ def test_the_vision_grid_stores_exactly_its_argument(monkeypatch):
     sweep_runs = [c for c in given if c["data"]["validation"]]
     assert [c["optimizer"]["lr"] for c in sweep_runs] == [0.05, 0.15]
     assert sorted(grid.configs) == [("fashion_mnist", m, s) for m in ("1.1", "adam") for s in (0, 1)]
-    assert all(optim.method_key(c["optimizer"]["name"], c["optimizer"]["p"]) == key[1]
+    assert all(methods.method_key(c["optimizer"]["name"], c["optimizer"]["p"]) == key[1]
                for key, c in grid.configs.items())
     with pytest.raises(ValueError, match=r"needs a non-empty list of candidates for each of the methods"):
         vision.grid(dict(config, step_sizes={"adam": [1e-3]}))

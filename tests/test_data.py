@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES, install_idx
-from mdlib import data, fetch
+from mdlib.experiments import data, fetch
 
 
 

@@ -15,18 +15,31 @@ import tomllib
 
 import pytest
 
-from mdlib import cli, paths
+from mdlib.book import cli
+from mdlib.experiments import fingerprint, paths
 
 PACKAGE = paths.PACKAGE_DIR
 CORE = {"torch", "numpy", "scipy"}
-#: Each module's tier: the library (pip install attention-mirror-descent), the experiments, the book.
-TIER_OF = {
-    **dict.fromkeys(("__init__", "__main__", "mirror", "optim", "svm", "models", "analysis", "stats", "paths",
-                     "fingerprint", "fetch", "cli"), "library"),
-    **dict.fromkeys(("synthetic", "data", "train", "runs", "sentiment", "vision", "selection", "sparsity", "schema"),
-                    "experiments"),
-    **dict.fromkeys(("book", "plots", "provenance", "scorecard", "bench"), "book"),
-}
+#: The tiers, lowest first: the library (mdlib/*.py: pip install attention-mirror-descent), the
+#: experiments (mdlib/experiments/) and the book (mdlib/book/). ``python -m mdlib`` (mdlib/__main__.py)
+#: is the book's command line.
+TIERS = ("library", "experiments", "book")
+
+
+def tier_of(module: str) -> str:
+    """The tier of the mdlib module ``module`` ("mdlib.experiments.store" -> "experiments")."""
+    parts = module.split(".")
+    if parts[1:2] in (["experiments"], ["book"]):
+        return parts[1]
+    return "book" if module == "mdlib.__main__" else "library"
+
+
+def modules() -> list[str]:
+    """Every module of the package, by dotted name."""
+    return sorted(".".join(("mdlib", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+                  for path in PACKAGE.rglob("*.py"))
+
+
 #: The extras whose modules a tier may import (numba, extra "fast", is optional everywhere: svm runs without).
 EXTRAS_OF_TIER = {"library": set(), "experiments": {"experiments", "cifar"},
                   "book": {"experiments", "cifar", "book", "test"}}
@@ -70,17 +83,16 @@ def _extras() -> dict[str, set[str]]:
 def test_every_module_imports_only_what_its_tier_installs():
     extras, wrong = _extras(), []
     assert extras[""] == CORE
-    for path in sorted(PACKAGE.glob("*.py")):
-        tier = TIER_OF.get(path.stem)
-        assert tier is not None, f"mdlib/{path.name} has no tier: add it to TIER_OF (and its imports to an extra)"
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tier = tier_of(".".join(("mdlib", *path.relative_to(PACKAGE).with_suffix("").parts)))
         for name in sorted(_third_party_imports(path) - CORE):
             extra = "fast" if name == "numba" else cli.EXTRA_OF.get(name)
             if extra is None:
-                wrong.append(f"mdlib/{path.name} imports {name}, which no extra is known to install (cli.EXTRA_OF)")
+                wrong.append(f"{path.relative_to(PACKAGE.parent)} imports {name}, which no extra is known to install (cli.EXTRA_OF)")
             elif extra != "fast" and extra not in EXTRAS_OF_TIER[tier]:
-                wrong.append(f"mdlib/{path.name} ({tier}) imports {name} of the extra [{extra}]")
+                wrong.append(f"{path.relative_to(PACKAGE.parent)} ({tier}) imports {name} of the extra [{extra}]")
             elif DISTRIBUTION.get(name, name).lower() not in extras[extra]:
-                wrong.append(f"the extra [{extra}] lacks {DISTRIBUTION.get(name, name)}, for {name} (mdlib/{path.name})")
+                wrong.append(f"the extra [{extra}] lacks {DISTRIBUTION.get(name, name)}, for {name} ({path.relative_to(PACKAGE.parent)})")
     assert not wrong, "\n".join(wrong)
 
 
@@ -169,9 +181,41 @@ def test_the_svm_works_without_numba(tmp_path):
     np.testing.assert_allclose(W, svm.attention_svm(X, z, alpha, 1.75), rtol=1e-6, atol=1e-9)
 
 
+def test_each_tier_imports_only_itself_and_the_tiers_below():
+    """Read from the sources, imports inside functions included (``fingerprint.imports``)."""
+    wrong = [f"{module} ({tier_of(module)}) imports {other} ({tier_of(other)})"
+             for module in modules() for other in sorted(fingerprint.imports(module))
+             if TIERS.index(tier_of(other)) > TIERS.index(tier_of(module))]
+    assert not wrong, "\n".join(wrong)
+
+
+#: Reads the results store and judges a results folder with torch blocked (as if not installed).
+NO_TORCH = textwrap.dedent("""
+    import sys, pathlib
+    sys.modules["torch"] = None
+    from mdlib.experiments import store
+    from mdlib.book import scorecard
+    assert store.load("e1-fixed-decoder", {"seeds": 1}) is None and store.entries() == []
+    rows = scorecard.rows(pathlib.Path(sys.argv[1]))
+    assert rows and all(row.verdict.outcome == scorecard.NOT_MEASURED for row in rows), rows
+    print("torch" in {name for name, module in sys.modules.items() if module is not None})
+""")
+
+
+def test_the_store_and_the_scorecard_need_no_torch(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent), paths.ROOT_ENV: str(tmp_path),
+           paths.BUILD_ENV: str(tmp_path / "build")}
+    done = subprocess.run([sys.executable, "-c", NO_TORCH, str(results)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+
+
 def test_the_experiments_import_without_the_book(tmp_path):
-    modules = sorted(m for m, tier in TIER_OF.items() if tier == "experiments")
-    code = f"BLOCKED = {set(BOOK_ONLY)!r}\n{BLOCK}\nimport " + ", ".join(f"mdlib.{m}" for m in modules)
+    experiments = [m for m in modules() if tier_of(m) == "experiments"]
+    code = f"BLOCKED = {set(BOOK_ONLY)!r}\n{BLOCK}\nimport " + ", ".join(experiments)
     env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent), paths.ROOT_ENV: str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=600)

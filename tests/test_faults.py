@@ -19,7 +19,8 @@ import yaml
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from mdlib import book, paths, runs, train
+from mdlib.book import execute
+from mdlib.experiments import paths, store, train
 from mdlib.optim import LpMirrorDescent
 
 
@@ -77,7 +78,7 @@ def test_a_corrupt_checkpoint_is_reported_moved_aside_and_the_run_starts_over(tm
     folder = tmp_path / "ckpt"
     folder.mkdir()
     (folder / "checkpoint.pt").write_bytes(b"\x00not a checkpoint")
-    with caplog.at_level(logging.WARNING, logger="mdlib.train"):
+    with caplog.at_level(logging.WARNING, logger="mdlib.experiments.train"):
         history, _ = fit_md(folder, lr=0.05, p=1.75, epochs=2)
     assert str(folder / "checkpoint.pt") in caplog.text and "starting this run from scratch" in caplog.text
     assert (folder / "checkpoint.pt.corrupt").read_bytes() == b"\x00not a checkpoint"
@@ -116,15 +117,15 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_pa
 
 KILLED_WRITE = textwrap.dedent("""
     import sys, time
-    from mdlib import runs
+    from mdlib.experiments import pool, store
 
     def stuck(folder, *args):  # a write that is killed half way
         (folder / "config.json").write_text("{}")
         print("writing", flush=True)
         time.sleep(600)
 
-    runs._write_entry = stuck
-    runs.store("killed", {"a": 1}, {"x": 1})
+    store._write_entry = stuck
+    store.save("killed", {"a": 1}, {"x": 1})
 """)
 
 
@@ -138,14 +139,14 @@ def test_a_killed_store_write_is_cleaned_up_by_the_next_load(build_dir, tmp_path
     (left,) = folder.glob(".tmp-*")
     proc.kill()
     proc.wait()
-    live = folder / f".tmp-{'0' * 16}-{os.getpid()}@{runs._host()}-x"  # a write in progress (this process)
+    live = folder / f".tmp-{'0' * 16}-{os.getpid()}@{store._host()}-x"  # a write in progress (this process)
     live.mkdir()
     old = folder / ".tmp-0123456789abcdef-x"  # no writer named: removed by age
     old.mkdir()
-    os.utime(old, (time.time() - runs.STALE_SECONDS - 60,) * 2)
-    assert runs.load("killed", {"a": 1}) is None
+    os.utime(old, (time.time() - store.STALE_SECONDS - 60,) * 2)
+    assert store.load("killed", {"a": 1}) is None
     assert not left.exists() and not old.exists() and live.exists()
-    assert runs.load_or_run("killed", {"a": 1}, lambda: {"x": 1})["x"] == 1
+    assert store.load_or_run("killed", {"a": 1}, lambda: {"x": 1})["x"] == 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,7 +158,7 @@ SLOW_BUILD = textwrap.dedent("""
     import torch
     from torch import nn
     from torch.utils.data import Dataset
-    from mdlib import runs
+    from mdlib.experiments import pool, store
 
     class Slow(Dataset):
         def __len__(self):
@@ -170,18 +171,18 @@ SLOW_BUILD = textwrap.dedent("""
     def build(config):
         (__import__("pathlib").Path(os.environ["PIDS"]) / str(os.getpid())).touch()
         model = nn.Linear(4, 1)
-        return runs.Setup(model, torch.optim.SGD(model.parameters(), lr=0.01), Slow())
+        return pool.Setup(model, torch.optim.SGD(model.parameters(), lr=0.01), Slow())
 """)
 
 PARENT = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
     from slowbuild import build
-    from mdlib import runs
+    from mdlib.experiments import pool, store
 
     if __name__ == "__main__":
         configs = [{"fit": {"epochs": 50, "batch_size": 8, "seed": seed}} for seed in range(3)]
-        runs.run_many("fault", configs, build, workers=2, progress=False)
+        pool.run_many("fault", configs, build, workers=2, progress=False)
 """)
 
 
@@ -243,18 +244,18 @@ def executed(path, outputs=(), **papermill):
 
 def test_the_book_refuses_failed_or_unfinished_notebooks_naming_them(tmp_path):
     executed(tmp_path / "01_good.ipynb")
-    book.check_executed(["01_good"], tmp_path)
+    execute.check_executed(["01_good"], tmp_path)
     error = nbformat.v4.new_output("error", ename="ZeroDivisionError", evalue="division by zero\nmore", traceback=[])
     executed(tmp_path / "02_bad.ipynb", [error], exception=True)
     executed(tmp_path / "03_cut.ipynb", end_time=None)
-    with pytest.raises(book.BookError) as refused:
-        book.check_executed(["01_good", "02_bad", "03_cut"], tmp_path)
+    with pytest.raises(execute.BookError) as refused:
+        execute.check_executed(["01_good", "02_bad", "03_cut"], tmp_path)
     assert str(refused.value) == (
         "notebooks/02_bad.ipynb failed: cell [3] raised ZeroDivisionError: division by zero; "
         "notebooks/03_cut.ipynb failed: its execution did not finish; execute again with "
         "`python -m mdlib run <notebook>` for each (or `python -m mdlib book` without --skip-execute)")
-    with pytest.raises(book.BookError, match="not executed yet: 04_none"):
-        book.check_executed(["01_good", "04_none"], tmp_path)
+    with pytest.raises(execute.BookError, match="not executed yet: 04_none"):
+        execute.check_executed(["01_good", "04_none"], tmp_path)
 
 
 def test_failed_and_partial_notebooks_are_ignored_by_git_and_the_book():

@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 from conftest import FIXTURES
-from mdlib import data, fetch
+from mdlib.experiments import data, fetch
 
 
 def fake_sdist() -> bytes:

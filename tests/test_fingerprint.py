@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from mdlib import fingerprint, paths, runs
+from mdlib.experiments import fingerprint, paths, store
 
 E1 = dict(seeds=2, steps={"1.75": 4, "3": 5}, lr=0.1, n=3, T=4, d=3, svm_ps=[1.75, 3.0], seed=0, eps=None, points=3)
 SCRIPT = f"""
 import json, sys
-from mdlib import fingerprint, provenance, runs, synthetic
+from mdlib.book import provenance
+from mdlib.experiments import fingerprint, store, synthetic
 result = synthetic.fixed_decoder_experiment({E1!r})
 print(json.dumps({{"cached": result.cached, "key": result.key, "final": result["final"].divergence.tolist(),
-                  "code": runs.code_of(synthetic.E1_KIND), "record": provenance.record("t", "table")["code"],
+                  "code": store.code_of(synthetic.E1_KIND), "record": provenance.record("t", "table")["code"],
                   "package": fingerprint.fingerprint()}}))
 """
 EDIT = ("path = train(data, float(p), int(p_steps), lr, W0,", "path = train(data, float(p), int(p_steps), 0.5 * lr, W0,")
@@ -27,7 +28,7 @@ EDIT = ("path = train(data, float(p), int(p_steps), lr, W0,", "path = train(data
 @pytest.fixture
 def checkout(tmp_path):
     """A copy of the mdlib package (to edit) and a build folder of its own."""
-    shutil.copytree(Path(fingerprint.__file__).parent, tmp_path / "src" / "mdlib",
+    shutil.copytree(fingerprint._ROOT, tmp_path / "src" / "mdlib",
                     ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
@@ -41,7 +42,8 @@ def run_e1(checkout) -> dict:
 
 
 def edit(checkout, module: str, old: str, new: str) -> None:
-    path = checkout / "src" / "mdlib" / f"{module}.py"
+    """Replace ``old`` by ``new`` in the copy's module ``module`` ("experiments.synthetic")."""
+    path = checkout / "src" / "mdlib" / f"{module.replace('.', '/')}.py"
     text = path.read_text("utf-8")
     assert text.count(old) == 1, f"{module}.py no longer has {old!r}: update the test's edit"
     path.write_text(text.replace(old, new), "utf-8")
@@ -50,12 +52,12 @@ def edit(checkout, module: str, old: str, new: str) -> None:
 def test_an_edited_computation_is_recomputed_and_a_revert_reads_the_old_entry_back(checkout):
     first = run_e1(checkout)
     assert not first["cached"] and run_e1(checkout)["cached"]
-    edit(checkout, "synthetic", *EDIT)  # one line of the experiment's arithmetic
+    edit(checkout, "experiments.synthetic", *EDIT)  # one line of the experiment's arithmetic
     edited = run_e1(checkout)
     assert not edited["cached"], "the store served numbers of the code before the edit"
     assert edited["key"] != first["key"] and edited["final"] != first["final"]
     assert edited["code"] != first["code"] and edited["record"] != first["record"]  # the record names the new code
-    edit(checkout, "synthetic", EDIT[1], EDIT[0])  # reverted: the entry of the original code, its numbers
+    edit(checkout, "experiments.synthetic", EDIT[1], EDIT[0])  # reverted: the entry of the original code, its numbers
     reverted = run_e1(checkout)
     assert reverted["cached"] and reverted["key"] == first["key"] and reverted["final"] == first["final"]
     assert reverted["record"] == first["record"]
@@ -66,8 +68,8 @@ def test_an_edited_computation_is_recomputed_and_a_revert_reads_the_old_entry_ba
 
 def test_an_edit_outside_the_experiments_imports_keeps_its_runs(checkout):
     first = run_e1(checkout)
-    assert "mdlib.scorecard" not in fingerprint._closure("mdlib.synthetic")
-    path = checkout / "src" / "mdlib" / "scorecard.py"  # a module E1 never imports
+    assert "mdlib.book.scorecard" not in fingerprint._closure("mdlib.experiments.synthetic")
+    path = checkout / "src" / "mdlib" / "book" / "scorecard.py"  # a module E1 never imports
     path.write_text(path.read_text("utf-8") + "\n# edited\n", "utf-8")
     again = run_e1(checkout)
     assert again["cached"] and again["key"] == first["key"]
@@ -75,48 +77,49 @@ def test_an_edit_outside_the_experiments_imports_keeps_its_runs(checkout):
 
 
 def test_a_function_level_import_counts(tmp_path, monkeypatch):
-    # sentiment imports plots inside a function only; plots' code is part of sentiment's fingerprint
-    assert "mdlib.plots" in fingerprint.imports("mdlib.sentiment")
-    assert "mdlib.plots" in fingerprint._closure("mdlib.sentiment")
-    assert fingerprint.fingerprint("mdlib.sentiment") != fingerprint.fingerprint("mdlib.synthetic")
+    # sentiment imports stats inside a function only; stats' code is part of sentiment's fingerprint
+    assert "mdlib.experiments.stats" in fingerprint.imports("mdlib.experiments.sentiment")
+    assert "mdlib.experiments.stats" in fingerprint._closure("mdlib.experiments.sentiment")
+    assert fingerprint.fingerprint("mdlib.experiments.sentiment") != fingerprint.fingerprint("mdlib.experiments.synthetic")
     with pytest.raises(ValueError, match="not a module of mdlib"):
         fingerprint.fingerprint("numpy")
 
 
 def test_store_lists_and_prunes_entries_of_other_code(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path))
-    now = runs.store("prune-test", {"n": 1}, {"x": 1})
-    old = runs.store("prune-test", {"n": 2}, {"x": 2})
+    now = store.save("prune-test", {"n": 1}, {"x": 1})
+    old = store.save("prune-test", {"n": 2}, {"x": 2})
     meta = json.loads((old / "meta.json").read_text("utf-8"))
     (old / "meta.json").write_text(json.dumps(meta | {"code": "0" * 64}), "utf-8")  # computed by other code
-    with pytest.warns(runs.StoreWarning, match="computed by other code"):
-        assert runs.load("prune-test", {"n": 2}) is None  # never served
-    found = {e.path: e.current for e in runs.entries()}
+    with pytest.warns(store.StoreWarning, match="computed by other code"):
+        assert store.load("prune-test", {"n": 2}) is None  # never served
+    found = {e.path: e.current for e in store.entries()}
     assert found == {now: True, old: False}
-    from mdlib import cli
+    from mdlib.book import cli
 
     assert cli.main(["store", "--prune"]) == 0
     assert now.is_dir() and not old.exists()
-    assert runs.load("prune-test", {"n": 1})["x"] == 1
+    assert store.load("prune-test", {"n": 1})["x"] == 1
 
 
 def test_a_kind_belongs_to_one_module():
-    assert runs.kind("kind-test", "mdlib.synthetic") == "kind-test"
-    assert runs.kind("kind-test", "mdlib.synthetic") == "kind-test"  # a re-import declares it again
-    with pytest.raises(ValueError, match="declared by mdlib.synthetic already"):
-        runs.kind("kind-test", "mdlib.vision")
+    assert store.kind("kind-test", "mdlib.experiments.synthetic") == "kind-test"
+    assert store.kind("kind-test", "mdlib.experiments.synthetic") == "kind-test"  # a re-import declares it again
+    with pytest.raises(ValueError, match="declared by mdlib.experiments.synthetic already"):
+        store.kind("kind-test", "mdlib.experiments.vision")
 
 
 def test_a_public_name_counts_as_its_module_and_type_checking_imports_do_not(tmp_path, monkeypatch):
     package = tmp_path / "mdlib"
     package.mkdir()
-    for name in ("__init__", "optim", "svm", "stats"):
+    (package / "experiments").mkdir()
+    for name in ("__init__", "optim", "svm", "experiments/__init__", "experiments/stats"):
         (package / f"{name}.py").write_text("")
     (package / "user.py").write_text("from typing import TYPE_CHECKING\nfrom mdlib import LpMirrorDescent\n"
-                                     "if TYPE_CHECKING:\n    from mdlib import svm\nelse:\n    import mdlib.stats\n")
+                                     "if TYPE_CHECKING:\n    from mdlib import svm\nelse:\n    import mdlib.experiments.stats\n")
     monkeypatch.setattr(fingerprint, "_ROOT", package)
     fingerprint._source.cache_clear()
     try:
-        assert fingerprint.imports("mdlib.user") == {"mdlib", "mdlib.optim", "mdlib.stats"}
+        assert fingerprint.imports("mdlib.user") == {"mdlib", "mdlib.optim", "mdlib.experiments", "mdlib.experiments.stats"}
     finally:
         fingerprint._source.cache_clear()

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from mdlib import mirror, optim
+
+from mdlib.experiments import methods
 from mdlib.optim import LpMirrorDescent, lp_mirror_descent
 from tiny_model import loss_of, make_model  # tests/tiny_model.py (pytest puts tests/ on the path)
 
@@ -448,18 +450,18 @@ def test_fused_finiteness_flag_sees_one_bad_entry_anywhere():
 
 def test_make_optimizer_by_name():
     params = [torch.nn.Parameter(torch.zeros(3))]
-    assert isinstance(optim.make_optimizer(params, "adam", 1e-3), torch.optim.Adam)
-    assert isinstance(optim.make_optimizer(params, "sgd", 1e-1), torch.optim.SGD)
-    assert optim.make_optimizer(params, "md", 1e-1, p=3.0).defaults["p"] == 3.0
+    assert isinstance(methods.make_optimizer(params, "adam", 1e-3), torch.optim.Adam)
+    assert isinstance(methods.make_optimizer(params, "sgd", 1e-1), torch.optim.SGD)
+    assert methods.make_optimizer(params, "md", 1e-1, p=3.0).defaults["p"] == 3.0
     with pytest.raises(ValueError, match="needs the exponent p"):
-        optim.make_optimizer(params, "md", 1e-1)
+        methods.make_optimizer(params, "md", 1e-1)
     with pytest.raises(ValueError, match="takes no exponent"):
-        optim.make_optimizer(params, "adam", 1e-3, p=2.0)
+        methods.make_optimizer(params, "adam", 1e-3, p=2.0)
     with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
-        optim.make_optimizer(params, "lion", 1e-3)
+        methods.make_optimizer(params, "lion", 1e-3)
     # CPU: torch's defaults (single-tensor, checked at once); parameters may come as generators or groups
-    md = optim.make_optimizer(iter(params), "md", 1e-1, p=1.5)
+    md = methods.make_optimizer(iter(params), "md", 1e-1, p=1.5)
     group = md.param_groups[0]
     assert (group["foreach"], group["fused"], md._lazy()) == (None, None, False) and group["params"] == params
-    md = optim.make_optimizer([{"params": iter(params), "lr": 0.5}], "md", 1e-1, p=1.5)
+    md = methods.make_optimizer([{"params": iter(params), "lr": 0.5}], "md", 1e-1, p=1.5)
     assert md.param_groups[0]["params"] == params and md.param_groups[0]["lr"] == 0.5

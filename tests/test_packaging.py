@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mdlib import paths
+from mdlib.experiments import paths
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 
@@ -173,7 +173,7 @@ def test_the_attention_svm_solves(env):
 
 PATHS = """
     import json, sysconfig
-    from mdlib import fetch, paths
+    from mdlib.experiments import fetch, paths
     root = paths.find_root()
     print(json.dumps({"root": root and str(root), "data": str(fetch.data_dir()), "build": str(paths.build_dir()),
                       "csv": str(paths.data_file("authors_sentences.csv")), "package": str(paths.PACKAGE_DIR),

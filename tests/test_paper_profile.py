@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mdlib import book, data, fetch
+from mdlib.book import execute, profiles
+from mdlib.experiments import data, fetch
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("paper_profile")]
 
@@ -75,8 +76,8 @@ def _dry_run(name, paper_data, monkeypatch, tmp_path):
     cache, build = paper_data
     monkeypatch.setenv("MDLIB_DATA_DIR", str(cache))
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(build))
-    parameters = book.resolve_parameters(name, "paper", DRY[name])
-    out = book.run_notebook(name, "paper", DRY[name], output_dir=tmp_path, progress=False)
+    parameters = profiles.resolve_parameters(name, "paper", DRY[name])
+    out = execute.run_notebook(name, "paper", DRY[name], output_dir=tmp_path, progress=False)
     return parameters, out
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mdlib import cli, fetch, paths
+from mdlib.book import cli
+from mdlib.experiments import fetch, paths
 
 CHECKOUT = paths.PACKAGE_DIR.parent  # these tests run from the checkout
 
@@ -168,7 +169,7 @@ def test_a_missing_extra_is_named_by_the_command_line(monkeypatch, capsys):
     def no_papermill(*args, **kwargs):
         raise ModuleNotFoundError("No module named 'papermill'", name="papermill")
 
-    monkeypatch.setattr("mdlib.book.run_notebook", no_papermill)
+    monkeypatch.setattr("mdlib.book.execute.run_notebook", no_papermill)
     assert cli.main(["run", "01_fixed_decoder_paths"]) == 1
     err = capsys.readouterr().err
     assert "pip install 'attention-mirror-descent[book]'" in err and len(err.strip().splitlines()) == 1, err

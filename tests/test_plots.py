@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from mdlib import paths, plots, provenance  # noqa: E402
+from mdlib.book import plots, provenance
+from mdlib.experiments import paths  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +30,7 @@ def test_paths_follow_the_environment(build_dir, monkeypatch):
     assert paths.build_dir() == paths.root() / "_build"
     assert paths.html_dir() == paths.root() / "_build" / "html"
     assert paths.jupyter_book_output() == paths.root()
-    assert (paths.root() / "mdlib" / "paths.py").is_file()
+    assert (paths.root() / "mdlib" / "experiments" / "paths.py").is_file()
 
 
 def test_save_figure_writes_png_pdf_csv(build_dir):

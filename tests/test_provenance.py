@@ -21,7 +21,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from mdlib import book, cli, paths, plots, provenance, runs  # noqa: E402
+from mdlib.book import profiles, cli, plots, provenance
+from mdlib.experiments import paths, store  # noqa: E402
 
 sys.path.insert(0, str(paths.book_dir() / "_ext"))
 import mdlib_artifacts  # noqa: E402
@@ -42,14 +43,14 @@ def table_1(test: float = 0.7) -> pd.DataFrame:
 def build_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "out"))
     monkeypatch.delenv(provenance.ENV, raising=False)
-    runs.clear_used_runs()
+    store.clear_used_runs()
     yield (tmp_path / "out").resolve()
-    runs.clear_used_runs()
+    store.clear_used_runs()
 
 
 @pytest.fixture
 def kernel_env(monkeypatch):
-    """The environment ``mdlib.book.run_notebook`` gives a notebook's kernel."""
+    """The environment ``mdlib.book.execute.run_notebook`` gives a notebook's kernel."""
     monkeypatch.setenv(provenance.ENV, json.dumps(RUN))
 
 
@@ -74,7 +75,7 @@ def _check_common(record, label, kind):
 
 
 def test_figure_record_has_every_field(build_dir, kernel_env):
-    runs.store("e1-paths", {"seed": 1}, {"x": np.arange(3)})
+    store.save("e1-paths", {"seed": 1}, {"x": np.arange(3)})
     data = pd.DataFrame({"train_p": 2.0, "svm_p": 2.0, "step": [0, 1], "mean": [1.0, 0.5], "std": 0.1,
                          "q10": [0.9, 0.4], "q90": [1.1, 0.6]})
     plots.save_figure(_figure(), "fig-e1-paths", data=data)
@@ -83,7 +84,7 @@ def test_figure_record_has_every_field(build_dir, kernel_env):
     assert json.loads((build_dir / "results" / "fig-e1-paths.json").read_text()) == record
     _check_common(record, "fig-e1-paths", "figure")
     assert record["reproduces"] == "Figure 4" and record["new"] is False
-    assert record["runs"] == [f"e1-paths/{runs.config_key('e1-paths', {'seed': 1})}"]
+    assert record["runs"] == [f"e1-paths/{store.config_key('e1-paths', {'seed': 1})}"]
     assert record["files"] == ["figures/fig-e1-paths.png", "figures/fig-e1-paths.pdf", "results/fig-e1-paths.csv"]
     # the command runs the same notebook again, and its -p values parse back to the overrides
     args = cli.build_parser().parse_args(shlex.split(record["command"])[3:])
@@ -102,7 +103,7 @@ STRINGS = ["yes", "No", "on", "null", "~", "", "1e-3", "1E5", "1_1", "0x1F", "1:
 
 
 def _samples(default) -> list:
-    """Values of a parameter with this default, as ``book.resolve_parameters`` returns them."""
+    """Values of a parameter with this default, as ``profiles.resolve_parameters`` returns them."""
     if isinstance(default, bool):
         return [default, not default]
     if isinstance(default, int):
@@ -119,20 +120,20 @@ def _samples(default) -> list:
     return [None, 200, 1e-3, "1e-3", "yes", [1, "2"]]
 
 
-@pytest.mark.parametrize("notebook", book.chapters())
+@pytest.mark.parametrize("notebook", profiles.chapters())
 def test_the_recorded_command_gives_back_every_value_of_every_type(notebook):
     """The command of a record, split as a shell would, parsed by the CLI and resolved against the
     notebook, gives exactly the overrides it was made from: every parameter of the chapter at once, with
     values of its default's type (numbers, flags, lists, mappings, None) and strings YAML would read as
     something else ("yes", "null", "1e-3", "~")."""
-    declared = {name: param.value for name, param in book.notebook_parameters(paths.notebooks_dir() / f"{notebook}.py")
+    declared = {name: param.value for name, param in profiles.notebook_parameters(paths.notebooks_dir() / f"{notebook}.py")
                 .items() if name != "profile"}
     samples = {name: _samples(default) for name, default in declared.items()}
     for i in range(max(map(len, samples.values()))):
         overrides = {name: values[i % len(values)] for name, values in samples.items()}
         args = cli.build_parser().parse_args(shlex.split(provenance.command(notebook, "smoke", overrides))[3:])
         assert (args.notebook, args.profile) == (notebook, "smoke")
-        resolved = book.resolve_parameters(notebook, "smoke", cli.overrides(notebook, args.parameter))
+        resolved = profiles.resolve_parameters(notebook, "smoke", cli.overrides(notebook, args.parameter))
         for name, value in overrides.items():
             assert repr(resolved[name]) == repr(value), (name, provenance.command(notebook, "smoke", {name: value}))
 
@@ -231,17 +232,17 @@ def test_git_state_clean_dirty_and_not_a_repository(tmp_path):
 
 
 def test_runs_registry_records_exactly_what_was_loaded_or_stored(build_dir):
-    key = lambda kind, config: f"{kind}/{runs.config_key(kind, config)}"  # noqa: E731
-    assert runs.load("a", {"n": 1}) is None  # a miss records nothing
-    assert runs.used_runs() == []
-    runs.store("a", {"n": 1}, {"x": 1})
-    runs.load_or_run("b", {"n": 2}, lambda: {"y": np.ones(2)})  # computed and stored
-    runs.load_or_run("b", {"n": 2}, lambda: pytest.fail("recomputed"))  # a hit, recorded once
-    runs.clear_used_runs()
-    assert runs.used_runs() == []
-    assert runs.load("b", {"n": 2}) is not None
-    runs.load_or_run("a", {"n": 1}, lambda: pytest.fail("recomputed"))
-    assert runs.used_runs() == [key("b", {"n": 2}), key("a", {"n": 1})]
+    key = lambda kind, config: f"{kind}/{store.config_key(kind, config)}"  # noqa: E731
+    assert store.load("a", {"n": 1}) is None  # a miss records nothing
+    assert store.used_runs() == []
+    store.save("a", {"n": 1}, {"x": 1})
+    store.load_or_run("b", {"n": 2}, lambda: {"y": np.ones(2)})  # computed and stored
+    store.load_or_run("b", {"n": 2}, lambda: pytest.fail("recomputed"))  # a hit, recorded once
+    store.clear_used_runs()
+    assert store.used_runs() == []
+    assert store.load("b", {"n": 2}) is not None
+    store.load_or_run("a", {"n": 1}, lambda: pytest.fail("recomputed"))
+    assert store.used_runs() == [key("b", {"n": 2}), key("a", {"n": 1})]
 
 
 def test_reproduce_block_has_command_bibtex_and_commit(kernel_env):

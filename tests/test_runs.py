@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from mdlib import optim, paths, runs, train
+from mdlib.experiments import methods, paths, pool, store, train
 from mdlib.optim import LpMirrorDescent
 from test_train import Crashing, blobs, mlp, same_history
 
@@ -46,7 +46,7 @@ def _result():
 
 
 def test_roundtrip(build_dir):
-    out = runs.load_or_run("e1-test", CONFIG, _result)
+    out = store.load_or_run("e1-test", CONFIG, _result)
     assert out.cached is False
     expected = _result()
     np.testing.assert_array_equal(out["divergence"], expected["divergence"])
@@ -57,7 +57,7 @@ def test_roundtrip(build_dir):
     assert out["n_steps"] == 1500 and out["score"] == 0.25 and out["note"] == "converged"
     assert out["flags"] == [True, False] and np.isnan(out["diverged_at"])
     assert out.path.parent == build_dir / "runs" / "e1-test"
-    assert out.path.name == runs.config_key("e1-test", CONFIG)
+    assert out.path.name == store.config_key("e1-test", CONFIG)
     names = sorted(p.name for p in out.path.iterdir())
     assert names == ["arrays.npz", "config.json", "meta.json", "series.parquet", "table.parquet"]
     assert json.loads((out.path / "config.json").read_text())["nested"] == {"a": [1, 2], "b": 1}
@@ -72,40 +72,40 @@ def test_cache_hit_does_not_recompute():
         calls.append(1)
         return {"x": np.arange(3.0)}
 
-    first = runs.load_or_run("hit", {"a": 1}, compute)
-    second = runs.load_or_run("hit", {"a": 1}, compute)
+    first = store.load_or_run("hit", {"a": 1}, compute)
+    second = store.load_or_run("hit", {"a": 1}, compute)
     assert len(calls) == 1
     assert first.cached is False and second.cached is True
     np.testing.assert_array_equal(first["x"], second["x"])
-    runs.load_or_run("hit", {"a": 1}, compute, force=True)
+    store.load_or_run("hit", {"a": 1}, compute, force=True)
     assert len(calls) == 2
 
 
 def test_keys():
     base = {"lr": 0.1, "ps": [1.75, 2, 3], "seed": 0}
-    key = runs.config_key("e1", base)
+    key = store.config_key("e1", base)
     assert len(key) == 64
     # key order and tuple/list or numpy/Python spelling do not matter
-    assert runs.config_key("e1", {"seed": np.int64(0), "ps": (1.75, 2, 3), "lr": 0.1}) == key
+    assert store.config_key("e1", {"seed": np.int64(0), "ps": (1.75, 2, 3), "lr": 0.1}) == key
     # any change of the config or of the kind does
-    assert runs.config_key("e1", {**base, "lr": 0.2}) != key
-    assert runs.config_key("e1", {**base, "seed": 1}) != key
-    assert runs.config_key("e2", base) != key
+    assert store.config_key("e1", {**base, "lr": 0.2}) != key
+    assert store.config_key("e1", {**base, "seed": 1}) != key
+    assert store.config_key("e2", base) != key
     with pytest.raises(ValueError, match="not allowed"):
-        runs.config_key("e1", {"lr": float("nan")})
+        store.config_key("e1", {"lr": float("nan")})
     with pytest.raises(TypeError, match="JSON"):
-        runs.config_key("e1", {"f": object()})
+        store.config_key("e1", {"f": object()})
     with pytest.raises(ValueError, match="invalid run kind"):
-        runs.config_key("../evil", base)
+        store.config_key("../evil", base)
 
 
 def test_different_config_different_entry():
-    a = runs.load_or_run("k", {"seed": 0}, lambda: {"v": np.zeros(2)})
-    b = runs.load_or_run("k", {"seed": 1}, lambda: {"v": np.ones(2)})
+    a = store.load_or_run("k", {"seed": 0}, lambda: {"v": np.zeros(2)})
+    b = store.load_or_run("k", {"seed": 1}, lambda: {"v": np.ones(2)})
     assert a.path != b.path
-    assert runs.load("k", {"seed": 0})["v"].sum() == 0
-    assert runs.load("k", {"seed": 1})["v"].sum() == 2
-    assert runs.load("k", {"seed": 2}) is None
+    assert store.load("k", {"seed": 0})["v"].sum() == 0
+    assert store.load("k", {"seed": 1})["v"].sum() == 2
+    assert store.load("k", {"seed": 2}) is None
 
 
 def test_compute_failure_leaves_no_entry(build_dir):
@@ -113,13 +113,13 @@ def test_compute_failure_leaves_no_entry(build_dir):
         raise RuntimeError("diverged")
 
     with pytest.raises(RuntimeError, match="diverged"):
-        runs.load_or_run("fail", {"a": 1}, boom)
-    assert runs.load("fail", {"a": 1}) is None
+        store.load_or_run("fail", {"a": 1}, boom)
+    assert store.load("fail", {"a": 1}) is None
 
 
 def test_write_failure_leaves_no_entry(build_dir):
     with pytest.raises(TypeError, match="object arrays"):
-        runs.load_or_run("bad", {"a": 1}, lambda: {"ok": np.zeros(3), "bad": np.array([{}, None])})
+        store.load_or_run("bad", {"a": 1}, lambda: {"ok": np.zeros(3), "bad": np.array([{}, None])})
     folder = build_dir / "runs" / "bad"
     assert list(folder.iterdir()) == []  # neither the entry nor its temporary folder
 
@@ -128,64 +128,64 @@ def test_crash_mid_write_leaves_no_entry(build_dir):
     """A process killed while writing (os._exit inside np.savez) leaves nothing that reads as an entry."""
     script = textwrap.dedent("""
         import os, numpy as np
-        from mdlib import runs
+        from mdlib.experiments import pool, store
         real = np.savez
         def dying(*args, **kwargs):
             real(*args, **kwargs)
             os._exit(3)
         np.savez = dying
-        runs.load_or_run("crash", {"a": 1}, lambda: {"x": np.arange(4.0), "s": 1})
+        store.load_or_run("crash", {"a": 1}, lambda: {"x": np.arange(4.0), "s": 1})
     """)
     proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "MDLIB_BUILD_DIR": str(build_dir)})
     assert proc.returncode == 3
-    key = runs.config_key("crash", {"a": 1})
+    key = store.config_key("crash", {"a": 1})
     assert not (build_dir / "runs" / "crash" / key).exists()
-    assert runs.load("crash", {"a": 1}) is None
+    assert store.load("crash", {"a": 1}) is None
     calls = []
-    out = runs.load_or_run("crash", {"a": 1}, lambda: calls.append(1) or {"x": np.arange(4.0), "s": 1})
+    out = store.load_or_run("crash", {"a": 1}, lambda: calls.append(1) or {"x": np.arange(4.0), "s": 1})
     assert calls == [1] and out["s"] == 1
 
 
 def test_corrupt_entry_is_recomputed(build_dir):
-    first = runs.load_or_run("c", {"a": 1}, lambda: {"x": np.arange(3.0), "t": pd.DataFrame({"a": [1]})})
+    first = store.load_or_run("c", {"a": 1}, lambda: {"x": np.arange(3.0), "t": pd.DataFrame({"a": [1]})})
     (first.path / "t.parquet").write_bytes(b"not parquet")
     calls = []
-    with pytest.warns(runs.StoreWarning, match="unreadable"):
-        again = runs.load_or_run("c", {"a": 1}, lambda: calls.append(1) or {"x": np.arange(3.0),
+    with pytest.warns(store.StoreWarning, match="unreadable"):
+        again = store.load_or_run("c", {"a": 1}, lambda: calls.append(1) or {"x": np.arange(3.0),
                                                                              "t": pd.DataFrame({"a": [1]})})
     assert calls == [1] and again.cached is False
-    assert runs.load("c", {"a": 1})["t"]["a"].tolist() == [1]
+    assert store.load("c", {"a": 1})["t"]["a"].tolist() == [1]
     # a partial folder (no meta.json), e.g. copied by hand, is also replaced
     (again.path / "meta.json").unlink()
-    with pytest.warns(runs.StoreWarning):
-        third = runs.load_or_run("c", {"a": 1}, lambda: {"x": np.zeros(1)})
+    with pytest.warns(store.StoreWarning):
+        third = store.load_or_run("c", {"a": 1}, lambda: {"x": np.zeros(1)})
     assert third.cached is False and third["x"].tolist() == [0.0]
     assert sorted(p.name for p in third.path.parent.iterdir()) == [third.path.name]
 
 
 def test_bad_results_are_rejected():
     with pytest.raises(TypeError, match="dict"):
-        runs.load_or_run("r", {"a": 1}, lambda: [1, 2])
+        store.load_or_run("r", {"a": 1}, lambda: [1, 2])
     with pytest.raises(ValueError, match="invalid result name"):
-        runs.load_or_run("r", {"a": 2}, lambda: {"a/b": 1})
+        store.load_or_run("r", {"a": 2}, lambda: {"a/b": 1})
     with pytest.raises(TypeError, match="JSON"):
-        runs.load_or_run("r", {"a": 3}, lambda: {"f": object()})
+        store.load_or_run("r", {"a": 3}, lambda: {"f": object()})
 
 
 def test_a_name_points_at_the_run_recorded_last(build_dir):
-    assert runs.named("table1.default") is None
-    runs.set_name("table1.default", "e4-grid", {"seeds": 2, "layers": [3]})
-    runs.set_name("table1.default", "e4-grid", {"seeds": 5, "layers": [3]})  # a rebuild replaces it
-    assert runs.named("table1.default") == ("e4-grid", {"layers": [3], "seeds": 5})
+    assert store.named("table1.default") is None
+    store.set_name("table1.default", "e4-grid", {"seeds": 2, "layers": [3]})
+    store.set_name("table1.default", "e4-grid", {"seeds": 5, "layers": [3]})  # a rebuild replaces it
+    assert store.named("table1.default") == ("e4-grid", {"layers": [3], "seeds": 5})
     assert [p.name for p in (build_dir / "runs" / "_names").iterdir()] == ["table1.default.json"]  # no temporaries
     with pytest.raises(ValueError, match="invalid run name 'a/b'"):
-        runs.set_name("a/b", "e4-grid", {})
+        store.set_name("a/b", "e4-grid", {})
 
 
 def test_check_keys_names_what_is_missing_and_unknown():
-    runs.check_keys({"a": 1, "b": 2}, ("a", "b"), "a config")
+    store.check_keys({"a": 1, "b": 2}, ("a", "b"), "a config")
     with pytest.raises(ValueError, match=r"a config has exactly the keys a, b; missing \['b'\], unknown \['c'\]"):
-        runs.check_keys({"a": 1, "c": 2}, ("a", "b"), "a config")
+        store.check_keys({"a": 1, "c": 2}, ("a", "b"), "a config")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,30 +201,30 @@ def test_run_stores_the_result_and_returns_it_without_training_again(build_dir):
     def build(cfg):
         builds.append(cfg)
         model = mlp(cfg["model"]["seed"], out=3)
-        return runs.Setup(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), TensorDataset(x, y),
+        return pool.Setup(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), TensorDataset(x, y),
                           TensorDataset(x[:10], y[:10]))
 
     def extras(model):
         trained.append(model)
-        return {**runs.model_state(model), "accuracy_note": "final"}
+        return {**pool.model_state(model), "accuracy_note": "final"}
 
     trained = []
-    first = runs.run("toy-train", config, build, extras=extras, progress=False)
+    first = pool.run("toy-train", config, build, extras=extras, progress=False)
     assert not first.cached and len(builds) == 1
     assert list(first["history"].columns) == train.COLUMNS and len(first["history"]) == 3
     assert first["accuracy_note"] == "final"
     assert not (paths.checkpoints_dir() / "toy-train").exists() or not any(
         (paths.checkpoints_dir() / "toy-train").iterdir())  # the checkpoint is gone once stored
 
-    second = runs.run("toy-train", config, build, extras=extras, progress=False)
+    second = pool.run("toy-train", config, build, extras=extras, progress=False)
     assert second.cached and len(builds) == 1 and len(trained) == 1
     pd.testing.assert_frame_equal(second["history"], first["history"])
-    restored = runs.load_model_state(mlp(42, out=3), second)
+    restored = pool.load_model_state(mlp(42, out=3), second)
     for a, b in zip(restored.state_dict().values(), trained[0].state_dict().values()):
         assert torch.equal(a, b)
 
     with pytest.raises(ValueError, match=r"config\['fit'\]"):
-        runs.run("toy-train", {"data": 1}, build)
+        pool.run("toy-train", {"data": 1}, build)
 
 
 def test_run_resumes_an_interrupted_training(build_dir):
@@ -235,14 +235,14 @@ def test_run_resumes_an_interrupted_training(build_dir):
     def build(cfg):
         model = mlp(0)
         data = Crashing(TensorDataset(x, y), crash["after"])
-        return runs.Setup(model, torch.optim.Adam(model.parameters(), lr=0.01), data)
+        return pool.Setup(model, torch.optim.Adam(model.parameters(), lr=0.01), data)
 
     with pytest.raises(KeyboardInterrupt):
-        runs.run("toy-resume", config, build, progress=False)
+        pool.run("toy-resume", config, build, progress=False)
     folder = paths.checkpoints_dir() / "toy-resume"
     assert len(list(folder.glob("*/checkpoint.pt"))) == 1
     crash["after"] = math.inf
-    result = runs.run("toy-resume", config, build, progress=True)  # the bar hides outside terminals
+    result = pool.run("toy-resume", config, build, progress=True)  # the bar hides outside terminals
     model = mlp(0)
     reference = train.fit(model, torch.optim.Adam(model.parameters(), lr=0.01), TensorDataset(x, y), None,
                           progress=False, **config["fit"])
@@ -254,21 +254,21 @@ def build_blobs(config):
     """A module-level builder (run_many sends it to other processes)."""
     x, y = blobs(64, seed=1)
     model = mlp(config["fit"]["seed"], dropout=0.0)
-    return runs.Setup(model, optim.make_optimizer(model.parameters(), "md", config["lr"], p=1.5),
+    return pool.Setup(model, methods.make_optimizer(model.parameters(), "md", config["lr"], p=1.5),
                       TensorDataset(x, y.float()), TensorDataset(x[:16], y[:16].float()))
 
 
 def test_run_many_in_processes_gives_the_runs_one_by_one_gives(build_dir, tmp_path, monkeypatch):
     configs = [{"lr": 0.05, "fit": {"epochs": 2, "batch_size": 16, "seed": seed}} for seed in (0, 1, 2)]
-    parallel = runs.run_many("blobs", configs + configs[:1], build_blobs, workers=2, progress=False)
+    parallel = pool.run_many("blobs", configs + configs[:1], build_blobs, workers=2, progress=False)
     assert len(parallel) == 4 and parallel[3].key == parallel[0].key
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "serial"))
-    serial = runs.run_many("blobs", configs, build_blobs, workers=1, progress=False)
+    serial = pool.run_many("blobs", configs, build_blobs, workers=1, progress=False)
     for a, b in zip(parallel, serial):
         pd.testing.assert_frame_equal(a["history"].drop(columns="seconds"), b["history"].drop(columns="seconds"),
                                       rtol=1e-6)
     with pytest.raises(ValueError, match="module-level function"):
-        runs.run_many("blobs", [{"lr": 0.1, "fit": {"epochs": 1, "batch_size": 16, "seed": 5}},
+        pool.run_many("blobs", [{"lr": 0.1, "fit": {"epochs": 1, "batch_size": 16, "seed": 5}},
                                 {"lr": 0.2, "fit": {"epochs": 1, "batch_size": 16, "seed": 5}}],
                       lambda config: build_blobs(config), workers=2, progress=False)
 
@@ -277,7 +277,7 @@ def build_either(config):
     """build_blobs, or with config["diverge"] a step size that overflows the inverse mirror map."""
     setup = build_blobs(config)
     if config.get("diverge"):
-        setup.optimizer = optim.make_optimizer(setup.model.parameters(), "md", 1e38, p=1.1)
+        setup.optimizer = methods.make_optimizer(setup.model.parameters(), "md", 1e38, p=1.1)
     return setup
 
 
@@ -285,8 +285,8 @@ def build_either(config):
 def test_run_many_skips_runs_that_raise_the_named_errors(build_dir, workers):
     good = {"lr": 0.05, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
     bad = {"lr": 0.05, "diverge": True, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
-    results = runs.run_many("skip", [good, bad], build_either, workers=workers, skip=(FloatingPointError,),
+    results = pool.run_many("skip", [good, bad], build_either, workers=workers, skip=(FloatingPointError,),
                             progress=False)
     assert results[1] is None and list(results[0]["history"].epoch) == [1]
     with pytest.raises(FloatingPointError, match="reduce lr"):
-        runs.run_many("skip", [bad], build_either, workers=workers, progress=False)
+        pool.run_many("skip", [bad], build_either, workers=workers, progress=False)

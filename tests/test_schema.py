@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from mdlib import plots, schema  # noqa: E402
+from mdlib.book import plots, schema  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -15,8 +15,9 @@ import pandas as pd
 import pytest
 
 from conftest import HTML, raw_html
-from mdlib import paths, plots, provenance, scorecard
-from mdlib.scorecard import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED
+from mdlib.book import plots, provenance, scorecard
+from mdlib.experiments import paths
+from mdlib.book.scorecard import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 
 SAMPLE = Path("/work/main/_build/results")
 OUTCOMES = (HOLDS, DIFFERS, INCONCLUSIVE, NOT_MEASURED)

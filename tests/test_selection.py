@@ -1,11 +1,11 @@
-"""Token selection tables (mdlib.selection) on small random models: per-seed counts, the clustered
+"""Token selection tables (mdlib.experiments.selection) on small random models: per-seed counts, the clustered
 summary, and the concentration of the [CLS] row against independent computations."""
 
 import numpy as np
 import pytest
 import torch
 
-from mdlib import analysis, selection, stats
+from mdlib.experiments import analysis, selection, stats
 from mdlib.models import EncoderClassifier
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import FIXTURES
-from mdlib import optim, runs, sentiment, train
+from mdlib.experiments import methods, sentiment, store, train
 from mdlib.models import EncoderClassifier
 
 
@@ -39,11 +39,11 @@ def test_config_rejects_bad_settings():
 
 def test_method_keys_round_trip():
     for key in ("1.1", "2", "3", "1.75", "adam"):
-        assert optim.method_key(*optim.method(key)) == key
-    assert optim.method("2") == ("md", 2.0)
+        assert methods.method_key(*methods.method(key)) == key
+    assert methods.method("2") == ("md", 2.0)
     with pytest.raises(ValueError, match="unknown method 'rmsprop'"):
-        optim.method("rmsprop")
-    assert optim.method(1.1) == ("md", 1.1) and optim.method(2) == ("md", 2.0)  # a YAML key 1.1
+        methods.method("rmsprop")
+    assert methods.method(1.1) == ("md", 1.1) and methods.method(2) == ("md", 2.0)  # a YAML key 1.1
 
 
 @pytest.mark.parametrize("key", ["1_1", "1e1", "inf", "nan", " 2", "2.", "+2", "1", "0.5", "Adam", "\uff11.\uff11",
@@ -51,7 +51,7 @@ def test_method_keys_round_trip():
 def test_method_keys_are_strict(key):
     """Python's float() reads "1_1" as 11, and " 2", "inf" or full-width digits too: none is a method key."""
     with pytest.raises(ValueError, match=re.escape(f"unknown method {key!r}: an l_p exponent p > 1")):
-        optim.method(key)
+        methods.method(key)
 
 
 def test_build_seeds_distinct_initializations_and_evaluates_on_the_named_split(fixture_data):
@@ -126,11 +126,11 @@ def test_grid_chooses_on_seed_zero_then_runs_the_other_seeds(monkeypatch, tmp_pa
     calls = []
 
     def fake_runs(configs, workers=1, progress=True, skip=()):
-        calls.append([(optim.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"])
+        calls.append([(methods.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"])
                       for c in configs])
         out = []
         for c in configs:
-            key = optim.method_key(c["optimizer"]["name"], c["optimizer"]["p"])
+            key = methods.method_key(c["optimizer"]["name"], c["optimizer"]["p"])
             multiple = round(c["optimizer"]["lr"] / sentiment.reference_step(3, key))
             values = outcome[key, multiple]
             if values is None:
@@ -138,8 +138,8 @@ def test_grid_chooses_on_seed_zero_then_runs_the_other_seeds(monkeypatch, tmp_pa
                 continue
             train_acc, validation, test = values
             history = pd.DataFrame({"epoch": [1, 2], "train_accuracy": [0.5, train_acc], "test_accuracy": [0.5, test]})
-            runs.store(sentiment.KIND, c, {"history": history, "validation_accuracy": validation, "state.x": np.zeros(1)})
-            out.append(runs.load(sentiment.KIND, c))
+            store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": validation, "state.x": np.zeros(1)})
+            out.append(store.load(sentiment.KIND, c))
         return out
 
     monkeypatch.setattr(sentiment, "train_runs", fake_runs)
@@ -213,10 +213,10 @@ def test_grid_takes_seeds_per_method(monkeypatch, tmp_path):
     def fake_runs(configs, workers=1, progress=True, skip=()):
         out = []
         for c in configs:
-            trained.append((optim.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"]))
+            trained.append((methods.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"]))
             history = pd.DataFrame({"epoch": [1], "train_accuracy": [1.0], "test_accuracy": [0.6]})
-            runs.store(sentiment.KIND, c, {"history": history, "validation_accuracy": 0.6, "state.x": np.zeros(1)})
-            out.append(runs.load(sentiment.KIND, c))
+            store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": 0.6, "state.x": np.zeros(1)})
+            out.append(store.load(sentiment.KIND, c))
         return out
 
     monkeypatch.setattr(sentiment, "train_runs", fake_runs)
@@ -288,7 +288,7 @@ def test_authors_sentences_keep_whole_token_pivots(cache, monkeypatch):
     40 are shown, as in their figures."""
     import hashlib
 
-    from mdlib import fetch
+    from mdlib.experiments import fetch
 
     table = pd.read_csv(sentiment.paths.root() / "data" / "authors_sentences.csv")
     assert len(table) == 50 and set(table.label) == {0, 1}

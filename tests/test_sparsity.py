@@ -1,10 +1,10 @@
-"""The E6 tables (mdlib.sparsity): counts, the change W - W(0), pruning of the matrices only."""
+"""The E6 tables (mdlib.experiments.sparsity): counts, the change W - W(0), pruning of the matrices only."""
 
 import numpy as np
 import pytest
 import torch
 
-from mdlib import analysis, sparsity
+from mdlib.experiments import analysis, sparsity
 from mdlib.models import EncoderClassifier
 
 

@@ -1,4 +1,4 @@
-"""The interval estimates of mdlib.stats against scipy and hand computations."""
+"""The interval estimates of mdlib.experiments.stats against scipy and hand computations."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from mdlib import stats
+from mdlib.experiments import stats
 
 
 def test_mean_interval_matches_scipy_one_sample_t():

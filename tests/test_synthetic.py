@@ -9,7 +9,7 @@ from mdlib import mirror
 from mdlib.models import (SingleHeadAttention, gaussian_instances, joint_training_data, logistic_loss,
                           single_head_output)
 from mdlib.optim import LpMirrorDescent
-from mdlib.synthetic import scaled_gradients, train
+from mdlib.experiments.synthetic import scaled_gradients, train
 
 
 def full_gradients(W, v, data):

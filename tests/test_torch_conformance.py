@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import io
 import math
 import pickle
 import tempfile

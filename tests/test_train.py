@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from mdlib import train
+from mdlib.experiments import train
 from mdlib.optim import LpMirrorDescent
 
 
@@ -87,7 +87,7 @@ def test_interrupted_run_resumes_bit_for_bit(name, tmp_path, caplog):
 
     torch.manual_seed(12345)  # neither the global RNG state at the call ...
     resumed = mlp(99)         # ... nor the initialization matter: the checkpoint restores both
-    with caplog.at_level(logging.INFO, logger="mdlib.train"):
+    with caplog.at_level(logging.INFO, logger="mdlib.experiments.train"):
         history = train.fit(resumed, OPTIMIZERS[name](resumed.parameters()), data, test, checkpoint=folder, **kw)
     assert "resumed" in caplog.text and "after epoch 2" in caplog.text
     same_history(history, reference)
@@ -289,7 +289,7 @@ DDP_SCRIPT = textwrap.dedent("""
     import torch
     from torch import nn
     from torch.utils.data import TensorDataset
-    from mdlib import train
+    from mdlib.experiments import train
     from mdlib.optim import LpMirrorDescent
 
     def make():

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conftest import install_idx
-from mdlib import data, runs, train, vision
+from mdlib.experiments import data, pool, train, vision
 
 MODEL = dict(patch=7, width=8, depth=1, heads=2, mlp=8, dropout=0.1, embedding_dropout=0.1)
 TRAIN_PER_CLASS, TEST_PER_CLASS = 12, 2
@@ -66,7 +66,7 @@ def test_seeds_give_distinct_initializations_and_reruns_are_identical():
     assert not torch.equal(first.embed.weight, second.embed.weight)
     assert torch.equal(first.embed.weight, vision.make_model(config(seed=0)).embed.weight)
     run_config = config(train_size=40)
-    stored = runs.run("e7-test", run_config, vision.build, extras=runs.model_state, progress=False)
+    stored = pool.run("e7-test", run_config, vision.build, extras=pool.model_state, progress=False)
     model = vision.trained_model(run_config, stored)
     assert not model.training and not torch.equal(model.embed.weight, first.embed.weight)
     setup = vision.build(run_config)  # the same run again, outside the store

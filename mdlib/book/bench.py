@@ -121,7 +121,7 @@ def step_ratios(rounds: dict[str, list[float]]) -> dict[str, dict]:
 #: The training steps timed: the models of chapters 04 (sentiment encoder) and 07 (ViT) at the default
 #: profile's sizes, a batch of 100 (their batch size).
 TRAINING_MODELS = ("sentiment", "vit")
-#: The optimizers of the training-step comparison, as ``optim.make_optimizer`` arguments (what the
+#: The optimizers of the training-step comparison, as ``methods.make_optimizer`` arguments (what the
 #: chapters run): Adam, and mirror descent at each p (small steps: the time does not depend on them).
 TRAINING_OPTIMIZERS = {"adam": ("adam", 1e-4, None), "md_p1.1": ("md", 1e-4, 1.1), "md_p1.75": ("md", 1e-4, 1.75),
                        "md_p2": ("md", 1e-4, 2.0), "md_p3": ("md", 1e-4, 3.0)}
@@ -135,7 +135,7 @@ def training_setup(which: str, seed: int = 0) -> tuple[Callable[[], nn.Module], 
     import torch
     import torch.nn.functional as F
 
-    from mdlib import sentiment
+    from mdlib.experiments import sentiment
     from mdlib.models import VisionTransformer
 
     generator = torch.Generator().manual_seed(seed)
@@ -163,12 +163,13 @@ def training_step_times(which: str, repeats: int = 21, threads: int = 1, seed: i
                         optimizers: Mapping[str, tuple[str, float, float | None]] | None = None
                         ) -> dict[str, list[float]]:
     """Seconds per training step (forward, loss, backward, optimizer step) of ``training_setup(which)``
-    with each optimizer of ``TRAINING_OPTIMIZERS`` (through ``optim.make_optimizer``, as the chapters
+    with each optimizer of ``TRAINING_OPTIMIZERS`` (through ``methods.make_optimizer``, as the chapters
     build them), on ``threads`` threads (the chapters' runs: one each), interleaved round by round in a
     seeded random order after two warm-up steps. Returns {optimizer: [seconds per round]}."""
     import torch
 
-    from mdlib import optim
+
+    from mdlib.experiments import methods
 
     make, inputs, labels, loss_fn = training_setup(which, seed)
     specs = TRAINING_OPTIMIZERS if optimizers is None else optimizers
@@ -178,7 +179,7 @@ def training_step_times(which: str, repeats: int = 21, threads: int = 1, seed: i
         steps = {}
         for name, (kind, lr, p) in specs.items():
             model = make()
-            opt = optim.make_optimizer(model.parameters(), kind, lr, p)
+            opt = methods.make_optimizer(model.parameters(), kind, lr, p)
 
             def step(model=model, opt=opt):
                 opt.zero_grad(set_to_none=True)
@@ -247,7 +248,8 @@ def kernel_step_times(repeats: int = 21, batches: int = 20, seed: int = 0) -> di
     import torch
     import torch.nn.functional as F
 
-    from mdlib import models, optim, sentiment, train
+    from mdlib import models
+    from mdlib.experiments import methods, sentiment, train
 
     config = sentiment.run_config(layers=3, optimizer="md", p=1.1, lr=2.4e-3, width=24, train_size=None, seed=seed)
     parts = sentiment.splits(config["dataset"], config["split_seed"], config["max_length"])
@@ -263,7 +265,7 @@ def kernel_step_times(repeats: int = 21, batches: int = 20, seed: int = 0) -> di
         for kernels in ("fast", "reference"):
             for name, p, lr in (("md_p1.1", 1.1, 2.4e-3), ("gd", 2.0, 4e-3)):
                 model = sentiment.initial_model(config).train()
-                opt = optim.make_optimizer(model.parameters(), "md", lr, p)
+                opt = methods.make_optimizer(model.parameters(), "md", lr, p)
                 context = models.reference_kernels if kernels == "reference" else contextlib.nullcontext
 
                 def run(model=model, opt=opt, context=context):
@@ -334,13 +336,13 @@ def training_step_time(model: nn.Module, optimizer: torch.optim.Optimizer, input
 def synthetic(args: argparse.Namespace) -> dict:
     """The full experiment E1 (``--seeds`` seeds x p in {1.75, 2, 3} at the paper's step counts, each
     path compared with the SVMs of all three exponents), timed end to end, nothing cached."""
-    from mdlib.synthetic import fixed_decoder_experiment
+    from mdlib.experiments.synthetic import fixed_decoder_experiment
 
     steps = {1.75: 1500, 2.0: 2000, 3.0: 20000}
     config = dict(seeds=args.seeds, steps={f"{p:g}": k for p, k in steps.items()}, lr=0.1, n=6, T=8, d=10,
                   svm_ps=list(steps), seed=0, eps=None, points=250)
     start = time.perf_counter()
-    result = fixed_decoder_experiment(config, store=False)
+    result = fixed_decoder_experiment(config, cache=False)
     seconds = time.perf_counter() - start
     final = result["final"].groupby(["train_p", "svm_p"]).divergence.mean()
     table = {f"{p:g}": {f"{q:g}": round(float(final[(p, q)]), 6) for q in steps} for p in steps}

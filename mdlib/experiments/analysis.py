@@ -3,7 +3,7 @@
 - ``cls_attention``: the paper's token score: the last layer's attention row of the [CLS] query,
   averaged over heads and min-max normalized over the sequence's real tokens.
 - ``win_loss_tie``: comparing two optimizers' scores on designated tokens (the intervals are in
-  ``mdlib.stats``).
+  ``mdlib.experiments.stats``).
 - ``delete_tokens`` and ``probability_drop``: does the prediction depend on a token? Remove it and
   measure the drop of the predicted class's probability.
 - ``count_above`` and ``magnitude_prune``: the weight-sparsity statistics and global magnitude

@@ -19,17 +19,17 @@ to do). A non-editable install is found only by 1, 2 or 4: its package folder (s
 
 **The build directory** is ``$MDLIB_BUILD_DIR`` when set, else ``<project>/_build``, else (no project:
 the experiments used as a library) ``<user cache>/build``. **The user cache** is
-``$XDG_CACHE_HOME/mdlib`` or ``~/.cache/mdlib`` (:func:`user_cache_dir`; ``mdlib.fetch.data_dir``
+``$XDG_CACHE_HOME/mdlib`` or ``~/.cache/mdlib`` (:func:`user_cache_dir`; ``mdlib.experiments.fetch.data_dir``
 keeps the data there outside a project). Every function reads the environment at call time, so a
 test (or a user) can redirect every output by setting a variable. Nothing is ever written into the
 installed package.
 
-    <build>/figures/<label>.png, .pdf   figures saved by ``mdlib.plots.save_figure``
+    <build>/figures/<label>.png, .pdf   figures saved by ``mdlib.book.plots.save_figure``
     <build>/results/<label>.csv         the numbers behind each figure and table
-    <build>/{figures,results}/<label>.json   their provenance records (``mdlib.provenance``)
+    <build>/{figures,results}/<label>.json   their provenance records (``mdlib.book.provenance``)
     <build>/artifacts.zip               every figure, table and record (``python -m mdlib book``)
-    <build>/runs/<kind>/<hash>/         the results store (``mdlib.runs``)
-    <build>/checkpoints/<kind>/<hash>/  checkpoints of unfinished training runs (``mdlib.runs.run``)
+    <build>/runs/<kind>/<hash>/         the results store (``mdlib.experiments.store``)
+    <build>/checkpoints/<kind>/<hash>/  checkpoints of unfinished training runs (``mdlib.experiments.pool.run``)
     <build>/html/index.html             the book, when the build directory is named ``_build``
 
 Every file mdlib writes goes through ``atomic_write``: a reader (or a killed writer) sees the old file
@@ -47,7 +47,7 @@ from typing import Callable, Iterator
 
 #: The installed (or checked-out) package ``mdlib/`` itself; its parent is what ``import mdlib`` needs on
 #: the path. Not the project: see :func:`root`.
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 ROOT_ENV = "MDLIB_ROOT"
 BUILD_ENV = "MDLIB_BUILD_DIR"

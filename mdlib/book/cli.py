@@ -8,7 +8,7 @@
 
 The book's commands work on a checkout of the book (``_config.yml``, ``notebooks/``, ``params/``):
 ``--root DIR``, else ``$MDLIB_ROOT``, else the checkout mdlib is imported from, else the working
-directory or a parent of it (``mdlib.paths.root``). Installed, the command is also ``mdlib ...``.
+directory or a parent of it (``mdlib.experiments.paths.root``). Installed, the command is also ``mdlib ...``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
 def _parse_value(text: str, name: str = "value"):
     """Papermill-style parameter value: YAML (``3`` -> int, ``1e-3`` -> float, ``[1, 2]`` -> list,
     ``'"3"'`` -> str); a ValueError naming ``-p name`` for malformed YAML or a repeated key."""
-    from mdlib.book import load_yaml
+    from mdlib.book.profiles import load_yaml
 
     return load_yaml(text, f"-p {name} {text!r}", "values are YAML, e.g. 3, 1e-3, true, '[1.5, 2]'")
 
@@ -63,13 +63,13 @@ def overrides(notebook: str, pairs: list[list[str]]) -> dict[str, Any]:
     """The ``-p NAME VALUE`` pairs of ``run`` as parameters of ``notebook``: values read as YAML, except
     that a parameter whose default is a string takes the text as typed (``1e-3``, ``yes``, ``null`` are
     strings there) unless it is in YAML quotes; a ValueError for a name given twice."""
-    from mdlib import book
+    from mdlib.book import profiles
 
     names = [name for name, _ in pairs]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise ValueError(f"-p {', '.join(repeated)} given more than once; give each parameter once")
-    declared = book.notebook_parameters(book.resolve_notebook(notebook))
+    declared = profiles.notebook_parameters(profiles.resolve_notebook(notebook))
 
     def value(name: str, text: str):
         param = declared.get(name)
@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; errors and Ctrl-C end with one line on stderr (exit 1, 130)."""
-    from mdlib import paths
+    from mdlib.experiments import paths
 
     args = build_parser().parse_args(argv)
     try:
@@ -158,20 +158,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("run", "book"):
-        from mdlib import book, fetch
+        from mdlib.book import book, execute
+        from mdlib.experiments import fetch
 
         try:
             if args.command == "run":
-                book.run_notebook(args.notebook, profile=args.profile,
+                execute.run_notebook(args.notebook, profile=args.profile,
                                   overrides=overrides(args.notebook, args.parameter))
             else:
                 book.build(profile=args.profile, execute=not args.skip_execute)
-        except (ValueError, TypeError, book.NotebookError, book.BookError, fetch.DataError) as exc:
+        except (ValueError, TypeError, execute.NotebookError, execute.BookError, fetch.DataError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         return 0
     if args.command == "fetch":
-        from mdlib import fetch
+        from mdlib.experiments import fetch
 
         try:
             for name in args.name:
@@ -182,7 +183,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return 1
         return 0
     if args.command == "bench":
-        from mdlib import bench
+        from mdlib.book import bench
 
         result = getattr(bench, args.what)(args)
         print(json.dumps(result))
@@ -200,20 +201,20 @@ def _store(prune: bool) -> int:
     import pkgutil
 
     import mdlib
-    from mdlib import paths, runs
+    from mdlib.experiments import paths, store
 
-    for info in pkgutil.iter_modules(mdlib.__path__):  # every module declares its run kinds on import
-        if info.name != "__main__":
-            importlib.import_module(f"mdlib.{info.name}")
-    found = runs.entries()
+    for info in pkgutil.walk_packages(mdlib.__path__, "mdlib."):  # every module declares its run kinds on import
+        if info.name != "mdlib.__main__":
+            importlib.import_module(info.name)
+    found = store.entries()
     print(f"results store {paths.runs_dir()}: {len(found)} entries")
     for kind in sorted({e.kind for e in found}):
         of = [e for e in found if e.kind == kind]
         now, other = [e for e in of if e.current], [e for e in of if not e.current]
-        print(f"  {kind}: {len(now)} from today's code ({runs.code_of(kind)[:12]}, {_mb(now)}), "
+        print(f"  {kind}: {len(now)} from today's code ({store.code_of(kind)[:12]}, {_mb(now)}), "
               f"{len(other)} from other code ({_mb(other)})")
     if prune:
-        gone = runs.prune()
+        gone = store.prune()
         print(f"pruned {len(gone)} entries computed by other code ({_mb(gone)})")
     elif any(not e.current for e in found):
         print("`python -m mdlib store --prune` removes the entries from other code")

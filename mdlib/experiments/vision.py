@@ -1,4 +1,4 @@
-"""Experiment E7, the vision transformer, in the shape of ``mdlib.sentiment``: a run config, the
+"""Experiment E7, the vision transformer, in the shape of ``mdlib.experiments.sentiment``: a run config, the
 ``Setup`` it trains, the trained model back; a validation ``sweep`` of step sizes and the ``grid`` of
 final runs as one function of one grid config; ``pruning`` of a trained model.
 
@@ -8,7 +8,7 @@ final runs as one function of one grid config; ``pruning`` of a trained model.
     model = vision.trained_model(config, result)
 
 Data: ``fashion_mnist`` (offline, 28 px grey) or ``cifar10`` / ``cifar100`` (torchvision's files under
-``root``, default ``<data cache>/cifar``), with the paper's transforms (``mdlib.data.ImageTransform``).
+``root``, default ``<data cache>/cifar``), with the paper's transforms (``mdlib.experiments.data.ImageTransform``).
 With ``validation > 0`` that many training images (seeded, stratified) are held out and the run is
 evaluated on them, never on the test set: a run of the step-size sweep. ``train_size`` trains on a
 seeded, stratified subset of the remaining training images. Both draws use the data seed
@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib import analysis, data, fetch, optim, runs, train
+from mdlib.experiments import analysis, data, fetch, methods, pool, store, train
 from mdlib.models import VisionTransformer, check_setup
-from mdlib.optim import method
+from mdlib.experiments.methods import method
 
 __all__ = ["DATASETS", "GRID_KEYS", "GRID_KIND", "Grid", "KIND", "PAPER_ACCURACY", "PAPER_STEP_SIZES",
            "PRUNING_KIND", "build", "change_table", "choose", "grid", "image_sets", "make_model", "pruning",
@@ -43,7 +43,7 @@ def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = Non
                model: Mapping[str, Any], image_size: int | None = None, train_size: int | None = None,
                validation: int = 0, data_seed: int = 0, batch_size: int = 100, eval_every: int = 1,
                root: str | None = None, setup: str = "authors") -> dict[str, Any]:
-    """The config of one E7 run (every setting that changes its numbers), for ``runs.run``.
+    """The config of one E7 run (every setting that changes its numbers), for ``pool.run``.
     ``setup``: the model's initialization (``VisionTransformer``): the authors' or "modern"."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
@@ -102,26 +102,26 @@ def make_model(config: Mapping[str, Any]) -> VisionTransformer:
                              **config["model"])
 
 
-def build(config: Mapping[str, Any]) -> runs.Setup:
-    """``runs.run``'s builder: data, seeded model and optimizer of an E7 config."""
+def build(config: Mapping[str, Any]) -> pool.Setup:
+    """``pool.run``'s builder: data, seeded model and optimizer of an E7 config."""
     train_set, eval_set = image_sets(config["data"])
     model = make_model(config)
     opt = config["optimizer"]
-    return runs.Setup(model, optim.make_optimizer(model.parameters(), opt["name"], opt["lr"], opt["p"]),
+    return pool.Setup(model, methods.make_optimizer(model.parameters(), opt["name"], opt["lr"], opt["p"]),
                       train_set, eval_set)
 
 
 def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> VisionTransformer:
-    """The model of a finished run, its weights loaded from the result (stored by ``runs.model_state``),
+    """The model of a finished run, its weights loaded from the result (stored by ``pool.model_state``),
     in evaluation mode."""
-    return runs.load_model_state(make_model(config), result).eval()
+    return pool.load_model_state(make_model(config), result).eval()
 
 
 # --- the chapter's experiment: a validation sweep of step sizes, then the final runs ----------------
 
-KIND = runs.kind("e7-vit", __name__)
-GRID_KIND = runs.kind("e7-grid", __name__)
-PRUNING_KIND = runs.kind("e7-pruning", __name__)
+KIND = store.kind("e7-vit", __name__)
+GRID_KIND = store.kind("e7-grid", __name__)
+PRUNING_KIND = store.kind("e7-pruning", __name__)
 #: The keys of a grid config (``grid``).
 GRID_KEYS = ("datasets", "image_size", "train_size", "validation", "model", "setup", "batch_size", "root", "epochs",
              "eval_every", "seeds", "methods", "step_sizes", "sweep_seeds", "sweep_epochs", "sweep_window")
@@ -132,7 +132,7 @@ PAPER_ACCURACY = {"cifar10": 82.0, "cifar100": 55.0}
 
 
 def _check_grid(config: Mapping[str, Any]) -> None:
-    runs.check_keys(config, GRID_KEYS, "a vision grid config")
+    store.check_keys(config, GRID_KEYS, "a vision grid config")
     for key in config["methods"]:
         method(key)
     steps = config["step_sizes"]
@@ -156,10 +156,10 @@ def _run_config(config: Mapping[str, Any], dataset: str, key: str, lr: float, se
 
 
 def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: bool = True,
-               skip: tuple[type[BaseException], ...] = ()) -> list[runs.RunResult | None]:
+               skip: tuple[type[BaseException], ...] = ()) -> list[store.RunResult | None]:
     """The stored result of each run config (history + final weights), the missing ones trained
     ``workers`` at a time (None for a run that raised one of ``skip``)."""
-    return runs.run_many(KIND, configs, build, extras=runs.model_state, workers=workers, skip=skip,
+    return pool.run_many(KIND, configs, build, extras=pool.model_state, workers=workers, skip=skip,
                           progress=progress)
 
 
@@ -211,7 +211,7 @@ class Grid:
     sweep: pd.DataFrame
     chosen: dict[tuple[str, str], float]
     configs: dict[tuple[str, str, int], dict[str, Any]]
-    results: dict[tuple[str, str, int], runs.RunResult]
+    results: dict[tuple[str, str, int], store.RunResult]
     diverged: list[tuple[str, str, int]]
     history: pd.DataFrame
 
@@ -249,7 +249,7 @@ def grid(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True) 
     for dataset in config["datasets"]:  # before the training processes start
         if dataset != "fashion_mnist":
             image_sets(_run_config(config, dataset, config["methods"][0], 1.0, 0)["data"], download=True)
-    entry = runs.load_or_run(GRID_KIND, config, lambda: _grid_entry(config, workers, progress))
+    entry = store.load_or_run(GRID_KIND, config, lambda: _grid_entry(config, workers, progress))
     chosen = {(d, k): lr for d, k, lr in entry["chosen"]}
     diverged = [tuple(item) for item in entry["diverged"]]
     configs = {(d, k, s): _run_config(config, d, k, chosen[d, k], s) for d in config["datasets"]
@@ -268,7 +268,7 @@ def change_table(grids: Mapping[str, Grid], methods: Container[str] = ("adam", "
     measures of ΔW = W - W(0) against the run's own initialization, and whether the run's training
     loss levelled off (its last quarter brought at most ``flat_share`` of its decrease,
     ``analysis.late_share``)."""
-    from mdlib import sparsity
+    from mdlib.experiments import sparsity
 
     rows = []
     for name, g in grids.items():
@@ -291,20 +291,20 @@ def _test_tensors(data_json: str) -> torch.utils.data.TensorDataset:
     return torch.utils.data.TensorDataset(torch.stack(images), torch.tensor(labels))
 
 
-def pruning(config: Mapping[str, Any]) -> runs.RunResult:
+def pruning(config: Mapping[str, Any]) -> store.RunResult:
     """Test accuracy of a final run's model after global magnitude pruning without retraining
     (``analysis.pruning_curve``), stored: ``config`` = {"run": a run config of ``KIND`` (stored),
     "sparsities": [fractions of the prunable weights set to zero]}; the result's "accuracy" has one
     value per sparsity."""
     run = config["run"]
-    result = runs.load(KIND, run)
+    result = store.load(KIND, run)
     if result is None:
         raise LookupError("the run to prune is not in the results store: train it first (``grid``)")
 
     def compute() -> dict[str, Any]:
         model = trained_model(run, result).to("cuda" if torch.cuda.is_available() else "cpu")
-        test_set = _test_tensors(runs.canonical_json(run["data"]))
+        test_set = _test_tensors(store.canonical_json(run["data"]))
         evaluate = lambda pruned: train.evaluate(pruned, test_set, batch_size=1000, loss="multiclass")[1]  # noqa: E731
         return {"accuracy": np.array([a for _, a in analysis.pruning_curve(model, config["sparsities"], evaluate)])}
 
-    return runs.load_or_run(PRUNING_KIND, config, compute)
+    return store.load_or_run(PRUNING_KIND, config, compute)

@@ -2,7 +2,7 @@
 
 In a notebook::
 
-    from mdlib import plots
+    from mdlib.book import plots
     plots.set_theme()
     fig, ax = plt.subplots()
     for p in ps:
@@ -12,7 +12,7 @@ In a notebook::
 
 writes ``<build>/figures/fig-e1-divergence.png`` and ``.pdf``, ``<build>/results/fig-e1-divergence.csv``
 (the numbers behind the figure), their provenance record ``fig-e1-divergence.json`` beside the PNG
-and the CSV (``mdlib.provenance``), glues the figure under its label (hidden in the cell output) and
+and the CSV (``mdlib.book.provenance``), glues the figure under its label (hidden in the cell output) and
 closes it. A markdown cell then shows it as a numbered figure::
 
     ```{glue:figure} fig-e1-divergence
@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from mdlib import paths, provenance, schema
+from mdlib.book import provenance, schema
+from mdlib.experiments import paths
+from mdlib.experiments.methods import method_label, method_text, p_label
 
 if TYPE_CHECKING:  # matplotlib, pandas and seaborn load lazily, in the functions that draw and save
     import pandas as pd
@@ -47,7 +49,7 @@ if TYPE_CHECKING:  # matplotlib, pandas and seaborn load lazily, in the function
     from pandas.io.formats.style import Styler
     from seaborn.axisgrid import Grid
 
-    from mdlib.selection import SentenceSet
+    from mdlib.experiments.selection import SentenceSet
 
 DPI = 150
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -109,24 +111,10 @@ def p_palette(ps: Iterable[float | str]) -> dict:
     return {p: p_color(p) for p in ps}
 
 
-def p_label(p: float) -> str:
-    """Legend label of an exponent: ``$\\ell_{1.1}$`` ..., with p = 2 marked as gradient descent."""
-    value = float(p)
-    text = f"{value:g}"
-    return rf"$\ell_{{{text}}}$ (GD)" if value == 2.0 else rf"$\ell_{{{text}}}$"
 
 
-def method_label(optimizer: str, p: float | None = None) -> str:
-    """Legend label of a real-data run's optimizer: ``p_label(p)`` for mirror descent ("md"), else
-    the optimizer's name ("Adam", "SGD")."""
-    return p_label(p) if optimizer == "md" else {"adam": "Adam", "sgd": "SGD"}.get(optimizer, optimizer)
 
 
-def method_text(optimizer: str, p: float | None = None) -> str:
-    """Plain-text name of a method for glued prose (no LaTeX): "ℓ1.1", "ℓ2 (GD)", "Adam"."""
-    if optimizer != "md":
-        return method_label(optimizer, p)
-    return f"ℓ{float(p):g}" + (" (GD)" if float(p) == 2.0 else "")
 
 
 def method_color(optimizer: str, p: float | None = None) -> tuple[float, float, float]:
@@ -151,7 +139,7 @@ def magnitude_histogram(ax: Axes, magnitudes: Mapping[tuple[str, ColorType], Arr
 
 
 def _method_style(key: str):
-    from mdlib.optim import method
+    from mdlib.experiments.methods import method
 
     return method_color(*method(key)), method_label(*method(key))
 
@@ -200,7 +188,7 @@ def movement_bars(table: pd.DataFrame, methods: Sequence[str], groups: Iterable[
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from mdlib.stats import mean_interval
+    from mdlib.experiments.stats import mean_interval
 
     groups = list(groups or dict.fromkeys(table.group))
     fig, ax = plt.subplots(figsize=(7.6, 3.8))
@@ -228,7 +216,7 @@ def token_heatmaps(heat: pd.DataFrame, sentences: SentenceSet, shown: Sequence[i
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from mdlib import sentiment
+    from mdlib.experiments import sentiment
 
     words = [sentiment.tokens(sentences.ids[i]) for i in shown]
     widest = max(len(w) for w in words)
@@ -395,7 +383,7 @@ def _meaningful_index(frame) -> bool:
 
 def _write_csv(frame, label: str) -> Path:
     """Write ``frame`` as ``<build>/results/<label>.csv``; refused (ValueError, nothing written) when the
-    label has a results schema (``mdlib.schema.TABLES``) and the file as written breaks it."""
+    label has a results schema (``mdlib.book.schema.TABLES``) and the file as written breaks it."""
     import pandas as pd
 
     if isinstance(frame, pd.Series):
@@ -410,7 +398,7 @@ def _write_csv(frame, label: str) -> Path:
         try:
             schema.read(tmp, label)
         except schema.SchemaError as error:
-            raise ValueError(f"{label} not saved: {error}. Fix the table, or its rule in mdlib.schema.TABLES "
+            raise ValueError(f"{label} not saved: {error}. Fix the table, or its rule in mdlib.book.schema.TABLES "
                              "if the rule is wrong") from None
 
     return paths.atomic_write(paths.results_dir() / f"{label}.csv", write)
@@ -420,7 +408,7 @@ def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.S
                 close: bool = True, glue: bool = True) -> Saved:
     """Save ``fig`` as ``<build>/figures/<label>.png`` (150 dpi) and ``.pdf``; with ``data`` (a tidy
     DataFrame: the numbers plotted) also ``<build>/results/<label>.csv``; the provenance record
-    (``mdlib.provenance``) goes to ``<build>/figures/<label>.json`` (and beside the CSV) and into the
+    (``mdlib.book.provenance``) goes to ``<build>/figures/<label>.json`` (and beside the CSV) and into the
     PNG's ``Provenance`` text chunk and the PDF's ``Subject``. In a notebook the figure is
     glued under ``label`` (not displayed in the cell; show it with a ``{glue:figure}`` directive), and
     closed so the inline backend does not show it a second time. Returns the paths written.
@@ -461,7 +449,7 @@ def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.S
 
 def save_table(df: pd.DataFrame | pd.Series, label: str, *, styled: Styler | None = None, float_format: str = "{:.4g}",
                index: bool | None = None, glue: bool = True) -> Saved:
-    """Save ``df`` as ``<build>/results/<label>.csv`` with its provenance record (``mdlib.provenance``)
+    """Save ``df`` as ``<build>/results/<label>.csv`` with its provenance record (``mdlib.book.provenance``)
     beside it, ``<label>.json``, and glue it as an HTML table under ``label``.
 
     ``styled`` is an optional pandas ``Styler`` (or any object with ``to_html()``) to display instead

@@ -7,7 +7,7 @@ so they travel with the package.
     python -m mdlib fetch rotten_tomatoes   # fetch("rotten_tomatoes"); also wordpiece_vocab, fashion_mnist
     path_of("vocab.txt")                    # the verified local file, or a DataError naming that command
 
-``FILES`` lists every file with its archive, members and checksums; ``mdlib.data`` reads them.
+``FILES`` lists every file with its archive, members and checksums; ``mdlib.experiments.data`` reads them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from mdlib import paths
+from mdlib.experiments import paths
 
 __all__ = ["DATA_ENV", "DataError", "FETCHABLE", "FILES", "RegistryFile", "data_dir", "fetch", "path_of"]
 
@@ -80,8 +80,8 @@ DATA_ENV = "MDLIB_DATA_DIR"
 
 def data_dir() -> Path:
     """Where fetched files live: ``$MDLIB_DATA_DIR`` (made absolute), else ``<project>/data/cache``
-    inside a book project (``mdlib.paths.root``), else ``$XDG_CACHE_HOME/mdlib`` or ``~/.cache/mdlib``
-    (``mdlib.paths.user_cache_dir``): never inside the installed package."""
+    inside a book project (``mdlib.experiments.paths.root``), else ``$XDG_CACHE_HOME/mdlib`` or ``~/.cache/mdlib``
+    (``mdlib.experiments.paths.user_cache_dir``): never inside the installed package."""
     return paths.located(DATA_ENV, "data/cache")
 
 

@@ -3,7 +3,7 @@
     history = fit(model, optimizer, train_set, test_set, epochs=20, batch_size=100, seed=0,
                   loss="binary", stop_train_accuracy=0.995, checkpoint="ckpt/")
 
-(``mdlib.runs.run`` trains a run config this way unless the results store holds it.)
+(``mdlib.experiments.pool.run`` trains a run config this way unless the results store holds it.)
 
 Datasets are map-style torch Datasets yielding ``(inputs, label)``. ``inputs`` is a tensor, passed as
 ``model(inputs)``, or a dict of tensors (e.g. ``input_ids``, ``attention_mask``), passed as
@@ -50,7 +50,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from mdlib import first_line, paths
+from mdlib import first_line
+from mdlib.experiments import paths
 
 __all__ = ["COLUMNS", "World", "batching", "evaluate", "fit", "process_world"]
 
@@ -169,7 +170,7 @@ def _load(folder: Path, settings: dict) -> dict | None:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("settings"), dict):
-            raise ValueError("not a checkpoint written by mdlib.train.fit")
+            raise ValueError("not a checkpoint written by mdlib.experiments.train.fit")
     except Exception as error:  # noqa: BLE001 - any unreadable file is a corrupt checkpoint
         aside = path.with_name(CHECKPOINT + ".corrupt")
         os.replace(path, aside)

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib import analysis, sentiment
-from mdlib.stats import clustered_rate, mean_interval, paired_interval, wilson_interval
+from mdlib.experiments import analysis, sentiment
+from mdlib.experiments.stats import clustered_rate, mean_interval, paired_interval, wilson_interval
 
 __all__ = ["PAPER", "SentenceSet", "sentence_sets", "scores", "heat_table", "win_table", "summary", "summary_view",
            "summary_text", "concentration_table", "concentration_text", "deletion_table", "deletion_text",
@@ -141,7 +141,7 @@ def _interval(rate, low, high) -> str:
 
 def summary_view(table: pd.DataFrame) -> pd.DataFrame:
     """``summary`` as the book shows it."""
-    from mdlib.plots import method_text
+    from mdlib.experiments.methods import method_text
 
     methods = [c.removeprefix("score_") for c in table.columns if c.startswith("score_")]
     return pd.DataFrame({
@@ -183,7 +183,7 @@ def concentration_table(models: Mapping[tuple[str, int], torch.nn.Module], s: Se
 
 def concentration_text(table: pd.DataFrame, methods: Sequence[str], pairs: Sequence[int]) -> str:
     """The concentration per method (means over seeds with t intervals) and GD minus ℓ1.1, paired."""
-    from mdlib.plots import method_text
+    from mdlib.experiments.methods import method_text
 
     parts = []
     for key in methods:
@@ -217,7 +217,7 @@ def deletion_table(models: Mapping[tuple[str, int], torch.nn.Module], scored: _S
 
 
 def deletion_text(drops: pd.DataFrame, methods: Sequence[str]) -> str:
-    from mdlib.plots import method_text
+    from mdlib.experiments.methods import method_text
 
     means = drops.groupby(["deleted", "method"], sort=False)["drop"].mean()
     return "; ".join(f"deleting the {target}: " + " / ".join(f"{means[target, k]:.3f}" for k in methods)
@@ -228,7 +228,7 @@ def deletion_text(drops: pd.DataFrame, methods: Sequence[str]) -> str:
 def gate_text(grid: "sentiment.Grid", depth: int) -> str:
     """Whether the compared models are in the claim's regime: stop rule and test accuracy against the
     bag-of-words baseline's floor (``scorecard.generalization_floor``)."""
-    from mdlib.scorecard import generalization_floor
+    from mdlib.experiments.stats import generalization_floor
 
     runs = grid.runs[grid.runs.chosen & (grid.runs.layers == depth) & grid.runs.method.isin(["1.1", "2"])]
     c = grid.config

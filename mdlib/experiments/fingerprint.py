@@ -1,7 +1,7 @@
 """Fingerprints of mdlib's source: which code computed a result.
 
 A stored run is keyed by its config *and* by the fingerprint of the code that computes it (see
-``mdlib.runs``), so a change of that code is recomputed instead of served from the store, with no
+``mdlib.experiments.store``), so a change of that code is recomputed instead of served from the store, with no
 version number to bump by hand. The fingerprint of a module is the sha256 of the sources of the module
 and of every mdlib module it imports, directly or through others, at module level or inside a
 function (read statically from the source, so an import on a path a test never takes still counts;
@@ -23,11 +23,11 @@ from pathlib import Path
 __all__ = ["PACKAGE", "fingerprint", "imports", "source_file"]
 
 PACKAGE = "mdlib"
-_ROOT = Path(__file__).resolve().parent
+_ROOT = Path(__file__).resolve().parent.parent  #: the package mdlib/
 
 
 def source_file(module: str) -> Path | None:
-    """The source file of the mdlib module ``module`` ("mdlib.runs", "mdlib"), or None if there is none."""
+    """The source file of the mdlib module ``module`` ("mdlib.experiments.store", "mdlib"), or None if there is none."""
     parts = module.split(".")
     if parts[0] != PACKAGE:
         return None

@@ -24,7 +24,8 @@ import numpy as np
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-__all__ = ["mean_interval", "paired_interval", "difference_interval", "wilson_interval", "clustered_rate"]
+__all__ = ["GENERALIZATION", "clustered_rate", "difference_interval", "generalization_floor", "mean_interval",
+           "paired_interval", "wilson_interval"]
 
 
 def _t_quantile(confidence: float, dof: float) -> float:
@@ -101,3 +102,13 @@ def clustered_rate(wins: ArrayLike, losses: ArrayLike, confidence: float = 0.95)
         raise ValueError("clustered_rate needs at least one cluster with a non-tied comparison")
     rate, low, high = mean_interval(w[kept] / (w[kept] + l[kept]), confidence)
     return rate, max(low, 0.0) if low == low else low, min(high, 1.0) if high == high else high
+
+
+#: The share of the bag-of-words baseline's margin over chance (50 %) that the sentiment models must
+#: recover, in mean test accuracy at the stop rule, for a claim about what they learned to be judged.
+GENERALIZATION = 0.5
+
+
+def generalization_floor(baseline: float) -> float:
+    """The test accuracy a sentiment model needs for the gates: 50 % + GENERALIZATION x (baseline - 50 %)."""
+    return 0.5 + GENERALIZATION * (baseline - 0.5)

@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Sequence
 import pandas as pd
 from torch import nn
 
-from mdlib import analysis
+from mdlib.experiments import analysis
 
 __all__ = ["KINDS", "counts_table", "change_table", "pruning_table"]
 

@@ -1,0 +1,84 @@
+"""How the experiments name and build an optimizer: a method key ("1.1", "2", "adam", "sgd"), the
+optimizer it builds (``make_optimizer``) and how tables and legends write it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+import re
+from typing import Any, Iterable
+
+import torch
+
+from mdlib.mirror import check_p
+from mdlib.optim import LpMirrorDescent
+
+__all__ = ["OPTIMIZERS", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label"]
+
+OPTIMIZERS = ("md", "adam", "sgd")
+
+
+def make_optimizer(params: Iterable[Any], name: str, lr: float, p: float | None = None) -> torch.optim.Optimizer:
+    """The optimizer of a run config: ``"md"`` (``LpMirrorDescent`` with exponent ``p``), ``"adam"``
+    (torch Adam, default betas) or ``"sgd"`` (plain SGD; the same as md with p = 2).
+
+    Implementations: torch's defaults (single-tensor on CPU, foreach on CUDA), except that mirror descent
+    on CUDA takes its fused step (torch.compile; foreach, with a warning, where that does not compile).
+    On CPU the optimizer is a small part of a chapter's training step (chapter 08): compiling it would
+    buy little."""
+    params = [dict(x, params=list(x["params"])) if isinstance(x, dict) else x for x in params]
+    tensors = [w for x in params for w in (x["params"] if isinstance(x, dict) else [x])]
+    on_gpu = bool(tensors) and all(w.device.type == "cuda" for w in tensors)
+    if name == "md":
+        if p is None:
+            raise ValueError("optimizer 'md' needs the exponent p")
+        return LpMirrorDescent(params, lr=lr, p=p, fused=True if on_gpu and p != 2.0 else None)
+    if p is not None:
+        raise ValueError(f"optimizer {name!r} takes no exponent p (got p={p}); p is for 'md'")
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+_EXPONENT = re.compile(r"[0-9]+(\.[0-9]+)?")  #: an exponent in a method key: "1.1", "2", "3"
+
+
+def method(key: str | float) -> tuple[str, float | None]:
+    """A method key as (optimizer, p): ``"adam"`` -> ("adam", None), ``"1.1"`` -> ("md", 1.1). The keys:
+    "adam", "sgd", and an exponent p > 1 in decimal digits ("1.1", "2") or as a number (a YAML key 1.1)."""
+    if key in ("adam", "sgd"):
+        return key, None
+    number = isinstance(key, numbers.Real) and not isinstance(key, bool)
+    if number or isinstance(key, str) and _EXPONENT.fullmatch(key):
+        with contextlib.suppress(ValueError):
+            return "md", check_p(key)
+    raise ValueError(f"unknown method {key!r}: an l_p exponent p > 1 in decimal digits such as '1.1' or '3', "
+                     "or 'adam' / 'sgd'")
+
+
+def method_key(optimizer: str, p: float | None = None) -> str:
+    """The inverse of ``method``: ("md", 2.0) -> "2", ("adam", None) -> "adam"."""
+    return f"{p:g}" if optimizer == "md" else optimizer
+
+
+def p_label(p: float) -> str:
+    """Legend label of an exponent: ``$\\ell_{1.1}$`` ..., with p = 2 marked as gradient descent."""
+    value = float(p)
+    text = f"{value:g}"
+    return rf"$\ell_{{{text}}}$ (GD)" if value == 2.0 else rf"$\ell_{{{text}}}$"
+
+
+def method_label(optimizer: str, p: float | None = None) -> str:
+    """Legend label of a real-data run's optimizer: ``p_label(p)`` for mirror descent ("md"), else
+    the optimizer's name ("Adam", "SGD")."""
+    return p_label(p) if optimizer == "md" else {"adam": "Adam", "sgd": "SGD"}.get(optimizer, optimizer)
+
+
+def method_text(optimizer: str, p: float | None = None) -> str:
+    """Plain-text name of a method for glued prose (no LaTeX): "ℓ1.1", "ℓ2 (GD)", "Adam"."""
+    if optimizer != "md":
+        return method_label(optimizer, p)
+    return f"ℓ{float(p):g}" + (" (GD)" if float(p) == 2.0 else "")
