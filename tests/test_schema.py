@@ -4,6 +4,8 @@ tables, placeholders and tables without a schema pass."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -14,6 +16,9 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from mdlib.book import plots, schema  # noqa: E402
+
+#: A default-profile build's results folder, where this machine keeps one (the tests on it skip elsewhere).
+SNAPSHOT = Path("/work/snapshots/default-0e43723")
 
 
 @pytest.fixture(autouse=True)
@@ -111,3 +116,25 @@ def test_rounding_at_a_bound_passes():
     schema.check("table-sentiment-runs", runs().assign(last_test=1 + 1e-7, lr=-1e-12))
     with pytest.raises(schema.SchemaError, match="last_test 1.0001 outside"):
         schema.check("table-sentiment-runs", runs().assign(last_test=1.0001))
+
+
+def test_timing_columns_are_declared_per_table():
+    assert schema.timing_columns("table-cost-training") == {"ms per step", "vs Adam (median ratio)", "ci95"}
+    assert schema.timing_columns("fig-vit-accuracy") == schema.timing_columns("fig-sentiment-curves") == {"seconds"}
+    assert schema.timing_columns("fig-cost-step") == {"ms", "ns_per_param", "vs_adam_fused"}
+    assert schema.timing_columns("table-cost") == {"ns per param (step, largest size)"}
+    assert schema.timing_columns("table-cost-vit") == {"step_s", "hours_2000_epochs"}
+    assert schema.timing_columns("table-1") == schema.timing_columns("table-not-declared") == frozenset()
+    with pytest.raises(schema.SchemaError, match=r"table-cost-vit.csv row 2: step_s -1 outside \[0, ∞\)"):
+        schema.check("table-cost-vit", pd.DataFrame({"optimizer": ["Adam"], "step_s": -1.0, "params": 10,
+                                                     "hours_2000_epochs": 1.0}))
+
+
+@pytest.mark.parametrize("label", sorted(schema.TABLES))
+def test_a_real_build_s_tables_pass(label):
+    """Every rule holds on a default-profile build's results (the timing tables of chapter 08 and the
+    sentiment curves included), where this machine has one."""
+    path = SNAPSHOT / f"{label}.csv"
+    if not path.is_file():
+        pytest.skip(f"no {path}")
+    schema.read(path, label)

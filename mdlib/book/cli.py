@@ -1,14 +1,17 @@
-"""Command line: ``python -m mdlib run|book|fetch|bench|store``.
+"""Command line: ``python -m mdlib run|book|fetch|bench|store|compare``.
 
     python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3
     python -m mdlib book --profile default
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist
     python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
     python -m mdlib store [--prune]
+    python -m mdlib compare A B [--rtol X] [--atol X]
 
 The book's commands work on a checkout of the book (``_config.yml``, ``notebooks/``, ``params/``):
 ``--root DIR``, else ``$MDLIB_ROOT``, else the checkout mdlib is imported from, else the working
-directory or a parent of it (``mdlib.experiments.paths.root``). Installed, the command is also ``mdlib ...``.
+directory or a parent of it (``mdlib.experiments.paths.root``). ``compare`` reads only the two results
+folders it is given (``mdlib.book.compare``) and needs no checkout. Installed, the command is also
+``mdlib ...``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -28,6 +32,7 @@ INTERRUPTED = {
     "fetch": "files already verified are kept, nothing half-written; run the same command again",
     "bench": "no result",
     "store": "every entry is either in place or removed whole; run the same command again",
+    "compare": "no result",
 }
 
 
@@ -91,6 +96,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _tolerance(text: str) -> float:
+    """An argparse type: a number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
 ROOT_HELP = ("the checkout of the book to work on (the folder holding _config.yml, notebooks/, params/); "
              "default: $MDLIB_ROOT, the checkout mdlib is imported from, or the working directory or a parent")
 
@@ -131,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     store = add_parser("store", help="list the results store's entries: computed by today's code or other code")
     store.add_argument("--prune", action="store_true", help="remove the entries computed by other code")
+
+    # not add_parser: compare reads the two folders it is given, so a --root after it would mean nothing
+    compare = sub.add_parser("compare", help="compare two results folders (e.g. two builds' _build/results): the "
+                                             "same results, timing columns aside? Exit 0 when so, else 1")
+    compare.add_argument("a", metavar="A", help="a results folder: <label>.csv per figure and table")
+    compare.add_argument("b", metavar="B", help="the results folder to compare with A")
+    compare.add_argument("--rtol", type=_tolerance, default=0.0, metavar="X",
+                         help="relative tolerance for numbers (default 0: exactly)")
+    compare.add_argument("--atol", type=_tolerance, default=0.0, metavar="X",
+                         help="absolute tolerance for numbers (default 0: exactly)")
     return parser
 
 
@@ -191,6 +217,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "store":
         return _store(args.prune)
+    if args.command == "compare":
+        from mdlib.book import compare
+
+        try:
+            report = compare.compare(Path(args.a), Path(args.b), rtol=args.rtol, atol=args.atol)
+        except (compare.FolderError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(report.text())
+        return 0 if report.ok else 1
     raise AssertionError(args.command)
 
 

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from mdlib.book import provenance, schema
 from mdlib.experiments import paths
-from mdlib.experiments.methods import method_label, method_text, p_label
+# how a method is written, for the chapters: plots.p_label(1.1), plots.method_label("adam"), ...
+from mdlib.experiments.methods import method_label, method_text, p_label  # noqa: F401
 
 if TYPE_CHECKING:  # matplotlib, pandas and seaborn load lazily, in the functions that draw and save
     import pandas as pd

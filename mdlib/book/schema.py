@@ -10,6 +10,10 @@ accuracies of a diverged run); its key, the columns that identify a row (one row
 violation, raises ``SchemaError`` naming the file, the row (numbered as a spreadsheet shows it: the
 header is row 1) and the rule, e.g. ``table-1.csv row 3: test 8.5 outside [0, 1]``.
 
+A column declared ``timing`` holds a wall-clock measurement or a number derived from one (a ratio of
+times, hours projected from a step's time): it differs between two runs of the same code, so
+``mdlib.compare`` sets its values aside; ``timing_columns(label)`` names a table's.
+
 A table whose only column is ``note`` is a chapter's placeholder for something it did not measure at
 its profile (``placeholder``): it passes, and the scorecard shows its note.
 """
@@ -24,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-__all__ = ["Column", "Table", "SchemaError", "TABLES", "check", "read", "placeholder"]
+__all__ = ["Column", "Table", "SchemaError", "TABLES", "check", "read", "placeholder", "timing_columns"]
 
 
 class SchemaError(ValueError):
@@ -35,13 +39,15 @@ class SchemaError(ValueError):
 class Column:
     """A column's rule: its type ("number", "integer", "bool", or "label": any value, matching
     ``pattern`` when given), the closed interval [low, high] its numbers lie in (None: unbounded;
-    numbers are finite; within ``ROUNDING`` of a bound counts as inside), and whether a value may be
-    missing."""
+    numbers are finite; within ``ROUNDING`` of a bound counts as inside), whether a value may be
+    missing, and whether the column is ``timing``: a wall-clock measurement or a number derived from
+    one: differs between runs of the same code."""
     type: str = "number"
     low: float | None = None
     high: float | None = None
     missing: bool = False
     pattern: str | None = None
+    timing: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,12 +72,13 @@ def maybe(column: Column) -> Column:
 
 SHARE = Column("number", 0, 1)  #: an accuracy, rate, share, density, probability or sparsity
 PERCENT = Column("number", 0, 100)  #: an accuracy in points
-NONNEGATIVE = Column("number", 0)  #: a divergence, norm, loss, spread, step size, time or ratio
+NONNEGATIVE = Column("number", 0)  #: a divergence, norm, loss, spread, step size or ratio
 COUNT = Column("integer", 0)  #: a seed, step, epoch or count
 NUMBER = Column("number")  #: a change, which may have either sign
 EXPONENT = Column("number", 1)  #: an l_p exponent p
 FLAG = Column("bool")
 LABEL = Column("label")  #: a name or key ("1.1", "adam", "fashion_mnist")
+TIMING = Column("number", 0, timing=True)  #: a time, or a number derived from one (a ratio of times)
 
 _RUN = {"layers": Column("integer", 1), "method": LABEL, "multiple": NONNEGATIVE, "lr": NONNEGATIVE,
         "seed": COUNT, "diverged": FLAG, "epochs": maybe(COUNT), "train_accuracy": maybe(SHARE), "reached": FLAG,
@@ -99,6 +106,10 @@ TABLES: dict[str, Table] = {
     "table-sentiment-baseline": Table({"baseline": LABEL, "description": LABEL, "C": maybe(NONNEGATIVE),
                                        "validation_accuracy": SHARE, "test_accuracy": SHARE, "train_size": COUNT},
                                       ("baseline",), "baseline", ({"baseline": "naive_bayes"},)),
+    "fig-sentiment-curves": Table({"layers": Column("integer", 1), "method": LABEL, "seed": COUNT, "epoch": COUNT,
+                                   "train_loss": maybe(NONNEGATIVE), "train_accuracy": SHARE,
+                                   "test_loss": maybe(NONNEGATIVE), "test_accuracy": maybe(SHARE), "seconds": TIMING,
+                                   "lr": NONNEGATIVE}, ("layers", "method", "seed", "epoch"), "epoch of a run"),
     # 05: token selection
     "table-token-selection-seeds": Table({"sentences": LABEL, "set": LABEL, "seed": COUNT, "wins": COUNT,
                                           "losses": COUNT, "ties": COUNT}, ("sentences", "seed"),
@@ -116,7 +127,7 @@ TABLES: dict[str, Table] = {
     # 07: vision
     "fig-vit-accuracy": Table({"epoch": COUNT, "train_loss": maybe(NONNEGATIVE), "train_accuracy": SHARE,
                                "test_loss": maybe(NONNEGATIVE), "test_accuracy": maybe(SHARE),
-                               "seconds": NONNEGATIVE, "lr": NONNEGATIVE, "dataset": LABEL, "method": LABEL,
+                               "seconds": TIMING, "lr": NONNEGATIVE, "dataset": LABEL, "method": LABEL,
                                "seed": COUNT}, ("dataset", "method", "seed", "epoch"), "epoch of a run"),
     "table-vit": Table({"dataset": LABEL, "optimizer": LABEL, "lr": NONNEGATIVE, "lr from": LABEL,
                         "final_mean": maybe(PERCENT), "final_std": maybe(NONNEGATIVE), "best_mean": maybe(PERCENT),
@@ -132,11 +143,24 @@ TABLES: dict[str, Table] = {
     "fig-vit-weights": Table({"dataset": LABEL, "method": LABEL, "seed": COUNT, "matrix": LABEL, "count": COUNT},
                              ("dataset", "method", "seed", "matrix"), "matrix of a model"),
     # 08: cost
-    "table-cost-training": Table({"model": LABEL, "optimizer": LABEL, "ms per step": NONNEGATIVE,
-                                  "vs Adam (median ratio)": NONNEGATIVE,
-                                  "ci95": Column("label", pattern=r"\d+(\.\d+)?-\d+(\.\d+)?")},
+    "fig-cost-step": Table({"params": Column("integer", 1), "optimizer": LABEL, "ms": TIMING, "ns_per_param": TIMING,
+                            "vs_adam_fused": TIMING}, ("params", "optimizer"), "optimizer and size",
+                           ({"optimizer": "adam_fused"},)),
+    "table-cost": Table({"optimizer": LABEL, "paper ops per param": COUNT, "ns per param (step, largest size)": TIMING},
+                        ("optimizer",), "optimizer"),
+    "table-cost-training": Table({"model": LABEL, "optimizer": LABEL, "ms per step": TIMING,
+                                  "vs Adam (median ratio)": TIMING,
+                                  "ci95": Column("label", pattern=r"\d+(\.\d+)?-\d+(\.\d+)?", timing=True)},
                                  ("model", "optimizer"), "optimizer and model", ({"optimizer": "Adam"},)),
+    "table-cost-vit": Table({"optimizer": LABEL, "step_s": TIMING, "params": Column("integer", 1),
+                             "hours_2000_epochs": TIMING}, ("optimizer",), "optimizer"),
 }
+
+
+def timing_columns(label: str) -> frozenset[str]:
+    """The columns of ``TABLES[label]`` declared ``timing``; empty for a label without an entry."""
+    table = TABLES.get(label)
+    return frozenset() if table is None else frozenset(c for c, rule in table.columns.items() if rule.timing)
 
 
 def placeholder(frame: pd.DataFrame) -> bool:
