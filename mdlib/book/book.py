@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import yaml
 
 from mdlib.experiments import paths
-from mdlib.book import execute, pages, profiles
+from mdlib.book import execute as execution  # build() has a parameter named execute
+from mdlib.book import pages, profiles
 
 if TYPE_CHECKING:
     pass
@@ -54,7 +55,7 @@ def _check_toc(names: list[str]) -> None:
     missing = [n for n in names if n not in in_toc]
     absent = [n for n in in_toc if n not in names]
     if missing or absent:
-        raise execute.BookError("_toc.yml and notebooks/ disagree: "
+        raise execution.BookError("_toc.yml and notebooks/ disagree: "
                         + (f"not in _toc.yml: {', '.join(missing)}; " if missing else "")
                         + (f"listed but no notebooks/<name>.py: {', '.join(absent)}" if absent else ""))
 
@@ -76,7 +77,7 @@ def build(profile: str = "default", execute: bool = True) -> Path:
     profiles.load_profile(profile)  # unknown profile -> clear error before anything runs
     names = profiles.chapters()
     if not names:
-        raise execute.BookError(f"no chapter notebooks ({paths.notebooks_dir()}/[0-9][0-9]_*.py)")
+        raise execution.BookError(f"no chapter notebooks ({paths.notebooks_dir()}/[0-9][0-9]_*.py)")
     _check_toc(names)
     for nb_name in names:  # validate parameters and profiles before spending time executing
         profiles.resolve_parameters(nb_name, profile)
@@ -89,12 +90,12 @@ def build(profile: str = "default", execute: bool = True) -> Path:
         for i, nb_name in enumerate(names, 1):
             print(f"[{i}/{len(names)}] ", end="", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
-            execute.run_notebook(nb_name, profile=profile)
+            execution.run_notebook(nb_name, profile=profile)
             timings[nb_name] = time.perf_counter() - t0
-        execute.check_consistent(names)
+        execution.check_consistent(names)
     else:
-        execute.check_executed(names)
-        execute.check_consistent(names)
+        execution.check_executed(names)
+        execution.check_consistent(names)
         used = {_executed_profile(paths.notebooks_dir() / f"{n}.ipynb") for n in names}
         profile = used.pop() if len(used) == 1 and None not in used else "mixed (see each chapter)"
     pages.write_parameters_page(profile=profile)
@@ -120,8 +121,8 @@ def build_html() -> Path:
     proc = subprocess.run(cmd, cwd=project)
     index = paths.html_dir() / "index.html"
     if proc.returncode != 0:
-        raise execute.BookError(f"jupyter-book build failed (exit {proc.returncode}); warnings count as errors, "
+        raise execution.BookError(f"jupyter-book build failed (exit {proc.returncode}); warnings count as errors, "
                         "see the messages above")
     if not index.is_file():
-        raise execute.BookError(f"jupyter-book build finished but {index} does not exist")
+        raise execution.BookError(f"jupyter-book build finished but {index} does not exist")
     return index
