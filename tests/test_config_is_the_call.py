@@ -99,17 +99,3 @@ def test_the_vision_grid_stores_exactly_its_argument(monkeypatch):
     with pytest.raises(ValueError, match=r"needs a non-empty list of candidates for each of the methods"):
         vision.grid(dict(config, step_sizes={"adam": [1e-3]}))
 
-
-def test_sentiment_and_vision_have_the_same_shape():
-    import inspect
-
-    shared = ("KIND", "GRID_KIND", "GRID_KEYS", "Grid", "run_config", "build", "train_runs", "choose", "sweep", "grid",
-              "trained_model")
-    for module in (sentiment, vision):
-        assert set(shared) <= set(module.__all__), module.__name__
-    for name in ("sweep", "train_runs", "choose", "trained_model", "build"):
-        assert list(inspect.signature(getattr(sentiment, name)).parameters) == list(
-            inspect.signature(getattr(vision, name)).parameters), name
-    assert list(inspect.signature(vision.grid).parameters) == list(inspect.signature(sentiment.grid).parameters)[:3]
-    for field in ("config", "chosen", "configs", "results", "history"):
-        assert field in sentiment.Grid.__dataclass_fields__ and field in vision.Grid.__dataclass_fields__
