@@ -77,7 +77,8 @@ def sentiment_runs(monkeypatch, flip_test=False, table=SENTIMENT):
 def test_the_sentiment_sweep_trains_each_candidate_once_and_the_seeds_at_the_choice(monkeypatch):
     fake = sentiment_runs(monkeypatch)
     built = sentiment.grid(sentiment_config())
-    # the stop rule first, then validation: 1.1 takes 3x (not 1x, whose test is higher); 2 takes 10x (3x missed the rule)
+    # the stop rule first, then validation: 1.1 takes 3x (not 1x, whose test is higher); 2 takes 10x
+    # (3x missed the rule)
     assert built.chosen == {(3, "1.1"): 3.0, (3, "2"): 10.0}
     trained = [(key_of(c), multiple_of(c), c["fit"]["seed"]) for c in fake.trained]
     assert len(trained) == len(set(trained))  # nothing trained twice

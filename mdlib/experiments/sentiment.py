@@ -46,7 +46,8 @@ __all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KI
            "attention_scores", "authors_sentences", "baseline", "baseline_view", "build", "built_grid", "by_length", "cell_table",
            "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
            "grid_name", "initial_model", "lexicon_pivots", "movement", "paired_gaps", "pad", "pivotal_sentences",
-           "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel", "seeds_of", "setups_table", "setups_view", "steps_view", "splits",
+           "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel", "seeds_of",
+           "setups_table", "setups_view", "steps_view", "splits",
            "sweep", "tokens", "train_grids", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
 
 KIND = store.kind("e4-sentiment", __name__)

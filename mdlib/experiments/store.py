@@ -52,7 +52,8 @@ import numpy as np
 
 from mdlib.experiments import fingerprint, paths
 
-__all__ = ["Config", "RunResult", "StoreWarning", "as_dict", "canonical_json", "code_of", "config_key", "entries", "entry_dir", "kind",
+__all__ = ["Config", "RunResult", "StoreWarning", "as_dict", "canonical_json", "code_of", "config_key", "entries",
+           "entry_dir", "kind",
            "load", "load_or_run", "prune", "save"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

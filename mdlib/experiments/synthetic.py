@@ -261,13 +261,13 @@ class E1Config(store.Config):
 
 def fixed_decoder_experiment(config: E1Config | Mapping[str, Any], *, progress: bool = False,
                              cache: bool = True) -> Mapping[str, Any]:
-    """Experiment E1, stored under ``config`` (an ``E1Config``, or a mapping with exactly its fields): for each training exponent p
-    (``steps`` maps p -> number of steps), train W with normalized l_p MD (step ``lr``) from
-    W(0) ~ N(0, 1) on ``seeds`` Gaussian instances (n examples, T tokens, dimension d, instance seeds
-    from ``seed``; fixed unit decoder v), then measure the directional Bregman divergence (in the
-    training p's geometry) between the path and the l_p' attention SVM of the final selected tokens,
-    for every p' in ``svm_ps``, at ``points`` recorded steps. ``eps``: None for the exact normalized
-    step, a number for the authors' g / (||g||_q + eps) (see :func:`train`).
+    """Experiment E1, stored under ``config`` (an ``E1Config``, or a mapping with exactly its fields):
+    for each training exponent p (``steps`` maps p -> number of steps), train W with normalized l_p MD
+    (step ``lr``) from W(0) ~ N(0, 1) on ``seeds`` Gaussian instances (n examples, T tokens, dimension
+    d, instance seeds from ``seed``; fixed unit decoder v), then measure the directional Bregman
+    divergence (in the training p's geometry) between the path and the l_p' attention SVM of the final
+    selected tokens, for every p' in ``svm_ps``, at ``points`` recorded steps. ``eps``: None for the
+    exact normalized step, a number for the authors' g / (||g||_q + eps) (see :func:`train`).
 
     Returns tidy tables: ``curves`` (train_p, svm_p, step, mean, std, q10, q90 over seeds),
     ``final`` (train_p, svm_p, seed, divergence at the last step), and ``tokens`` (train_p, seed,
@@ -337,10 +337,11 @@ class E2Config(store.Config):
 
 def single_instance_experiment(config: E2Config | Mapping[str, Any], *, progress: bool = False,
                                cache: bool = True) -> Mapping[str, Any]:
-    """Experiment E2, stored under ``config`` (an ``E2Config``, or a mapping with exactly its fields), on one Gaussian instance (n
-    examples, T tokens, dimension d, from ``seed``; fixed decoder), W(0) = 0, for each exponent p in ``ps``:
-    the paper's normalized MD (``normalized_steps`` at ``lr``) and plain MD with a constant small
-    step (``plain_steps`` at ``plain_lr``, the setting of Theorems 8 and 11).
+    """Experiment E2, stored under ``config`` (an ``E2Config``, or a mapping with exactly its fields),
+    on one Gaussian instance (n examples, T tokens, dimension d, from ``seed``; fixed decoder), W(0) =
+    0, for each exponent p in ``ps``: the paper's normalized MD (``normalized_steps`` at ``lr``) and
+    plain MD with a constant small step (``plain_steps`` at ``plain_lr``, the setting of Theorems 8 and
+    11).
 
     Returns ``paths`` (p, method, step, entry, value, svm: every entry of W(k)/||W(k)||_p with the
     l_p SVM's), ``curves`` (p, method, step, norm ||W(k)||_p, selected softmax probability (min over
@@ -390,7 +391,8 @@ class E3Config(store.Config):
 
 def joint_training_experiment(config: E3Config | Mapping[str, Any], *, progress: bool = False,
                               cache: bool = True) -> Mapping[str, Any]:
-    """Experiment E3, stored under ``config`` (an ``E3Config``, or a mapping with exactly its fields): W and v trained together by
+    """Experiment E3, stored under ``config`` (an ``E3Config``, or a mapping with exactly its
+    fields): W and v trained together by
     normalized l_p MD (step ``lr``) from W(0) = 0, v(0) = 0 on the fixed two-example instance, for each
     p in ``steps`` (p -> number of steps), recorded at ``points`` steps. The attention SVM
     uses the final selected tokens alpha; the decoder SVM is min ||v||_p s.t. y_i x_{i alpha_i}^T v >= 1.

@@ -34,11 +34,20 @@ from mdlib.models import VisionTransformer, check_setup
 from mdlib.experiments.methods import method
 
 __all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "ImageFit", "KIND", "PAPER_ACCURACY", "PAPER_STEP_SIZES",
-           "PRUNING_KIND", "build", "change_table", "choose", "grid", "image_sets", "make_model", "pruning",
+           "PRUNING_KIND", "build", "change_table", "choose", "dataset_shape", "grid", "image_sets", "make_model",
+           "pruning",
            "run_config", "split_indices", "sweep", "train_runs", "trained_model", "VisionGrid", "VisionRun"]
 
 #: dataset -> (channels, classes, native image size)
 DATASETS = {"fashion_mnist": (1, 10, 28), "cifar10": (3, 10, 32), "cifar100": (3, 100, 32)}
+
+
+def dataset_shape(dataset: str) -> tuple[int, int, int]:
+    """(channels, classes, native image size) of a data set of ``DATASETS``; ValueError naming them
+    for any other."""
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+    return DATASETS[dataset]
 
 
 @dataclass(frozen=True)
@@ -54,8 +63,7 @@ class ImageData(store.Config):
     root: str | None
 
     def __post_init__(self) -> None:
-        if self.dataset not in DATASETS:
-            raise ValueError(f"unknown dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}")
+        dataset_shape(self.dataset)
 
 
 @dataclass(frozen=True)
@@ -90,9 +98,8 @@ def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = Non
     """The config of one E7 run (every setting that changes its numbers), for ``pool.run``, as the
     store keeps it (``VisionRun.to_dict()``). ``setup``: the model's initialization
     (``VisionTransformer``): the authors' or "modern"."""
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
-    return VisionRun(ImageData(dataset, image_size or DATASETS[dataset][2], train_size, validation, data_seed, root),
+    data_part = ImageData(dataset, image_size or dataset_shape(dataset)[2], train_size, validation, data_seed, root)
+    return VisionRun(data_part,
                      dict(model) | {"setup": setup}, Optimizer(optimizer, lr, p),
                      ImageFit(epochs, batch_size, seed, "multiclass", eval_every)).to_dict()
 
@@ -205,8 +212,7 @@ class VisionGrid(store.Config):
             raise ValueError(f"step_sizes={steps} needs a non-empty list of candidates for each of the methods "
                              f"{self.methods}, and nothing else")
         for dataset in self.datasets:
-            if dataset not in DATASETS:
-                raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+            dataset_shape(dataset)
 
     def run(self, cell: tuple[str, str], lr: float, seed: int, sweep: bool = False) -> dict[str, Any]:
         """A final run of cell (dataset, method), or (``sweep``) a run of its validation sweep."""
@@ -243,7 +249,8 @@ class VisionGrid(store.Config):
 
 def _mean_over_seeds(rows: pd.DataFrame) -> pd.DataFrame:
     """The sweep's rows -> one per (dataset, method, lr), validation accuracy averaged over the seeds."""
-    rows = pd.DataFrame(rows.to_dict("records"), columns=["dataset", "method", "lr", "p", "paper", "validation_accuracy"])
+    rows = pd.DataFrame(rows.to_dict("records"),
+                        columns=["dataset", "method", "lr", "p", "paper", "validation_accuracy"])
     return rows.groupby(["dataset", "method", "lr"], as_index=False, sort=False).agg(
         p=("p", "first"), paper=("paper", "first"), validation_accuracy=("validation_accuracy", "mean"))
 
