@@ -113,6 +113,7 @@ def sweep_configs(design: Design) -> list[Mapping[str, Any]]:
 
 
 def _table(design: Design, items: list[Item], configs: list, results: list) -> pd.DataFrame:
+    """One ``summary`` row per run."""
     rows = [design.summary(*item, config, result) for item, config, result in zip(items, configs, results)]
     return pd.DataFrame(rows)
 
@@ -179,8 +180,8 @@ def build(design: Design, *, workers: int = 1, progress: bool = True, name: str 
         entry = store.load_or_run(design.kind, design.config, lambda: _entry(design, workers, progress))
     chosen = {tuple(row[:-1]): row[-1] for row in entry["chosen"]}
     diverged = [tuple(item) for item in entry["diverged"]]
-    configs = {(*cell, seed): design.final_config(cell, value, seed) for cell, value, seed in design.final_items(chosen)
-               if (*cell, seed) not in diverged}
+    configs = {(*cell, seed): design.final_config(cell, value, seed)
+               for cell, value, seed in design.final_items(chosen) if (*cell, seed) not in diverged}
     if stored_only:
         found = [store.load(design.run_kind, c) for c in configs.values()]
         if any(r is None for r in found):

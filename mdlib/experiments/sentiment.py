@@ -2,7 +2,8 @@
 Table 1 grid (a step-size ``sweep`` then the chosen steps at every seed) as one function of one grid
 config: ``grid(config)``; ``built_grid(profile)`` reads back the grid chapter 04 built.
 
-A run config (a plain dict, hashed by the results store) names everything that changes the numbers::
+A run config (``SentimentRun``; ``run_config`` gives its ``to_dict()``, the dict the results store
+hashes) names everything that changes the numbers::
 
     {"dataset": "rotten_tomatoes", "split_seed": 0, "max_length": 64, "train_size": 1000,
      "model": {"width": 48, "layers": 3, "heads": 3, "mlp": 192, "dropout": 0.2, "setup": "authors"},
