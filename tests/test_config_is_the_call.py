@@ -28,20 +28,22 @@ def plain(config) -> dict:
 
 
 SYNTHETIC = [
-    (synthetic.fixed_decoder_experiment, synthetic.E1_KIND,
+    (synthetic.fixed_decoder_experiment, synthetic.E1_KIND, synthetic.E1Config,
      dict(seeds=2, steps={"1.75": 4, "3": 5}, lr=0.1, n=3, T=4, d=3, svm_ps=[1.75, 3.0], seed=0, eps=None, points=3)),
-    (synthetic.single_instance_experiment, synthetic.E2_KIND,
+    (synthetic.single_instance_experiment, synthetic.E2_KIND, synthetic.E2Config,
      dict(ps=[1.75, 2.0], normalized_steps=4, lr=0.1, plain_steps=6, plain_lr=0.5, n=2, T=3, d=3, seed=1, points=3)),
-    (synthetic.joint_training_experiment, synthetic.E3_KIND, dict(steps={"2": 4, "3": 5}, lr=0.1, points=3)),
+    (synthetic.joint_training_experiment, synthetic.E3_KIND, synthetic.E3Config, dict(steps={"2": 4, "3": 5}, lr=0.1, points=3)),
 ]
 
 
-@pytest.mark.parametrize("experiment,kind,config", SYNTHETIC, ids=["E1", "E2", "E3"])
-def test_a_synthetic_experiment_stores_exactly_its_argument(experiment, kind, config):
+@pytest.mark.parametrize("experiment,kind,config_type,config", SYNTHETIC, ids=["E1", "E2", "E3"])
+def test_a_synthetic_experiment_stores_exactly_its_argument(experiment, kind, config_type, config):
     first = experiment(config)
     assert stored_configs(kind) == [plain(config)]
     again = experiment(dict(config))
     assert again.cached and not first.cached and again.key == first.key
+    typed = config_type.of(config)  # the typed config is the same run
+    assert typed.to_dict() == config and experiment(typed).key == first.key and stored_configs(kind) == [plain(config)]
     with pytest.raises(ValueError, match=r"missing \['lr'\], unknown \['version'\]"):
         experiment({k: v for k, v in config.items() if k != "lr"} | {"version": 1})
 
@@ -98,18 +100,7 @@ def test_the_vision_grid_stores_exactly_its_argument(monkeypatch):
                for key, c in grid.configs.items())
     with pytest.raises(ValueError, match=r"needs a non-empty list of candidates for each of the methods"):
         vision.grid(dict(config, step_sizes={"adam": [1e-3]}))
+    typed = vision.VisionGrid.of(config)  # the typed config is the same grid, read back
+    assert store.load(vision.GRID_KIND, typed) is not None and vision.grid(typed).chosen == grid.chosen
+    assert stored_configs(vision.GRID_KIND) == [plain(config)]
 
-
-def test_sentiment_and_vision_have_the_same_shape():
-    import inspect
-
-    shared = ("KIND", "GRID_KIND", "GRID_KEYS", "Grid", "run_config", "build", "train_runs", "choose", "sweep", "grid",
-              "trained_model")
-    for module in (sentiment, vision):
-        assert set(shared) <= set(module.__all__), module.__name__
-    for name in ("sweep", "train_runs", "choose", "trained_model", "build"):
-        assert list(inspect.signature(getattr(sentiment, name)).parameters) == list(
-            inspect.signature(getattr(vision, name)).parameters), name
-    assert list(inspect.signature(vision.grid).parameters) == list(inspect.signature(sentiment.grid).parameters)[:3]
-    for field in ("config", "chosen", "configs", "results", "history"):
-        assert field in sentiment.Grid.__dataclass_fields__ and field in vision.Grid.__dataclass_fields__

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -188,6 +189,40 @@ def test_check_keys_names_what_is_missing_and_unknown():
         store.check_keys({"a": 1, "c": 2}, ("a", "b"), "a config")
 
 
+@dataclasses.dataclass(frozen=True)
+class ToyFit(store.Config):
+    WHAT = "a toy fit config"
+
+    epochs: int
+    batch_size: int
+    seed: int
+    loss: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyRun(store.Config):
+    data: dict
+    model: dict
+    fit: ToyFit
+
+
+def test_a_typed_config_is_its_dict_to_the_store():
+    typed = ToyRun({"n": 40}, {"seed": 0}, ToyFit(3, 8, 0, "multiclass"))
+    plain = {"data": {"n": 40}, "model": {"seed": 0}, "fit": {"epochs": 3, "batch_size": 8, "seed": 0,
+                                                              "loss": "multiclass"}}
+    assert typed.to_dict() == plain and store.as_dict(typed) == plain and store.as_dict(plain) is plain
+    assert store.config_key("toy", typed) == store.config_key("toy", plain)
+    store.save("toy", typed, {"x": np.arange(3)})
+    assert store.load("toy", plain) is not None and json.loads(
+        (store.entry_dir("toy", plain) / "config.json").read_text("utf-8")) == plain
+    assert ToyFit.from_dict(plain["fit"]) == typed.fit
+    with pytest.raises(ValueError, match=r"a toy fit config has exactly the keys epochs, batch_size, seed, loss; "
+                                         r"missing \['loss'\], unknown \['lr'\]"):
+        ToyFit.from_dict({"epochs": 3, "batch_size": 8, "seed": 0, "lr": 1.0})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        typed.fit.epochs = 4
+
+
 # ---------------------------------------------------------------------------------------------
 # training runs through the store
 
@@ -225,6 +260,12 @@ def test_run_stores_the_result_and_returns_it_without_training_again(build_dir):
 
     with pytest.raises(ValueError, match=r"config\['fit'\]"):
         pool.run("toy-train", {"data": 1}, build)
+
+    typed = ToyRun(config["data"], config["model"], ToyFit(**config["fit"]))  # the same run, read back
+    third = pool.run("toy-train", typed, build, extras=extras, progress=False)
+    assert third.cached and third.key == first.key and len(builds) == 1
+    many, = pool.run_many("toy-train", [typed], build, extras=extras, progress=False)
+    assert many.cached and many.key == first.key and len(builds) == 1
 
 
 def test_run_resumes_an_interrupted_training(build_dir):

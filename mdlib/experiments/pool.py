@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from mdlib.experiments import paths, train
-from mdlib.experiments.store import RunResult, config_key, load, load_or_run
+from mdlib.experiments.store import Config, RunResult, as_dict, config_key, load, load_or_run
 
 __all__ = ["Setup", "load_model_state", "model_state", "run", "run_many"]
 
@@ -50,7 +50,7 @@ class Setup:
     final_evaluations: Mapping[str, Dataset] = field(default_factory=dict)
 
 
-def run(kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Setup], *,
+def run(kind: str, config: Config | Mapping[str, Any], build: Callable[[Mapping[str, Any]], Setup], *,
         extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, progress: bool = True,
         device: str | torch.device | None = None, num_workers: int = 0, force: bool = False) -> RunResult:
     """The stored result of training run (``kind``, ``config``), training it first if it is not stored.
@@ -62,8 +62,10 @@ def run(kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]
     ``history`` (the DataFrame ``fit`` returns), the loss and accuracy of the trained model on each of
     the Setup's ``final_evaluations``, plus whatever ``extras(trained_model)`` returns (arrays,
     DataFrames or JSON values, e.g. ``model_state(model)``); the checkpoint is deleted once stored.
-    Under torchrun every process trains, rank 0 stores, and all return the stored result.
+    Under torchrun every process trains, rank 0 stores, and all return the stored result. A typed
+    ``Config`` is taken as its ``to_dict()``, which is what ``build`` receives.
     """
+    config = as_dict(config)
     if not isinstance(config.get("fit"), Mapping):
         raise ValueError("config['fit'] must be a dict of fit()'s settings (epochs, batch_size, seed, ...)")
     if not force and (hit := load(kind, config)) is not None:
@@ -162,7 +164,7 @@ def _stop(pool) -> None:
         process.join(5)
 
 
-def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup], *,
+def run_many(kind: str, configs: list[Config | Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup], *,
              extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, workers: int = 1,
              skip: tuple[type[BaseException], ...] = (), progress: bool = True,
              device: str | torch.device | None = None) -> list[RunResult | None]:
@@ -175,6 +177,7 @@ def run_many(kind: str, configs: list[Mapping[str, Any]], build: Callable[[Mappi
     when it is killed); on Ctrl-C or SIGTERM they are stopped and one line says what was kept."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    configs = [as_dict(config) for config in configs]
     missing = [config for config in configs if load(kind, config) is None]
     missing = list({config_key(kind, c): c for c in missing}.values())  # each distinct run once
     failed: dict[str, BaseException] = {}

@@ -2,7 +2,8 @@
 Table 1 grid (a step-size ``sweep`` then the chosen steps at every seed) as one function of one grid
 config: ``grid(config)``; ``built_grid(profile)`` reads back the grid chapter 04 built.
 
-A run config (a plain dict, hashed by the results store) names everything that changes the numbers::
+A run config (``SentimentRun``; ``run_config`` gives its ``to_dict()``, the dict the results store
+hashes) names everything that changes the numbers::
 
     {"dataset": "rotten_tomatoes", "split_seed": 0, "max_length": 64, "train_size": 1000,
      "model": {"width": 48, "layers": 3, "heads": 3, "mlp": 192, "dropout": 0.2, "setup": "authors"},
@@ -33,18 +34,21 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from mdlib.experiments import analysis, data, methods, paths, pool, store
+from mdlib.experiments import grid as grid_engine
+from mdlib.experiments.grid import Optimizer
 from mdlib.experiments.methods import method, method_key
 from mdlib.models import EncoderClassifier, check_setup
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-__all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KEYS", "GRID_KIND",
+__all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "Grid", "KIND", "PAPER_EPOCHS_TO_STOP", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "TokenizedDataset",
            "attention_scores", "authors_sentences", "baseline", "baseline_view", "build", "built_grid", "by_length", "cell_table",
            "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
            "grid_name", "initial_model", "lexicon_pivots", "movement", "paired_gaps", "pad", "pivotal_sentences",
-           "reference_step", "run_config", "seeds_of", "setups_table", "setups_view", "steps_view", "splits",
+           "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel", "seeds_of",
+           "setups_table", "setups_view", "steps_view", "splits",
            "sweep", "tokens", "train_grids", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
 
 KIND = store.kind("e4-sentiment", __name__)
@@ -112,25 +116,64 @@ def splits(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: in
             for name, part in source.items()}
 
 
+@dataclass(frozen=True)
+class TextModel(store.Config):
+    """The model part of a sentiment run config: ``EncoderClassifier``'s arguments."""
+
+    width: int
+    layers: int
+    heads: int
+    mlp: int
+    dropout: float
+    setup: str
+
+
+@dataclass(frozen=True)
+class TextFit(store.Config):
+    """The fit part of a sentiment run config: ``train.fit``'s settings."""
+
+    epochs: int
+    batch_size: int
+    seed: int
+    loss: str
+    reduction: str
+    stop_train_accuracy: float
+    pool: int
+
+
+@dataclass(frozen=True)
+class SentimentRun(store.Config):
+    """A sentiment run config (the module docstring); ``to_dict()`` is what the store keeps."""
+
+    dataset: str
+    split_seed: int
+    max_length: int
+    train_size: int | None
+    model: TextModel
+    optimizer: Optimizer
+    fit: TextFit
+
+    def __post_init__(self) -> None:
+        check_setup(self.model.setup)
+        batch_size = self.fit.batch_size
+        if self.train_size is not None and (not isinstance(self.train_size, int) or self.train_size < batch_size):
+            raise ValueError(f"train_size must be None (the whole training split) or an integer >= the batch "
+                             f"size {batch_size}, got {self.train_size!r}")
+        if self.model.width % self.model.heads:
+            raise ValueError(f"width {self.model.width} is not divisible by {self.model.heads} heads (heads = layers)")
+
+
 def run_config(*, layers: int, optimizer: str, lr: float, p: float | None = None, seed: int = 0,
            dataset: str = "rotten_tomatoes", max_length: int = 64, train_size: int | None = None,
            width: int = 48, mlp: int | None = None, dropout: float = 0.2, setup: str = "authors",
            epochs: int = 600, batch_size: int = 100, stop_train_accuracy: float = 0.995,
            split_seed: int = 0, pool: int = 16) -> dict[str, Any]:
-    """A run config (see the module docstring); heads = layers as in the paper, MLP 4 x width."""
-    check_setup(setup)
-    if train_size is not None and (not isinstance(train_size, int) or train_size < batch_size):
-        raise ValueError(f"train_size must be None (the whole training split) or an integer >= the batch "
-                         f"size {batch_size}, got {train_size!r}")
-    if width % layers:
-        raise ValueError(f"width {width} is not divisible by {layers} heads (heads = layers)")
-    return {"dataset": dataset, "split_seed": split_seed, "max_length": max_length,
-            "train_size": train_size,
-            "model": {"width": width, "layers": layers, "heads": layers, "mlp": mlp or 4 * width,
-                      "dropout": dropout, "setup": setup},
-            "optimizer": {"name": optimizer, "lr": float(lr), "p": None if p is None else float(p)},
-            "fit": {"epochs": epochs, "batch_size": batch_size, "seed": seed, "loss": "binary", "reduction": "sum",
-                    "stop_train_accuracy": stop_train_accuracy, "pool": pool}}
+    """A run config (see the module docstring) as the store keeps it (``SentimentRun.to_dict()``);
+    heads = layers as in the paper, MLP 4 x width."""
+    return SentimentRun(
+        dataset, split_seed, max_length, train_size, TextModel(width, layers, layers, mlp or 4 * width, dropout, setup),
+        Optimizer(optimizer, float(lr), None if p is None else float(p)),
+        TextFit(epochs, batch_size, seed, "binary", "sum", stop_train_accuracy, pool)).to_dict()
 
 
 def initial_model(config: Mapping[str, Any]) -> EncoderClassifier:
@@ -234,14 +277,12 @@ class Grid:
         return {key: trained_model(c, self.results[key]) for key, c in self.configs.items()}
 
 
-def _cell(config: Mapping[str, Any]) -> tuple[int, str]:
-    return config["model"]["layers"], method_key(config["optimizer"]["name"], config["optimizer"]["p"])
-
-
-def _summary(config: Mapping[str, Any], result: Mapping[str, Any] | None, multiple: float) -> dict[str, Any]:
-    layers, key = _cell(config)
+def _summary(cell: tuple[int, str], multiple: float, seed: int, config: Mapping[str, Any],
+             result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A run's row of ``Grid.runs`` (result None: diverged)."""
+    layers, key = cell
     row = {"layers": layers, "method": key, "multiple": multiple, "lr": config["optimizer"]["lr"],
-           "seed": config["fit"]["seed"], "diverged": result is None}
+           "seed": seed, "diverged": result is None}
     if result is None:
         return row | {"reached": False}
     h = result["history"]
@@ -264,131 +305,117 @@ def choose(candidates: pd.DataFrame) -> float:
     return float(ranked.multiple.iloc[0])
 
 
-#: The keys of a Table 1 grid config (``grid``): the shared run settings, then what the grid spans.
-GRID_KEYS = ("dataset", "max_length", "train_size", "width", "setup", "epochs", "layers", "methods", "seeds",
-             "multiples")
 GRID_KIND = store.kind("e4-grid", __name__)
 
 
-def _check_grid(config: Mapping[str, Any]) -> None:
-    store.check_keys(config, GRID_KEYS, "a Table 1 grid config")
-    without = [k for k in config["methods"] if k not in config["multiples"]]
-    if without:
-        raise ValueError(f"no step-size multiples for {without}: give each method a list in multiples")
-    for key in config["methods"]:
-        method(key)
-    seeds = config["seeds"]
-    if isinstance(seeds, Mapping):
-        lacking = [k for k in config["methods"] if k not in seeds]
-        if lacking:
-            raise ValueError(f"seeds gives no count for {lacking}: give every method one, or one integer for all")
-    counts = seeds.values() if isinstance(seeds, Mapping) else [seeds]
-    if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in counts):
-        raise ValueError(f"seeds must be an integer >= 1 or {{method: integer >= 1}}, got {seeds!r}")
+@dataclass(frozen=True)
+class SentimentGrid(store.Config):
+    """A Table 1 grid config (``grid``): the shared run settings (``run_config``: dataset, max_length,
+    train_size, width, setup, epochs), then what the grid spans: layers (list), methods (list of method
+    keys), seeds (one count, or {method: count}), multiples ({method: [multiples of the reference
+    step]}). ``to_dict()`` is what the store keeps; a mapping with exactly these fields converts with
+    ``SentimentGrid.of``."""
+
+    WHAT = "a Table 1 grid config"
+
+    dataset: str
+    max_length: int
+    train_size: int | None
+    width: int
+    setup: str
+    epochs: int
+    layers: list[int]
+    methods: list[str]
+    seeds: int | Mapping[str, int]
+    multiples: Mapping[str, list[float]]
+
+    def __post_init__(self) -> None:
+        without = [k for k in self.methods if k not in self.multiples]
+        if without:
+            raise ValueError(f"no step-size multiples for {without}: give each method a list in multiples")
+        for key in self.methods:
+            method(key)
+        seeds = self.seeds
+        if isinstance(seeds, Mapping):
+            lacking = [k for k in self.methods if k not in seeds]
+            if lacking:
+                raise ValueError(f"seeds gives no count for {lacking}: give every method one, or one integer for all")
+        counts = seeds.values() if isinstance(seeds, Mapping) else [seeds]
+        if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in counts):
+            raise ValueError(f"seeds must be an integer >= 1 or {{method: integer >= 1}}, got {seeds!r}")
+
+    def seeds_of(self, key: str) -> int:
+        """The number of seeds of method ``key``."""
+        return int(self.seeds[key] if isinstance(self.seeds, Mapping) else self.seeds)
+
+    def run(self, cell: tuple[int, str], multiple: float, seed: int) -> dict[str, Any]:
+        """The run config of cell (layers, method) at ``multiple`` times the reference step, with ``seed``."""
+        layers, key = cell
+        name, p = method(key)
+        return run_config(layers=layers, optimizer=name, p=p, lr=multiple * reference_step(layers, key), seed=seed,
+                          dataset=self.dataset, max_length=self.max_length, train_size=self.train_size,
+                          width=self.width, setup=self.setup, epochs=self.epochs)
+
+    def design(self) -> grid_engine.Design:
+        """The grid as a ``grid.Design``: seed 0 of every cell at each candidate (every seed of a cell with
+        one candidate: nothing to choose there), the sweep's seed-0 runs being final runs too; the choice
+        by ``choose`` on the seed-0 rows; a final run that diverges stops the grid."""
+        def sweep_seeds(cell: tuple[int, str]) -> range:
+            return range(self.seeds_of(cell[1]) if len(self.multiples[cell[1]]) == 1 else 1)
+
+        return grid_engine.Design(
+            kind=GRID_KIND, run_kind=KIND, config=self.to_dict(),
+            cells=[(L, key) for L in self.layers for key in self.methods],
+            candidates=lambda cell: self.multiples[cell[1]], seeds=lambda cell: self.seeds_of(cell[1]),
+            sweep_seeds=sweep_seeds, sweep_config=self.run, final_config=self.run, summary=_summary,
+            columns=("layers", "method"), candidate="multiple", choose=lambda rows: choose(rows[rows.seed == 0]),
+            train_runs=train_runs, summarise_finals=True)
 
 
-def seeds_of(config: Mapping[str, Any], key: str) -> int:
+def seeds_of(config: SentimentGrid | Mapping[str, Any], key: str) -> int:
     """The number of seeds of method ``key`` in a grid config (``seeds``: one integer, or per method)."""
-    seeds = config["seeds"]
-    return int(seeds[key] if isinstance(seeds, Mapping) else seeds)
+    return SentimentGrid.of(config).seeds_of(key)
 
 
-def _run_config(config: Mapping[str, Any], layers: int, key: str, multiple: float, seed: int) -> dict[str, Any]:
-    """The run of a grid cell (layers, method) at ``multiple`` times the reference step, with ``seed``."""
-    name, p = method(key)
-    return run_config(layers=layers, optimizer=name, p=p, lr=multiple * reference_step(layers, key), seed=seed,
-                      **{k: config[k] for k in GRID_KEYS[:6]})
-
-
-def _cells(config: Mapping[str, Any]) -> list[tuple[int, str]]:
-    return [(L, key) for L in config["layers"] for key in config["methods"]]
-
-
-def _sweep_items(config: Mapping[str, Any]) -> list[tuple[int, str, float, int]]:
-    """(layers, method, multiple, seed) of a grid's sweep: seed 0 of every cell at each candidate, and
-    every seed of a cell with a single candidate (nothing to choose there)."""
-    return [(L, key, m, seed) for L, key in _cells(config) for m in config["multiples"][key]
-            for seed in (range(seeds_of(config, key)) if len(config["multiples"][key]) == 1 else [0])]
-
-
-def train_grids(configs: list[Mapping[str, Any]], *, workers: int = 1, progress: bool = True) -> None:
+def train_grids(configs: list[SentimentGrid | Mapping[str, Any]], *, workers: int = 1, progress: bool = True) -> None:
     """Train the sweep runs of several grid configs (``grid``) in one pool of ``workers`` processes, so
     that no worker waits for another grid's runs; ``grid`` then reads them from the store (and trains
     the remaining seeds of cells that had several candidates)."""
-    for config in configs:
-        _check_grid(config)
-    run_configs = [_run_config(config, *item) for config in configs for item in _sweep_items(config)]
-    train_runs(run_configs, workers, skip=(FloatingPointError,), progress=progress)
+    designs = [SentimentGrid.of(config).design() for config in configs]
+    train_runs([c for design in designs for c in grid_engine.sweep_configs(design)], workers,
+               skip=grid_engine.DIVERGED, progress=progress)
 
 
-def sweep(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> pd.DataFrame:
+def sweep(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> pd.DataFrame:
     """The step-size sweep of a grid (``grid``'s config): seed 0 of every cell at each candidate step
     ``multiples[method]`` times the reference step (``reference_step``), and every seed of a cell with a
     single candidate (nothing to choose there). One row per run (``Grid.runs``' columns, with
     ``chosen``: the candidate ``choose`` picks, by the validation split at the stop rule)."""
-    _check_grid(config)
-    items = _sweep_items(config)
-    configs = [_run_config(config, *item) for item in items]
-    results = train_runs(configs, workers, skip=(FloatingPointError,), progress=progress)
-    done = pd.DataFrame([_summary(c, r, item[2]) for c, r, item in zip(configs, results, items)])
-    chosen = {(L, key): choose(done[(done.layers == L) & (done.method == key) & (done.seed == 0)])
-              for L, key in _cells(config)}
-    done["chosen"] = [chosen[L, k] == m for L, k, m in zip(done.layers, done.method, done.multiple)]
-    return done
+    return grid_engine.sweep(SentimentGrid.of(config).design(), workers=workers, progress=progress)[0]
 
 
-def _grid_entry(config: Mapping[str, Any], workers: int, progress: bool) -> dict[str, Any]:
-    """What the store keeps of a grid: every run's summary row and the chosen multiple of every cell."""
-    done = sweep(config, workers=workers, progress=progress)
-    chosen = {(L, k): float(m) for L, k, m, c in zip(done.layers, done.method, done.multiple, done.chosen) if c}
-    rest = [(L, key, chosen[L, key], seed) for L, key in _cells(config) if len(config["multiples"][key]) > 1
-            for seed in range(1, seeds_of(config, key))]
-    more = [_run_config(config, *item) for item in rest]
-    more_results = train_runs(more, workers, progress=progress)
-    table_runs = pd.concat([done.drop(columns="chosen"), pd.DataFrame(
-        [_summary(c, r, item[2]) for c, r, item in zip(more, more_results, rest)])], ignore_index=True)
-    table_runs["chosen"] = [chosen[L, k] == m for L, k, m in zip(table_runs.layers, table_runs.method,
-                                                                   table_runs.multiple)]
-    order = {cell: i for i, cell in enumerate(_cells(config))}
-    table_runs = (table_runs.assign(order=[order[cell] for cell in zip(table_runs.layers, table_runs.method)])
-                  .sort_values(["order", "seed", "multiple"], kind="stable").drop(columns="order"))
-    return {"runs": table_runs.reset_index(drop=True), "chosen": [[L, k, m] for (L, k), m in chosen.items()]}
-
-
-def grid(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True, name: str | None = None,
-         stored_only: bool = False, missing_hint: str = "") -> Grid:
+def grid(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progress: bool = True,
+         name: str | None = None, stored_only: bool = False, missing_hint: str = "") -> Grid:
     """Table 1's runs: ``sweep`` chooses a step per cell (layers, method), then seeds 1..seeds-1 train at
     the chosen step. Every run evaluates the test split after each epoch (the paper's "best test
     accuracy over epochs") and the validation split once, at the end; the test split plays no part in
     the choice.
 
-    ``config``: exactly ``GRID_KEYS``: dataset, max_length, train_size, width, setup, epochs (the run
-    settings, see ``run_config``), layers (list), methods (list of method keys), seeds, multiples
-    ({method: [multiples of the reference step]}). The store keeps the grid under this config (kind
-    ``GRID_KIND``) and each run under its run config; ``name`` records the finished grid under that
-    name (``store.set_name``, see ``built_grid``). ``stored_only``: read the grid back, never train; a
-    grid or run that is not stored raises LookupError ending with ``missing_hint``."""
-    _check_grid(config)
-    if stored_only:
-        entry = store.load(GRID_KIND, config)
-        if entry is None:
-            raise LookupError(f"the Table 1 grid is not in the results store. {missing_hint}".strip())
-    else:
-        entry = store.load_or_run(GRID_KIND, config, lambda: _grid_entry(config, workers, progress))
-    chosen = {(L, k): m for L, k, m in entry["chosen"]}
-    configs = {(L, key, seed): _run_config(config, L, key, chosen[L, key], seed) for L, key in _cells(config)
-               for seed in range(seeds_of(config, key))}
-    if stored_only:
-        found = [store.load(KIND, c) for c in configs.values()]
-        if any(r is None for r in found):
-            raise LookupError(f"{sum(r is None for r in found)} of the grid's {len(found)} chosen runs are not "
-                              f"in the results store. {missing_hint}".strip())
-    else:
-        found = train_runs(list(configs.values()), workers, progress=progress)
-    if name is not None:
-        store.set_name(name, GRID_KIND, config)
-    results = dict(zip(configs, found))
-    return Grid(dict(config), entry["runs"], _history_table(list(configs.values()), found), chosen, configs, results)
+    ``config``: a ``SentimentGrid``, or a mapping with exactly its fields. The store keeps the grid
+    under its ``to_dict()`` (kind ``GRID_KIND``) and each run under its run config; ``name`` records
+    the finished grid under that name (``store.set_name``, see ``built_grid``). ``stored_only``: read
+    the grid back, never train; a grid or run that is not stored raises LookupError ending with
+    ``missing_hint``."""
+    design = SentimentGrid.of(config).design()
+    built = grid_engine.build(design, workers=workers, progress=progress, name=name, stored_only=stored_only,
+                              missing_hint=missing_hint, what="Table 1 grid")
+    order = {cell: i for i, cell in enumerate(design.cells)}
+    runs = pd.concat([t for t in (built.sweep, built.finals) if len(t)], ignore_index=True)
+    runs = (runs.assign(order=[order[cell] for cell in zip(runs.layers, runs.method)])
+            .sort_values(["order", "seed", "multiple"], kind="stable").drop(columns="order").reset_index(drop=True))
+    configs = list(built.configs.values())
+    return Grid(dict(design.config), runs, _history_table(configs, list(built.results.values())), built.chosen,
+                built.configs, built.results)
 
 
 def cell_table(runs_table: pd.DataFrame) -> pd.DataFrame:

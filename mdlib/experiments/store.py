@@ -44,15 +44,16 @@ import socket
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
 from mdlib.experiments import fingerprint, paths
 
-__all__ = ["RunResult", "StoreWarning", "canonical_json", "code_of", "config_key", "entries", "entry_dir", "kind",
+__all__ = ["Config", "RunResult", "StoreWarning", "as_dict", "canonical_json", "code_of", "config_key", "entries",
+           "entry_dir", "kind",
            "load", "load_or_run", "prune", "save"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -87,7 +88,10 @@ class StoreWarning(UserWarning):
 
 
 def _plain(obj: Any, where: str = "config", finite: bool = True) -> Any:
-    """Plain JSON data for hashing: tuples -> lists, numpy scalars/arrays -> Python, Paths -> str."""
+    """Plain JSON data for hashing: a ``Config`` -> its ``to_dict()``, tuples -> lists, numpy
+    scalars/arrays -> Python, Paths -> str."""
+    if isinstance(obj, Config):
+        obj = obj.to_dict()
     if isinstance(obj, Mapping):
         out = {}
         for key, value in obj.items():
@@ -128,6 +132,39 @@ def check_keys(config: Mapping[str, Any], keys: tuple[str, ...], what: str) -> N
     unknown = [k for k in config if k not in keys]
     if missing or unknown:
         raise ValueError(f"{what} has exactly the keys {', '.join(keys)}; missing {missing}, unknown {unknown}")
+
+
+_C = TypeVar("_C", bound="Config")
+
+
+class Config:
+    """The base of the typed configs (frozen dataclasses): ``to_dict()`` is the plain dict the store
+    hashes and keeps, so a typed config and its dict name the same run; ``from_dict`` is its inverse,
+    for a mapping with exactly the config's fields."""
+
+    #: What the config is called in error messages ("a Table 1 grid config").
+    WHAT = "a config"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as the store keeps it: every field, nested configs as dicts."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls: type[_C], config: Mapping[str, Any]) -> _C:
+        """The typed config of a mapping with exactly its fields (ValueError naming the missing and the
+        unknown ones otherwise)."""
+        check_keys(config, tuple(f.name for f in fields(cls)), cls.WHAT)
+        return cls(**config)
+
+    @classmethod
+    def of(cls: type[_C], config: "_C | Mapping[str, Any]") -> _C:
+        """``config`` itself when it is one, else ``from_dict(config)``."""
+        return config if isinstance(config, cls) else cls.from_dict(config)
+
+
+def as_dict(config: Config | Mapping[str, Any]) -> Mapping[str, Any]:
+    """A config as the plain mapping the store keeps: a ``Config``'s ``to_dict()``, a mapping as it is."""
+    return config.to_dict() if isinstance(config, Config) else config
 
 
 _KIND_MODULES: dict[str, str] = {}  # kind -> the module that computes its runs

@@ -34,7 +34,7 @@ from mdlib.models import SyntheticData, attention_logits, gaussian_instances, jo
 if TYPE_CHECKING:  # pandas loads lazily, in the functions that build tables
     import pandas as pd
 
-__all__ = ["E1_KEYS", "E1_KIND", "E2_KEYS", "E2_KIND", "E3_KEYS", "E3_KIND", "Path", "fixed_decoder_experiment",
+__all__ = ["E1Config", "E1_KIND", "E2Config", "E2_KIND", "E3Config", "E3_KIND", "Path", "fixed_decoder_experiment",
            "joint_training_experiment", "record_steps", "scaled_gradients", "selected_tokens",
            "single_instance_experiment", "svm_divergences", "train"]
 
@@ -228,35 +228,52 @@ def initial_weights(trials: int, d: int, seed: int, dtype: torch.dtype = torch.f
     return torch.randn((trials, d, d), generator=g, dtype=dtype)
 
 
-def _stored(kind: str, keys: tuple[str, ...], compute: Callable[..., dict], config: Mapping[str, Any],
-            progress: bool, cache: bool) -> Mapping[str, Any]:
-    """``compute(**config)`` through the results store (``cache=False``: computed, not stored)."""
-    store.check_keys(config, keys, f"an {kind} config")
+def _stored(kind: str, config_type: type[store.Config], compute: Callable[..., dict],
+            config: store.Config | Mapping[str, Any], progress: bool, cache: bool) -> Mapping[str, Any]:
+    """``compute(**config)`` through the results store (``cache=False``: computed, not stored); a
+    mapping is taken as ``config_type`` (exactly its fields)."""
+    plain = config_type.of(config).to_dict()
     if not cache:
-        return compute(**config, progress=progress)
-    return store.load_or_run(kind, config, lambda: compute(**config, progress=progress))
+        return compute(**plain, progress=progress)
+    return store.load_or_run(kind, plain, lambda: compute(**plain, progress=progress))
 
 
 E1_KIND = store.kind("e1-fixed-decoder", __name__)
-#: An E1 config: seeds, steps ({p: steps}, p as a string), lr, n, T, d, svm_ps, seed, eps, points.
-E1_KEYS = ("seeds", "steps", "lr", "n", "T", "d", "svm_ps", "seed", "eps", "points")
 
 
-def fixed_decoder_experiment(config: Mapping[str, Any], *, progress: bool = False,
+@dataclass(frozen=True)
+class E1Config(store.Config):
+    """An E1 config (``fixed_decoder_experiment``); ``steps``: {p as a string: steps}."""
+
+    WHAT = f"an {E1_KIND} config"
+
+    seeds: int
+    steps: Mapping[str, int]
+    lr: float
+    n: int
+    T: int
+    d: int
+    svm_ps: list[float]
+    seed: int
+    eps: float | None
+    points: int
+
+
+def fixed_decoder_experiment(config: E1Config | Mapping[str, Any], *, progress: bool = False,
                              cache: bool = True) -> Mapping[str, Any]:
-    """Experiment E1, stored under ``config`` (exactly ``E1_KEYS``): for each training exponent p
-    (``steps`` maps p -> number of steps), train W with normalized l_p MD (step ``lr``) from
-    W(0) ~ N(0, 1) on ``seeds`` Gaussian instances (n examples, T tokens, dimension d, instance seeds
-    from ``seed``; fixed unit decoder v), then measure the directional Bregman divergence (in the
-    training p's geometry) between the path and the l_p' attention SVM of the final selected tokens,
-    for every p' in ``svm_ps``, at ``points`` recorded steps. ``eps``: None for the exact normalized
-    step, a number for the authors' g / (||g||_q + eps) (see :func:`train`).
+    """Experiment E1, stored under ``config`` (an ``E1Config``, or a mapping with exactly its fields):
+    for each training exponent p (``steps`` maps p -> number of steps), train W with normalized l_p MD
+    (step ``lr``) from W(0) ~ N(0, 1) on ``seeds`` Gaussian instances (n examples, T tokens, dimension
+    d, instance seeds from ``seed``; fixed unit decoder v), then measure the directional Bregman
+    divergence (in the training p's geometry) between the path and the l_p' attention SVM of the final
+    selected tokens, for every p' in ``svm_ps``, at ``points`` recorded steps. ``eps``: None for the
+    exact normalized step, a number for the authors' g / (||g||_q + eps) (see :func:`train`).
 
     Returns tidy tables: ``curves`` (train_p, svm_p, step, mean, std, q10, q90 over seeds),
     ``final`` (train_p, svm_p, seed, divergence at the last step), and ``tokens`` (train_p, seed,
     the fraction of examples whose selected token is the globally optimal one, final loss).
     """
-    return _stored(E1_KIND, E1_KEYS, _fixed_decoder, config, progress, cache)
+    return _stored(E1_KIND, E1Config, _fixed_decoder, config, progress, cache)
 
 
 def _fixed_decoder(*, seeds, steps, lr, n, T, d, svm_ps, seed, eps, points, progress) -> dict:
@@ -298,22 +315,39 @@ def _entries(matrix_path: Tensor, reference: Tensor, p: float, step: np.ndarray,
 
 
 E2_KIND = store.kind("e2-single-instance", __name__)
-#: An E2 config: ps, normalized_steps, lr, plain_steps, plain_lr, n, T, d, seed, points.
-E2_KEYS = ("ps", "normalized_steps", "lr", "plain_steps", "plain_lr", "n", "T", "d", "seed", "points")
 
 
-def single_instance_experiment(config: Mapping[str, Any], *, progress: bool = False,
+@dataclass(frozen=True)
+class E2Config(store.Config):
+    """An E2 config (``single_instance_experiment``)."""
+
+    WHAT = f"an {E2_KIND} config"
+
+    ps: list[float]
+    normalized_steps: int
+    lr: float
+    plain_steps: int
+    plain_lr: float
+    n: int
+    T: int
+    d: int
+    seed: int
+    points: int
+
+
+def single_instance_experiment(config: E2Config | Mapping[str, Any], *, progress: bool = False,
                                cache: bool = True) -> Mapping[str, Any]:
-    """Experiment E2, stored under ``config`` (exactly ``E2_KEYS``), on one Gaussian instance (n
-    examples, T tokens, dimension d, from ``seed``; fixed decoder), W(0) = 0, for each exponent p in ``ps``:
-    the paper's normalized MD (``normalized_steps`` at ``lr``) and plain MD with a constant small
-    step (``plain_steps`` at ``plain_lr``, the setting of Theorems 8 and 11).
+    """Experiment E2, stored under ``config`` (an ``E2Config``, or a mapping with exactly its fields),
+    on one Gaussian instance (n examples, T tokens, dimension d, from ``seed``; fixed decoder), W(0) =
+    0, for each exponent p in ``ps``: the paper's normalized MD (``normalized_steps`` at ``lr``) and
+    plain MD with a constant small step (``plain_steps`` at ``plain_lr``, the setting of Theorems 8 and
+    11).
 
     Returns ``paths`` (p, method, step, entry, value, svm: every entry of W(k)/||W(k)||_p with the
     l_p SVM's), ``curves`` (p, method, step, norm ||W(k)||_p, selected softmax probability (min over
     examples), own-SVM directional divergence, loss) and ``svm`` (p, the selected tokens, whether they
     are globally optimal)."""
-    return _stored(E2_KIND, E2_KEYS, _single_instance, config, progress, cache)
+    return _stored(E2_KIND, E2Config, _single_instance, config, progress, cache)
 
 
 def _single_instance(*, ps, normalized_steps, lr, plain_steps, plain_lr, n, T, d, seed, points, progress) -> dict:
@@ -342,13 +376,23 @@ def _single_instance(*, ps, normalized_steps, lr, plain_steps, plain_lr, n, T, d
 
 
 E3_KIND = store.kind("e3-joint", __name__)
-#: An E3 config: steps ({p: steps}, p as a string), lr, points.
-E3_KEYS = ("steps", "lr", "points")
 
 
-def joint_training_experiment(config: Mapping[str, Any], *, progress: bool = False,
+@dataclass(frozen=True)
+class E3Config(store.Config):
+    """An E3 config (``joint_training_experiment``); ``steps``: {p as a string: steps}."""
+
+    WHAT = f"an {E3_KIND} config"
+
+    steps: Mapping[str, int]
+    lr: float
+    points: int
+
+
+def joint_training_experiment(config: E3Config | Mapping[str, Any], *, progress: bool = False,
                               cache: bool = True) -> Mapping[str, Any]:
-    """Experiment E3, stored under ``config`` (exactly ``E3_KEYS``): W and v trained together by
+    """Experiment E3, stored under ``config`` (an ``E3Config``, or a mapping with exactly its
+    fields): W and v trained together by
     normalized l_p MD (step ``lr``) from W(0) = 0, v(0) = 0 on the fixed two-example instance, for each
     p in ``steps`` (p -> number of steps), recorded at ``points`` steps. The attention SVM
     uses the final selected tokens alpha; the decoder SVM is min ||v||_p s.t. y_i x_{i alpha_i}^T v >= 1.
@@ -356,7 +400,7 @@ def joint_training_experiment(config: Mapping[str, Any], *, progress: bool = Fal
     Returns ``probabilities`` (p, step, example, attention on the finally selected token, classifier
     probability sigmoid(y_i f_i)), ``W`` and ``v`` (every normalized entry with the SVM's) and
     ``summary`` (p, selected tokens, final directional divergences of W and v to their SVMs)."""
-    return _stored(E3_KIND, E3_KEYS, _joint_training, config, progress, cache)
+    return _stored(E3_KIND, E3Config, _joint_training, config, progress, cache)
 
 
 def _joint_training(*, steps, lr, points, progress) -> dict:

@@ -28,32 +28,80 @@ import pandas as pd
 import torch
 
 from mdlib.experiments import analysis, data, fetch, methods, pool, store, train
+from mdlib.experiments import grid as grid_engine
+from mdlib.experiments.grid import Optimizer
 from mdlib.models import VisionTransformer, check_setup
 from mdlib.experiments.methods import method
 
-__all__ = ["DATASETS", "GRID_KEYS", "GRID_KIND", "Grid", "KIND", "PAPER_ACCURACY", "PAPER_STEP_SIZES",
-           "PRUNING_KIND", "build", "change_table", "choose", "grid", "image_sets", "make_model", "pruning",
-           "run_config", "split_indices", "sweep", "train_runs", "trained_model"]
+__all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "ImageFit", "KIND", "PAPER_ACCURACY", "PAPER_STEP_SIZES",
+           "PRUNING_KIND", "build", "change_table", "choose", "dataset_shape", "grid", "image_sets", "make_model",
+           "pruning",
+           "run_config", "split_indices", "sweep", "train_runs", "trained_model", "VisionGrid", "VisionRun"]
 
 #: dataset -> (channels, classes, native image size)
 DATASETS = {"fashion_mnist": (1, 10, 28), "cifar10": (3, 10, 32), "cifar100": (3, 100, 32)}
+
+
+def dataset_shape(dataset: str) -> tuple[int, int, int]:
+    """(channels, classes, native image size) of a data set of ``DATASETS``; ValueError naming them
+    for any other."""
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+    return DATASETS[dataset]
+
+
+@dataclass(frozen=True)
+class ImageData(store.Config):
+    """The data part of a vision run config (the module docstring): images, held-out validation images
+    (0: evaluate on the test set), the data seed and CIFAR's folder (None: the data cache)."""
+
+    dataset: str
+    image_size: int
+    train_size: int | None
+    validation: int
+    seed: int
+    root: str | None
+
+    def __post_init__(self) -> None:
+        dataset_shape(self.dataset)
+
+
+@dataclass(frozen=True)
+class ImageFit(store.Config):
+    """The fit part of a vision run config: ``train.fit``'s settings."""
+
+    epochs: int
+    batch_size: int
+    seed: int
+    loss: str
+    eval_every: int
+
+
+@dataclass(frozen=True)
+class VisionRun(store.Config):
+    """A vision run config; ``model``: ``VisionTransformer``'s arguments, ``setup`` included.
+    ``to_dict()`` is what the store keeps."""
+
+    data: ImageData
+    model: Mapping[str, Any]
+    optimizer: Optimizer
+    fit: ImageFit
+
+    def __post_init__(self) -> None:
+        check_setup(self.model["setup"])
 
 
 def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = None, seed: int, epochs: int,
                model: Mapping[str, Any], image_size: int | None = None, train_size: int | None = None,
                validation: int = 0, data_seed: int = 0, batch_size: int = 100, eval_every: int = 1,
                root: str | None = None, setup: str = "authors") -> dict[str, Any]:
-    """The config of one E7 run (every setting that changes its numbers), for ``pool.run``.
-    ``setup``: the model's initialization (``VisionTransformer``): the authors' or "modern"."""
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
-    check_setup(setup)
-    return {"data": {"dataset": dataset, "image_size": image_size or DATASETS[dataset][2], "train_size": train_size,
-                     "validation": validation, "seed": data_seed, "root": root},
-            "model": dict(model) | {"setup": setup},
-            "optimizer": {"name": optimizer, "lr": lr, "p": p},
-            "fit": {"epochs": epochs, "batch_size": batch_size, "seed": seed, "loss": "multiclass",
-                    "eval_every": eval_every}}
+    """The config of one E7 run (every setting that changes its numbers), for ``pool.run``, as the
+    store keeps it (``VisionRun.to_dict()``). ``setup``: the model's initialization
+    (``VisionTransformer``): the authors' or "modern"."""
+    data_part = ImageData(dataset, image_size or dataset_shape(dataset)[2], train_size, validation, data_seed, root)
+    return VisionRun(data_part,
+                     dict(model) | {"setup": setup}, Optimizer(optimizer, lr, p),
+                     ImageFit(epochs, batch_size, seed, "multiclass", eval_every)).to_dict()
 
 
 def split_indices(labels: np.ndarray, train_size: int | None, validation: int,
@@ -122,37 +170,89 @@ def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> Visio
 KIND = store.kind("e7-vit", __name__)
 GRID_KIND = store.kind("e7-grid", __name__)
 PRUNING_KIND = store.kind("e7-pruning", __name__)
-#: The keys of a grid config (``grid``).
-GRID_KEYS = ("datasets", "image_size", "train_size", "validation", "model", "setup", "batch_size", "root", "epochs",
-             "eval_every", "seeds", "methods", "step_sizes", "sweep_seeds", "sweep_epochs", "sweep_window")
 #: The paper's step sizes, by method key: Adam's (the paper) and p = 1.1's (the authors' code).
 PAPER_STEP_SIZES = {"adam": 1e-4, "1.1": 5e-2}
 #: The paper's test accuracy (%) after 2000 epochs, about the same for every method.
 PAPER_ACCURACY = {"cifar10": 82.0, "cifar100": 55.0}
 
 
-def _check_grid(config: Mapping[str, Any]) -> None:
-    store.check_keys(config, GRID_KEYS, "a vision grid config")
-    for key in config["methods"]:
-        method(key)
-    steps = config["step_sizes"]
-    if set(steps) != set(config["methods"]) or not all(isinstance(v, list) and v for v in steps.values()):
-        raise ValueError(f"step_sizes={steps} needs a non-empty list of candidates for each of the methods "
-                         f"{config['methods']}, and nothing else")
-    for dataset in config["datasets"]:
-        if dataset not in DATASETS:
-            raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+@dataclass(frozen=True)
+class VisionGrid(store.Config):
+    """A vision grid config (``grid``): datasets, image_size, train_size (0 or None: all), validation
+    (images held out for the sweep), model (``VisionTransformer``'s arguments), setup, batch_size, root
+    (CIFAR folder, "" or None: the data cache), epochs, eval_every, seeds, methods (method keys: "adam"
+    or an exponent p), step_sizes ({method: [candidates]}), sweep_seeds, sweep_epochs, sweep_window.
+    ``to_dict()`` is what the store keeps; a mapping with exactly these fields converts with
+    ``VisionGrid.of``."""
+
+    WHAT = "a vision grid config"
+
+    datasets: list[str]
+    image_size: int
+    train_size: int | None
+    validation: int
+    model: Mapping[str, Any]
+    setup: str
+    batch_size: int
+    root: str | None
+    epochs: int
+    eval_every: int
+    seeds: int
+    methods: list[str]
+    step_sizes: Mapping[str, list[float]]
+    sweep_seeds: int
+    sweep_epochs: int
+    sweep_window: int
+
+    def __post_init__(self) -> None:
+        for key in self.methods:
+            method(key)
+        steps = self.step_sizes
+        if set(steps) != set(self.methods) or not all(isinstance(v, list) and v for v in steps.values()):
+            raise ValueError(f"step_sizes={steps} needs a non-empty list of candidates for each of the methods "
+                             f"{self.methods}, and nothing else")
+        for dataset in self.datasets:
+            dataset_shape(dataset)
+
+    def run(self, cell: tuple[str, str], lr: float, seed: int, sweep: bool = False) -> dict[str, Any]:
+        """A final run of cell (dataset, method), or (``sweep``) a run of its validation sweep."""
+        dataset, key = cell
+        name, p = method(key)
+        return run_config(dataset, optimizer=name, lr=float(lr), p=p, seed=seed, model=self.model,
+                          setup=self.setup, epochs=self.sweep_epochs if sweep else self.epochs,
+                          image_size=self.image_size, train_size=self.train_size or None,
+                          validation=self.validation if sweep else 0, batch_size=self.batch_size,
+                          eval_every=1 if sweep else self.eval_every, root=self.root or None)
+
+    def _summary(self, cell: tuple[str, str], lr: float, seed: int, config: Mapping[str, Any],
+                 result: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A sweep run's row: its mean validation accuracy over the last ``sweep_window`` evaluations."""
+        dataset, key = cell
+        return {"dataset": dataset, "method": key, "lr": float(lr), "p": method(key)[1],
+                "paper": PAPER_STEP_SIZES.get(key) == lr,
+                "validation_accuracy": np.nan if result is None else
+                result["history"].test_accuracy.dropna().iloc[-self.sweep_window:].mean()}
+
+    def design(self) -> grid_engine.Design:
+        """The grid as a ``grid.Design``: ``sweep_seeds`` sweep runs per candidate of every cell with more
+        than one, on held-out validation images, reduced to their mean per candidate and chosen by
+        ``choose``; diverged final runs are recorded."""
+        return grid_engine.Design(
+            kind=GRID_KIND, run_kind=KIND, config=self.to_dict(),
+            cells=[(d, key) for d in self.datasets for key in self.methods],
+            candidates=lambda cell: self.step_sizes[cell[1]], seeds=lambda cell: self.seeds,
+            sweep_seeds=lambda cell: range(self.sweep_seeds if len(self.step_sizes[cell[1]]) > 1 else 0),
+            sweep_config=lambda cell, lr, seed: self.run(cell, lr, seed, sweep=True), final_config=self.run,
+            summary=self._summary, columns=("dataset", "method"), candidate="lr", choose=choose,
+            train_runs=train_runs, reduce=_mean_over_seeds, keep_diverged=True)
 
 
-def _run_config(config: Mapping[str, Any], dataset: str, key: str, lr: float, seed: int,
-                sweep: bool = False) -> dict[str, Any]:
-    """A final run of the grid, or (``sweep``) a run of its validation sweep."""
-    name, p = method(key)
-    return run_config(dataset, optimizer=name, lr=float(lr), p=p, seed=seed, model=config["model"],
-                      setup=config["setup"], epochs=config["sweep_epochs"] if sweep else config["epochs"],
-                      image_size=config["image_size"], train_size=config["train_size"] or None,
-                      validation=config["validation"] if sweep else 0, batch_size=config["batch_size"],
-                      eval_every=1 if sweep else config["eval_every"], root=config["root"] or None)
+def _mean_over_seeds(rows: pd.DataFrame) -> pd.DataFrame:
+    """The sweep's rows -> one per (dataset, method, lr), validation accuracy averaged over the seeds."""
+    rows = pd.DataFrame(rows.to_dict("records"),
+                        columns=["dataset", "method", "lr", "p", "paper", "validation_accuracy"])
+    return rows.groupby(["dataset", "method", "lr"], as_index=False, sort=False).agg(
+        p=("p", "first"), paper=("paper", "first"), validation_accuracy=("validation_accuracy", "mean"))
 
 
 def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: bool = True,
@@ -174,29 +274,13 @@ def choose(candidates: pd.DataFrame) -> float:
     return float(finished.sort_values(["validation_accuracy", "lr"], ascending=[False, True]).lr.iloc[0])
 
 
-def sweep(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> pd.DataFrame:
+def sweep(config: VisionGrid | Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> pd.DataFrame:
     """The validation sweep of a grid (``grid``'s config): for every data set and method with more than
     one candidate step size, ``sweep_seeds`` runs of ``sweep_epochs`` epochs per candidate, trained
     without the ``validation`` held-out images and evaluated on them after every epoch. One row per
     (dataset, method, lr): p, paper (the paper's step size), validation_accuracy (mean over the last
     ``sweep_window`` evaluations and the seeds; NaN: diverged), chosen (``choose``)."""
-    _check_grid(config)
-    items = [(d, key, lr, s) for d in config["datasets"] for key in config["methods"]
-             if len(config["step_sizes"][key]) > 1 for lr in config["step_sizes"][key]
-             for s in range(config["sweep_seeds"])]
-    results = train_runs([_run_config(config, *item, sweep=True) for item in items], workers, progress,
-                         skip=(FloatingPointError,))
-    rows = pd.DataFrame([{"dataset": d, "method": key, "lr": float(lr), "p": method(key)[1],
-                          "paper": PAPER_STEP_SIZES.get(key) == lr,
-                          "validation_accuracy": np.nan if result is None else
-                          result["history"].test_accuracy.dropna().iloc[-config["sweep_window"]:].mean()}
-                         for (d, key, lr, _), result in zip(items, results)],
-                        columns=["dataset", "method", "lr", "p", "paper", "validation_accuracy"])
-    table = rows.groupby(["dataset", "method", "lr"], as_index=False, sort=False).agg(
-        p=("p", "first"), paper=("paper", "first"), validation_accuracy=("validation_accuracy", "mean"))
-    chosen = {cell: choose(group) for cell, group in table.groupby(["dataset", "method"], sort=False)}
-    table["chosen"] = [chosen[d, k] == lr for d, k, lr in zip(table.dataset, table.method, table.lr)]
-    return table
+    return grid_engine.sweep(VisionGrid.of(config).design(), workers=workers, progress=progress)[0]
 
 
 @dataclass
@@ -220,44 +304,23 @@ class Grid:
         return {key: trained_model(c, self.results[key]) for key, c in self.configs.items()}
 
 
-def _grid_entry(config: Mapping[str, Any], workers: int, progress: bool) -> dict[str, Any]:
-    """What the store keeps of a grid: the sweep, every method's step size and the diverged final runs."""
-    table = sweep(config, workers=workers, progress=progress)
-    chosen = {(d, k): float(lr) for d, k, lr, c in zip(table.dataset, table.method, table.lr, table.chosen) if c}
-    chosen |= {(d, k): float(config["step_sizes"][k][0]) for d in config["datasets"] for k in config["methods"]
-               if len(config["step_sizes"][k]) == 1}
-    items = [(d, k, chosen[d, k], s) for d in config["datasets"] for k in config["methods"]
-             for s in range(config["seeds"])]
-    results = train_runs([_run_config(config, *item) for item in items], workers, progress, skip=(FloatingPointError,))
-    return {"sweep": table, "chosen": [[d, k, chosen[d, k]] for d in config["datasets"] for k in config["methods"]],
-            "diverged": [[d, k, s] for (d, k, _, s), result in zip(items, results) if result is None]}
-
-
-def grid(config: Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> Grid:
+def grid(config: VisionGrid | Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> Grid:
     """Chapter 07's runs: ``sweep`` chooses the step size of every method with more than one candidate
     (by validation accuracy; the test set plays no part), then ``seeds`` final runs of ``epochs`` per
     data set and method train at that step on ``train_size`` images, evaluated on the test set every
     ``eval_every`` epochs.
 
-    ``config``: exactly ``GRID_KEYS``: datasets, image_size, train_size (0 or None: all), validation
-    (images held out for the sweep), model (``VisionTransformer``'s arguments), setup, batch_size, root
-    (CIFAR folder, "" or None: the data cache), epochs, eval_every, seeds, methods (method keys: "adam"
-    or an exponent p), step_sizes ({method: [candidates]}), sweep_seeds, sweep_epochs, sweep_window.
-    The store keeps the grid under this config (kind ``GRID_KIND``) and each run under its run config
-    (kind ``KIND``). CIFAR is downloaded first where missing (torchvision; internet)."""
-    _check_grid(config)
-    for dataset in config["datasets"]:  # before the training processes start
+    ``config``: a ``VisionGrid``, or a mapping with exactly its fields. The store keeps the grid under
+    its ``to_dict()`` (kind ``GRID_KIND``) and each run under its run config (kind ``KIND``). CIFAR is
+    downloaded first where missing (torchvision; internet)."""
+    typed = VisionGrid.of(config)
+    for dataset in typed.datasets:  # before the training processes start
         if dataset != "fashion_mnist":
-            image_sets(_run_config(config, dataset, config["methods"][0], 1.0, 0)["data"], download=True)
-    entry = store.load_or_run(GRID_KIND, config, lambda: _grid_entry(config, workers, progress))
-    chosen = {(d, k): lr for d, k, lr in entry["chosen"]}
-    diverged = [tuple(item) for item in entry["diverged"]]
-    configs = {(d, k, s): _run_config(config, d, k, chosen[d, k], s) for d in config["datasets"]
-               for k in config["methods"] for s in range(config["seeds"]) if [d, k, s] not in entry["diverged"]}
-    results = dict(zip(configs, train_runs(list(configs.values()), workers, progress)))
-    history = pd.concat([results[key]["history"].assign(dataset=key[0], method=key[1], seed=key[2])
-                         for key in configs], ignore_index=True)
-    return Grid(dict(config), entry["sweep"], chosen, configs, results, diverged, history)
+            image_sets(typed.run((dataset, typed.methods[0]), 1.0, 0)["data"], download=True)
+    built = grid_engine.build(typed.design(), workers=workers, progress=progress, what="vision grid")
+    history = pd.concat([built.results[key]["history"].assign(dataset=key[0], method=key[1], seed=key[2])
+                         for key in built.configs], ignore_index=True)
+    return Grid(typed.to_dict(), built.sweep, built.chosen, built.configs, built.results, built.diverged, history)
 
 
 def change_table(grids: Mapping[str, Grid], methods: Container[str] = ("adam", "1.1"),

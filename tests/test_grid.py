@@ -1,0 +1,220 @@
+"""The one step-size grid (``mdlib.experiments.grid``) on fake runs, and the typed configs of the two
+chapters that use it: what it trains, what it chooses on, what it reads back."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mdlib.experiments import grid, methods, sentiment, store, vision
+
+
+@pytest.fixture(autouse=True)
+def build_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
+
+
+def key_of(config) -> str:
+    return methods.method_key(config["optimizer"]["name"], config["optimizer"]["p"])
+
+
+class FakeRuns:
+    """A chapter's ``train_runs`` without training: ``outcome(config)`` gives (final training accuracy,
+    validation accuracy, test accuracy) or None (diverged: FloatingPointError). Stored runs are read
+    back, as ``pool.run_many`` does; ``trained`` lists the configs it trained."""
+
+    def __init__(self, kind, outcome):
+        self.kind, self.outcome, self.trained = kind, outcome, []
+
+    def __call__(self, configs, workers=1, progress=True, skip=()):
+        out = []
+        for c in configs:
+            if (hit := store.load(self.kind, c)) is not None:
+                out.append(hit)
+                continue
+            values = self.outcome(c)
+            if values is None:
+                if FloatingPointError not in skip:
+                    raise FloatingPointError("diverged")
+                out.append(None)
+                continue
+            self.trained.append(c)
+            train_acc, validation, test = values
+            history = pd.DataFrame({"epoch": [1, 2], "train_loss": [1.0, 0.5], "train_accuracy": [0.5, train_acc],
+                                    "test_accuracy": [0.0, test]})
+            store.save(self.kind, c, {"history": history, "validation_accuracy": validation, "state.x": np.zeros(1)})
+            out.append(store.load(self.kind, c))
+        return out
+
+
+def sentiment_config(**overrides):
+    return dict(dataset="rotten_tomatoes", max_length=16, train_size=None, width=6, setup="authors", epochs=3,
+                layers=[3], methods=["1.1", "2"], seeds=3, multiples={"1.1": [1, 3, 10], "2": [3, 10]}) | overrides
+
+
+def multiple_of(config) -> int:
+    return round(config["optimizer"]["lr"] / sentiment.reference_step(config["model"]["layers"], key_of(config)))
+
+
+#: (method, multiple) -> (training accuracy, validation, test) of the fake sentiment runs; None: diverged.
+SENTIMENT = {("1.1", 1): (1.0, 0.70, 0.90), ("1.1", 3): (1.0, 0.75, 0.60), ("1.1", 10): None,
+             ("2", 3): (0.90, 0.80, 0.95), ("2", 10): (1.0, 0.65, 0.50)}
+
+
+def sentiment_runs(monkeypatch, flip_test=False, table=SENTIMENT):
+    """Fake sentiment runs from ``table``; ``flip_test``: test accuracy 1 - test (its order reversed)."""
+    def outcome(c):
+        values = table[key_of(c), multiple_of(c)]
+        return None if values is None else (values[0], values[1], 1 - values[2] if flip_test else values[2])
+    fake = FakeRuns(sentiment.KIND, outcome)
+    monkeypatch.setattr(sentiment, "train_runs", fake)
+    return fake
+
+
+def test_the_sentiment_sweep_trains_each_candidate_once_and_the_seeds_at_the_choice(monkeypatch):
+    fake = sentiment_runs(monkeypatch)
+    built = sentiment.grid(sentiment_config())
+    # the stop rule first, then validation: 1.1 takes 3x (not 1x, whose test is higher); 2 takes 10x
+    # (3x missed the rule)
+    assert built.chosen == {(3, "1.1"): 3.0, (3, "2"): 10.0}
+    trained = [(key_of(c), multiple_of(c), c["fit"]["seed"]) for c in fake.trained]
+    assert len(trained) == len(set(trained))  # nothing trained twice
+    assert sorted(t for t in trained if t[2] == 0) == [("1.1", 1, 0), ("1.1", 3, 0), ("2", 3, 0), ("2", 10, 0)]
+    assert sorted(t for t in trained if t[2] > 0) == [("1.1", 3, 1), ("1.1", 3, 2), ("2", 10, 1), ("2", 10, 2)]
+    assert {(k, s): multiple_of(c) for (_, k, s), c in built.configs.items()} == {
+        ("1.1", s): 3 for s in range(3)} | {("2", s): 10 for s in range(3)}
+    diverged = built.runs[built.runs.diverged]
+    assert list(zip(diverged.method, diverged.multiple)) == [("1.1", 10)] and not diverged.chosen.any()
+
+
+def test_the_choice_never_reads_the_test_set(monkeypatch, tmp_path):
+    chosen = []
+    for flip in (False, True):
+        monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / str(flip)))
+        sentiment_runs(monkeypatch, flip_test=flip)
+        chosen.append(sentiment.grid(sentiment_config()).chosen)
+    assert chosen[0] == chosen[1]
+
+
+def test_an_all_diverged_cell_names_itself(monkeypatch):
+    sentiment_runs(monkeypatch, table=SENTIMENT | {("2", 3): None, ("2", 10): None})
+    with pytest.raises(ValueError, match=r"every candidate step size diverged for 2 at 3 layers"):
+        sentiment.grid(sentiment_config())
+
+
+def test_a_stored_grid_is_read_back_without_training(monkeypatch):
+    fake = sentiment_runs(monkeypatch)
+    first = sentiment.grid(sentiment_config(), name="grid-test")
+    fake.trained.clear()
+    again = sentiment.grid(sentiment_config())
+    stored = sentiment.grid(sentiment_config(), stored_only=True)
+    assert fake.trained == [] and again.chosen == stored.chosen == first.chosen
+    pd.testing.assert_frame_equal(stored.runs, first.runs)
+    with pytest.raises(LookupError, match="not in the results store. build it first"):
+        sentiment.grid(sentiment_config(seeds=2), stored_only=True, missing_hint="build it first")
+
+
+def vision_config(**overrides):
+    return dict(datasets=["fashion_mnist"], image_size=28, train_size=200, validation=100,
+                model={"patch": 7, "width": 8, "depth": 1, "heads": 2, "mlp": 8}, setup="authors", batch_size=50,
+                root="", epochs=4, eval_every=2, seeds=2, methods=["adam", "1.1"],
+                step_sizes={"adam": [1e-3], "1.1": [0.05, 0.15, 0.5]}, sweep_seeds=2, sweep_epochs=2,
+                sweep_window=1) | overrides
+
+
+def vision_runs(monkeypatch, test_shift=0.0, diverge=(0.5,)):
+    """Sweep runs (held-out validation images) score 0.8 at lr 0.15, else 0.7; final runs score
+    ``test_shift`` more on the test set; the steps in ``diverge`` diverge."""
+    def outcome(c):
+        lr, sweep = c["optimizer"]["lr"], c["data"]["validation"] > 0
+        if lr in diverge:
+            return None
+        accuracy = (0.8 if lr == 0.15 else 0.7) if sweep else 0.6 + test_shift * lr
+        return 1.0, np.nan, accuracy
+    fake = FakeRuns(vision.KIND, outcome)
+    monkeypatch.setattr(vision, "train_runs", fake)
+    return fake
+
+
+def test_the_vision_sweep_chooses_on_validation_images_and_keeps_diverged_finals(monkeypatch, tmp_path):
+    fake = vision_runs(monkeypatch)
+    built = vision.grid(vision_config())
+    assert built.chosen == {("fashion_mnist", "adam"): 1e-3, ("fashion_mnist", "1.1"): 0.15}
+    swept = [(c["optimizer"]["lr"], c["fit"]["seed"]) for c in fake.trained if c["data"]["validation"]]
+    assert sorted(swept) == [(0.05, 0), (0.05, 1), (0.15, 0), (0.15, 1)]  # adam's one step: no sweep
+    assert sorted((c["optimizer"]["lr"], c["fit"]["seed"]) for c in fake.trained if not c["data"]["validation"]) == [
+        (1e-3, 0), (1e-3, 1), (0.15, 0), (0.15, 1)]
+    assert built.sweep.validation_accuracy.isna().tolist() == [False, False, True]  # 0.5 diverged, never chosen
+    assert built.sweep.chosen.tolist() == [False, True, False]
+    for shift in (5.0, -5.0):  # the test set plays no part in the choice
+        monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / str(shift)))
+        vision_runs(monkeypatch, test_shift=shift)
+        assert vision.grid(vision_config()).chosen == built.chosen
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "finals"))
+    vision_runs(monkeypatch, diverge=(1e-3,))  # a final run that diverges is recorded, not raised
+    finals = vision.grid(vision_config())
+    assert finals.diverged == [("fashion_mnist", "adam", 0), ("fashion_mnist", "adam", 1)]
+    assert sorted(finals.configs) == [("fashion_mnist", "1.1", 0), ("fashion_mnist", "1.1", 1)]
+
+
+def test_the_engine_refuses_a_cell_with_candidates_but_no_sweep():
+    design = vision.VisionGrid.of(vision_config()).design()
+    broken = dataclasses.replace(design, sweep_seeds=lambda cell: [], train_runs=lambda *a, **k: [])
+    with pytest.raises(ValueError, match=r"cell \('fashion_mnist', '1.1'\) has 3 candidates but no sweep seeds"):
+        grid.sweep(broken)
+
+
+def test_typed_run_configs_are_the_dicts_the_store_keeps():
+    config = sentiment.run_config(layers=3, optimizer="md", lr=8e-4, p=1.1, seed=2, train_size=1000, width=48)
+    assert config == {
+        "dataset": "rotten_tomatoes", "split_seed": 0, "max_length": 64, "train_size": 1000,
+        "model": {"width": 48, "layers": 3, "heads": 3, "mlp": 192, "dropout": 0.2, "setup": "authors"},
+        "optimizer": {"name": "md", "lr": 8e-4, "p": 1.1},
+        "fit": {"epochs": 600, "batch_size": 100, "seed": 2, "loss": "binary", "reduction": "sum",
+                "stop_train_accuracy": 0.995, "pool": 16}}
+    config = vision.run_config("fashion_mnist", optimizer="adam", lr=1e-3, seed=1, epochs=10, train_size=10000,
+                               model={"patch": 7, "width": 64, "depth": 4, "heads": 4, "mlp": 64}, validation=500)
+    assert config == {
+        "data": {"dataset": "fashion_mnist", "image_size": 28, "train_size": 10000, "validation": 500, "seed": 0,
+                 "root": None},
+        "model": {"patch": 7, "width": 64, "depth": 4, "heads": 4, "mlp": 64, "setup": "authors"},
+        "optimizer": {"name": "adam", "lr": 1e-3, "p": None},
+        "fit": {"epochs": 10, "batch_size": 100, "seed": 1, "loss": "multiclass", "eval_every": 1}}
+    typed = sentiment.SentimentRun(
+        "rotten_tomatoes", 0, 64, None, sentiment.TextModel(6, 3, 3, 24, 0.2, "authors"),
+        grid.Optimizer("gd", 1e-3, None), sentiment.TextFit(5, 100, 0, "binary", "sum", 0.995, 16))
+    plain = typed.to_dict()
+    assert store.config_key(sentiment.KIND, typed) == store.config_key(sentiment.KIND, plain)
+    assert store.canonical_json(typed) == store.canonical_json(plain)
+
+
+def test_typed_grid_configs_are_frozen_and_keep_the_old_errors():
+    typed = sentiment.SentimentGrid.of(sentiment_config())
+    assert typed.to_dict() == sentiment_config() and sentiment.SentimentGrid.of(typed) is typed
+    assert vision.VisionGrid.of(vision_config()).to_dict() == vision_config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        typed.epochs = 5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sentiment.TextModel(6, 3, 3, 24, 0.2, "authors").width = 12
+    with pytest.raises(ValueError, match=r"a Table 1 grid config has exactly the keys .*missing \['seeds'\], "
+                                         r"unknown \['workers'\]"):
+        sentiment.SentimentGrid.of({k: v for k, v in sentiment_config(workers=2).items() if k != "seeds"})
+    with pytest.raises(ValueError, match=r"no step-size multiples for \['3'\]"):
+        sentiment.SentimentGrid.of(sentiment_config(methods=["3"], multiples={}))
+    with pytest.raises(ValueError, match="seeds must be an integer >= 1"):
+        sentiment.SentimentGrid.of(sentiment_config(seeds=0))
+    with pytest.raises(ValueError, match=r"a vision grid config has exactly the keys .*missing \[\], unknown \['x'\]"):
+        vision.VisionGrid.of(vision_config(x=1))
+    with pytest.raises(ValueError, match="needs a non-empty list of candidates for each of the methods"):
+        vision.VisionGrid.of(vision_config(step_sizes={"adam": [1e-3]}))
+    with pytest.raises(ValueError, match="unknown dataset 'mnist'"):
+        vision.VisionGrid.of(vision_config(datasets=["mnist"]))
+    with pytest.raises(ValueError, match="width 8 is not divisible by 3 heads"):
+        sentiment.run_config(layers=3, optimizer="gd", lr=1.0, width=8)
+    with pytest.raises(ValueError, match="train_size must be None"):
+        sentiment.run_config(layers=3, optimizer="gd", lr=1.0, width=6, train_size=10)
+    with pytest.raises(ValueError, match="unknown setup 'bert'"):
+        vision.run_config("fashion_mnist", optimizer="adam", lr=1e-3, seed=0, epochs=1, model={}, setup="bert")
