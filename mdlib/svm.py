@@ -259,6 +259,10 @@ def _power(a, e):
     return out
 
 
+# The solver's own signed power, not mdlib.mirror's torch kernel: numba compiles only numpy and scalar
+# code, and the solver runs in float64 with square and cube roots for exponents n/2 and n/3 (see
+# _power), whose certified solutions (and the book's tables) come from this arithmetic. It is the one
+# definition in this module: every sign(x)|x|^e here is _mirror, every |x|^e is _power.
 @_jit
 def _mirror(x, r):
     """sign(x) |x|^(r-1): the gradient of ||x||_r^r / r."""

@@ -16,7 +16,8 @@ from torch.optim import lr_scheduler
 from torch.optim.swa_utils import SWALR
 
 from mdlib import mirror, optim
-from mdlib.optim import LpMirrorDescent, _foreach_signed_power_into, _signed_power_into, lp_mirror_descent
+from mdlib.mirror import _foreach_signed_power_into, _signed_power_into
+from mdlib.optim import LpMirrorDescent, lp_mirror_descent
 from tiny_model import loss_of, make_model  # tests/tiny_model.py (pytest puts tests/ on the path)
 
 PATHS = {"single": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True),
