@@ -319,6 +319,18 @@ def edit_no_grad(model):
         model[0].weight[0].fill_(0.25)  # an ordinary in-place edit: part of one tensor
 
 
+def assert_next_step_is_the_reference(model, opt, k, lr, p):
+    """The next step (on the gradient of ``loss_of(model, k)``) takes each float64 parameter w to
+    m^-1(m(w) - lr g), :func:`mdlib.mirror.mirror_step` from the parameters as they are now."""
+    before = params_of(model)
+    loss_of(model, k).backward()
+    grads = [w.grad.clone() for w in model.parameters()]
+    opt.step()
+    opt.check()
+    for w, b, g in zip(model.parameters(), before, grads):
+        torch.testing.assert_close(w.detach(), mirror.mirror_step(b, g, lr, p), rtol=1e-12, atol=1e-15)
+
+
 @all_checks
 @pytest.mark.parametrize("edit", [edit_clamp, edit_vector, edit_no_grad])
 @pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
@@ -327,13 +339,7 @@ def test_an_edit_outside_the_optimizer_is_stepped_from(edit, p, path):
     entry against the float64 reference (the dual of the unedited entries is kept as it was)."""
     model, opt = trained(3, torch.float64, lr=0.01, p=p, **PATHS[path])
     edit(model)
-    edited = params_of(model)
-    loss_of(model, 9).backward()
-    grads = [w.grad.clone() for w in model.parameters()]
-    opt.step()
-    opt.check()
-    for w, e, g in zip(model.parameters(), edited, grads):
-        torch.testing.assert_close(w.detach(), mirror.mirror_step(e, g, 0.01, p), rtol=1e-12, atol=1e-15)
+    assert_next_step_is_the_reference(model, opt, 9, 0.01, p)
     if edit is edit_clamp:
         assert max(w.abs().max().item() for w in model.parameters()) < 0.2  # not 1.18 as before
 
@@ -355,13 +361,7 @@ def test_the_issues_clamped_weight_stays_near_its_clamp(path):
 def test_changing_p_of_a_group_is_picked_up(path):
     model, opt = trained(3, torch.float64, lr=0.01, p=1.5, **PATHS[path])
     opt.param_groups[0]["p"] = 3.0
-    before = params_of(model)
-    loss_of(model, 7).backward()
-    grads = [w.grad.clone() for w in model.parameters()]
-    opt.step()
-    opt.check()
-    for w, b, g in zip(model.parameters(), before, grads):
-        torch.testing.assert_close(w.detach(), mirror.mirror_step(b, g, 0.01, 3.0), rtol=1e-12, atol=1e-15)
+    assert_next_step_is_the_reference(model, opt, 7, 0.01, 3.0)
 
 
 @pytest.mark.parametrize("path", ["single", "foreach", pytest.param("fused", marks=pytest.mark.slow)])
