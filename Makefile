@@ -1,5 +1,7 @@
 # make book   -> .venv (if needed), every notebook executed at $(PROFILE), HTML in _build/html
-# make test   -> .venv (if needed), the test suite (unit tests, notebooks and a smoke-profile book build)
+# make test   -> .venv (if needed), `make lint`, then the test suite (unit tests, notebooks and a smoke-profile book build)
+# make test-fast -> the tests not marked slow (no notebooks, no book build, no wheel): under 3 minutes on 2 cores
+# make lint   -> ruff check (pyproject.toml [tool.ruff]: pyflakes and the complexity caps)
 # PROFILE=smoke make book   builds the CI-sized book in about a minute.
 
 PROFILE ?= default
@@ -12,7 +14,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mdlib-installed
 PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: book html test clean distclean
+.PHONY: book html test test-fast lint clean distclean
 
 book: $(STAMP)
 	$(PY) -m mdlib book --profile $(PROFILE)
@@ -21,8 +23,14 @@ book: $(STAMP)
 html: $(STAMP)
 	$(PY) -m mdlib book --skip-execute
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
 
 # The environment: created once, reinstalled when pyproject.toml changes; every extra ("all": the
 # experiments, the book, numba, torchvision, the test tools). A .venv made before the distribution was

@@ -68,38 +68,82 @@ def _power_kind(r: float, dtype: torch.dtype) -> tuple[str, int]:
     return "general", 0
 
 
-def _signed_power(u: Tensor, r: float, out: Tensor | None = None, scratch: Tensor | None = None) -> Tensor:
-    """sign(u) |u|^r, written into ``out`` (a new tensor if None) by in-place operations, so that a
-    caller passing ``out`` (and ``scratch``, a tensor like u, used for integer r >= 3) allocates nothing.
+def _power_steps(r: float, dtype: torch.dtype) -> tuple[tuple[str, ...], bool]:
+    """The arithmetic of sign(s)|s|^r, defined once for every variant (in place, foreach, fused): the
+    operations on an accumulator x that starts as s, and whether the sign of s is put back afterwards.
 
-    p = 1 + 1/k gives the integer inverse exponent r = k (p = 1.1 -> r = 10: repeated squaring);
-    p = 3 gives r = 1/2 (a square root). Other exponents use exp(r log|u|). ``out`` must not be u.
-    """
-    out = torch.empty_like(u) if out is None else out
-    kind, k = _power_kind(r, u.dtype)
+    Integer r = k (p = 1 + 1/k; p = 1.1 gives 10): left-to-right binary powering of the signed s, for
+    each bit of k after the leading one "square" (x <- x x) and, for a 1 bit, "mul" (x <- x s): four
+    passes for k = 10; an odd power keeps the sign of s. r = 1/2 (p = 3): "abs", "sqrt". Other r:
+    |s|^r = exp(r log|s|) ("abs", "log", "scale" by r, "exp"; log 0 = -inf gives exp(-inf) = 0, as it
+    should), also the float32 r = n/3 that :func:`_fused_signed_power` computes by a Newton cube root.
+    r = 1: no operation (a copy)."""
+    kind, k = _power_kind(r, dtype)
     if kind == "copy":
-        return out.copy_(u)
-    if kind == "integer":  # |u|^(k-1) by binary powering, then times u
-        n = k - 1
-        base = torch.abs(u, out=torch.empty_like(u) if scratch is None else scratch)
-        first = True
-        while n:
-            if n & 1:
-                if first:
-                    out.copy_(base)
-                    first = False
-                else:
-                    out.mul_(base)
-            n >>= 1
-            if n:
-                base.square_()
-        return out.mul_(u)
-    torch.abs(u, out=out)
+        return (), False
+    if kind == "integer":
+        return tuple(op for bit in bin(k)[3:] for op in (("square", "mul") if bit == "1" else ("square",))), k % 2 == 0
     if kind == "sqrt":
-        out.sqrt_()
-    else:  # |u|^r = exp(r log|u|); log(0) = -inf gives exp(-inf) = 0, as it should
-        out.log_().mul_(r).exp_()
-    return out.copysign_(u)
+        return ("abs", "sqrt"), True
+    return ("abs", "log", "scale", "exp"), True
+
+
+#: The steps of :func:`_power_steps` as torch operations: (accumulator x, source s, exponent r, out).
+_TENSOR_OPS = {
+    "square": lambda x, s, r, out: torch.mul(x, x, out=out),
+    "mul": lambda x, s, r, out: torch.mul(x, s, out=out),
+    "abs": lambda x, s, r, out: torch.abs(x, out=out),
+    "sqrt": lambda x, s, r, out: torch.sqrt(x, out=out),
+    "log": lambda x, s, r, out: torch.log(x, out=out),
+    "scale": lambda x, s, r, out: torch.mul(x, r, out=out),
+    "exp": lambda x, s, r, out: torch.exp(x, out=out),
+}
+#: The same steps as torch's foreach kernels, in place on the list of accumulators xs.
+_FOREACH_OPS = {
+    "square": lambda xs, ss, r: torch._foreach_mul_(xs, xs),
+    "mul": lambda xs, ss, r: torch._foreach_mul_(xs, ss),
+    "abs": lambda xs, ss, r: torch._foreach_abs_(xs),
+    "sqrt": lambda xs, ss, r: torch._foreach_sqrt_(xs),
+    "log": lambda xs, ss, r: torch._foreach_log_(xs),
+    "scale": lambda xs, ss, r: torch._foreach_mul_(xs, r),
+    "exp": lambda xs, ss, r: torch._foreach_exp_(xs),
+}
+
+
+def _signed_power(u: Tensor, r: float, out: Tensor | None = None) -> Tensor:
+    """sign(u) |u|^r by the steps of :func:`_power_steps`: written into ``out`` by ``out=`` operations
+    (the first reads u; nothing else is allocated), or, with ``out=None``, out of place (one pointwise
+    expression, as torch.compile wants it). ``out`` must not be u and has u's dtype."""
+    steps, sign = _power_steps(r, u.dtype)
+    if not steps:
+        return u.clone() if out is None else out.copy_(u)
+    x = u
+    for step in steps:
+        x = _TENSOR_OPS[step](x, u, r, out)
+    return torch.copysign(x, u, out=out) if sign else x
+
+
+def _signed_power_into(s: Tensor, r: float, w: Tensor) -> None:
+    """w <- sign(s)|s|^r in place, reading s (:func:`_signed_power` into w). A low-precision w (a
+    fp16/bf16 parameter of a float32 dual) is computed in s's precision, then rounded into w."""
+    if w.dtype != s.dtype:
+        w.copy_(_signed_power(s, r))
+    else:
+        _signed_power(s, r, out=w)
+
+
+def _foreach_signed_power_into(ss: list[Tensor], r: float, ws: list[Tensor]) -> None:
+    """:func:`_signed_power_into` over lists of one device and dtype, by the same steps with foreach
+    kernels (the sign put back as a product with sign(s): foreach has no copysign)."""
+    steps, sign = _power_steps(r, ss[0].dtype)
+    xs = ws if ws[0].dtype == ss[0].dtype else [torch.empty_like(s) for s in ss]
+    torch._foreach_copy_(xs, ss)
+    for step in steps:
+        _FOREACH_OPS[step](xs, ss, r)
+    if sign:
+        torch._foreach_mul_(xs, torch._foreach_sign(ss))
+    if xs is not ws:
+        torch._foreach_copy_(ws, xs)
 
 
 #: Bits of the float32 seed of |a|^(-1/3): y0 = bits(K - bits(a) / 3) is within 3.5 % of it for normal a.
@@ -109,7 +153,7 @@ _CUBE_ROOT_SEED = 0x54A23280
 def _fused_signed_power(u: Tensor, r: float) -> Tensor:
     """sign(u) |u|^r as one pointwise expression, written for torch.compile to fuse into one pass.
 
-    Same cases as :func:`_signed_power`, plus one: in float32, r = n/3 with n > 3 (p = 1.75 gives
+    The steps of :func:`_power_steps`, out of place, plus one: in float32, r = n/3 with n > 3 (p = 1.75 gives
     r = 4/3) avoids exp/log. y = |u|^(-1/3) is seeded from the exponent bits (y0 = bits(K - bits(|u|)/3),
     within 3.5 %) and refined by three division-free Newton steps y <- y (4/3 - |u| y^3 / 3); then
     |u|^(1/3) = |u| y^2, |u|^(2/3) = |u| y, times an integer power of |u|. More accurate than

@@ -83,7 +83,8 @@ except ImportError:  # pragma: no cover
         return ["mps", "cuda", "xpu", "hpu", "cpu"]
 
 from mdlib import first_line
-from mdlib.mirror import _fused_signed_power, _power_kind, _signed_power, check_p, lp_norm, mirror_map
+from mdlib.mirror import (_foreach_signed_power_into, _fused_signed_power, _signed_power, _signed_power_into, check_p,
+                          lp_norm, mirror_map)
 
 __all__ = ["LpMirrorDescent", "lp_mirror_descent"]
 
@@ -106,65 +107,6 @@ def _finite(tensors: list[Tensor]) -> Tensor:
     bool tensor on the tensors' device (no host read)."""
     extremes = torch.stack([m for t in tensors for m in (t.aminmax() if t.numel() else (t.new_zeros(()),) * 2)])
     return torch.isfinite(extremes.reshape(-1, 2).double()).all(dim=1)
-
-
-def _signed_power_into(s: Tensor, r: float, w: Tensor) -> None:
-    """w <- sign(s)|s|^r by in-place operations on w, reading s, with no other buffer.
-
-    Integer r (p = 1 + 1/r, e.g. 1.1 -> 10): s^r by left-to-right binary powering on w (p = 1.1: four
-    passes), then the sign of s (copysign); r = 1/2 (p = 3): a square root; other r: exp(r log|s|)."""
-    if w.dtype != s.dtype:  # a low-precision parameter: compute in the dual's precision, then round
-        work = torch.empty_like(s)
-        _signed_power_into(s, r, work)
-        w.copy_(work)
-        return
-    kind, k = _power_kind(r, s.dtype)
-    if kind == "copy":
-        w.copy_(s)
-        return
-    if kind == "integer":  # bits of k after the leading one: s*s consumes the first of them
-        bits = bin(k)[3:]
-        torch.mul(s, s, out=w)
-        if bits[0] == "1":
-            w.mul_(s)
-        for bit in bits[1:]:
-            w.square_()
-            if bit == "1":
-                w.mul_(s)
-    else:
-        torch.abs(s, out=w)
-        if kind == "sqrt":
-            w.sqrt_()
-        else:  # "general", and "cube" (float32 r = n/3: the fused path's Newton root; eagerly exp/log)
-            w.log_().mul_(r).exp_()  # log(0) = -inf gives exp(-inf) = 0, as it should
-    w.copysign_(s)
-
-
-def _foreach_signed_power_into(ss: list[Tensor], r: float, ws: list[Tensor]) -> None:
-    """:func:`_signed_power_into` over lists of one device and dtype, with foreach kernels."""
-    kind, k = _power_kind(r, ss[0].dtype)
-    out = ws if ws[0].dtype == ss[0].dtype else [torch.empty_like(s) for s in ss]
-    if kind == "integer":
-        torch._foreach_copy_(out, ss)
-        for bit in bin(k)[3:]:
-            torch._foreach_mul_(out, out)
-            if bit == "1":
-                torch._foreach_mul_(out, ss)
-        signs = None if k % 2 else torch._foreach_sign(ss)  # an odd power keeps the sign; an even one is >= 0
-    else:
-        torch._foreach_copy_(out, ss)
-        torch._foreach_abs_(out)
-        if kind == "sqrt":
-            torch._foreach_sqrt_(out)
-        elif kind != "copy":
-            torch._foreach_log_(out)
-            torch._foreach_mul_(out, r)
-            torch._foreach_exp_(out)
-        signs = None if kind == "copy" else torch._foreach_sign(ss)
-    if signs is not None:
-        torch._foreach_mul_(out, signs)
-    if out is not ws:
-        torch._foreach_copy_(ws, out)
 
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -571,35 +513,9 @@ class LpMirrorDescent(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        work = []
-        for index, group in enumerate(self.param_groups):  # everything that can refuse, before any update
-            p = check_p(group["p"])
-            names = group.get("param_names") or [
-                f"param_groups[{index}]['params'][{j}]" for j in range(len(group["params"]))]
-            live = [(w, name) for w, name in zip(group["params"], names) if w.grad is not None]
-            if not live:
-                continue
-            params, labels = [w for w, _ in live], [name for _, name in live]
-            for w, name in live:
-                if w.grad.is_sparse:
-                    raise RuntimeError(f"LpMirrorDescent does not support sparse gradients ({name}); "
-                                       "use dense gradients (e.g. nn.Embedding(..., sparse=False))")
-                if group["fused"]:
-                    _check_fused_param(w)
-            lr = group["lr"]
-            fused_lr = group["fused"] and p != 2.0 and isinstance(lr, Tensor)  # a kernel argument: not read
-            if not fused_lr and not math.isfinite(float(lr)):
-                raise FloatingPointError(f"lr is not finite ({float(lr)}) in param_groups[{index}]: parameters "
-                                         "left unchanged")
-            grads = [w.grad for w in params]
-            if p == 2.0:  # SGD: the gradient is checked before the step
-                if group["normalize"]:
-                    grads = _normalized(grads, 2.0, group["eps"])
-                bad = [name for name, ok in zip(labels, _finite(grads).tolist()) if not ok]
-                if bad:
-                    raise FloatingPointError(f"non-finite gradient in {', '.join(bad)}: parameters left unchanged; "
-                                             f"check the loss or reduce lr (now {float(lr)})")
-            work.append((group, p, params, grads, labels))
+        # everything that can refuse, before any update
+        work = [job for index, group in enumerate(self.param_groups)
+                if (job := self._prepare_group(index, group)) is not None]
         lazy = self._lazy()
         try:
             for group, p, params, grads, labels in work:
@@ -618,6 +534,38 @@ class LpMirrorDescent(Optimizer):
                 _eager(foreach or bool(group["fused"]))(params, grads, None, None, lr=float(group["lr"]), p=2.0,
                                                          maximize=group["maximize"])
         return loss
+
+    def _prepare_group(self, index: int, group: dict[str, Any]) -> tuple | None:
+        """Validate param group ``index`` before any update (sparse gradients, fused support, a finite lr;
+        p = 2 also checks its gradients, SGD keeping no dual to return to) and return its work
+        (group, p, params, grads, labels) for the parameters with a gradient, or None if it has none."""
+        p = check_p(group["p"])
+        names = group.get("param_names") or [
+            f"param_groups[{index}]['params'][{j}]" for j in range(len(group["params"]))]
+        live = [(w, name) for w, name in zip(group["params"], names) if w.grad is not None]
+        if not live:
+            return None
+        params, labels = [w for w, _ in live], [name for _, name in live]
+        for w, name in live:
+            if w.grad.is_sparse:
+                raise RuntimeError(f"LpMirrorDescent does not support sparse gradients ({name}); "
+                                   "use dense gradients (e.g. nn.Embedding(..., sparse=False))")
+            if group["fused"]:
+                _check_fused_param(w)
+        lr = group["lr"]
+        fused_lr = group["fused"] and p != 2.0 and isinstance(lr, Tensor)  # a kernel argument: not read
+        if not fused_lr and not math.isfinite(float(lr)):
+            raise FloatingPointError(f"lr is not finite ({float(lr)}) in param_groups[{index}]: parameters "
+                                     "left unchanged")
+        grads = [w.grad for w in params]
+        if p == 2.0:  # SGD: the gradient is checked before the step
+            if group["normalize"]:
+                grads = _normalized(grads, 2.0, group["eps"])
+            bad = [name for name, ok in zip(labels, _finite(grads).tolist()) if not ok]
+            if bad:
+                raise FloatingPointError(f"non-finite gradient in {', '.join(bad)}: parameters left unchanged; "
+                                         f"check the loss or reduce lr (now {float(lr)})")
+        return group, p, params, grads, labels
 
     def _lazy(self) -> bool:
         if self.lazy_check is not None:

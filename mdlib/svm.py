@@ -259,6 +259,10 @@ def _power(a, e):
     return out
 
 
+# The solver's own signed power, not mdlib.mirror's torch kernel: numba compiles only numpy and scalar
+# code, and the solver runs in float64 with square and cube roots for exponents n/2 and n/3 (see
+# _power), whose certified solutions (and the book's tables) come from this arithmetic. It is the one
+# definition in this module: every sign(x)|x|^e here is _mirror, every |x|^e is _power.
 @_jit
 def _mirror(x, r):
     """sign(x) |x|^(r-1): the gradient of ||x||_r^r / r."""
@@ -383,10 +387,74 @@ def _best_multiple(lam, u, q):
 
 
 @_jit
+def _newton_system(A, A2, p, q, pd, lam, u, wbar, Aw, Awbar):
+    """The Newton system at the current primal: mirror_q(u) for a dual step, wbar for a primal-dual
+    step (``pd``). Returns (h, the stationarity residual, the gradient, the free set, the right-hand side
+    g + H lambda_A, the damping mu)."""
+    m, N = A.shape
+    if pd:
+        h = _weights(wbar, 2 - p, 1 / (p - 1))
+        resid = u - _mirror(wbar, p)  # stationarity residual
+        cons = Awbar
+        grad = 1 - cons - _matvec(A, h * resid)
+    else:
+        h = _weights(u, q - 2, q - 1)
+        resid = np.zeros(N)
+        cons = Aw
+        grad = 1 - Aw
+    free = lam * _matvec(A2, h) >= cons - 1
+    rhs = grad + _matvec(A, h * _rmatvec(A, np.where(free, 0.0, lam)))  # g + H lambda_A
+    if pd:
+        mu = 1e-12
+    else:
+        mu = 0.0
+        for i in range(m):
+            if free[i]:
+                mu = max(mu, abs(grad[i]))
+        mu = min(max(mu, 1e-12), 1e-2)
+    return h, resid, grad, free, rhs, mu
+
+
+@_jit
+def _primal_dual_step(A, p, q, lam, u, wbar, step, h, resid, D, best, since_best):
+    """The primal-dual move: (unprojected) steps t = 1, 1/2, ... accepted within the gap slack; if none
+    is, back to lambda+ for a dual step. Returns (lambda, u, wbar, accepted)."""
+    du = _rmatvec(A, step)
+    dw = h * (resid + du)
+    t = 1.0
+    for _ in range(_PD_TRIES):
+        lam_t, u_t, wbar_t = lam + t * step, u + t * du, wbar + t * dw
+        D_t, rel_t, _, _, _ = _certify(A, lam_t, u_t, wbar_t, True, p, q)
+        slack = _PD_SLACK if since_best < _PD_PATIENCE else 1.0
+        if rel_t < slack * best and (np.isfinite(best) or D_t > D):
+            return lam_t, u_t, wbar_t, True
+        t /= 2
+    lam = np.maximum(lam, 0.0)  # rejected: back to a dual step from lambda+
+    return lam, _rmatvec(A, lam), wbar, False
+
+
+@_jit
+def _dual_step(A, q, lam, u, step, grad, D):
+    """The dual move: Armijo along max(0, lambda + t d), t = 1, 1/2, ..., then the best multiple.
+    Returns (lambda, u, found); not found (stalled): lambda and u unchanged."""
+    t = 1.0
+    for _ in range(_BACKTRACKS):
+        trial = np.maximum(0.0, lam + t * step)
+        u_t = _rmatvec(A, trial)
+        gain = grad @ (trial - lam)  # first-order increase along the projection arc
+        if _dual_value(trial, u_t, q) - D >= _SIGMA * gain - 1e-14 * abs(D):
+            c = _best_multiple(trial, u_t, q)
+            return trial * c, u_t * c, True
+        t /= 2
+    return lam, u, False
+
+
+@_jit
 def _newton(A, p, lam, tol, max_iter):
     """Damped Newton from ``lam`` >= 0 until the relative gap is <= tol * _AIM (see the module
-    docstring). Returns (lambda+, w, iterations, converged)."""
-    m, N = A.shape
+    docstring): for p > 2 primal-dual steps alternating with dual steps, else dual steps with a line
+    search. Returns (lambda+, w, iterations, converged)."""
+    N = A.shape[1]
     q = p / (p - 1)
     primal_dual = p > 2.0
     A2 = A * A
@@ -405,63 +473,17 @@ def _newton(A, p, lam, tol, max_iter):
             return np.maximum(lam, 0.0), w, it, True
         if not np.isfinite(D) or it == max_iter:
             break
-        # Newton system at the current primal: mirror_q(u) (dual steps) or wbar (primal-dual steps)
-        if pd:
-            h = _weights(wbar, 2 - p, 1 / (p - 1))
-            resid = u - _mirror(wbar, p)  # stationarity residual
-            cons = Awbar
-            grad = 1 - cons - _matvec(A, h * resid)
-        else:
-            h = _weights(u, q - 2, q - 1)
-            resid = np.zeros(N)
-            cons = Aw
-            grad = 1 - Aw
-        free = lam * _matvec(A2, h) >= cons - 1
-        rhs = grad + _matvec(A, h * _rmatvec(A, np.where(free, 0.0, lam)))  # g + H lambda_A
-        if pd:
-            mu = 1e-12
-        else:
-            mu = 0.0
-            for i in range(m):
-                if free[i]:
-                    mu = max(mu, abs(grad[i]))
-            mu = min(max(mu, 1e-12), 1e-2)
+        h, resid, grad, free, rhs, mu = _newton_system(A, A2, p, q, pd, lam, u, wbar, Aw, Awbar)
         step, ok = _solve_on(_weighted_gram(A, np.flatnonzero(free), h), lam, free, rhs, mu)
         if not ok:
             break
         accepted = False
-        if pd:  # primal-dual: (unprojected) steps t = 1, 1/2, ... within the gap slack
-            du = _rmatvec(A, step)
-            dw = h * (resid + du)
-            t = 1.0
-            for _ in range(_PD_TRIES):
-                lam_t, u_t, wbar_t = lam + t * step, u + t * du, wbar + t * dw
-                D_t, rel_t, _, _, _ = _certify(A, lam_t, u_t, wbar_t, True, p, q)
-                slack = _PD_SLACK if since_best < _PD_PATIENCE else 1.0
-                if rel_t < slack * best and (np.isfinite(best) or D_t > D):
-                    lam, u, wbar = lam_t, u_t, wbar_t
-                    accepted = True
-                    break
-                t /= 2
-            if not accepted:  # rejected: back to a dual step from lambda+
-                lam = np.maximum(lam, 0.0)
-                u = _rmatvec(A, lam)
-        else:  # dual: Armijo along max(0, lambda + t d), t = 1, 1/2, ...; then the best multiple
-            t = 1.0
-            found = False
-            trial, u_t = lam, u
-            for _ in range(_BACKTRACKS):
-                trial = np.maximum(0.0, lam + t * step)
-                u_t = _rmatvec(A, trial)
-                gain = grad @ (trial - lam)  # first-order increase along the projection arc
-                if _dual_value(trial, u_t, q) - D >= _SIGMA * gain - 1e-14 * abs(D):
-                    found = True
-                    break
-                t /= 2
+        if pd:
+            lam, u, wbar, accepted = _primal_dual_step(A, p, q, lam, u, wbar, step, h, resid, D, best, since_best)
+        else:
+            lam, u, found = _dual_step(A, q, lam, u, step, grad, D)
             if not found:
                 break  # stalled
-            c = _best_multiple(trial, u_t, q)
-            lam, u = trial * c, u_t * c
         if primal_dual:
             if not accepted:  # after a dual step or a rejected primal-dual step: resynchronize wbar
                 wbar = _mirror(u, q)

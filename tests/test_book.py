@@ -257,6 +257,32 @@ def test_relative_dirs_reach_the_kernel_as_absolute_paths(tmp_path, monkeypatch)
     assert "MDLIB_DATA_DIR" not in os.environ
 
 
+def test_executed_notebook_records_no_machine_path(tmp_path, monkeypatch):
+    """papermill records its input (the whole notebook object, or an absolute path) and its output (the
+    temporary file) in the executed notebook; run_notebook writes them relative to the project (the
+    fixture's source) or as the file's name (an output outside the project), and the build folder
+    relative to the project. papermill is replaced by what it writes (no kernel: fast)."""
+    import papermill
+
+    def fake_papermill(nb, output_path, **kwargs):
+        nb = nbformat.from_dict(nb)
+        nb.metadata["papermill"] = {"input_path": nb.copy(), "output_path": output_path,
+                                    "parameters": kwargs["parameters"]}
+        nbformat.write(nb, output_path)
+        return nb
+    monkeypatch.setattr(papermill, "execute_notebook", fake_papermill)
+    monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path / "build"))
+    out = execute.run_notebook("01_fixture", "smoke", output_dir=tmp_path / "out", progress=False, **FIX)
+    nb = nbformat.read(out, as_version=4)
+    assert nb.metadata["papermill"]["input_path"] == "tests/fixtures/notebooks/01_fixture.py"
+    assert nb.metadata["papermill"]["output_path"] == "01_fixture.ipynb"
+    assert nb.metadata["mdlib"]["build"] == str(tmp_path / "build")  # outside the project: where it is
+    monkeypatch.delenv(paths.BUILD_ENV)
+    assert execute._build_label() == "_build"  # the project's own build folder, relative
+    text = out.read_text()
+    assert str(paths.find_root()) not in text and str(tmp_path / "out") not in text
+
+
 # ---------------------------------------------------------------------------------------------
 # executing a notebook (slow: starts a kernel)
 
@@ -275,6 +301,9 @@ def test_run_notebook_executes_with_parameters(tmp_path, monkeypatch):
     nb = nbformat.read(out, as_version=4)
     assert nb.metadata["kernelspec"]["name"] == "python3"
     assert nb.metadata["papermill"]["parameters"] == {"seeds": 3, "lr": 1e-3, "profile": "smoke"}
+    record = nb.metadata["papermill"]  # no machine path: the source relative to the project, the output's name
+    assert (record["input_path"], record["output_path"]) == ("tests/fixtures/notebooks/01_fixture.py",
+                                                             "01_fixture.ipynb")
     artifacts = _artifacts(nb)
     assert [a["label"] for a in artifacts] == ["fig-fixture"]
     assert artifacts[0]["files"] == ["figures/fig-fixture.png", "figures/fig-fixture.pdf"]

@@ -165,3 +165,28 @@ def test_fused_power_elsewhere_is_the_eager_power(dtype, p):
     u = torch.randn(1000, dtype=dtype) * 5
     r = 1.0 / (p - 1.0)
     assert torch.equal(mirror._fused_signed_power(u, r), mirror._signed_power(u, r))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("r", [10.0, 5.0, 4.0, 3.0, 2.0, 0.5, 0.75, 1.0 / 0.75, 0.1, 1.0])
+def test_signed_power_variants_are_one_kernel(dtype, r):
+    """The in-place, out-of-place, foreach and low-precision variants give the same bits (one definition
+    of the arithmetic: left-to-right binary powering of the signed value for integer r), each within a
+    few roundings of the float64 value."""
+    torch.manual_seed(0)
+    u = torch.randn(4000, dtype=dtype) * torch.exp(torch.randn(4000, dtype=dtype))
+    bits = torch.int32 if dtype == torch.float32 else torch.int64
+    out = mirror._signed_power(u, r)
+    into, listed = torch.empty_like(u), [torch.empty_like(u)]
+    mirror._signed_power_into(u, r, into)
+    mirror._foreach_signed_power_into([u], r, listed)
+    assert torch.equal(out.view(bits), into.view(bits)) and torch.equal(out.view(bits), listed[0].view(bits))
+    exact = u.double().sign() * u.double().abs() ** r
+    rel = ((out.double() - exact).abs() / exact.abs()).max().item()
+    assert rel < (30 if r == 10.0 else 8) * torch.finfo(dtype).eps  # exp/log and k-fold products
+    half = torch.empty(4000, dtype=torch.bfloat16)
+    mirror._signed_power_into(u, r, half)  # a bf16 parameter of a dual in u's dtype: rounded once
+    assert torch.equal(half, out.to(torch.bfloat16))
+    # the left-to-right order, by hand for r = 10: ((u^2)^2 u)^2, then the sign of u
+    if r == 10.0:
+        assert torch.equal(out, torch.copysign(((u * u).square() * u).square(), u))

@@ -16,7 +16,8 @@ from torch.optim import lr_scheduler
 from torch.optim.swa_utils import SWALR
 
 from mdlib import mirror, optim
-from mdlib.optim import LpMirrorDescent, _foreach_signed_power_into, _signed_power_into, lp_mirror_descent
+from mdlib.mirror import _foreach_signed_power_into, _signed_power_into
+from mdlib.optim import LpMirrorDescent, lp_mirror_descent
 from tiny_model import loss_of, make_model  # tests/tiny_model.py (pytest puts tests/ on the path)
 
 PATHS = {"single": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True),
@@ -37,6 +38,15 @@ def train(model, opt, steps, start=0, sign=1.0):
         opt.step()
     if isinstance(opt, LpMirrorDescent):
         opt.check()
+
+
+def trained(steps, dtype=None, *, named=False, **kwargs):
+    """A tiny model (of ``dtype``, else the default) and ``LpMirrorDescent(**kwargs)`` over its
+    parameters (``named``: named ones) after ``steps`` training steps."""
+    model = make_model() if dtype is None else make_model(dtype)
+    opt = LpMirrorDescent(model.named_parameters() if named else model.parameters(), **kwargs)
+    train(model, opt, steps)
+    return model, opt
 
 
 def params_of(model):
@@ -92,9 +102,7 @@ def test_the_default_lr_is_sgds():
 def test_lr_zero_is_a_step_that_changes_nothing(p, path):
     """lr = 0 (where a schedule starts or ends) is accepted, at construction and at step(); once the
     dual exists, a step at lr 0 leaves the parameters bit for bit as they are."""
-    model = make_model()
-    opt = LpMirrorDescent(model.parameters(), lr=0.0, p=p, **PATHS[path])
-    train(model, opt, 1)
+    model, opt = trained(1, lr=0.0, p=p, **PATHS[path])
     before = params_of(model)
     train(model, opt, 3, start=1)
     assert_bitwise(params_of(model), before)
@@ -136,9 +144,7 @@ def test_p2_with_a_tensor_lr_and_maximize_is_sgd_bit_for_bit(path):
 @every_path
 @pytest.mark.parametrize("p", [2.0, 1.75])
 def test_a_non_finite_lr_at_step_is_refused_and_changes_nothing(p, path):
-    model = make_model()
-    opt = LpMirrorDescent(model.parameters(), lr=0.05, p=p, **PATHS[path])
-    train(model, opt, 2)
+    model, opt = trained(2, lr=0.05, p=p, **PATHS[path])
     before, state = params_of(model), saved_state(opt)
     opt.param_groups[0]["lr"] = math.inf  # what no scheduler does
     loss_of(model, 5).backward()
@@ -217,9 +223,7 @@ def test_lazy_check_is_a_documented_attribute_not_a_param_group_entry():
 @every_path
 @pytest.mark.parametrize("p", [1.1, 1.75])
 def test_state_lives_in_self_state_as_tensors_and_state_dict_keeps_only_the_dual(p, path):
-    model = make_model()
-    opt = LpMirrorDescent(model.named_parameters(), lr=0.01, p=p, **PATHS[path])
-    train(model, opt, 3)
+    model, opt = trained(3, named=True, lr=0.01, p=p, **PATHS[path])
     for w in model.parameters():
         state = opt.state[w]
         assert all(torch.is_tensor(v) for v in state.values()), state.keys()
@@ -240,9 +244,7 @@ def test_state_lives_in_self_state_as_tensors_and_state_dict_keeps_only_the_dual
 
 
 def test_p2_keeps_no_state():
-    model = make_model()
-    opt = LpMirrorDescent(model.parameters(), lr=0.05)
-    train(model, opt, 3)
+    model, opt = trained(3, lr=0.05)
     assert len(opt.state) == 0 and opt.state_dict()["state"] == {}
 
 
@@ -317,23 +319,27 @@ def edit_no_grad(model):
         model[0].weight[0].fill_(0.25)  # an ordinary in-place edit: part of one tensor
 
 
+def assert_next_step_is_the_reference(model, opt, k, lr, p):
+    """The next step (on the gradient of ``loss_of(model, k)``) takes each float64 parameter w to
+    m^-1(m(w) - lr g), :func:`mdlib.mirror.mirror_step` from the parameters as they are now."""
+    before = params_of(model)
+    loss_of(model, k).backward()
+    grads = [w.grad.clone() for w in model.parameters()]
+    opt.step()
+    opt.check()
+    for w, b, g in zip(model.parameters(), before, grads):
+        torch.testing.assert_close(w.detach(), mirror.mirror_step(b, g, lr, p), rtol=1e-12, atol=1e-15)
+
+
 @all_checks
 @pytest.mark.parametrize("edit", [edit_clamp, edit_vector, edit_no_grad])
 @pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
 def test_an_edit_outside_the_optimizer_is_stepped_from(edit, p, path):
     """The step after an edit starts from the edited parameter: m^-1(m(w_edited) - lr g), entry by
     entry against the float64 reference (the dual of the unedited entries is kept as it was)."""
-    model = make_model(torch.float64)
-    opt = LpMirrorDescent(model.parameters(), lr=0.01, p=p, **PATHS[path])
-    train(model, opt, 3)
+    model, opt = trained(3, torch.float64, lr=0.01, p=p, **PATHS[path])
     edit(model)
-    edited = params_of(model)
-    loss_of(model, 9).backward()
-    grads = [w.grad.clone() for w in model.parameters()]
-    opt.step()
-    opt.check()
-    for w, e, g in zip(model.parameters(), edited, grads):
-        torch.testing.assert_close(w.detach(), mirror.mirror_step(e, g, 0.01, p), rtol=1e-12, atol=1e-15)
+    assert_next_step_is_the_reference(model, opt, 9, 0.01, p)
     if edit is edit_clamp:
         assert max(w.abs().max().item() for w in model.parameters()) < 0.2  # not 1.18 as before
 
@@ -353,25 +359,15 @@ def test_the_issues_clamped_weight_stays_near_its_clamp(path):
 
 @all_checks
 def test_changing_p_of_a_group_is_picked_up(path):
-    model = make_model(torch.float64)
-    opt = LpMirrorDescent(model.parameters(), lr=0.01, p=1.5, **PATHS[path])
-    train(model, opt, 3)
+    model, opt = trained(3, torch.float64, lr=0.01, p=1.5, **PATHS[path])
     opt.param_groups[0]["p"] = 3.0
-    before = params_of(model)
-    loss_of(model, 7).backward()
-    grads = [w.grad.clone() for w in model.parameters()]
-    opt.step()
-    opt.check()
-    for w, b, g in zip(model.parameters(), before, grads):
-        torch.testing.assert_close(w.detach(), mirror.mirror_step(b, g, 0.01, 3.0), rtol=1e-12, atol=1e-15)
+    assert_next_step_is_the_reference(model, opt, 7, 0.01, 3.0)
 
 
 @pytest.mark.parametrize("path", ["single", "foreach", pytest.param("fused", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("p", [1.75, 2.0])
 def test_a_refused_step_after_an_edit_restores_the_edited_parameters_bit_for_bit(p, path):
-    model = make_model()
-    opt = LpMirrorDescent(model.named_parameters(), lr=0.01, p=p, **PATHS[path])
-    train(model, opt, 3)
+    model, opt = trained(3, named=True, lr=0.01, p=p, **PATHS[path])
     edit_clamp(model)
     edited, state = params_of(model), saved_state(opt)
     loss_of(model, 5).backward()
@@ -393,9 +389,7 @@ def test_a_refused_step_after_an_edit_restores_the_edited_parameters_bit_for_bit
 def test_a_lazily_refused_step_after_an_edit_restores_it_within_one_rounding(path):
     """The documented exception: a lazily checked step re-derives the dual of an edited entry before it
     updates, so its refusal restores m^-1(m(w)) there (and everything else bit for bit)."""
-    model = make_model()
-    opt = LpMirrorDescent(model.named_parameters(), lr=0.01, p=1.75, **PATHS[path])
-    train(model, opt, 3)
+    model, opt = trained(3, named=True, lr=0.01, p=1.75, **PATHS[path])
     edit_clamp(model)
     edited = params_of(model)
     loss_of(model, 5).backward()
@@ -413,9 +407,7 @@ def test_a_lazily_refused_step_after_an_edit_restores_it_within_one_rounding(pat
 @every_path
 @pytest.mark.parametrize("clone", ["deepcopy", "pickle"])
 def test_a_copy_of_the_optimizer_steps_as_the_original(clone, path):
-    model = make_model()
-    opt = LpMirrorDescent(model.parameters(), lr=0.01, p=1.75, **PATHS[path])
-    train(model, opt, 3)
+    model, opt = trained(3, lr=0.01, p=1.75, **PATHS[path])
     twin = copy.deepcopy(opt) if clone == "deepcopy" else pickle.loads(pickle.dumps(opt))
     assert {k for k in vars(twin) if not k.startswith("_")} == {k for k in vars(opt) if not k.startswith("_")}
     twin_params = twin.param_groups[0]["params"]
@@ -433,9 +425,7 @@ def test_a_copy_of_the_optimizer_steps_as_the_original(clone, path):
 
 @pytest.mark.parametrize("clone", [copy.deepcopy, lambda opt: pickle.loads(pickle.dumps(opt))])
 def test_copying_settles_a_lazily_checked_step(clone):
-    model = make_model()
-    opt = LpMirrorDescent(model.named_parameters(), lr=0.01, p=1.75, lazy_check=True)
-    train(model, opt, 2)
+    model, opt = trained(2, named=True, lr=0.01, p=1.75, lazy_check=True)
     before = params_of(model)
     loss_of(model, 5).backward()
     model[2].weight.grad[0, 0] = float("inf")
@@ -455,9 +445,7 @@ def test_a_low_precision_checkpoint_resumes_exactly(dtype, path):
     """bf16/fp16 parameters keep a float32 dual, also through torch.save/load_state_dict (torch's
     load_state_dict would cast it to the parameter's dtype): train 5, save, train 5; or load into a fresh
     model and optimizer and train 5: bit for bit the same."""
-    model = make_model(dtype)
-    opt = LpMirrorDescent(model.parameters(), lr=0.01, p=1.75, **PATHS[path])
-    train(model, opt, 5)
+    model, opt = trained(5, dtype, lr=0.01, p=1.75, **PATHS[path])
     buffer = io.BytesIO()
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, buffer)
     train(model, opt, 5, start=5)
@@ -474,9 +462,7 @@ def test_a_low_precision_checkpoint_resumes_exactly(dtype, path):
 
 
 def test_loaded_duals_are_copies_in_the_dual_dtype():
-    model = make_model(torch.bfloat16)
-    opt = LpMirrorDescent(model.parameters(), lr=0.01, p=1.75)
-    train(model, opt, 2)
+    model, opt = trained(2, torch.bfloat16, lr=0.01, p=1.75)
     saved = opt.state_dict()  # references the live duals, as torch's state_dict does
     opt2 = LpMirrorDescent(model.parameters(), lr=0.01, p=1.75)
     opt2.load_state_dict(saved)
@@ -568,9 +554,7 @@ def test_fused_refuses_what_torchs_fused_optimizers_refuse():
 @every_path
 @pytest.mark.parametrize("p", [2.0, 1.75])
 def test_zero_grad_without_none_and_zero_gradients_leave_parameters_alone(p, path):
-    model = make_model()
-    opt = LpMirrorDescent(model.parameters(), lr=0.05, p=p, **PATHS[path])
-    train(model, opt, 2)
+    model, opt = trained(2, lr=0.05, p=p, **PATHS[path])
     before = params_of(model)
     opt.zero_grad(set_to_none=False)
     assert all(torch.equal(w.grad, torch.zeros_like(w)) for w in model.parameters())
@@ -643,9 +627,7 @@ def refused_lazy_step(model, opt):
 
 @pytest.mark.parametrize("settle", ["check", "state_dict", "step", "deepcopy"])
 def test_the_lazy_check_is_settled_by_the_documented_calls(settle):
-    model = make_model()
-    opt = LpMirrorDescent(model.named_parameters(), lr=0.01, p=1.75, lazy_check=True)
-    train(model, opt, 2)
+    model, opt = trained(2, named=True, lr=0.01, p=1.75, lazy_check=True)
     before = params_of(model)
     refused_lazy_step(model, opt)
     opt.zero_grad()  # not a settle point: it would make the host wait for the device every iteration
@@ -658,9 +640,7 @@ def test_the_lazy_check_is_settled_by_the_documented_calls(settle):
 
 
 def test_load_state_dict_discards_a_pending_lazy_step():
-    model = make_model()
-    opt = LpMirrorDescent(model.named_parameters(), lr=0.01, p=1.75, lazy_check=True)
-    train(model, opt, 2)
+    model, opt = trained(2, named=True, lr=0.01, p=1.75, lazy_check=True)
     saved = saved_state(opt)
     good = copy.deepcopy(model.state_dict())
     refused_lazy_step(model, opt)

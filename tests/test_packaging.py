@@ -85,7 +85,7 @@ def env(tmp_path_factory):
         done = _run([python, "-c", textwrap.dedent(code)], cwd=cwd, env=run_env | extra_env, timeout=600)
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    print(f"\nwheel test setup (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()), file=sys.stderr)
+    print("\nwheel test setup (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()), file=sys.stderr)
     yield SimpleNamespace(python=python, wheel=wheel, with_torch=with_torch, installed=installed, run=run,
                           home=home, outside=outside, env=run_env, timings=timings)
     shutil.rmtree(work / "venv", ignore_errors=True)  # gigabytes of torch

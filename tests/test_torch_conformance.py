@@ -613,29 +613,18 @@ def test_load_state_dict_pre_post_hook(kwargs):
 
 
 @pytest.mark.parametrize("kwargs", configs())
-def test_step_post_hook(kwargs):
-    data = [2]
+@pytest.mark.parametrize("register,start", [("register_step_post_hook", 2), ("register_step_pre_hook", 5)])
+def test_step_pre_and_post_hook(kwargs, register, start):
+    """torch's test_step_post_hook and test_step_pre_hook: the hook runs at each step until removed."""
+    data = [start]
     optimizer = OPTIM([torch.tensor([1.0, 1.0])], **fresh(kwargs))
-    handle = optimizer.register_step_post_hook(lambda opt, args, kw: data.append(data.pop() + 2))
+    handle = getattr(optimizer, register)(lambda opt, args, kw: data.append(data.pop() + 2))
     optimizer.step()
     optimizer.step()
-    assert data == [6]
+    assert data == [start + 4]
     handle.remove()
     optimizer.step()
-    assert data == [6]
-
-
-@pytest.mark.parametrize("kwargs", configs())
-def test_step_pre_hook(kwargs):
-    data = [5]
-    optimizer = OPTIM([torch.tensor([1.0, 1.0])], **fresh(kwargs))
-    handle = optimizer.register_step_pre_hook(lambda opt, args, kw: data.append(data.pop() + 2))
-    optimizer.step()
-    optimizer.step()
-    assert data == [9]
-    handle.remove()
-    optimizer.step()
-    assert data == [9]
+    assert data == [start + 4]
 
 
 @pytest.mark.parametrize("kwargs", configs())

@@ -111,11 +111,37 @@ def step_ratios(rounds: dict[str, list[float]]) -> dict[str, dict]:
         if not name.startswith("md_") or mode not in STEP_TARGETS:
             continue
         reference, target = STEP_TARGETS[mode]
-        ratios = [a / b for a, b in zip(rounds[name], rounds[reference])]
-        out[name] = {"vs": reference, "median_ratio": round(statistics.median(ratios), 3),
-                     "ci95": [round(x, 3) for x in median_interval(ratios)], "target": target,
-                     "met": statistics.median(ratios) <= target}
+        out[name] = {"vs": reference, **ratio_entry(rounds[name], rounds[reference], target)}
     return out
+
+
+def ratio_entry(times: list[float], reference: list[float], target: float, *, key: str = "median_ratio",
+                at_least: bool = False) -> dict:
+    """The round-by-round ratios times[i] / reference[i] summarised: their median (as ``key``, rounded to
+    3 digits), its 95 % interval, the target, and whether the median is met: <= target, or >= target
+    with ``at_least`` (a speedup)."""
+    ratios = [a / b for a, b in zip(times, reference)]
+    median = statistics.median(ratios)
+    return {key: round(median, 3), "ci95": [round(x, 3) for x in median_interval(ratios)], "target": target,
+            "met": median >= target if at_least else median <= target}
+
+
+def interleaved_rounds(steps: Mapping[str, Callable[[], object]], repeats: int, seed: int, *, warmup: int,
+                       per_call: int = 1) -> dict[str, list[float]]:
+    """Seconds of each step: ``warmup`` untimed calls each, then ``repeats`` rounds that time one call of
+    every step, in an order shuffled by ``random.Random(seed)`` each round; each time divided by
+    ``per_call`` (the work units one call does). Returns {step: [seconds, one per round]}."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    rounds = {name: [] for name in steps}
+    order = random.Random(seed)
+    for _ in range(repeats):
+        names = list(steps)
+        order.shuffle(names)
+        for name in names:
+            rounds[name].append(median_time(steps[name], 1) / per_call)
+    return rounds
 
 
 #: The training steps timed: the models of chapters 04 (sentiment encoder) and 07 (ViT) at the default
@@ -187,17 +213,7 @@ def training_step_times(which: str, repeats: int = 21, threads: int = 1, seed: i
                 loss_fn(out, labels).backward()
                 opt.step()
             steps[name] = step
-        for step in steps.values():
-            step()
-            step()
-        rounds = {name: [] for name in steps}
-        order = random.Random(seed)
-        for _ in range(repeats):
-            names = list(steps)
-            order.shuffle(names)
-            for name in names:
-                rounds[name].append(median_time(steps[name], 1))
-        return rounds
+        return interleaved_rounds(steps, repeats, seed, warmup=2)
     finally:
         torch.set_num_threads(before)
 
@@ -219,10 +235,7 @@ def optimizer(args: argparse.Namespace) -> dict:
         training[which] = {"step_ms_median": {k: round(1e3 * statistics.median(v), 2) for k, v in times.items()}}
         for name in times:
             if name.startswith("md_"):
-                r = [a / b for a, b in zip(times[name], times["adam"])]
-                training[which][f"{name} / adam"] = {
-                    "median_ratio": round(statistics.median(r), 3), "ci95": [round(x, 3) for x in median_interval(r)],
-                    "target": TRAINING_TARGET, "met": statistics.median(r) <= TRAINING_TARGET}
+                training[which][f"{name} / adam"] = ratio_entry(times[name], times["adam"], TRAINING_TARGET)
     met = all(r["met"] for r in ratios.values()) and all(
         v["met"] for t in training.values() for k, v in t.items() if k.endswith("/ adam"))
     return {"benchmark": "optimizer", "torch": torch.__version__, "params": 10_000_000,
@@ -276,16 +289,7 @@ def kernel_step_times(repeats: int = 21, batches: int = 20, seed: int = 0) -> di
                             loss.backward()
                             opt.step()
                 steps[f"{name}_{kernels}"] = run
-        for run in steps.values():
-            run()
-        rounds = {name: [] for name in steps}
-        shuffle = random.Random(seed)
-        for _ in range(repeats):
-            names = list(steps)
-            shuffle.shuffle(names)
-            for name in names:
-                rounds[name].append(median_time(steps[name], 1) / len(data))
-        return rounds
+        return interleaved_rounds(steps, repeats, seed, warmup=1, per_call=len(data))
     finally:
         torch.set_num_threads(before)
 
@@ -300,10 +304,8 @@ def training(args: argparse.Namespace) -> dict:
     rounds = kernel_step_times(repeats=repeats)
     speedups = {}
     for name in ("md_p1.1", "gd"):
-        ratios = [a / b for a, b in zip(rounds[f"{name}_reference"], rounds[f"{name}_fast"])]
-        speedups[name] = {"median_speedup": round(statistics.median(ratios), 3),
-                          "ci95": [round(x, 3) for x in median_interval(ratios)], "target": KERNELS_TARGET,
-                          "met": statistics.median(ratios) >= KERNELS_TARGET}
+        speedups[name] = ratio_entry(rounds[f"{name}_reference"], rounds[f"{name}_fast"], KERNELS_TARGET,
+                                     key="median_speedup", at_least=True)
     return {"benchmark": "training", "torch": torch.__version__, "model": "chapter 04 default (width 24, 3 layers)",
             "threads": 1, "repeats": repeats,
             "step_ms_median": {k: round(1e3 * statistics.median(v), 2) for k, v in rounds.items()},

@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NoReturn
 
 
 from mdlib import first_line
@@ -97,7 +97,6 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     compares before a book is rendered.
     """
     import papermill
-    from papermill.exceptions import PapermillExecutionError
 
     path = profiles.resolve_notebook(name, notebooks_dir)
     nb_name = path.stem
@@ -106,13 +105,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     execution = uuid.uuid4().hex
     run = {"notebook": nb_name, "profile": profile, "execution": execution, "parameters": {**executed, **parameters},
            "overrides": {key: parameters[key] for key in overrides or {}}}
-    nb = profiles.read_notebook(path)
-    nb.metadata["mdlib"] = {"execution": execution, "profile": profile, "build": str(paths.build_dir())}
-    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
-    # The executed .ipynb is an output, not a jupytext pair of the .py: opening and saving it in
-    # Jupyter must never write over the source.
-    nb.metadata.get("jupytext", {}).pop("formats", None)
-    nb.metadata.setdefault("language_info", {"name": "python"})
+    nb = _prepared(path, profile, execution)
     out_dir = Path(output_dir) if output_dir is not None else path.parent
     output = out_dir / f"{nb_name}.ipynb"
     failed = out_dir / f"{nb_name}{FAILED_SUFFIX}"
@@ -132,8 +125,11 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
                     cwd=str(path.parent), progress_bar=progress, start_timeout=300, log_output=False,
                     extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
                 )
+            _record_portable_paths(partial, path, output)
         except BaseException:
             if partial.exists():
+                with contextlib.suppress(Exception):  # a notebook papermill could not finish writing
+                    _record_portable_paths(partial, path, failed)
                 os.replace(partial, failed)
                 kept.append(failed)
             raise
@@ -143,21 +139,72 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
             paths.atomic_write(output, execute, tag="executing")
             _drop_earlier_artifacts(nb_name, execution)
     except BaseException as exc:
-        where = [f"the previous executed notebook {output} is kept"] if output.exists() else []
-        where += ["the figures and results are as they were before this run"]
-        where += [f"this run's, with the traceback: {saved}" for saved in kept]
-        where_text = "".join(f"; {part}" for part in where)
-        if isinstance(exc, PapermillExecutionError):
-            raise NotebookError(f"notebook {nb_name} (profile {profile}) failed in cell [{exc.exec_count}]: "
-                                f"{exc.ename}: {first_line(exc.evalue)}{where_text}") from None
-        if isinstance(exc, Exception):
-            raise NotebookError(f"notebook {nb_name} (profile {profile}) could not be executed: "
-                                f"{type(exc).__name__}: {first_line(exc)}{where_text}") from exc
-        raise
+        _raise_notebook_error(exc, nb_name, profile, output, kept)
     failed.unlink(missing_ok=True)  # a failure of an earlier run, now superseded
     if progress:
         print(f"  {nb_name}: {time.perf_counter() - start:.1f} s -> {output}", file=sys.stderr, flush=True)
     return output
+
+
+def _raise_notebook_error(exc: BaseException, nb_name: str, profile: str, output: Path, kept: list[Path]) -> NoReturn:
+    """Raise ``NotebookError`` for a failed execution, naming the notebook, the failing cell (or the
+    error) and what was kept: the previous executed notebook, the artifacts as before, this run's
+    failed notebook. Interrupts (KeyboardInterrupt, SystemExit) are raised unchanged."""
+    from papermill.exceptions import PapermillExecutionError
+
+    where = [f"the previous executed notebook {output} is kept"] if output.exists() else []
+    where += ["the figures and results are as they were before this run"]
+    where += [f"this run's, with the traceback: {saved}" for saved in kept]
+    where_text = "".join(f"; {part}" for part in where)
+    if isinstance(exc, PapermillExecutionError):
+        raise NotebookError(f"notebook {nb_name} (profile {profile}) failed in cell [{exc.exec_count}]: "
+                            f"{exc.ename}: {first_line(exc.evalue)}{where_text}") from None
+    if isinstance(exc, Exception):
+        raise NotebookError(f"notebook {nb_name} (profile {profile}) could not be executed: "
+                            f"{type(exc).__name__}: {first_line(exc)}{where_text}") from exc
+    raise exc
+
+
+def _prepared(path: Path, profile: str, execution: str) -> Any:
+    """The notebook ``path`` as papermill executes it: its metadata carries the execution id, the
+    profile and the build folder (``mdlib``), the kernel, and no jupytext pairing."""
+    nb = profiles.read_notebook(path)
+    nb.metadata["mdlib"] = {"execution": execution, "profile": profile, "build": _build_label()}
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
+    # The executed .ipynb is an output, not a jupytext pair of the .py: opening and saving it in
+    # Jupyter must never write over the source.
+    nb.metadata.get("jupytext", {}).pop("formats", None)
+    nb.metadata.setdefault("language_info", {"name": "python"})
+    return nb
+
+
+def _project_relative(path: Path) -> str | None:
+    """``path`` relative to the project (POSIX separators), or None outside a project."""
+    root = paths.find_root()
+    path = Path(path).resolve()
+    if root is None or not path.is_relative_to(root.resolve()):
+        return None
+    return path.relative_to(root.resolve()).as_posix()
+
+
+def _build_label() -> str:
+    """The build folder as an executed notebook records it (``metadata.mdlib.build``): relative to the
+    project when inside it (no machine path in the notebook), else absolute (a folder chosen by
+    ``$MDLIB_BUILD_DIR`` elsewhere)."""
+    return _project_relative(paths.build_dir()) or str(paths.build_dir())
+
+
+def _record_portable_paths(ipynb: Path, source: Path, output: Path) -> None:
+    """Rewrite papermill's record in the executed notebook ``ipynb``: ``input_path`` (papermill stores
+    the whole input notebook there, or its absolute path) and ``output_path`` (the temporary file)
+    become the source and the output relative to the project, or their file names outside it."""
+    import nbformat
+
+    nb = nbformat.read(ipynb, as_version=4)
+    record = nb.metadata.setdefault("papermill", {})
+    for key, where in (("input_path", source), ("output_path", output)):
+        record[key] = _project_relative(where) or Path(where).name
+    nbformat.write(nb, str(ipynb))
 
 
 def _artifact_folders() -> dict[str, Path]:
@@ -193,12 +240,12 @@ def check_consistent(names: list[str], notebooks_dir: Path | None = None) -> Non
         if paths.recover(_journal(name), _artifact_folders()):
             print(f"{name}: an execution was killed before it finished; its figures and results were set back "
                   "to those before it", file=sys.stderr)
-    build, problems = str(paths.build_dir()), {}
+    build, problems = _build_label(), {}
     executions = {}
     for name in names:
         meta = nbformat.read(folder / f"{name}.ipynb", as_version=4).metadata.get("mdlib", {})
         executions[name] = meta.get("execution")
-        if meta.get("build") != build:
+        if meta.get("build") not in (build, str(paths.build_dir())):  # or absolute, as earlier runs wrote it
             problems[name] = [f"notebooks/{name}.ipynb was executed for the build folder {meta.get('build')}, "
                               f"not this one ({build})"]
     for path, rec in provenance.records():

@@ -24,7 +24,7 @@ import re
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
 
 import yaml
 
@@ -223,42 +223,54 @@ def _check_value(notebook: str, param: Parameter, value: Any, origin: str) -> An
         value = list(value)
     default = param.value if param.literal else None
 
-    def fail(expected: str):
+    def fail(expected: str) -> NoReturn:
         raise TypeError(f"{notebook}: parameter {param.name!r} from {origin} should be {expected} like its "
                         f"default {param.source}, got {value!r}")
 
     numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
     if numeric and isinstance(value, str):  # "nan" or "inf" as YAML reads them, a quoted "1e-3"
-        try:
-            value = float(value) if any(c in value.lower() for c in ".en") else int(value)
-        except ValueError:
-            fail("a number")
+        value = _parse_number(value, fail)
     if _non_finite(value):
         raise ValueError(f"{notebook}: parameter {param.name!r} from {origin} is {value!r}: nan and infinity "
                          "are not accepted; give finite numbers")
     if default is None:  # a default of None, or not a literal: any value
         return value
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            fail("true/false")
-        return value
     if numeric:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            fail("a number")
-        if isinstance(default, int) and isinstance(value, float):
-            if not value.is_integer():
-                fail("an integer")
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-        return value
-    if isinstance(default, str) and not isinstance(value, str):
-        fail("a string")
-    if isinstance(default, (list, tuple)) and not isinstance(value, list):
-        fail("a list")
-    if isinstance(default, dict) and not isinstance(value, dict):
-        fail("a mapping")
+        return _as_number(value, default, fail)
+    _check_kind(value, default, fail)
     return value
+
+
+def _parse_number(text: str, fail: Callable[[str], NoReturn]) -> int | float:
+    """A number written as a string: a float if it has a point, an exponent or is nan/inf, else an int;
+    ``fail("a number")`` if it is neither."""
+    try:
+        return float(text) if any(c in text.lower() for c in ".en") else int(text)
+    except ValueError:
+        fail("a number")
+
+
+def _as_number(value: Any, default: int | float, fail: Callable[[str], NoReturn]) -> int | float:
+    """``value`` as the numeric type of ``default``: a float default takes any number (as a float), an
+    int default a whole float (as an int); ``fail`` for booleans and non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        fail("a number")
+    if isinstance(default, int) and isinstance(value, float):
+        if not value.is_integer():
+            fail("an integer")
+        return int(value)
+    if isinstance(default, float):
+        return float(value)
+    return value
+
+
+def _check_kind(value: Any, default: Any, fail: Callable[[str], NoReturn]) -> None:
+    """``fail`` unless ``value`` is of the default's kind: a bool, a string, a list or a mapping (other
+    defaults accept anything)."""
+    for kind, accepted, expected in ((bool, bool, "true/false"), (str, str, "a string"),
+                                     ((list, tuple), list, "a list"), (dict, dict, "a mapping")):
+        if isinstance(default, kind) and not isinstance(value, accepted):
+            fail(expected)
 
 
 def resolve_parameters(name: str, profile: str = "default", overrides: Mapping[str, Any] | None = None, *,

@@ -183,46 +183,7 @@ def run_many(kind: str, configs: list[Config | Mapping[str, Any]], build: Callab
     failed: dict[str, BaseException] = {}
     on_cpu = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cpu"
     if workers > 1 and len(missing) > 1 and on_cpu and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        import concurrent.futures
-        import multiprocessing
-        import pickle
-
-        for name, function in (("build", build), ("extras", extras)):
-            try:
-                pickle.dumps(function)
-            except Exception as error:
-                raise ValueError(f"run_many(workers={workers}) sends {name} to other processes, so it must be a "
-                                 "module-level function of an importable module (not one defined in a notebook"
-                                 f" or a lambda); got {function!r}, or use workers=1") from error
-        context = multiprocessing.get_context("spawn")
-        pool = concurrent.futures.ProcessPoolExecutor(min(workers, len(missing)), mp_context=context,
-                                                      initializer=_worker_init, initargs=(os.getpid(),))
-        done = 0
-        try:
-            with _terminate_raises():
-                jobs = {pool.submit(run, kind, config, build, extras=extras, progress=False, device="cpu"):
-                        config_key(kind, config) for config in missing}
-                with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs, {workers} processes",
-                          disable=not progress) as bar:
-                    try:
-                        for job in concurrent.futures.as_completed(jobs):
-                            error = job.exception()
-                            if error is not None and not isinstance(error, skip):
-                                raise error
-                            if error is not None:
-                                failed[jobs[job]] = error
-                            done += 1
-                            bar.update()
-                    except Exception:
-                        pool.shutdown()  # after an error, the other runs still finish and are stored
-                        raise
-        except (KeyboardInterrupt, SystemExit):
-            _stop(pool)
-            print(f"interrupted: {done} of {len(missing)} {kind} runs finished and are stored; the running ones "
-                  "keep their checkpoint of their last finished epoch; run the same command again to resume",
-                  file=sys.stderr, flush=True)
-            raise
-        pool.shutdown()
+        failed = _run_in_processes(kind, missing, build, extras, workers, skip, progress)
     results = []
     for config in configs:
         key = config_key(kind, config)
@@ -235,3 +196,54 @@ def run_many(kind: str, configs: list[Config | Mapping[str, Any]], build: Callab
             log.info("run %s/%s failed and is skipped: %s", kind, key[:12], error)
             results.append(None)
     return results
+
+
+def _run_in_processes(kind: str, missing: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup],
+                      extras: Callable[[nn.Module], Mapping[str, Any]] | None, workers: int,
+                      skip: tuple[type[BaseException], ...], progress: bool) -> dict[str, BaseException]:
+    """Train and store the ``missing`` runs in ``workers`` spawned CPU processes (``run_many``'s parallel
+    part); returns the errors of type ``skip`` by config key. Another error stops waiting (the running
+    jobs still finish and are stored) and is raised; Ctrl-C or SIGTERM kills the workers and one line
+    says what was kept."""
+    import concurrent.futures
+    import multiprocessing
+    import pickle
+
+    for name, function in (("build", build), ("extras", extras)):
+        try:
+            pickle.dumps(function)
+        except Exception as error:
+            raise ValueError(f"run_many(workers={workers}) sends {name} to other processes, so it must be a "
+                             "module-level function of an importable module (not one defined in a notebook"
+                             f" or a lambda); got {function!r}, or use workers=1") from error
+    failed: dict[str, BaseException] = {}
+    context = multiprocessing.get_context("spawn")
+    pool = concurrent.futures.ProcessPoolExecutor(min(workers, len(missing)), mp_context=context,
+                                                  initializer=_worker_init, initargs=(os.getpid(),))
+    done = 0
+    try:
+        with _terminate_raises():
+            jobs = {pool.submit(run, kind, config, build, extras=extras, progress=False, device="cpu"):
+                    config_key(kind, config) for config in missing}
+            with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs, {workers} processes",
+                      disable=not progress) as bar:
+                try:
+                    for job in concurrent.futures.as_completed(jobs):
+                        error = job.exception()
+                        if error is not None and not isinstance(error, skip):
+                            raise error
+                        if error is not None:
+                            failed[jobs[job]] = error
+                        done += 1
+                        bar.update()
+                except Exception:
+                    pool.shutdown()  # after an error, the other runs still finish and are stored
+                    raise
+    except (KeyboardInterrupt, SystemExit):
+        _stop(pool)
+        print(f"interrupted: {done} of {len(missing)} {kind} runs finished and are stored; the running ones "
+              "keep their checkpoint of their last finished epoch; run the same command again to resume",
+              file=sys.stderr, flush=True)
+        raise
+    pool.shutdown()
+    return failed

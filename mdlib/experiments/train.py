@@ -39,7 +39,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -359,51 +359,17 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         batches, in training mode), test_loss and test_accuracy (NaN in epochs without evaluation),
         seconds (the epoch's wall time, evaluation included), lr (the first param group's, at the end).
     """
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    for name, value in (("epochs", epochs), ("batch_size", batch_size), ("eval_every", eval_every), ("pool", pool)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    if stop_train_accuracy is not None and not 0 < stop_train_accuracy <= 1:
-        raise ValueError(f"stop_train_accuracy must be in (0, 1] or None, got {stop_train_accuracy!r}")
+    _check_fit_arguments(loss, reduction, epochs, batch_size, eval_every, pool, seed, stop_train_accuracy)
     world = process_world(device)
-    if batch_size % world.size:
-        raise ValueError(f"batch_size={batch_size} is not divisible by the {world.size} processes: the global "
-                         "batch is split evenly; choose a multiple of the number of processes")
     n = len(train_set)
-    batches_per_epoch = n // batch_size + (n % batch_size >= world.size)
-    if batches_per_epoch == 0:
-        raise ValueError(f"train_set has {n} examples: too few for {world.size} processes")
-    if lengths is not None:
-        lengths = torch.as_tensor(lengths)
-        if lengths.shape != (n,):
-            raise ValueError(f"lengths must hold one length per training example ({n}), got shape "
-                             f"{tuple(lengths.shape)}")
+    batches_per_epoch, lengths = _epoch_layout(n, batch_size, world, lengths)
 
     model.to(world.device)
     folder = Path(checkpoint) if checkpoint is not None else None
     settings = {"seed": seed, "batch_size": batch_size, "loss": loss, "reduction": reduction, "train_size": n,
                 "processes": world.size, "by_length": lengths is not None,
                 "pool": pool if lengths is not None else None, **_fingerprint(model, optimizer, train_set, test_set)}
-    state = _load(folder, settings) if folder is not None else None
-    history: list[dict] = []
-    stopped = False
-    if state is None:
-        _seed_everything(seed, world.rank)
-    else:
-        history, stopped = state["history"], state["stopped"]
-        if len(history) > epochs:
-            raise ValueError(f"the checkpoint in {folder} holds {len(history)} epochs, more than epochs={epochs}")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        _set_rng_state(state["rng"][world.rank], world.device)
-        log.info("resumed from %s after epoch %d", folder / CHECKPOINT, len(history))
-        if progress and world.rank == 0:  # no path: this line can land on a book page
-            tqdm.write(f"resumed from its checkpoint after epoch {len(history)}")
+    history, stopped = _start(folder, settings, model, optimizer, seed, epochs, world, progress)
     net = model
     if world.size > 1:
         net = nn.parallel.DistributedDataParallel(
@@ -415,26 +381,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         while not stopped and len(history) < epochs:
             epoch, start = len(history), time.perf_counter()
             bar.set_description(f"epoch {epoch + 1}/{epochs}")
-            net.train()
             parts = _train_batches(n, batch_size, seed, epoch, world, lengths, pool)
             loader = _loader(train_set, [indices for indices, _ in parts], collate_fn, num_workers, world.device,
                              _derived_seed(seed, _WORKERS, epoch, world.rank))
-            sums = torch.zeros(2, dtype=torch.float64, device=world.device)  # loss sum, correct
-            for batch, (indices, global_count) in zip(loader, parts):
-                inputs, labels = _unpack(batch, len(indices), loss)
-                mean, correct = _loss(_forward(net, _to(inputs, world.device)), _to(labels, world.device), loss)
-                optimizer.zero_grad(set_to_none=True)
-                # DDP averages gradients over processes: weight each local mean by its share of the
-                # global batch (1 when the shares are equal), so the step follows the global mean,
-                # times the global batch size for a summed loss.
-                share = len(indices) * world.size / global_count * (global_count if reduction == "sum" else 1)
-                (mean if share == 1 else mean * share).backward()
-                optimizer.step()
-                sums += torch.stack([mean.detach().double() * len(indices), correct.double()])
-                bar.update()
-            settle = getattr(optimizer, "check", None)  # an optimizer that verifies its steps lazily (on a GPU)
-            if callable(settle):  # reports a refused last step before the epoch's numbers are recorded
-                settle()
+            sums = _train_epoch(net, optimizer, loader, parts, loss, reduction, world, bar)
             train_loss, train_correct = _summed(sums, world)
             count = sum(global_count for _, global_count in parts)
             row = {"epoch": epoch + 1, "train_loss": train_loss / count, "train_accuracy": train_correct / count,
@@ -449,14 +399,102 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
             bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc=f"{row['train_accuracy']:.4f}",
                             test=f"{row['test_accuracy']:.4f}")
             if folder is not None:
-                rng = [_rng_state(world.device)]
-                if world.size > 1:  # every process's RNG state, for rank 0 to save
-                    rng, local = [None] * world.size, rng[0]
-                    dist.all_gather_object(rng, local)
-                if world.rank == 0:
-                    _save(folder, {"settings": settings, "model": model.state_dict(),
-                                   "optimizer": optimizer.state_dict(), "history": history,
-                                   "stopped": stopped, "rng": rng})
+                _checkpoint_epoch(folder, settings, model, optimizer, history, stopped, world)
     finally:
         bar.close()
     return pd.DataFrame(history, columns=COLUMNS)
+
+
+def _check_fit_arguments(loss: str, reduction: str, epochs: int, batch_size: int, eval_every: int, pool: int,
+                         seed: int, stop_train_accuracy: float | None) -> None:
+    """Raise ValueError for a ``fit`` argument out of its domain, naming it and what it must be."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    for name, value in (("epochs", epochs), ("batch_size", batch_size), ("eval_every", eval_every), ("pool", pool)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if stop_train_accuracy is not None and not 0 < stop_train_accuracy <= 1:
+        raise ValueError(f"stop_train_accuracy must be in (0, 1] or None, got {stop_train_accuracy!r}")
+
+
+def _epoch_layout(n: int, batch_size: int, world: World, lengths: Tensor | np.ndarray | Sequence[int] | None
+                  ) -> tuple[int, Tensor | None]:
+    """The batches per epoch of ``n`` examples (a last partial batch counts if every process gets an
+    example of it) and ``lengths`` as a tensor of one length per example (or None); ValueError when the
+    global batch does not split evenly over the processes or there is no batch at all."""
+    if batch_size % world.size:
+        raise ValueError(f"batch_size={batch_size} is not divisible by the {world.size} processes: the global "
+                         "batch is split evenly; choose a multiple of the number of processes")
+    batches_per_epoch = n // batch_size + (n % batch_size >= world.size)
+    if batches_per_epoch == 0:
+        raise ValueError(f"train_set has {n} examples: too few for {world.size} processes")
+    if lengths is not None:
+        lengths = torch.as_tensor(lengths)
+        if lengths.shape != (n,):
+            raise ValueError(f"lengths must hold one length per training example ({n}), got shape "
+                             f"{tuple(lengths.shape)}")
+    return batches_per_epoch, lengths
+
+
+def _start(folder: Path | None, settings: dict, model: nn.Module, optimizer: torch.optim.Optimizer, seed: int,
+           epochs: int, world: World, progress: bool) -> tuple[list[dict], bool]:
+    """The history so far and whether training had stopped: restored (model, optimizer and RNG states
+    included) from the checkpoint in ``folder`` when it holds one for these ``settings``, else empty,
+    with every RNG seeded."""
+    state = _load(folder, settings) if folder is not None else None
+    if state is None:
+        _seed_everything(seed, world.rank)
+        return [], False
+    history, stopped = state["history"], state["stopped"]
+    if len(history) > epochs:
+        raise ValueError(f"the checkpoint in {folder} holds {len(history)} epochs, more than epochs={epochs}")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    _set_rng_state(state["rng"][world.rank], world.device)
+    log.info("resumed from %s after epoch %d", folder / CHECKPOINT, len(history))
+    if progress and world.rank == 0:  # no path: this line can land on a book page
+        tqdm.write(f"resumed from its checkpoint after epoch {len(history)}")
+    return history, stopped
+
+
+def _train_epoch(net: nn.Module, optimizer: torch.optim.Optimizer, loader: Iterable, parts: list, loss: str,
+                 reduction: str, world: World, bar: tqdm) -> Tensor:
+    """One epoch of optimizer steps over ``loader``'s batches (``parts``: each batch's local indices and
+    global size), in training mode; settles a lazily checked last step. Returns this process's
+    (loss sum, correct) over the epoch, float64."""
+    net.train()
+    sums = torch.zeros(2, dtype=torch.float64, device=world.device)  # loss sum, correct
+    for batch, (indices, global_count) in zip(loader, parts):
+        inputs, labels = _unpack(batch, len(indices), loss)
+        mean, correct = _loss(_forward(net, _to(inputs, world.device)), _to(labels, world.device), loss)
+        optimizer.zero_grad(set_to_none=True)
+        # DDP averages gradients over processes: weight each local mean by its share of the
+        # global batch (1 when the shares are equal), so the step follows the global mean,
+        # times the global batch size for a summed loss.
+        share = len(indices) * world.size / global_count * (global_count if reduction == "sum" else 1)
+        (mean if share == 1 else mean * share).backward()
+        optimizer.step()
+        sums += torch.stack([mean.detach().double() * len(indices), correct.double()])
+        bar.update()
+    settle = getattr(optimizer, "check", None)  # an optimizer that verifies its steps lazily (on a GPU)
+    if callable(settle):  # reports a refused last step before the epoch's numbers are recorded
+        settle()
+    return sums
+
+
+def _checkpoint_epoch(folder: Path, settings: dict, model: nn.Module, optimizer: torch.optim.Optimizer,
+                      history: list[dict], stopped: bool, world: World) -> None:
+    """Save the checkpoint after an epoch: rank 0 writes every process's RNG state with the model, the
+    optimizer and the history."""
+    rng = [_rng_state(world.device)]
+    if world.size > 1:  # every process's RNG state, for rank 0 to save
+        rng, local = [None] * world.size, rng[0]
+        dist.all_gather_object(rng, local)
+    if world.rank == 0:
+        _save(folder, {"settings": settings, "model": model.state_dict(),
+                       "optimizer": optimizer.state_dict(), "history": history,
+                       "stopped": stopped, "rng": rng})
