@@ -432,7 +432,7 @@ def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.S
     text = provenance.dumps(record)
     png = paths.atomic_write(files["png"], lambda tmp: fig.savefig(
         tmp, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None, "Provenance": text}))
-    pdf = paths.atomic_write(files["pdf"], lambda tmp: fig.savefig(
+    paths.atomic_write(files["pdf"], lambda tmp: fig.savefig(
         tmp, format="pdf", bbox_inches="tight", metadata={
             "CreationDate": None, "Title": label, "Subject": text, "Creator": f"mdlib {record['versions']['mdlib']}"}))
     provenance.write(record, has_csv=data is not None)
