@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from mdlib.book import provenance, schema
-from mdlib.experiments import paths
+from mdlib.experiments import paper, paths
 # how a method is written, for the chapters: plots.p_label(1.1), plots.method_label("adam"), ...
 from mdlib.experiments.methods import method_label, method_text, p_label  # noqa: F401
 
@@ -372,6 +372,18 @@ def _glue(label: str, obj: _Glued) -> None:
     from myst_nb import glue
 
     glue(label, obj, display=False)
+
+
+def glue_paper() -> dict[str, str]:
+    """Glue the paper's numbers as the chapters quote them (``mdlib.experiments.paper.quotes``), each
+    under its name, for ``{glue:text}`` in a chapter's prose (nothing outside a kernel); return them."""
+    quoted = paper.quotes()
+    if _in_kernel():
+        from myst_nb import glue
+
+        for name, text in quoted.items():
+            glue(name, text, display=False)
+    return quoted
 
 
 def _meaningful_index(frame) -> bool:

@@ -27,11 +27,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib.experiments import analysis, data, fetch, methods, pool, store, train
+from mdlib.experiments import analysis, data, fetch, methods, paper, pool, store, train
 from mdlib.models import VisionTransformer, check_setup
 from mdlib.experiments.methods import method
 
-__all__ = ["DATASETS", "GRID_KEYS", "GRID_KIND", "Grid", "KIND", "PAPER_ACCURACY", "PAPER_STEP_SIZES",
+__all__ = ["DATASETS", "GRID_KEYS", "GRID_KIND", "Grid", "KIND", "PAPER_STEP_SIZES",
            "PRUNING_KIND", "build", "change_table", "choose", "grid", "image_sets", "make_model", "pruning",
            "run_config", "split_indices", "sweep", "train_runs", "trained_model"]
 
@@ -125,10 +125,8 @@ PRUNING_KIND = store.kind("e7-pruning", __name__)
 #: The keys of a grid config (``grid``).
 GRID_KEYS = ("datasets", "image_size", "train_size", "validation", "model", "setup", "batch_size", "root", "epochs",
              "eval_every", "seeds", "methods", "step_sizes", "sweep_seeds", "sweep_epochs", "sweep_window")
-#: The paper's step sizes, by method key: Adam's (the paper) and p = 1.1's (the authors' code).
-PAPER_STEP_SIZES = {"adam": 1e-4, "1.1": 5e-2}
-#: The paper's test accuracy (%) after 2000 epochs, about the same for every method.
-PAPER_ACCURACY = {"cifar10": 82.0, "cifar100": 55.0}
+#: The paper's step sizes, by method key (``paper.VIT_STEP_SIZES``).
+PAPER_STEP_SIZES = paper.VIT_STEP_SIZES
 
 
 def _check_grid(config: Mapping[str, Any]) -> None:
