@@ -173,50 +173,13 @@ counts = pd.DataFrame([{"dataset": d, "method": label, "seed": s, "matrix": kind
 counts["key"] = counts.method.map({name[m]: m for m in methods} | {"initialization": "init"})
 mean_counts = counts.groupby(["dataset", "method", "matrix"], sort=False)["count"].mean()
 kinds = ("key", "query", "value")
-scores = history.groupby(["dataset", "method", "seed"]).test_accuracy.agg(final="last", best="max")
-losses = history.groupby(["dataset", "method", "seed"]).train_loss
-accuracies = history.dropna(subset=["test_accuracy"]).groupby(["dataset", "method", "seed"]).test_accuracy
 
-
-def late_difference(values):
-    """The last value minus the one a quarter of the curve earlier (test accuracy: evaluated epochs)."""
-    before, last = analysis.late_means(values, window=1)
-    return last - before
-
-
+# %% tags=["hide-input"]
 # has the training loss levelled off? what share of its decrease came in the last quarter, and how
 # much it moved there relative to its level; and how much the test accuracy still moved
-scores = scores.assign(train_loss=losses.last(), loss_change=losses.agg(analysis.late_change),
-                       loss_share=losses.agg(analysis.late_share),
-                       accuracy_change=accuracies.agg(late_difference)).reset_index()
-rows = []
-for d in datasets:
-    for m in methods:
-        score = scores[(scores.dataset == d) & (scores.method == name[m])]
-        rows.append({"dataset": NAMES[d], "optimizer": name[m], "lr": grid.chosen[d, m],
-                     "lr from": ("sweep" if m in swept else "fixed")
-                                + (", the paper's" if vision.PAPER_STEP_SIZES.get(m) == grid.chosen[d, m] else ""),
-                     "final_mean": 100 * score.final.mean(), "final_std": 100 * score.final.std(),
-                     "best_mean": 100 * score.best.mean(), "best_std": 100 * score.best.std(),
-                     "train_loss": score.train_loss.mean(), "loss_change": score.loss_change.mean(),
-                     "loss_share": score.loss_share.mean(), "accuracy_change": 100 * score.accuracy_change.mean(),
-                     "levelled": bool((score.loss_share <= flat_share).all()),
-                     **{f"{kind}_above": mean_counts[(d, name[m], kind)] for kind in kinds},
-                     "paper": paper.VIT_ACCURACY.get(d, np.nan), "method": m})
-table = pd.DataFrame(rows)
-shown = pd.DataFrame({
-    "data": table.dataset, "optimizer": table.optimizer, "step size": table.lr.map("{:g}".format),
-    "step size from": table["lr from"],
-    "final test acc. (%)": [f"{a:.2f} ± {b:.2f}" for a, b in zip(table.final_mean, table.final_std)],
-    "best test acc. (%)": [f"{a:.2f} ± {b:.2f}" for a, b in zip(table.best_mean, table.best_std)],
-    "training loss, last epoch": table.train_loss.map("{:.3f}".format),
-    "last quarter: share of the loss's decrease (its change)": [
-        f"{a:.1%} ({b:+.1%})" + ("" if ok else ": not levelled off")
-        for a, b, ok in zip(table.loss_share, table.loss_change, table.levelled)],
-    "last quarter: test acc. change (points)": table.accuracy_change.map("{:+.2f}".format),
-    f"K / Q / V entries > {scaled:.3g}": [f"{k:,.0f} / {q:,.0f} / {v:,.0f}" for k, q, v in
-                                           zip(table.key_above, table.query_above, table.value_above)],
-    "paper (%)": table.paper.map(lambda a: f"≈ {a:.0f}" if a == a else "not run")})
+table = vision.summary_table(vision.run_scores(history), mean_counts, grid.chosen, methods=methods, names=name,
+                             datasets={d: NAMES[d] for d in datasets}, swept=swept, flat_share=flat_share, kinds=kinds)
+shown = vision.summary_view(table, scaled)
 plots.save_table(table, "table-vit", styled=shown.style.hide(axis="index"))
 
 
@@ -400,8 +363,8 @@ glue("vit-seeds", f"{seeds} training seeds per optimizer; the sweep: {sweep_seed
 # - **Accuracy** ({numref}`fig-vit-accuracy`, {numref}`table-vit`). Final test accuracy (%, mean ±
 #   standard deviation over seeds): {glue:text}`vit-final`. Best over epochs:
 #   {glue:text}`vit-best`. The best and the worst optimizer's final means are
-#   {glue:text}`vit-spread` apart. The paper reports about 82 % (CIFAR-10) and 55 % (CIFAR-100) for
-#   every method after 2000 epochs.
+#   {glue:text}`vit-spread` apart. The paper reports {glue:text}`paper-vit` for every method after
+#   {glue:text}`paper-vit-epochs` epochs.
 # - **Weights** ({numref}`fig-vit-weights`). Key / query / value entries above the scaled threshold, all blocks, mean
 #   over seeds (of {glue:text}`vit-attention-size` entries per matrix type): {glue:text}`vit-counts`.
 #   The paper's Figure 12 shows fewer large entries for mirror descent with small $p$ than for Adam.
