@@ -182,7 +182,7 @@ table = vision.summary_table(vision.run_scores(history), mean_counts, grid.chose
 shown = vision.summary_view(table, scaled)
 plots.save_table(table, "table-vit", styled=shown.style.hide(axis="index"))
 
-
+# %% tags=["hide-input"]
 def per_dataset(text):
     """One clause per data set, ``text(dataset)`` each, for the prose."""
     return "; ".join(f"{NAMES[d]}: {text(d)}" for d in datasets)
@@ -297,6 +297,8 @@ for (d, m, s), run in final.items():
     pruning += [{"dataset": d, "method": name[m], "seed": s, "sparsity": x, "test_accuracy": a}
                 for x, a in zip(sparsities, curve)]
 pruning = pd.DataFrame(pruning)
+
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(1, len(datasets), figsize=(6.4 * len(datasets), 4.2), squeeze=False)
 for ax, d in zip(axes[0], datasets):
     for m in methods:
@@ -308,6 +310,8 @@ for ax, d in zip(axes[0], datasets):
     ax.legend(fontsize=8)
 fig.tight_layout()
 plots.save_figure(fig, "fig-vit-pruning", data=pruning)
+
+# %% tags=["hide-input"]
 levels = [x for x in (0.5, 0.8, 0.9) if x in sparsities]
 at = pruning.groupby(["dataset", "method", "sparsity"], sort=False).test_accuracy.mean()
 glue("vit-pruning", per_dataset(lambda d: ", ".join(

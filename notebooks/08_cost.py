@@ -47,7 +47,6 @@ import os
 import platform
 import statistics
 
-import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 from myst_nb import glue
@@ -86,25 +85,8 @@ steps = pd.DataFrame(rows)
 targets = pd.DataFrame(targets, columns=["params", "optimizer", "reference", "median_ratio", "ci95_low", "ci95_high",
                                          "target"])
 
-styles = {"sgd_default": ("0.55", "--"), "sgd_fused": ("0.55", "-"), "adam_default": ("0.1", "--"),
-          "adam_foreach": ("0.1", ":"), "adam_fused": ("0.1", "-")}
-line = {"default": "--", "foreach": ":", "fused": "-"}
-fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.3))
-for name, group in steps.groupby("optimizer", sort=False):
-    if name in styles:
-        color, ls = styles[name]
-        label = name.replace("_", " ")
-    else:
-        p, mode = float(name.split("_")[1][1:]), name.split("_")[2]
-        color, ls = plots.p_color(p), line[mode]
-        label = f"MD {plots.p_label(p)}, {mode}"
-    left.plot(group.params, group.ms, color=color, ls=ls, marker="o", ms=3, label=label)
-    right.plot(group.params, group.vs_adam_fused, color=color, ls=ls, marker="o", ms=3)
-left.set(xscale="log", yscale="log", xlabel="float32 parameters", ylabel="ms per optimizer step (median)")
-right.set(xscale="log", yscale="log", xlabel="float32 parameters", ylabel="time / fused Adam's (median ratio)")
-right.axhline(1, color="black", lw=0.8)
-left.legend(fontsize=7, ncol=2)
-fig.tight_layout()
+# %% tags=["hide-input"]
+fig = plots.cost_step_figure(steps)
 plots.save_figure(fig, "fig-cost-step", data=steps)
 
 # %% [markdown]
@@ -162,6 +144,7 @@ timing = pd.DataFrame(timing)
 steps_per_epoch = 50000 // vit_batch  # CIFAR-10/100: 50,000 training images
 timing["hours_2000_epochs"] = timing.step_s * steps_per_epoch * paper.VIT_EPOCHS / 3600
 
+# %% tags=["hide-input"]
 ops = paper.OPS_PER_PARAMETER  # the paper's per-parameter operation counts (GD: SGD)
 largest = steps[steps.params == steps.params.max()].set_index("optimizer")
 table = pd.DataFrame([
@@ -180,6 +163,8 @@ plots.save_table(table, "table-cost", styled=table.style.format({"ns per param (
                  .hide(axis="index"))
 plots.save_table(timing, "table-cost-vit", styled=timing.style.format(
     {"step_s": "{:.3f}", "hours_2000_epochs": "{:,.0f}", "params": "{:,}"}).hide(axis="index"))
+
+# %% tags=["hide-input"]
 glue("cost-vit-params", f"{int(timing.params.iloc[0]):,}", display=False)
 glue("cost-vit-spread", float(timing.step_s.max() / timing.step_s.min()), display=False)
 glue("cost-vit-hours-adam", float(timing.hours_2000_epochs.iloc[0]), display=False)
