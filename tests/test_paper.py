@@ -102,3 +102,10 @@ def test_paper_imports_nothing_heavy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(ROOT)})
     assert out.stdout.strip() == "[]"
+
+
+def test_the_chapter_s_table_1_view_shows_the_paper_s_cells():
+    view = sentiment.paper_table1_view()
+    assert list(view.layers) == [3, 4, 6]
+    assert view.iloc[0].tolist() == [3, "83.47", "81.66", "82.57", "+1.81"]
+    assert list(view["ℓ3"]) == [f"{paper.TABLE_1[L]['3']:.2f}" for L in (3, 4, 6)]
