@@ -795,7 +795,8 @@ def _paper_cost() -> str:
 
 CLAIMS = [
     _Claim("E1: each ℓp path approaches its own ℓp attention SVM direction, the nearest of the SVMs",
-           "own-SVM divergence → ≈ 0; other SVMs plateau (≈ 0.2 on the p = 3 path); 100 seeds",
+           f"own-SVM divergence → ≈ 0; other SVMs plateau (≈ {paper.E1_PLATEAU:g} on the p = 3 path); "
+           f"{paper.E1_SEEDS} seeds",
            "01_fixed_decoder_paths", "fig-e1-paths", _e1),
     _Claim("E2: ||W(k)|| grows without bound, logarithmically in k (Thm 8)",
            "norm linear in log k", "02_single_instance_path", "fig-e2-norm-growth", _e2_norm),
