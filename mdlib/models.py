@@ -145,8 +145,8 @@ def joint_training_data(dtype: torch.dtype = torch.float64) -> SyntheticData:
 
 
 #: Initializations of the real-data models: "authors" reproduces the authors' public code (torch's
-#: defaults; PAPER.md 5a), "modern" the project's earlier choice (BERT-style embeddings, Glorot-normal
-#: matrices), kept as an ablation.
+#: defaults: N(0, 1) token and position embeddings, U(±1/sqrt(fan_in)) matrices), "modern" the
+#: project's earlier choice (BERT-style embeddings, Glorot-normal matrices), kept as an ablation.
 SETUPS = ("authors", "modern")
 
 

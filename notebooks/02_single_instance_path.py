@@ -41,7 +41,6 @@ d = 3  # embedding dimension (W has d*d entries; two of them are drawn)
 seed = 1  # the instance's seed
 
 # %%
-import matplotlib.pyplot as plt
 import numpy as np
 from myst_nb import glue
 
@@ -67,36 +66,8 @@ solutions
 
 # %% tags=["hide-input"]
 normalized = paths[paths.method == "normalized"]
-targets = normalized.drop_duplicates(["p", "entry"]).pivot(index="entry", columns="p", values="svm")
-spread = (targets.max(axis=1) - targets.min(axis=1)) + 0.1 * targets.abs().mean(axis=1)
-first, second = spread.sort_values(ascending=False).index[:2]
-curve_norm = curves[curves.method == "normalized"]
-fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.8))
-for p in ps:
-    rows = normalized[normalized.p == p]
-    norms = curve_norm[curve_norm.p == p].set_index("step").norm
-    a = rows[rows.entry == first].set_index("step")
-    b = rows[rows.entry == second].set_index("step")
-    color, label = plots.p_color(p), plots.p_label(p)
-    x, y = (a.value * norms).fillna(0), (b.value * norms).fillna(0)  # W(k) itself; W(0) = 0
-    left.plot(x, y, color=color, lw=1.8, label=f"path, {label}")
-    direction = np.array([a.svm.iloc[0], b.svm.iloc[0]])
-    reach = float(np.hypot(x, y).max())
-    ray = direction / np.linalg.norm(direction) * reach
-    left.plot([0, ray[0]], [0, ray[1]], ls="--", color=color, lw=1.2)
-    right.plot(a.value, b.value, color=color, lw=1.8, label=label)
-    right.scatter(*direction, marker="*", s=160, color=color, edgecolor="black", zorder=3)
-def coordinate(entry):
-    return "$" + entry.replace("W[", "W_{").replace("]", "}") + "$"
-left.scatter([0], [0], color="black", zorder=3, s=15)
-left.set(xlabel=coordinate(first) + " of $W(k)$", ylabel=coordinate(second) + " of $W(k)$",
-         title="the path (dashed: own SVM ray)")
-right.set(xlabel=coordinate(first) + r" of $W(k)/\|W(k)\|_p$", ylabel=coordinate(second) + r" of $W(k)/\|W(k)\|_p$",
-          title="its direction (star: own SVM direction)")
-left.legend(fontsize=8)
-right.legend(fontsize=8)
-fig.tight_layout()
-plots.save_figure(fig, "fig-e2-path", data=normalized[normalized.entry.isin([first, second])])
+fig, entries = plots.e2_path_figure(normalized, curves[curves.method == "normalized"], ps)
+plots.save_figure(fig, "fig-e2-path", data=normalized[normalized.entry.isin(entries)])
 
 # %% [markdown]
 # ```{glue:figure} fig-e2-path
@@ -111,22 +82,10 @@ plots.save_figure(fig, "fig-e2-path", data=normalized[normalized.entry.isin([fir
 
 # %% tags=["hide-input"]
 plain = curves[(curves.method == "plain") & (curves.step > 0)]
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-for p in ps:
-    c = plain[plain.p == p]
-    color, label = plots.p_color(p), plots.p_label(p)
-    axes[0].plot(c.step, c.norm, color=color, label=label)
-    axes[1].plot(c.step, 1 - c.selected_probability, color=color, label=label)
-    axes[2].plot(c.step, c.divergence, color=color, label=label)
-axes[0].set(xscale="log", xlabel="step $k$ (log scale)", ylabel=r"$\|W(k)\|_p$", title="norm: linear in $\\log k$")
-axes[1].set(xscale="log", yscale="log", xlabel="step $k$ (log scale)",
-            ylabel="1 - attention on the selected token", title="softmax saturation (min over examples)")
-axes[2].set(xscale="log", yscale="log", xlabel="step $k$ (log scale)", ylabel="directional divergence",
-            title="distance to the own SVM direction")
-axes[0].legend()
-fig.tight_layout()
+fig = plots.e2_growth_figure(plain, ps)
 plots.save_figure(fig, "fig-e2-norm-growth", data=plain)
 
+# %% tags=["hide-input"]
 # Slope of the norm against log k over the last decade of steps, and the late rate of the divergence.
 late = {}
 for p in ps:

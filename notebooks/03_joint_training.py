@@ -42,7 +42,6 @@ lr = 0.1  # step size of the normalized step, for W and for v
 first_steps = 150  # window of the probability panel
 
 # %%
-import matplotlib.pyplot as plt
 from myst_nb import glue
 
 from mdlib.book import plots
@@ -57,34 +56,7 @@ probabilities, W_paths, v_paths, summary = (result[k] for k in ("probabilities",
 print(f"profile={profile}: steps={dict(zip(ps, steps))}, lr={lr}")
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(len(ps), 3, figsize=(13, 2.9 * len(ps)), squeeze=False)
-styles = {1: "-", 2: ":"}
-for row, p in enumerate(ps):
-    color = plots.p_color(p)
-    early = probabilities[(probabilities.p == p) & (probabilities.step <= first_steps)]
-    ax = axes[row, 0]
-    for example, rows in early.groupby("example"):
-        ax.plot(rows.step, rows.attention_selected, color=color, ls=styles.get(example, "--"),
-                label=f"attention, example {example}")
-        ax.plot(rows.step, rows.classifier, color="0.35", ls=styles.get(example, "--"),
-                label=f"classifier, example {example}")
-    ax.set(ylim=(0, 1.02), ylabel=f"{plots.p_label(p)}\nprobability")
-    for col, (frame, what) in enumerate(((W_paths, "W"), (v_paths, "v")), start=1):
-        ax = axes[row, col]
-        rows = frame[frame.p == p]
-        for (entry, group), shade in zip(rows.groupby("entry"), (1.0, 0.75, 0.5, 0.3)):
-            line, = ax.plot(group.step, group.value, lw=1.6, alpha=shade, color=color, label=entry)
-            ax.axhline(group.svm.iloc[0], ls="--", lw=1, color=line.get_color(), alpha=shade)
-        ax.set(ylabel=f"entries of ${what}/\\|{what}\\|_p$", ylim=(-1.05, 1.05))
-        ax.legend(fontsize=7, ncol=2, loc="lower right")
-    if row == 0:
-        axes[0, 0].set_title(f"first {first_steps} steps")
-        axes[0, 1].set_title("attention weights vs attention SVM (dashed)")
-        axes[0, 2].set_title("decoder vs decoder SVM (dashed)")
-        axes[0, 0].legend(fontsize=7)
-for ax in axes[-1]:
-    ax.set_xlabel("step $k$")
-fig.tight_layout()
+fig = plots.e3_joint_figure(probabilities, W_paths, v_paths, ps, first_steps)
 plots.save_figure(fig, "fig-e3-joint", data=probabilities)
 plots.save_table(W_paths, "fig-e3-joint-W", glue=False)
 plots.save_table(v_paths, "fig-e3-joint-v", glue=False)

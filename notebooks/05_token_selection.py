@@ -20,11 +20,11 @@
 # illustrates this on 40 short, machine-written movie-review sentences, each with one designated
 # pivotal word ("fantastic", "boring", ...). The score of a token is the last layer's attention from
 # the [CLS] query, averaged over heads and min-max normalized over the sentence; an optimizer "wins"
-# a sentence when its model scores the pivotal token higher. Reported: $\ell_{1.1}$ wins 22 of 40
-# sentences, GD 16, 2 ties, and the mean normalized score of the pivotal token is 0.44
-# ($\ell_{1.1}$) against 0.31 (GD), one 6-layer model per optimizer {cite}`julistiono2026mirror`.
+# a sentence when its model scores the pivotal token higher. Reported: {glue:text}`paper-tokens`,
+# and the mean normalized score of the pivotal token is {glue:text}`paper-token-scores`, one 6-layer
+# model per optimizer {cite}`julistiono2026mirror`.
 # The authors' rebuttal adds that $\ell_{1.1}$ attention is "sharper, less diffuse". Reviewers asked
-# for a quantitative evaluation: 40 sentences and one model per optimizer cannot tell 22 : 16 from
+# for a quantitative evaluation: 40 sentences and one model per optimizer cannot tell that split from
 # chance.
 #
 # **What we run.** The trained models of the Table 1 chapter at one depth: the grid chapter 04 built
@@ -59,6 +59,7 @@ from mdlib.book import plots, scorecard
 from mdlib.experiments import selection, sentiment
 
 plots.set_theme()
+plots.glue_paper()
 grid = sentiment.built_grid(table1 or profile, depth)
 dataset, max_length, width, methods = map(grid.config.get, ("dataset", "max_length", "width", "methods"))
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
@@ -108,8 +109,8 @@ for key, row in summary[summary.key != "paper"].set_index("key").iterrows():
 # `_build/results/table-token-selection-seeds.csv`.
 # ```
 #
-# On the authors' 40 sentences: {glue:text}`tok-authors`. The paper: 22 / 16 / 2, pivot scores
-# 0.44 / 0.31 ($\ell_{1.1}$ / GD).
+# On the authors' 40 sentences: {glue:text}`tok-authors`. The paper: {glue:text}`paper-token-counts`,
+# pivot scores {glue:text}`paper-token-scores`.
 #
 # ## Extensions: more sentences
 #

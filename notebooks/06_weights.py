@@ -17,8 +17,8 @@
 # **The claim.** Mirror descent with $p$ near 1 follows the geometry of the $\ell_{1.1}$ max-margin
 # problem, whose solutions are sparse; the paper suggests the trained attention weights inherit it.
 # Its evidence is a histogram of the key, query and value weights of the 6-layer sentiment models,
-# counting entries with $|w| > 0.06$: 18,206 / 13,964 / 7,643 (K / Q / V) for $\ell_{1.1}$ against
-# 27,224 / 14,654 / 10,127 for GD, out of 884,736 entries each {cite}`julistiono2026mirror`. A count
+# counting entries with $|w| >$ {glue:text}`paper-threshold`: {glue:text}`paper-kqv`
+# {cite}`julistiono2026mirror`. A count
 # above a threshold is not a sparsity result: it depends on the scale of the weights, which follows
 # the step size and the length of training, and nothing is removed.
 #
@@ -47,9 +47,10 @@ from myst_nb import glue
 
 from mdlib.book import plots, scorecard
 from mdlib.experiments import methods as method_keys
-from mdlib.experiments import analysis, selection, sentiment, sparsity, stats, train
+from mdlib.experiments import analysis, paper, selection, sentiment, sparsity, stats, train
 
 plots.set_theme()
+plots.glue_paper()
 grid = sentiment.built_grid(table1 or profile, depth)
 dataset, max_length, width, methods = map(grid.config.get, ("dataset", "max_length", "width", "methods"))
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
@@ -72,9 +73,9 @@ shown = counts.groupby("method", sort=False)[list(sparsity.KINDS.values())].agg(
 table = pd.DataFrame({"method": [label[k] for k in shown.index]} | {
     kind: [f"{shown.loc[k, (kind, 'mean')]:.0f} ± {shown.loc[k, (kind, 'std')]:.0f}".replace(" ± nan", "")
            for k in shown.index] for kind in sparsity.KINDS.values()})
-paper = pd.DataFrame([{"method": "paper ℓ1.1 (IMDb, 6 layers, width 384)", "K": "18206", "Q": "13964", "V": "7643"},
-                      {"method": "paper ℓ2 (GD)", "K": "27224", "Q": "14654", "V": "10127"}])
-plots.save_table(counts, "table-weights-kqv", styled=pd.concat([table, paper], ignore_index=True).style.hide(axis="index"))
+reported = pd.DataFrame([{"method": name, **dict(zip("KQV", map(str, paper.KQV_ABOVE[key])))} for key, name in
+                         (("1.1", "paper ℓ1.1 (IMDb, 6 layers, width 384)"), ("2", "paper ℓ2 (GD)"))])
+plots.save_table(counts, "table-weights-kqv", styled=pd.concat([table, reported], ignore_index=True).style.hide(axis="index"))
 shares = counts.groupby("method")[list(sparsity.KINDS.values())].mean().sum(axis=1) / (3 * entries)
 glue("w-shares", " / ".join(f"{shares[k]:.2%}" for k in ["init"] + methods), display=False)
 glue("w-threshold", f"{scaled:.3f}", display=False)

@@ -15,9 +15,9 @@
 # # A vision transformer trained with mirror descent (E7)
 #
 # **The claim.** The paper trains a vision transformer (ViT) on CIFAR-10 and CIFAR-100 with $\ell_p$
-# mirror descent for four exponents $p$ and with Adam, 2000 epochs each, and reports about 82 % test
-# accuracy on CIFAR-10 and about 55 % on CIFAR-100 *for all methods*, with the mirror-descent weights
-# more concentrated near zero: its Figure 12 shows histograms of $|w| > 0.06$ of the key, query and
+# mirror descent for four exponents $p$ and with Adam, {glue:text}`paper-vit-epochs` epochs each, and
+# reports {glue:text}`paper-vit` *for all methods*, with the mirror-descent weights more concentrated
+# near zero: its Figure 12 shows histograms of $|w| >$ {glue:text}`paper-threshold` of the key, query and
 # value matrices {cite}`julistiono2026mirror`. Adam uses step size $10^{-4}$; the authors' public code
 # has $\ell_{1.1}$ at $5 \cdot 10^{-2}$; the step sizes of the other exponents are not given.
 #
@@ -71,9 +71,10 @@ from myst_nb import glue
 
 from mdlib.book import plots, scorecard
 from mdlib.experiments import methods as method_keys
-from mdlib.experiments import analysis, vision
+from mdlib.experiments import analysis, paper, vision
 
 plots.set_theme()
+plots.glue_paper()
 NAMES = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 methods = ["adam"] + [method_keys.method_key("md", float(p)) for p in ps]
 config = dict(datasets=datasets, image_size=image_size, train_size=train_size, validation=validation, model=model,
@@ -125,7 +126,7 @@ glue("vit-diverged", "; ".join(f"{name[m]} on {NAMES[d]}, seed {s}" for d, m, s 
 # ## Accuracy
 
 # %% tags=["hide-input"]
-history = grid.history.assign(method=grid.history.method.map(name))
+history = grid.history.assign(method=grid.history.method.map(name), key=grid.history.method)
 fig, axes = plt.subplots(2, len(datasets), figsize=(6.4 * len(datasets), 7.6), squeeze=False)
 for column, dataset in enumerate(datasets):
     for method in methods:
@@ -136,8 +137,8 @@ for column, dataset in enumerate(datasets):
             mean, std = scale * curve.mean(), scale * curve.std().fillna(0)
             axes[row, column].plot(mean.index, mean, color=color, label=label)
             axes[row, column].fill_between(mean.index, mean - std, mean + std, color=color, alpha=0.2, lw=0)
-    if dataset in vision.PAPER_ACCURACY:
-        axes[1, column].axhline(vision.PAPER_ACCURACY[dataset], color="black", ls=":", lw=1, label="paper (2000 epochs)")
+    if dataset in paper.VIT_ACCURACY:
+        axes[1, column].axhline(paper.VIT_ACCURACY[dataset], color="black", ls=":", lw=1, label="paper (2000 epochs)")
     axes[0, column].set(title=NAMES[dataset], xlabel="epoch", ylabel="training loss", yscale="log")
     axes[1, column].set(xlabel="epoch", ylabel="test accuracy (%)")
     for ax in axes[:, column]:
@@ -169,55 +170,19 @@ nets = {**{(d, name[m], s): net for (d, m, s), net in models.items()},
 counts = pd.DataFrame([{"dataset": d, "method": label, "seed": s, "matrix": kind,
                         "count": analysis.count_above(weights, scaled)}
                        for (d, label, s), net in nets.items() for kind, weights in net.attention_weights().items()])
+counts["key"] = counts.method.map({name[m]: m for m in methods} | {"initialization": "init"})
 mean_counts = counts.groupby(["dataset", "method", "matrix"], sort=False)["count"].mean()
 kinds = ("key", "query", "value")
-scores = history.groupby(["dataset", "method", "seed"]).test_accuracy.agg(final="last", best="max")
-losses = history.groupby(["dataset", "method", "seed"]).train_loss
-accuracies = history.dropna(subset=["test_accuracy"]).groupby(["dataset", "method", "seed"]).test_accuracy
 
-
-def late_difference(values):
-    """The last value minus the one a quarter of the curve earlier (test accuracy: evaluated epochs)."""
-    before, last = analysis.late_means(values, window=1)
-    return last - before
-
-
+# %% tags=["hide-input"]
 # has the training loss levelled off? what share of its decrease came in the last quarter, and how
 # much it moved there relative to its level; and how much the test accuracy still moved
-scores = scores.assign(train_loss=losses.last(), loss_change=losses.agg(analysis.late_change),
-                       loss_share=losses.agg(analysis.late_share),
-                       accuracy_change=accuracies.agg(late_difference)).reset_index()
-rows = []
-for d in datasets:
-    for m in methods:
-        score = scores[(scores.dataset == d) & (scores.method == name[m])]
-        rows.append({"dataset": NAMES[d], "optimizer": name[m], "lr": grid.chosen[d, m],
-                     "lr from": ("sweep" if m in swept else "fixed")
-                                + (", the paper's" if vision.PAPER_STEP_SIZES.get(m) == grid.chosen[d, m] else ""),
-                     "final_mean": 100 * score.final.mean(), "final_std": 100 * score.final.std(),
-                     "best_mean": 100 * score.best.mean(), "best_std": 100 * score.best.std(),
-                     "train_loss": score.train_loss.mean(), "loss_change": score.loss_change.mean(),
-                     "loss_share": score.loss_share.mean(), "accuracy_change": 100 * score.accuracy_change.mean(),
-                     "levelled": bool((score.loss_share <= flat_share).all()),
-                     **{f"{kind}_above": mean_counts[(d, name[m], kind)] for kind in kinds},
-                     "paper": vision.PAPER_ACCURACY.get(d, np.nan)})
-table = pd.DataFrame(rows)
-shown = pd.DataFrame({
-    "data": table.dataset, "optimizer": table.optimizer, "step size": table.lr.map("{:g}".format),
-    "step size from": table["lr from"],
-    "final test acc. (%)": [f"{a:.2f} ± {b:.2f}" for a, b in zip(table.final_mean, table.final_std)],
-    "best test acc. (%)": [f"{a:.2f} ± {b:.2f}" for a, b in zip(table.best_mean, table.best_std)],
-    "training loss, last epoch": table.train_loss.map("{:.3f}".format),
-    "last quarter: share of the loss's decrease (its change)": [
-        f"{a:.1%} ({b:+.1%})" + ("" if ok else ": not levelled off")
-        for a, b, ok in zip(table.loss_share, table.loss_change, table.levelled)],
-    "last quarter: test acc. change (points)": table.accuracy_change.map("{:+.2f}".format),
-    f"K / Q / V entries > {scaled:.3g}": [f"{k:,.0f} / {q:,.0f} / {v:,.0f}" for k, q, v in
-                                           zip(table.key_above, table.query_above, table.value_above)],
-    "paper (%)": table.paper.map(lambda a: f"≈ {a:.0f}" if a == a else "not run")})
+table = vision.summary_table(vision.run_scores(history), mean_counts, grid.chosen, methods=methods, names=name,
+                             datasets={d: NAMES[d] for d in datasets}, swept=swept, flat_share=flat_share, kinds=kinds)
+shown = vision.summary_view(table, scaled)
 plots.save_table(table, "table-vit", styled=shown.style.hide(axis="index"))
 
-
+# %% tags=["hide-input"]
 def per_dataset(text):
     """One clause per data set, ``text(dataset)`` each, for the prose."""
     return "; ".join(f"{NAMES[d]}: {text(d)}" for d in datasets)
@@ -332,6 +297,8 @@ for (d, m, s), run in final.items():
     pruning += [{"dataset": d, "method": name[m], "seed": s, "sparsity": x, "test_accuracy": a}
                 for x, a in zip(sparsities, curve)]
 pruning = pd.DataFrame(pruning)
+
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(1, len(datasets), figsize=(6.4 * len(datasets), 4.2), squeeze=False)
 for ax, d in zip(axes[0], datasets):
     for m in methods:
@@ -343,6 +310,8 @@ for ax, d in zip(axes[0], datasets):
     ax.legend(fontsize=8)
 fig.tight_layout()
 plots.save_figure(fig, "fig-vit-pruning", data=pruning)
+
+# %% tags=["hide-input"]
 levels = [x for x in (0.5, 0.8, 0.9) if x in sparsities]
 at = pruning.groupby(["dataset", "method", "sparsity"], sort=False).test_accuracy.mean()
 glue("vit-pruning", per_dataset(lambda d: ", ".join(
@@ -398,8 +367,8 @@ glue("vit-seeds", f"{seeds} training seeds per optimizer; the sweep: {sweep_seed
 # - **Accuracy** ({numref}`fig-vit-accuracy`, {numref}`table-vit`). Final test accuracy (%, mean ±
 #   standard deviation over seeds): {glue:text}`vit-final`. Best over epochs:
 #   {glue:text}`vit-best`. The best and the worst optimizer's final means are
-#   {glue:text}`vit-spread` apart. The paper reports about 82 % (CIFAR-10) and 55 % (CIFAR-100) for
-#   every method after 2000 epochs.
+#   {glue:text}`vit-spread` apart. The paper reports {glue:text}`paper-vit` for every method after
+#   {glue:text}`paper-vit-epochs` epochs.
 # - **Weights** ({numref}`fig-vit-weights`). Key / query / value entries above the scaled threshold, all blocks, mean
 #   over seeds (of {glue:text}`vit-attention-size` entries per matrix type): {glue:text}`vit-counts`.
 #   The paper's Figure 12 shows fewer large entries for mirror descent with small $p$ than for Adam.

@@ -15,10 +15,9 @@
 # # What a mirror-descent step costs (E8)
 #
 # **The claim.** An $\ell_p$ mirror-descent step {eq}`eq-md-update` needs no inner problem: per
-# parameter it is a few elementwise operations more than a gradient step. The paper counts about 2
-# operations per parameter for gradient descent, 10 for mirror descent and 14 for Adam, and reports
-# about 29 hours (CIFAR-10) and 25 hours (CIFAR-100) for 2000 epochs of its vision transformer on
-# one V100, with small differences between the five optimizers {cite}`julistiono2026mirror`.
+# parameter it is a few elementwise operations more than a gradient step. The paper counts about
+# {glue:text}`paper-ops`, and reports {glue:text}`paper-hours` of its vision transformer on one V100,
+# with small differences between the five optimizers {cite}`julistiono2026mirror`.
 #
 # **What we measure.** Operation counts say little about wall time: an optimizer step streams every
 # parameter, gradient and state tensor through memory, and transcendental functions cost more than
@@ -48,12 +47,12 @@ import os
 import platform
 import statistics
 
-import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 from myst_nb import glue
 
 from mdlib.book import bench, plots
+from mdlib.experiments import methods, paper
 from mdlib.models import VisionTransformer
 from mdlib.optim import LpMirrorDescent
 
@@ -61,6 +60,7 @@ bench.choice("vit", vit, ("paper", "tiny"))  # before any timing: any other valu
 for mode in modes:
     bench.choice("modes", mode, bench.MD_MODES)
 plots.set_theme()
+plots.glue_paper()
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "no CUDA runtime" on CPU machines
 device = "cuda" if torch.cuda.is_available() else "cpu"
 cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
@@ -85,25 +85,8 @@ steps = pd.DataFrame(rows)
 targets = pd.DataFrame(targets, columns=["params", "optimizer", "reference", "median_ratio", "ci95_low", "ci95_high",
                                          "target"])
 
-styles = {"sgd_default": ("0.55", "--"), "sgd_fused": ("0.55", "-"), "adam_default": ("0.1", "--"),
-          "adam_foreach": ("0.1", ":"), "adam_fused": ("0.1", "-")}
-line = {"default": "--", "foreach": ":", "fused": "-"}
-fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.3))
-for name, group in steps.groupby("optimizer", sort=False):
-    if name in styles:
-        color, ls = styles[name]
-        label = name.replace("_", " ")
-    else:
-        p, mode = float(name.split("_")[1][1:]), name.split("_")[2]
-        color, ls = plots.p_color(p), line[mode]
-        label = f"MD {plots.p_label(p)}, {mode}"
-    left.plot(group.params, group.ms, color=color, ls=ls, marker="o", ms=3, label=label)
-    right.plot(group.params, group.vs_adam_fused, color=color, ls=ls, marker="o", ms=3)
-left.set(xscale="log", yscale="log", xlabel="float32 parameters", ylabel="ms per optimizer step (median)")
-right.set(xscale="log", yscale="log", xlabel="float32 parameters", ylabel="time / fused Adam's (median ratio)")
-right.axhline(1, color="black", lw=0.8)
-left.legend(fontsize=7, ncol=2)
-fig.tight_layout()
+# %% tags=["hide-input"]
+fig = plots.cost_step_figure(steps)
 plots.save_figure(fig, "fig-cost-step", data=steps)
 
 # %% [markdown]
@@ -127,7 +110,9 @@ for which in bench.TRAINING_MODELS:
         training.append({"model": {"sentiment": "sentiment encoder (04)", "vit": "ViT (07)"}[which],
                          "optimizer": "Adam" if name == "adam" else f"MD p = {name[4:]}",
                          "ms per step": 1e3 * statistics.median(seconds), "vs Adam (median ratio)": statistics.median(ratios),
-                         "ci95": f"{low:.2f}-{high:.2f}"})
+                         "ci95": f"{low:.2f}-{high:.2f}",
+                         "method": methods.method_key(*bench.TRAINING_OPTIMIZERS[name][::2]),
+                         "ci_low": low, "ci_high": high})
 training = pd.DataFrame(training)
 plots.save_table(training, "table-cost-training", styled=training.style.format(
     {"ms per step": "{:.1f}", "vs Adam (median ratio)": "{:.3f}"}).hide(axis="index"))
@@ -157,12 +142,13 @@ for name, factory in optimizers.items():
     timing.append({"optimizer": name, "step_s": seconds, "params": sum(w.numel() for w in model.parameters())})
 timing = pd.DataFrame(timing)
 steps_per_epoch = 50000 // vit_batch  # CIFAR-10/100: 50,000 training images
-timing["hours_2000_epochs"] = timing.step_s * steps_per_epoch * 2000 / 3600
+timing["hours_2000_epochs"] = timing.step_s * steps_per_epoch * paper.VIT_EPOCHS / 3600
 
-ops = {"SGD": 2, "MD": 10, "Adam": 14}  # the paper's per-parameter operation counts
+# %% tags=["hide-input"]
+ops = paper.OPS_PER_PARAMETER  # the paper's per-parameter operation counts (GD: SGD)
 largest = steps[steps.params == steps.params.max()].set_index("optimizer")
 table = pd.DataFrame([
-    {"optimizer": f"SGD / MD p = 2 ({mode})", "paper ops per param": ops["SGD"],
+    {"optimizer": f"SGD / MD p = 2 ({mode})", "paper ops per param": ops["GD"],
      "ns per param (step, largest size)": largest.loc[f"sgd_{mode}", "ns_per_param"]} for mode in ("default", "fused")
 ] + [
     {"optimizer": f"Adam ({mode})", "paper ops per param": ops["Adam"],
@@ -177,6 +163,8 @@ plots.save_table(table, "table-cost", styled=table.style.format({"ns per param (
                  .hide(axis="index"))
 plots.save_table(timing, "table-cost-vit", styled=timing.style.format(
     {"step_s": "{:.3f}", "hours_2000_epochs": "{:,.0f}", "params": "{:,}"}).hide(axis="index"))
+
+# %% tags=["hide-input"]
 glue("cost-vit-params", f"{int(timing.params.iloc[0]):,}", display=False)
 glue("cost-vit-spread", float(timing.step_s.max() / timing.step_s.min()), display=False)
 glue("cost-vit-hours-adam", float(timing.hours_2000_epochs.iloc[0]), display=False)
@@ -266,7 +254,7 @@ glue("cost-adam-default-over-fused", f"{largest.loc['adam_default', 'vs_adam_fus
 #   fastest's: the optimizer is a small part of a step dominated by the forward and backward passes,
 #   as in the paper's report of small differences between methods. Extrapolated, 2000 epochs with
 #   Adam would take about {glue:text}`cost-vit-hours-adam:,.0f` hours on this machine, against the
-#   paper's 29 hours on a V100 GPU.
+#   paper's {glue:text}`paper-hours-cifar10` on a V100 GPU.
 #
 # **What this shows.** Mirror descent is a practical optimizer: its step costs about what Adam's does,
 # implementation for implementation, and it is a small part of a training step. **What it does not

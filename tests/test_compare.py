@@ -18,7 +18,7 @@ from mdlib.experiments import paths
 from mdlib.book.compare import DIFFERS, IDENTICAL, ONLY_A, ONLY_B, SAME, FolderError, compare
 
 #: A default-profile build's results folder, where this machine keeps one (the test on it skips elsewhere).
-SNAPSHOT = Path("/work/snapshots/default-0e43723")
+RESULTS = Path(__file__).parent / "fixtures" / "results"  #: a smoke build's results (fixtures/make_results.py)
 
 ACCURACY = ("epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds,lr,dataset,method,seed\n"
             "1,2.16,0.179,,,0.8983999269985361,0.001,fashion_mnist,Adam,0\n"
@@ -195,17 +195,16 @@ def test_importing_compare_does_not_import_torch():
     assert out.split() == ["False"]
 
 
-@pytest.mark.skipif(not SNAPSHOT.is_dir(), reason=f"no results folder at {SNAPSHOT}")
 def test_two_copies_of_a_real_build_are_identical(tmp_path):
     b = tmp_path / "b"
-    shutil.copytree(SNAPSHOT, b)
-    report = compare(SNAPSHOT, b)
-    labels = sorted(path.stem for path in SNAPSHOT.glob("*.csv"))
+    shutil.copytree(RESULTS, b)
+    report = compare(RESULTS, b)
+    labels = sorted(path.stem for path in RESULTS.glob("*.csv"))
     assert [e.label for e in report.entries] == labels and report.ok
     assert {e.status for e in report.entries} == {IDENTICAL}
     assert report.text().splitlines()[-1] == (f"{len(labels)} files: {len(labels)} identical, 0 same values "
                                               "(timing columns aside), 0 differ")
     curves = pd.read_csv(b / "fig-sentiment-curves.csv")
     curves.assign(seconds=curves.seconds + 1).to_csv(b / "fig-sentiment-curves.csv", index=False)  # another run's times
-    entry = one(compare(SNAPSHOT, b), "fig-sentiment-curves")
+    entry = one(compare(RESULTS, b), "fig-sentiment-curves")
     assert entry.status == SAME and entry.details.startswith("set aside: seconds (")

@@ -6,7 +6,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from pathlib import Path  # noqa: E402
+
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
@@ -102,3 +105,61 @@ def test_p_colors_are_fixed_and_distinct():
     assert plots.p_color("adam") not in main
     assert plots.p_palette([1.1, 3]) == {1.1: main[0], 3: main[3]}
     assert plots.p_label(2) == r"$\ell_{2}$ (GD)" and plots.p_label(1.1) == r"$\ell_{1.1}$"
+
+
+RESULTS = Path(__file__).parent / "fixtures" / "results"  #: a smoke build's results (fixtures/make_results.py)
+
+
+def _path_frame() -> pd.DataFrame:
+    """Two exponents' normalized paths over 3 steps in 3 entries; W[0,1] and W[1,1] differ most in their SVM
+    value over p (spreads 0.8 and 0.5; W[0,0] has none)."""
+    svm = {1.5: {"W[0,0]": 0.6, "W[0,1]": 0.1, "W[1,1]": 0.3}, 3.0: {"W[0,0]": 0.6, "W[0,1]": 0.9, "W[1,1]": -0.2}}
+    return pd.DataFrame([{"p": p, "entry": e, "step": k, "value": v * k / 2, "svm": v}
+                         for p, row in svm.items() for e, v in row.items() for k in range(3)])
+
+
+def test_e2_path_figure_draws_the_two_most_different_entries():
+    normalized = _path_frame()
+    norms = pd.DataFrame([{"p": p, "step": k, "norm": 2.0 * k} for p in (1.5, 3.0) for k in range(3)])
+    fig, entries = plots.e2_path_figure(normalized, norms, [1.5, 3.0])
+    assert entries == ["W[0,1]", "W[1,1]"]
+    left, right = fig.axes
+    path, ray = left.lines[0], left.lines[1]  # p = 1.5: W(k) = direction * norm, then the SVM ray
+    assert list(path.get_xdata()) == pytest.approx([0.1 * k / 2 * 2 * k for k in range(3)])
+    reach = max(np.hypot(path.get_xdata(), path.get_ydata()))
+    assert np.hypot(ray.get_xdata()[1], ray.get_ydata()[1]) == pytest.approx(reach)
+    assert ray.get_ydata()[1] / ray.get_xdata()[1] == pytest.approx(0.3 / 0.1)  # along the own SVM direction
+    assert len(right.lines) == 2 and right.get_xlabel().startswith("$W_{0,1}$")
+    plt.close(fig)
+
+
+def test_e2_growth_and_cost_figures_draw_a_smoke_build_s_numbers():
+    curves = pd.read_csv(RESULTS / "fig-e2-norm-growth.csv")
+    plain = curves[(curves.method == "plain") & (curves.step > 0)]
+    ps = sorted(plain.p.unique())
+    fig = plots.e2_growth_figure(plain, ps)
+    assert [len(ax.lines) for ax in fig.axes] == [len(ps)] * 3
+    first = plain[plain.p == ps[0]]
+    assert list(fig.axes[1].lines[0].get_ydata()) == pytest.approx(list(1 - first.selected_probability))
+    plt.close(fig)
+    steps = pd.read_csv(RESULTS / "fig-cost-step.csv")
+    fig = plots.cost_step_figure(steps)
+    left, right = fig.axes
+    assert len(left.lines) == len(right.lines) - 1 == steps.optimizer.nunique()  # right: the line at 1 too
+    adam = steps[steps.optimizer == "adam_fused"]
+    assert list(right.lines[0].get_xdata()) == list(steps[steps.optimizer == steps.optimizer.iloc[0]].params)
+    assert list(adam.vs_adam_fused) == pytest.approx([1.0] * len(adam))
+    plt.close(fig)
+
+
+def test_e3_joint_figure_has_a_row_per_exponent():
+    probabilities = pd.DataFrame([{"p": p, "step": k, "example": x, "attention_selected": 0.5 + k / 10,
+                                   "classifier": 0.5} for p in (1.5, 2.0) for x in (1, 2) for k in range(5)])
+    paths_ = pd.DataFrame([{"p": p, "entry": e, "step": k, "value": 0.1 * k, "svm": 0.5}
+                           for p in (1.5, 2.0) for e in ("a", "b") for k in range(5)])
+    fig = plots.e3_joint_figure(probabilities, paths_, paths_, [1.5, 2.0], first_steps=3)
+    assert len(fig.axes) == 6
+    first = fig.axes[0]
+    assert len(first.lines) == 4 and max(first.lines[0].get_xdata()) == 3  # the first 3 steps only
+    assert first.get_title() == "first 3 steps"
+    plt.close(fig)

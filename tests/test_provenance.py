@@ -22,7 +22,7 @@ import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from mdlib.book import profiles, cli, plots, provenance
-from mdlib.experiments import paths, store  # noqa: E402
+from mdlib.experiments import paper, paths, store  # noqa: E402
 
 sys.path.insert(0, str(paths.book_dir() / "_ext"))
 import mdlib_artifacts  # noqa: E402
@@ -166,11 +166,11 @@ def test_outside_the_pipeline_the_run_fields_are_null(build_dir, monkeypatch):
 
 
 def test_every_labelled_artifact_of_the_notebooks_is_mapped():
-    """Each label a notebook saves is in PAPER_ARTIFACTS (a paper figure/table, or None: new)."""
+    """Each label a notebook saves is in paper.ARTIFACTS (a paper figure/table, or None: new)."""
     source = "\n".join(p.read_text() for p in sorted(paths.notebooks_dir().glob("[0-9][0-9]_*.py")))
     labels = set(re.findall(r"save_(?:figure|table)\([^\"]*?\"((?:fig|table)-[^\"]+)\"", source, re.S))
     assert labels, "no labels found in the notebooks"
-    assert labels <= set(provenance.PAPER_ARTIFACTS), sorted(labels - set(provenance.PAPER_ARTIFACTS))
+    assert labels <= set(paper.ARTIFACTS), sorted(labels - set(paper.ARTIFACTS))
 
 
 def _pdf_string(raw: bytes, key: bytes) -> str:

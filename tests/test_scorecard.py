@@ -19,7 +19,7 @@ from mdlib.book import plots, provenance, scorecard
 from mdlib.experiments import paths
 from mdlib.book.scorecard import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 
-SAMPLE = Path("/work/main/_build/results")
+RESULTS = Path(__file__).parent / "fixtures" / "results"  #: a smoke build's results (fixtures/make_results.py)
 OUTCOMES = (HOLDS, DIFFERS, INCONCLUSIVE, NOT_MEASURED)
 
 
@@ -211,7 +211,8 @@ def vit_table(folder, levelled: bool):
         {"dataset": "Fashion-MNIST", "optimizer": ["Adam", "p = 1.1", "p = 2"], "lr": 1e-3, "lr from": "sweep",
          "final_mean": 80.0, "final_std": 0.5, "best_mean": 80.5, "best_std": 0.5, "train_loss": 0.5,
          "loss_change": -0.05, "loss_share": 0.02, "accuracy_change": 0.5, "levelled": [True, levelled, True],
-         "key_above": 500.0, "query_above": 600.0, "value_above": 700.0, "paper": np.nan}))
+         "key_above": 500.0, "query_above": 600.0, "value_above": 700.0, "paper": np.nan,
+         "method": ["adam", "1.1", "2"]}))
 
 
 def vit_parity(folder, scenario):
@@ -221,8 +222,8 @@ def vit_parity(folder, scenario):
     # epoch 1 is not evaluated (NaN); the last one is, as training always does
     rows = [{"epoch": e, "train_loss": 1.0 / (e + 1), "train_accuracy": 0.5, "test_loss": np.nan if e == 1 else 0.5,
              "test_accuracy": np.nan if e == 1 else (0.3 if e == 0 else a / 100), "seconds": 1.0, "lr": 1e-3,
-             "dataset": "fashion_mnist", "method": m, "seed": s}
-            for m, values in (("Adam", adam), ("p = 1.1", md), ("p = 2", [a + 0.1 * s for s, a in enumerate(adam)]))
+             "dataset": "fashion_mnist", "method": f"p = {k}" if k != "adam" else "Adam", "seed": s, "key": k}
+            for k, values in (("adam", adam), ("1.1", md), ("2", [a + 0.1 * s for s, a in enumerate(adam)]))
             for s, a in enumerate(values) for e in range(3)]
     save(folder, "fig-vit-accuracy", pd.DataFrame(rows))
     vit_table(folder, levelled=scenario != NOT_MEASURED)
@@ -237,17 +238,18 @@ def vit_sparsity(folder, scenario):
          for m, values in (("1.1", md), ("adam", (0.5, 0.52, 0.51)))
          for s, x in enumerate(values)]))
     save(folder, "fig-vit-weights", pd.DataFrame(
-        [{"dataset": "fashion_mnist", "method": m, "seed": s, "matrix": kind, "count": 3}
-         for m in ("Adam", "p = 1.1") for s in range(3) for kind in ("query", "key", "value")]))
+        [{"dataset": "fashion_mnist", "method": m, "seed": s, "matrix": kind, "count": 3, "key": k}
+         for m, k in (("Adam", "adam"), ("p = 1.1", "1.1")) for s in range(3) for kind in ("query", "key", "value")]))
 
 
 def cost(folder, scenario):
-    ci = {HOLDS: "0.95-1.05", DIFFERS: "2.00-2.50", INCONCLUSIVE: "1.10-1.40", NOT_MEASURED: None}[scenario]
+    ci = {HOLDS: (0.95, 1.05), DIFFERS: (2.0, 2.5), INCONCLUSIVE: (1.1, 1.4), NOT_MEASURED: None}[scenario]
     rows = [{"model": "ViT (07)", "optimizer": "Adam", "ms per step": 10.0, "vs Adam (median ratio)": 1.0,
-             "ci95": "1.00-1.00"}]
+             "ci95": "1.00-1.00", "method": "adam", "ci_low": 1.0, "ci_high": 1.0}]
     if ci:
         rows.append({"model": "ViT (07)", "optimizer": "MD p = 1.1", "ms per step": 10.0,
-                     "vs Adam (median ratio)": float(ci.split("-")[0]), "ci95": ci})
+                     "vs Adam (median ratio)": ci[0], "ci95": f"{ci[0]:.2f}-{ci[1]:.2f}", "method": "1.1",
+                     "ci_low": ci[0], "ci_high": ci[1]})
     save(folder, "table-cost-training", pd.DataFrame(rows))
 
 
@@ -372,11 +374,32 @@ def test_rules_on_edge_numbers():
     assert scorecard.token_rule(0.6, 0.7, seeds=3, unreached=0).outcome == HOLDS
 
 
-@pytest.mark.skipif(not SAMPLE.is_dir(), reason="no results of a real build at /work/main/_build/results")
-def test_the_sample_results_build_a_page():
-    rows = table_rows(scorecard.page(SAMPLE, profile="default"))
+def test_a_smoke_build_s_results_build_a_page():
+    """Every claim of a real smoke build is judged from its CSVs: the rows read the method keys and
+    interval bounds, not the display columns."""
+    rows = table_rows(scorecard.page(RESULTS, profile="smoke"))
     assert len(rows) >= len(scorecard.CLAIMS)
     assert all(verdict_of(row[4]) in OUTCOMES for row in rows)
+    verdicts = {row[0]: row[4] for row in rows}
+    assert verdict_of(verdicts[scorecard.CLAIMS[2].claim]) == HOLDS  # E2's rate
+    cost = [row for row in rows if row[0].startswith("Cost")]
+    assert [verdict_of(row[4]) for row in cost] == [INCONCLUSIVE, HOLDS]
+    assert "p = 1.1: 0.76 [0.71, 0.81]" in cost[0][2]
+    parity = next(row for row in rows if row[0].startswith("ViT parity"))
+    assert "Adam 10.00; p = 1.1: +0.00" in parity[2] and "not levelled off" in parity[4]
+
+
+def test_the_scorecard_reads_the_interval_bounds_not_the_display(results):
+    """``ci95`` is for readers: the verdict follows ``ci_low`` / ``ci_high``."""
+    results.mkdir(parents=True)
+    for name in ("table-cost-training.csv", "table-cost-training.json"):
+        (results / name).write_bytes((RESULTS / name).read_bytes())
+    before = rows_of(scorecard.page(results, profile="smoke"), 12)
+    edit(results, "table-cost-training", lambda t: t.assign(ci95="9.00-9.50"))
+    assert rows_of(scorecard.page(results, profile="smoke"), 12) == before
+    edit(results, "table-cost-training", lambda t: t.assign(ci_low=t.ci_low + 1, ci_high=t.ci_high + 1))
+    after = rows_of(scorecard.page(results, profile="smoke"), 12)
+    assert [verdict_of(row[4]) for row in after] == [DIFFERS, DIFFERS]
 
 
 GATED = {4: table1, 5: ablation, 6: tokens, 9: pruning}  # the claims about what the sentiment models learned

@@ -1,6 +1,9 @@
 """E7 run configs on a tiny Fashion-MNIST in the real IDX format: subsets, held-out validation, seeds."""
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -92,3 +95,23 @@ def test_choose_takes_the_best_validation_then_the_smaller_step_and_refuses_all_
     assert vision.choose(rows.assign(validation_accuracy=[0.7, 0.6, np.nan])) == 0.3
     with pytest.raises(ValueError, match=r"diverged for 1.75 on fashion_mnist \(lr \[0.1, 0.3, 1.0\]\)"):
         vision.choose(rows.assign(validation_accuracy=np.nan))
+
+
+def test_summary_table_is_chapter_07s_table_vit():
+    """From a smoke build's history and weight counts, ``run_scores`` + ``summary_table`` give exactly
+    the table-vit.csv that chapter 07 wrote (tests/fixtures/results)."""
+    results = Path(__file__).parent / "fixtures" / "results"
+    history = pd.read_csv(results / "fig-vit-accuracy.csv").drop(columns="key")
+    counts = pd.read_csv(results / "fig-vit-weights.csv")
+    written = pd.read_csv(results / "table-vit.csv", dtype={"method": str})
+    names = dict(zip(written.method, written.optimizer))
+    chosen = {("fashion_mnist", m): lr for m, lr in zip(written.method, written.lr)}
+    mean_counts = counts.groupby(["dataset", "method", "matrix"], sort=False)["count"].mean()
+    swept = set(written.method[written["lr from"].str.startswith("sweep")])
+    table = vision.summary_table(vision.run_scores(history), mean_counts, chosen, methods=list(names), names=names,
+                                 datasets={"fashion_mnist": "Fashion-MNIST"}, swept=swept, flat_share=0.05)
+    pd.testing.assert_frame_equal(table, written, check_dtype=False, check_exact=True)
+    view = vision.summary_view(table, 0.06)
+    assert list(view["final test acc. (%)"]) == [f"{a:.2f} ± {b:.2f}" for a, b in zip(written.final_mean,
+                                                                                    written.final_std)]
+    assert set(view["paper (%)"]) == {"not run"}  # the paper ran no Fashion-MNIST

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from mdlib.book import provenance, schema
-from mdlib.experiments import paths
+from mdlib.experiments import paper, paths
 # how a method is written, for the chapters: plots.p_label(1.1), plots.method_label("adam"), ...
 from mdlib.experiments.methods import method_label, method_text, p_label  # noqa: F401
 
@@ -308,6 +308,140 @@ def pruning_curves(pruning: pd.DataFrame, methods: Iterable[str]) -> Figure:
     return fig
 
 
+def _coordinate(entry: str) -> str:
+    """An entry name "W[0,1]" as math: $W_{0,1}$."""
+    return "$" + entry.replace("W[", "W_{").replace("]", "}") + "$"
+
+
+def e2_path_figure(normalized: pd.DataFrame, norms: pd.DataFrame, ps: Iterable[float]) -> tuple[Figure, list[str]]:
+    """Chapter 02's single-instance path in the plane of the two entries of W where the ℓp SVM directions
+    differ most (the spread of an entry's SVM value over p, plus a tenth of its mean size, breaks ties):
+    left W(k) itself (the direction ``value`` times the norm of ``norms`` at that step; W(0) = 0) with
+    each p's own SVM ray dashed, right the direction W(k)/||W(k)||_p with the SVM direction starred.
+    ``normalized``: rows (p, entry, step, value, svm); ``norms``: rows (p, step, norm). Returns the
+    figure and the two entries."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    targets = normalized.drop_duplicates(["p", "entry"]).pivot(index="entry", columns="p", values="svm")
+    spread = (targets.max(axis=1) - targets.min(axis=1)) + 0.1 * targets.abs().mean(axis=1)
+    first, second = spread.sort_values(ascending=False).index[:2]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.8))
+    for p in ps:
+        rows = normalized[normalized.p == p]
+        norm = norms[norms.p == p].set_index("step").norm
+        a = rows[rows.entry == first].set_index("step")
+        b = rows[rows.entry == second].set_index("step")
+        color, label = p_color(p), p_label(p)
+        x, y = (a.value * norm).fillna(0), (b.value * norm).fillna(0)
+        left.plot(x, y, color=color, lw=1.8, label=f"path, {label}")
+        direction = np.array([a.svm.iloc[0], b.svm.iloc[0]])
+        ray = direction / np.linalg.norm(direction) * float(np.hypot(x, y).max())
+        left.plot([0, ray[0]], [0, ray[1]], ls="--", color=color, lw=1.2)
+        right.plot(a.value, b.value, color=color, lw=1.8, label=label)
+        right.scatter(*direction, marker="*", s=160, color=color, edgecolor="black", zorder=3)
+    left.scatter([0], [0], color="black", zorder=3, s=15)
+    left.set(xlabel=_coordinate(first) + " of $W(k)$", ylabel=_coordinate(second) + " of $W(k)$",
+             title="the path (dashed: own SVM ray)")
+    right.set(xlabel=_coordinate(first) + r" of $W(k)/\|W(k)\|_p$",
+              ylabel=_coordinate(second) + r" of $W(k)/\|W(k)\|_p$", title="its direction (star: own SVM direction)")
+    left.legend(fontsize=8)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, [first, second]
+
+
+def e2_growth_figure(plain: pd.DataFrame, ps: Iterable[float]) -> Figure:
+    """Chapter 02's plain-step curves against log k, per p: the norm ||W(k)||_p, 1 minus the attention on
+    the selected token, and the directional divergence to the own SVM. ``plain``: rows (p, step, norm,
+    selected_probability, divergence), steps above 0."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for p in ps:
+        c = plain[plain.p == p]
+        color, label = p_color(p), p_label(p)
+        axes[0].plot(c.step, c.norm, color=color, label=label)
+        axes[1].plot(c.step, 1 - c.selected_probability, color=color, label=label)
+        axes[2].plot(c.step, c.divergence, color=color, label=label)
+    axes[0].set(xscale="log", xlabel="step $k$ (log scale)", ylabel=r"$\|W(k)\|_p$", title="norm: linear in $\\log k$")
+    axes[1].set(xscale="log", yscale="log", xlabel="step $k$ (log scale)",
+                ylabel="1 - attention on the selected token", title="softmax saturation (min over examples)")
+    axes[2].set(xscale="log", yscale="log", xlabel="step $k$ (log scale)", ylabel="directional divergence",
+                title="distance to the own SVM direction")
+    axes[0].legend()
+    fig.tight_layout()
+    return fig
+
+
+def e3_joint_figure(probabilities: pd.DataFrame, W_paths: pd.DataFrame, v_paths: pd.DataFrame, ps: Sequence[float],
+                    first_steps: int) -> Figure:
+    """Chapter 03's joint training, one row per p: over the first ``first_steps`` steps, the attention on
+    the selected token and the classifier's probability per example (``probabilities``: rows p, step,
+    example, attention_selected, classifier); then the entries of W/||W||_p and v/||v||_p against
+    their SVMs' (dashed; ``W_paths``, ``v_paths``: rows p, entry, step, value, svm)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(ps), 3, figsize=(13, 2.9 * len(ps)), squeeze=False)
+    styles = {1: "-", 2: ":"}
+    for row, p in enumerate(ps):
+        color = p_color(p)
+        early = probabilities[(probabilities.p == p) & (probabilities.step <= first_steps)]
+        ax = axes[row, 0]
+        for example, rows in early.groupby("example"):
+            ax.plot(rows.step, rows.attention_selected, color=color, ls=styles.get(example, "--"),
+                    label=f"attention, example {example}")
+            ax.plot(rows.step, rows.classifier, color="0.35", ls=styles.get(example, "--"),
+                    label=f"classifier, example {example}")
+        ax.set(ylim=(0, 1.02), ylabel=f"{p_label(p)}\nprobability")
+        for col, (frame, what) in enumerate(((W_paths, "W"), (v_paths, "v")), start=1):
+            ax = axes[row, col]
+            rows = frame[frame.p == p]
+            for (entry, group), shade in zip(rows.groupby("entry"), (1.0, 0.75, 0.5, 0.3)):
+                line, = ax.plot(group.step, group.value, lw=1.6, alpha=shade, color=color, label=entry)
+                ax.axhline(group.svm.iloc[0], ls="--", lw=1, color=line.get_color(), alpha=shade)
+            ax.set(ylabel=f"entries of ${what}/\\|{what}\\|_p$", ylim=(-1.05, 1.05))
+            ax.legend(fontsize=7, ncol=2, loc="lower right")
+        if row == 0:
+            axes[0, 0].set_title(f"first {first_steps} steps")
+            axes[0, 1].set_title("attention weights vs attention SVM (dashed)")
+            axes[0, 2].set_title("decoder vs decoder SVM (dashed)")
+            axes[0, 0].legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel("step $k$")
+    fig.tight_layout()
+    return fig
+
+
+def cost_step_figure(steps: pd.DataFrame) -> Figure:
+    """Chapter 08's optimizer step times against the number of parameters (``steps``: rows params,
+    optimizer, ms, vs_adam_fused; optimizer names of ``mdlib.book.bench``: "sgd_fused", "adam_foreach",
+    "md_p1.1_default", ...): left the median time of a step, right its ratio to fused Adam's; grey SGD,
+    black Adam, mirror descent in its exponent's colour, the implementation by the line style."""
+    import matplotlib.pyplot as plt
+
+    styles = {"sgd_default": ("0.55", "--"), "sgd_fused": ("0.55", "-"), "adam_default": ("0.1", "--"),
+              "adam_foreach": ("0.1", ":"), "adam_fused": ("0.1", "-")}
+    line = {"default": "--", "foreach": ":", "fused": "-"}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.3))
+    for name, group in steps.groupby("optimizer", sort=False):
+        if name in styles:
+            color, ls = styles[name]
+            label = name.replace("_", " ")
+        else:
+            p, mode = float(name.split("_")[1][1:]), name.split("_")[2]
+            color, ls = p_color(p), line[mode]
+            label = f"MD {p_label(p)}, {mode}"
+        left.plot(group.params, group.ms, color=color, ls=ls, marker="o", ms=3, label=label)
+        right.plot(group.params, group.vs_adam_fused, color=color, ls=ls, marker="o", ms=3)
+    left.set(xscale="log", yscale="log", xlabel="float32 parameters", ylabel="ms per optimizer step (median)")
+    right.set(xscale="log", yscale="log", xlabel="float32 parameters", ylabel="time / fused Adam's (median ratio)")
+    right.axhline(1, color="black", lw=0.8)
+    left.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
 # --------------------------------------------------------------------------------------------
 # saving
 
@@ -372,6 +506,18 @@ def _glue(label: str, obj: _Glued) -> None:
     from myst_nb import glue
 
     glue(label, obj, display=False)
+
+
+def glue_paper() -> dict[str, str]:
+    """Glue the paper's numbers as the chapters quote them (``mdlib.experiments.paper.quotes``), each
+    under its name, for ``{glue:text}`` in a chapter's prose (nothing outside a kernel); return them."""
+    quoted = paper.quotes()
+    if _in_kernel():
+        from myst_nb import glue
+
+        for name, text in quoted.items():
+            glue(name, text, display=False)
+    return quoted
 
 
 def _meaningful_index(frame) -> bool:

@@ -10,7 +10,7 @@ A figure with data has both files, with the same content. The PNG (text chunk ``
 PDF (info dict ``Subject``) carry the same JSON. The record holds:
 
 * ``label``, ``kind`` ("figure" / "table"), ``reproduces`` (the paper's figure or table, from
-  :data:`PAPER_ARTIFACTS`, or None) and ``new`` (true for an analysis the paper does not have);
+  :data:`mdlib.experiments.paper.ARTIFACTS`, or None) and ``new`` (true for an analysis the paper does not have);
 * ``notebook``, ``profile``, ``execution`` (the id of the notebook's execution, also in the executed
   ``.ipynb``), ``parameters`` (every parameter as executed), ``overrides`` (those given
   on the command line) and ``command`` (the ``python -m mdlib run`` line that regenerates it); these
@@ -45,7 +45,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from mdlib.experiments import fingerprint, paths
+from mdlib.experiments import fingerprint, paper, paths
 
 #: The environment variable (JSON: notebook, profile, parameters, overrides) set for a notebook's kernel.
 ENV = "MDLIB_NOTEBOOK_RUN"
@@ -53,54 +53,6 @@ ENV = "MDLIB_NOTEBOOK_RUN"
 ARCHIVE = "artifacts.zip"
 ARCHIVE_HTML = f"_downloads/{ARCHIVE}"
 
-#: The figure or table of the paper (PAPER.md, section 5) each label reproduces; None: a new analysis.
-PAPER_ARTIFACTS: dict[str, str | None] = {
-    # 01: E1, fixed-decoder paths
-    "fig-e1-paths": "Figure 4",
-    "table-e1-final": None,
-    "fig-e1-stall": None,
-    # 02: E2, one instance as a 2-D path (the paper's figure of E2)
-    "fig-e2-path": "E2: single-instance 2-D path figure",
-    "fig-e2-norm-growth": None,
-    # 03: E3, joint training
-    "fig-e3-joint": "E3: joint-training figure (probabilities)",
-    "fig-e3-joint-W": "E3: joint-training figure (W against the attention SVM)",
-    "fig-e3-joint-v": "E3: joint-training figure (v against the decoder SVM)",
-    "table-e3-final": None,
-    # 04: E4, sentiment
-    "table-sentiment-steps": None,
-    "table-1": "Table 1",
-    "table-sentiment-runs": "Table 1 (per run)",
-    "fig-sentiment-curves": None,
-    "table-sentiment-baseline": None,
-    "fig-sentiment-movement": None,
-    "table-sentiment-ablation": None,
-    "table-sentiment-batching": None,
-    # 05: E5, token selection
-    "fig-token-attention": "Figures 8, 13, 14",
-    "table-token-selection": "Figures 8, 13, 14 (wins and mean scores)",
-    "table-token-selection-seeds": "Figures 8, 13, 14 (wins per seed pair)",
-    "table-token-concentration": None,
-    "fig-token-concentration": None,
-    "fig-token-intervention": None,
-    # 06: E6, weights
-    "table-weights-kqv": "Figure 9 (entries above 0.06)",
-    "fig-weights-kqv": "Figure 9",
-    "table-weights-change": None,
-    "fig-pruning": None,
-    # 07: E7, vision transformer
-    "table-vit-sweep": None,
-    "fig-vit-accuracy": "Figures 10, 11",
-    "table-vit": "Figures 10, 11 (final test accuracy)",
-    "fig-vit-weights": "Figure 12",
-    "table-vit-change": None,
-    "fig-vit-pruning": None,
-    # 08: E8, cost
-    "fig-cost-step": None,
-    "table-cost-training": None,
-    "table-cost": "Appendix G.1 (operations per parameter)",
-    "table-cost-vit": "Appendix G.7 (training time)",
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,7 +165,7 @@ def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> di
             rel.append(Path(path).relative_to(build).as_posix())
         except ValueError:
             rel.append(str(path))
-    reproduces = PAPER_ARTIFACTS.get(label)
+    reproduces = paper.ARTIFACTS.get(label)
     return {
         "label": label,
         "kind": kind,

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-__all__ = ["Column", "Table", "SchemaError", "TABLES", "check", "read", "placeholder", "timing_columns"]
+__all__ = ["Column", "Table", "METHOD", "SchemaError", "TABLES", "check", "read", "placeholder", "timing_columns"]
 
 
 class SchemaError(ValueError):
@@ -78,6 +78,10 @@ NUMBER = Column("number")  #: a change, which may have either sign
 EXPONENT = Column("number", 1)  #: an l_p exponent p
 FLAG = Column("bool")
 LABEL = Column("label")  #: a name or key ("1.1", "adam", "fashion_mnist")
+#: a method key of ``mdlib.experiments.methods``: an l_p exponent ("1.1", "2": GD) or "adam", or "init"
+#: (the models at initialization); beside a column that names the method for a reader ("p = 1.1",
+#: "MD p = 1.1"), it is what the scorecard reads
+METHOD = Column("label", pattern=r"adam|init|\d+(\.\d+)?")
 TIMING = Column("number", 0, timing=True)  #: a time, or a number derived from one (a ratio of times)
 
 _RUN = {"layers": Column("integer", 1), "method": LABEL, "multiple": NONNEGATIVE, "lr": NONNEGATIVE,
@@ -128,19 +132,20 @@ TABLES: dict[str, Table] = {
     "fig-vit-accuracy": Table({"epoch": COUNT, "train_loss": maybe(NONNEGATIVE), "train_accuracy": SHARE,
                                "test_loss": maybe(NONNEGATIVE), "test_accuracy": maybe(SHARE),
                                "seconds": TIMING, "lr": NONNEGATIVE, "dataset": LABEL, "method": LABEL,
-                               "seed": COUNT}, ("dataset", "method", "seed", "epoch"), "epoch of a run"),
+                               "seed": COUNT, "key": METHOD}, ("dataset", "method", "seed", "epoch"), "epoch of a run"),
     "table-vit": Table({"dataset": LABEL, "optimizer": LABEL, "lr": NONNEGATIVE, "lr from": LABEL,
                         "final_mean": maybe(PERCENT), "final_std": maybe(NONNEGATIVE), "best_mean": maybe(PERCENT),
                         "best_std": maybe(NONNEGATIVE), "train_loss": maybe(NONNEGATIVE),
                         "loss_change": maybe(NUMBER), "loss_share": maybe(NUMBER), "accuracy_change": maybe(NUMBER),
                         "levelled": FLAG, "key_above": maybe(NONNEGATIVE), "query_above": maybe(NONNEGATIVE),
-                        "value_above": maybe(NONNEGATIVE), "paper": maybe(PERCENT)},
+                        "value_above": maybe(NONNEGATIVE), "paper": maybe(PERCENT), "method": METHOD},
                        ("dataset", "optimizer"), "optimizer and data set"),
     "table-vit-change": Table({"steps": LABEL, "dataset": LABEL, "lr": NONNEGATIVE, "method": LABEL, "seed": COUNT,
                                "top_share": maybe(SHARE), "effective_density": maybe(SHARE),
                                "relative_change": maybe(NONNEGATIVE), "loss_share": maybe(NUMBER), "levelled": FLAG},
                               ("steps", "dataset", "method", "seed"), "model"),
-    "fig-vit-weights": Table({"dataset": LABEL, "method": LABEL, "seed": COUNT, "matrix": LABEL, "count": COUNT},
+    "fig-vit-weights": Table({"dataset": LABEL, "method": LABEL, "seed": COUNT, "matrix": LABEL, "count": COUNT,
+                              "key": METHOD},
                              ("dataset", "method", "seed", "matrix"), "matrix of a model"),
     # 08: cost
     "fig-cost-step": Table({"params": Column("integer", 1), "optimizer": LABEL, "ms": TIMING, "ns_per_param": TIMING,
@@ -150,7 +155,8 @@ TABLES: dict[str, Table] = {
                         ("optimizer",), "optimizer"),
     "table-cost-training": Table({"model": LABEL, "optimizer": LABEL, "ms per step": TIMING,
                                   "vs Adam (median ratio)": TIMING,
-                                  "ci95": Column("label", pattern=r"\d+(\.\d+)?-\d+(\.\d+)?", timing=True)},
+                                  "ci95": Column("label", pattern=r"\d+(\.\d+)?-\d+(\.\d+)?", timing=True),
+                                  "method": METHOD, "ci_low": TIMING, "ci_high": TIMING},
                                  ("model", "optimizer"), "optimizer and model", ({"optimizer": "Adam"},)),
     "table-cost-vit": Table({"optimizer": LABEL, "step_s": TIMING, "params": Column("integer", 1),
                              "hours_2000_epochs": TIMING}, ("optimizer",), "optimizer"),

@@ -19,15 +19,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib.experiments import analysis, sentiment
+from mdlib.experiments import analysis, paper, sentiment
 from mdlib.experiments.stats import clustered_rate, mean_interval, paired_interval, wilson_interval
 
-__all__ = ["PAPER", "SentenceSet", "sentence_sets", "scores", "heat_table", "win_table", "summary", "summary_view",
+__all__ = ["SentenceSet", "sentence_sets", "scores", "heat_table", "win_table", "summary", "summary_view",
            "summary_text", "concentration_table", "concentration_text", "deletion_table", "deletion_text",
            "gate_text"]
-
-#: The paper's token-selection numbers (its Figs. 8, 13, 14: one 6-layer model per optimizer).
-PAPER = {"wins": 22, "losses": 16, "ties": 2, "sentences": 40, "score_1.1": 0.44, "score_2": 0.31}
 
 #: What ``scores`` returns: {(method, seed): {set name: [normalized [CLS] scores per sentence]}}.
 _Scored = Mapping[tuple[str, int], Mapping[str, Sequence[np.ndarray]]]
@@ -123,10 +120,10 @@ def summary(per_seed: pd.DataFrame, scored: _Scored, sets: Mapping[str, Sentence
             row[f"top1_{key}"] = float(np.mean([np.mean(_most_attended(scored[key, seed][name]) == s.positions)
                                                 for seed in _seeds(scored, key)]))
         rows.append(row)
-    p = PAPER
+    p = paper.TOKEN_SELECTION
     rows.append({"key": "paper", "sentences": "paper (40 machine-written, 1 model each)", "n": p["sentences"],
                  "seeds": 1, "wins": p["wins"], "losses": p["losses"], "ties": p["ties"],
-                 "pooled": p["wins"] / (p["wins"] + p["losses"]), "score_1.1": p["score_1.1"],
+                 "pooled": paper.token_win_rate(), "score_1.1": p["score_1.1"],
                  "score_2": p["score_2"]})
     return pd.DataFrame(rows)
 

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from mdlib.experiments import analysis, data, methods, paths, pool, store
+from mdlib.experiments import analysis, data, methods, paper, paths, pool, store
 from mdlib.experiments import grid as grid_engine
 from mdlib.experiments.grid import Optimizer
 from mdlib.experiments.methods import method, method_key
@@ -43,26 +43,19 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 __all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
-           "Grid", "KIND", "PAPER_EPOCHS_TO_STOP", "PAPER_STEP_SIZES", "PAPER_TABLE_1", "TokenizedDataset",
+           "Grid", "KIND", "PAPER_STEP_SIZES", "TokenizedDataset",
            "attention_scores", "authors_sentences", "baseline", "baseline_view", "build", "built_grid", "by_length", "cell_table",
            "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
-           "grid_name", "initial_model", "lexicon_pivots", "movement", "paired_gaps", "pad", "pivotal_sentences",
-           "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel", "seeds_of",
-           "setups_table", "setups_view", "steps_view", "splits",
+           "grid_name", "initial_model", "lexicon_pivots", "movement", "paired_gaps", "pad", "paper_table1_view",
+           "pivotal_sentences", "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
+           "seeds_of", "setups_table", "setups_view", "steps_view", "splits",
            "sweep", "tokens", "train_grids", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
 
 KIND = store.kind("e4-sentiment", __name__)
-#: The paper's Table 1 (IMDb, best test accuracy %, mean of the authors' runs): layers -> method -> value.
-PAPER_TABLE_1 = {3: {"1.1": 83.47, "2": 81.66, "3": 82.57}, 4: {"1.1": 83.36, "2": 81.05, "3": 82.40},
-                 6: {"1.1": 83.65, "2": 82.23, "3": 81.98}}
 #: Adam's reference step size (torch's default), for Adam as an extra column.
 ADAM_STEP = 1e-3
-#: Epochs to the stop rule in the authors' runs (their test_acc notebook, mean of 10): layers -> method -> epochs.
-PAPER_EPOCHS_TO_STOP = {3: {"1.1": 72, "2": 80, "3": 162}, 4: {"1.1": 87, "2": 88, "3": 135},
-                        6: {"1.1": 150, "2": 58, "3": 95}}
-#: The paper's step sizes for IMDb (PAPER.md, E4): layers -> method key -> lr.
-PAPER_STEP_SIZES = {3: {"1.1": 8e-4, "2": 4e-4, "3": 4e-6}, 4: {"1.1": 6e-4, "2": 4e-4, "3": 6e-6},
-                    6: {"1.1": 1e-3, "2": 1e-3, "3": 1e-5}}
+#: The paper's step sizes for IMDb (``paper.SENTIMENT_STEP_SIZES``): layers -> method key -> lr.
+PAPER_STEP_SIZES = paper.SENTIMENT_STEP_SIZES
 
 
 class TokenizedDataset(Dataset):
@@ -430,8 +423,8 @@ def cell_table(runs_table: pd.DataFrame) -> pd.DataFrame:
         test=("last_test", "mean"), test_std=("last_test", "std"), best=("best_test", "mean"),
         best_std=("best_test", "std"), validation=("validation", "mean"), multiple=("multiple", "first"),
         lr=("lr", "first")).reset_index()
-    cells["paper"] = [PAPER_TABLE_1.get(L, {}).get(k, np.nan) for L, k in zip(cells.layers, cells.method)]
-    cells["paper_epochs"] = [PAPER_EPOCHS_TO_STOP.get(L, {}).get(k, np.nan) for L, k in zip(cells.layers, cells.method)]
+    cells["paper"] = [paper.TABLE_1.get(L, {}).get(k, np.nan) for L, k in zip(cells.layers, cells.method)]
+    cells["paper_epochs"] = [paper.EPOCHS_TO_STOP.get(L, {}).get(k, np.nan) for L, k in zip(cells.layers, cells.method)]
     return cells
 
 
@@ -717,3 +710,13 @@ def deletion_drops(model: EncoderClassifier, ids: list[list[int]], positions: Ar
         where = torch.as_tensor(np.asarray(positions[start:start + batch_size]), dtype=torch.long)
         drops.append(analysis.probability_drop(model, input_ids, mask, where).numpy())
     return np.concatenate(drops)
+
+
+def paper_table1_view() -> pd.DataFrame:
+    """The paper's Table 1 for display: per number of layers, the best test accuracy (%) of ℓ1.1, GD and
+    ℓ3 and the reported ℓ1.1 − GD gap (points), from ``mdlib.experiments.paper``."""
+    rows = paper.table1_rows()
+    return pd.DataFrame({"layers": [r["layers"] for r in rows],
+                         **{name: [f"{r[key]:.2f}" for r in rows] for key, name in
+                            (("1.1", "ℓ1.1"), ("2", "ℓ2 (GD)"), ("3", "ℓ3"))},
+                         "ℓ1.1 − GD": [f"{r['gap']:+.2f}" for r in rows]})

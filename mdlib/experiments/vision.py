@@ -27,16 +27,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib.experiments import analysis, data, fetch, methods, pool, store, train
+from mdlib.experiments import analysis, data, fetch, methods, paper, pool, store, train
 from mdlib.experiments import grid as grid_engine
 from mdlib.experiments.grid import Optimizer
 from mdlib.models import VisionTransformer, check_setup
 from mdlib.experiments.methods import method
 
-__all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "ImageFit", "KIND", "PAPER_ACCURACY", "PAPER_STEP_SIZES",
-           "PRUNING_KIND", "build", "change_table", "choose", "dataset_shape", "grid", "image_sets", "make_model",
-           "pruning",
-           "run_config", "split_indices", "sweep", "train_runs", "trained_model", "VisionGrid", "VisionRun"]
+__all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "ImageFit", "KIND", "PAPER_STEP_SIZES", "PRUNING_KIND",
+           "VisionGrid", "VisionRun", "build", "change_table", "choose", "dataset_shape", "grid", "image_sets",
+           "make_model", "pruning", "run_config", "run_scores", "split_indices", "summary_table", "summary_view",
+           "sweep", "train_runs", "trained_model"]
 
 #: dataset -> (channels, classes, native image size)
 DATASETS = {"fashion_mnist": (1, 10, 28), "cifar10": (3, 10, 32), "cifar100": (3, 100, 32)}
@@ -170,10 +170,8 @@ def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> Visio
 KIND = store.kind("e7-vit", __name__)
 GRID_KIND = store.kind("e7-grid", __name__)
 PRUNING_KIND = store.kind("e7-pruning", __name__)
-#: The paper's step sizes, by method key: Adam's (the paper) and p = 1.1's (the authors' code).
-PAPER_STEP_SIZES = {"adam": 1e-4, "1.1": 5e-2}
-#: The paper's test accuracy (%) after 2000 epochs, about the same for every method.
-PAPER_ACCURACY = {"cifar10": 82.0, "cifar100": 55.0}
+#: The paper's step sizes, by method key (``paper.VIT_STEP_SIZES``).
+PAPER_STEP_SIZES = paper.VIT_STEP_SIZES
 
 
 @dataclass(frozen=True)
@@ -371,3 +369,71 @@ def pruning(config: Mapping[str, Any]) -> store.RunResult:
         return {"accuracy": np.array([a for _, a in analysis.pruning_curve(model, config["sparsities"], evaluate)])}
 
     return store.load_or_run(PRUNING_KIND, config, compute)
+
+
+# --- the chapter's summary table (chapter 07) ---------------------------------------------------
+
+
+def run_scores(history: pd.DataFrame) -> pd.DataFrame:
+    """Per run (dataset, method, seed) of a training history (``Grid.history``): the test accuracy after
+    the last epoch (``final``) and the best over the evaluated epochs (``best``); the last training loss,
+    its late change and late share (``analysis.late_change``, ``analysis.late_share``: has it levelled
+    off?); and ``accuracy_change``, the last evaluated test accuracy minus the one a quarter of the
+    evaluated epochs earlier."""
+    by = ["dataset", "method", "seed"]
+    losses = history.groupby(by).train_loss
+    accuracies = history.dropna(subset=["test_accuracy"]).groupby(by).test_accuracy
+
+    def late_difference(values) -> float:
+        before, last = analysis.late_means(values, window=1)
+        return last - before
+
+    scores = history.groupby(by).test_accuracy.agg(final="last", best="max")
+    return scores.assign(train_loss=losses.last(), loss_change=losses.agg(analysis.late_change),
+                         loss_share=losses.agg(analysis.late_share),
+                         accuracy_change=accuracies.agg(late_difference)).reset_index()
+
+
+def summary_table(scores: pd.DataFrame, mean_counts: pd.Series, chosen: Mapping[tuple[str, str], float], *,
+                  methods: list[str], names: Mapping[str, str], datasets: Mapping[str, str], swept: Container[str],
+                  flat_share: float, kinds: tuple[str, ...] = ("key", "query", "value")) -> pd.DataFrame:
+    """Chapter 07's table-vit: one row per data set and method key (in the order of ``datasets``, then
+    ``methods``) from ``run_scores`` (methods under their ``names``, data sets under their keys): the
+    chosen step size and where it came from, the final and best test accuracy (%, mean and std over
+    seeds), the loss measures (means), ``levelled`` (every seed's late share at most ``flat_share``),
+    the mean counts of attention weights above the threshold (``mean_counts[(dataset, name, kind)]``),
+    the paper's accuracy (``paper.VIT_ACCURACY``, NaN where it did not run the data set) and the
+    method key. ``datasets``: data set key -> display name (the table's ``dataset``)."""
+    rows = []
+    for d, shown in datasets.items():
+        for m in methods:
+            score = scores[(scores.dataset == d) & (scores.method == names[m])]
+            rows.append({"dataset": shown, "optimizer": names[m], "lr": chosen[d, m],
+                         "lr from": ("sweep" if m in swept else "fixed")
+                                    + (", the paper's" if PAPER_STEP_SIZES.get(m) == chosen[d, m] else ""),
+                         "final_mean": 100 * score.final.mean(), "final_std": 100 * score.final.std(),
+                         "best_mean": 100 * score.best.mean(), "best_std": 100 * score.best.std(),
+                         "train_loss": score.train_loss.mean(), "loss_change": score.loss_change.mean(),
+                         "loss_share": score.loss_share.mean(), "accuracy_change": 100 * score.accuracy_change.mean(),
+                         "levelled": bool((score.loss_share <= flat_share).all()),
+                         **{f"{kind}_above": mean_counts[(d, names[m], kind)] for kind in kinds},
+                         "paper": paper.VIT_ACCURACY.get(d, np.nan), "method": m})
+    return pd.DataFrame(rows)
+
+
+def summary_view(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """``summary_table`` for reading: accuracies as mean ± std, the loss's late share with its change
+    (marked when not levelled off), the K / Q / V counts above ``threshold``, the paper's accuracy."""
+    return pd.DataFrame({
+        "data": table.dataset, "optimizer": table.optimizer, "step size": table.lr.map("{:g}".format),
+        "step size from": table["lr from"],
+        "final test acc. (%)": [f"{a:.2f} ± {b:.2f}" for a, b in zip(table.final_mean, table.final_std)],
+        "best test acc. (%)": [f"{a:.2f} ± {b:.2f}" for a, b in zip(table.best_mean, table.best_std)],
+        "training loss, last epoch": table.train_loss.map("{:.3f}".format),
+        "last quarter: share of the loss's decrease (its change)": [
+            f"{a:.1%} ({b:+.1%})" + ("" if ok else ": not levelled off")
+            for a, b, ok in zip(table.loss_share, table.loss_change, table.levelled)],
+        "last quarter: test acc. change (points)": table.accuracy_change.map("{:+.2f}".format),
+        f"K / Q / V entries > {threshold:.3g}": [f"{k:,.0f} / {q:,.0f} / {v:,.0f}" for k, q, v in
+                                                 zip(table.key_above, table.query_above, table.value_above)],
+        "paper (%)": table.paper.map(lambda a: f"≈ {a:.0f}" if a == a else "not run")})

@@ -1,0 +1,181 @@
+"""Every number this project takes from the paper or from the authors' public code, in one place.
+
+Julistiono, Tarzanagh and Azizan, *Optimizing Attention with Mirror Descent* (arXiv:2410.14581), and
+the ``real-data/`` folder of the authors' code. Each constant names its source: a section, table or
+figure of the paper, or "the authors' code" (a value the paper does not state, read from their
+scripts and notebooks). The experiments read their step sizes and epochs to stop from here, the
+chapters and the scorecard read the reported results from here; nothing else types them.
+
+Method keys are those of ``mdlib.experiments.methods``: "1.1", "2" (gradient descent), "3" for
+ℓp mirror descent, "adam". This module imports nothing heavy (the scorecard reads it without torch).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+__all__ = ["E1_SEEDS", "E1_PLATEAU", "TABLE_1", "TABLE_1_GAPS", "TABLE_1_STD", "EPOCHS_TO_STOP", "RERUN_6_LAYERS",
+           "SENTIMENT_STEP_SIZES", "TOKEN_SELECTION", "WEIGHT_THRESHOLD", "KQV_ABOVE", "KQV_ENTRIES", "VIT_STEP_SIZES",
+           "VIT_ACCURACY", "VIT_EPOCHS", "OPS_PER_PARAMETER", "VIT_HOURS", "ARTIFACTS", "table1_rows", "token_win_rate",
+           "quotes"]
+
+# --- the synthetic paths (Figure 4) -----------------------------------------------------------------
+
+#: Figure 4: the seeds (random instances) of each path.
+E1_SEEDS = 100
+#: Figure 4: where the divergence to the other exponents' SVM directions levels off on the p = 3 path.
+E1_PLATEAU = 0.2
+
+# --- Table 1: IMDb sentiment, encoder classifier with L layers and L heads -------------------------
+
+#: Table 1: best test accuracy over epochs (%), mean of the authors' runs: layers -> method -> value.
+TABLE_1: Mapping[int, Mapping[str, float]] = {3: {"1.1": 83.47, "2": 81.66, "3": 82.57},
+                                              4: {"1.1": 83.36, "2": 81.05, "3": 82.40},
+                                              6: {"1.1": 83.65, "2": 82.23, "3": 81.98}}
+#: Table 1's reported ℓ1.1 minus GD gaps (points) by layers, as the paper states them (rounded from
+#: unrounded means, so 6 layers reads 1.43, not 83.65 - 82.23).
+TABLE_1_GAPS: Mapping[int, float] = {3: 1.81, 4: 2.31, 6: 1.43}
+#: Table 1's standard deviations over runs: between these two values, in points, for every cell.
+TABLE_1_STD: tuple[float, float] = (0.1, 0.2)
+#: The authors' code (their test_acc notebook): epochs to the stop rule, mean of 10 runs: layers -> method -> epochs.
+EPOCHS_TO_STOP: Mapping[int, Mapping[str, int]] = {3: {"1.1": 72, "2": 80, "3": 162},
+                                                   4: {"1.1": 87, "2": 88, "3": 135},
+                                                   6: {"1.1": 150, "2": 58, "3": 95}}
+#: The authors' code (the same notebook): its re-run's best test accuracies (%) at 6 layers, by method.
+RERUN_6_LAYERS: Mapping[str, float] = {"1.1": 82.57, "2": 81.03, "3": 80.65}
+#: Section 5 (sentiment experiment): the step sizes for IMDb: layers -> method -> lr (for the summed loss).
+SENTIMENT_STEP_SIZES: Mapping[int, Mapping[str, float]] = {3: {"1.1": 8e-4, "2": 4e-4, "3": 4e-6},
+                                                           4: {"1.1": 6e-4, "2": 4e-4, "3": 6e-6},
+                                                           6: {"1.1": 1e-3, "2": 1e-3, "3": 1e-5}}
+
+# --- token selection (Figures 8, 13, 14): one 6-layer model per optimizer --------------------------
+
+#: Figures 8, 13, 14: sentences where ℓ1.1's model puts more [CLS] attention on the pivotal word
+#: ("wins"), fewer ("losses"), the same ("ties"), of ``sentences``; the mean normalized score of the
+#: pivotal token per method.
+TOKEN_SELECTION: Mapping[str, float] = {"wins": 22, "losses": 16, "ties": 2, "sentences": 40,
+                                        "score_1.1": 0.44, "score_2": 0.31}
+
+# --- weights (Figure 9; Figure 12 for the vision transformer) -------------------------------------
+
+#: Figures 9 and 12: the |w| threshold of the weight histograms and counts.
+WEIGHT_THRESHOLD = 0.06
+#: Figure 9: entries of the key, query and value matrices above ``WEIGHT_THRESHOLD`` in the 6-layer
+#: IMDb models: method -> (K, Q, V).
+KQV_ABOVE: Mapping[str, tuple[int, int, int]] = {"1.1": (18206, 13964, 7643), "2": (27224, 14654, 10127)}
+#: Figure 9: entries of each of K, Q, V in those models (6 layers of 384 x 384).
+KQV_ENTRIES = 6 * 384 * 384
+
+# --- the vision transformer (Figures 10-12) --------------------------------------------------------
+
+#: Step sizes by method: Adam's (section 5) and ℓ1.1's (the authors' code, their only MD script).
+VIT_STEP_SIZES: Mapping[str, float] = {"adam": 1e-4, "1.1": 5e-2}
+#: Figures 10, 11: final test accuracy (%), about the same for Adam and every MD exponent.
+VIT_ACCURACY: Mapping[str, float] = {"cifar10": 82.0, "cifar100": 55.0}
+#: Figures 10, 11: the epochs of every vision run.
+VIT_EPOCHS = 2000
+
+# --- cost (Appendix G) -----------------------------------------------------------------------------
+
+#: Appendix G.1: operations per parameter of one update, by optimizer family.
+OPS_PER_PARAMETER: Mapping[str, int] = {"GD": 2, "MD": 10, "Adam": 14}
+#: Appendix G.7: hours per optimizer for ``VIT_EPOCHS`` epochs on one V100 GPU, by data set.
+VIT_HOURS: Mapping[str, float] = {"cifar10": 29, "cifar100": 25}
+
+# --- which figure or table of the paper each book label reproduces ---------------------------------
+
+#: The figure or table of the paper each results label reproduces; None: an analysis the paper has not.
+ARTIFACTS: Mapping[str, str | None] = {
+    # 01: fixed-decoder paths
+    "fig-e1-paths": "Figure 4",
+    "table-e1-final": None,
+    "fig-e1-stall": None,
+    # 02: one instance as a 2-D path (the paper's figure of it)
+    "fig-e2-path": "E2: single-instance 2-D path figure",
+    "fig-e2-norm-growth": None,
+    # 03: joint training
+    "fig-e3-joint": "E3: joint-training figure (probabilities)",
+    "fig-e3-joint-W": "E3: joint-training figure (W against the attention SVM)",
+    "fig-e3-joint-v": "E3: joint-training figure (v against the decoder SVM)",
+    "table-e3-final": None,
+    # 04: sentiment
+    "table-sentiment-steps": None,
+    "table-1": "Table 1",
+    "table-sentiment-runs": "Table 1 (per run)",
+    "fig-sentiment-curves": None,
+    "table-sentiment-baseline": None,
+    "fig-sentiment-movement": None,
+    "table-sentiment-ablation": None,
+    "table-sentiment-batching": None,
+    # 05: token selection
+    "fig-token-attention": "Figures 8, 13, 14",
+    "table-token-selection": "Figures 8, 13, 14 (wins and mean scores)",
+    "table-token-selection-seeds": "Figures 8, 13, 14 (wins per seed pair)",
+    "table-token-concentration": None,
+    "fig-token-concentration": None,
+    "fig-token-intervention": None,
+    # 06: weights
+    "table-weights-kqv": f"Figure 9 (entries above {WEIGHT_THRESHOLD:g})",
+    "fig-weights-kqv": "Figure 9",
+    "table-weights-change": None,
+    "fig-pruning": None,
+    # 07: vision transformer
+    "table-vit-sweep": None,
+    "fig-vit-accuracy": "Figures 10, 11",
+    "table-vit": "Figures 10, 11 (final test accuracy)",
+    "fig-vit-weights": "Figure 12",
+    "table-vit-change": None,
+    "fig-vit-pruning": None,
+    # 08: cost
+    "fig-cost-step": None,
+    "table-cost-training": None,
+    "table-cost": "Appendix G.1 (operations per parameter)",
+    "table-cost-vit": "Appendix G.7 (training time)",
+}
+
+
+def table1_rows() -> list[dict[str, float]]:
+    """Table 1 as rows ``{"layers": L, "1.1": ..., "2": ..., "3": ..., "gap": TABLE_1_GAPS[L]}``, by layers."""
+    return [{"layers": L, **TABLE_1[L], "gap": TABLE_1_GAPS[L]} for L in sorted(TABLE_1)]
+
+
+def token_win_rate() -> float:
+    """ℓ1.1's share of the non-tied sentences in the paper's count: wins / (wins + losses)."""
+    t = TOKEN_SELECTION
+    return t["wins"] / (t["wins"] + t["losses"])
+
+
+_NAMES = {"1.1": "ℓ1.1", "2": "GD", "3": "ℓ3"}
+
+
+def _per_method(values: Mapping[int, Mapping[str, float]], fmt: str = "{}") -> str:
+    """"a / b / c (ℓ1.1), ... " over the layers, one group per method."""
+    return ", ".join(" / ".join(fmt.format(values[L][key]) for L in sorted(values)) + f" ({_NAMES[key]})"
+                     for key in _NAMES)
+
+
+def quotes() -> dict[str, str]:
+    """The paper's numbers as the chapters quote them in their prose (glued text, never typed):
+    name -> text. Names start with ``paper-``."""
+    t, k = TOKEN_SELECTION, KQV_ABOVE
+    return {
+        "paper-t1-std": f"{TABLE_1_STD[0]:g}-{TABLE_1_STD[1]:g}",
+        "paper-t1-gaps": " / ".join(f"+{TABLE_1_GAPS[L]:.2f}" for L in sorted(TABLE_1_GAPS)),
+        "paper-t1-layers": " / ".join(str(L) for L in sorted(TABLE_1)),
+        "paper-epochs": _per_method(EPOCHS_TO_STOP),
+        "paper-rerun": " / ".join(f"{RERUN_6_LAYERS[key]:.2f}" for key in _NAMES) + " (ℓ1.1 / GD / ℓ3)",
+        "paper-tokens": f"ℓ1.1 wins {t['wins']} of {t['sentences']} sentences, GD {t['losses']}, {t['ties']} ties",
+        "paper-token-counts": f"{t['wins']} / {t['losses']} / {t['ties']}",
+        "paper-token-scores": f"{t['score_1.1']:.2f} / {t['score_2']:.2f} (ℓ1.1 / GD)",
+        "paper-kqv": (f"{' / '.join(f'{n:,}' for n in k['1.1'])} (K / Q / V) for ℓ1.1 against "
+                      f"{' / '.join(f'{n:,}' for n in k['2'])} for GD, out of {KQV_ENTRIES:,} entries each"),
+        "paper-threshold": f"{WEIGHT_THRESHOLD:g}",
+        "paper-vit": (f"about {VIT_ACCURACY['cifar10']:.0f} % test accuracy on CIFAR-10 and about "
+                      f"{VIT_ACCURACY['cifar100']:.0f} % on CIFAR-100"),
+        "paper-vit-epochs": f"{VIT_EPOCHS}",
+        "paper-ops": (f"{OPS_PER_PARAMETER['GD']} operations per parameter for gradient descent, "
+                      f"{OPS_PER_PARAMETER['MD']} for mirror descent and {OPS_PER_PARAMETER['Adam']} for Adam"),
+        "paper-hours-cifar10": f"{VIT_HOURS['cifar10']:g} hours (CIFAR-10)",
+        "paper-hours": (f"about {VIT_HOURS['cifar10']:g} hours (CIFAR-10) and {VIT_HOURS['cifar100']:g} hours "
+                        f"(CIFAR-100) for {VIT_EPOCHS} epochs"),
+    }
