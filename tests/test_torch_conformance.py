@@ -484,16 +484,22 @@ def test_save_load_equality_with_weights_only(kwargs, is_named_optim):
         assert_state_dicts_equal(torch.load(f, weights_only=True), state_dict)
 
 
+def stepped_three_times(kwargs, grad=torch.randn_like) -> tuple[list[Parameter], torch.optim.Optimizer]:
+    """Two 2 x 3 parameters with gradients ``grad(p)`` and an optimizer of ``kwargs`` after three steps."""
+    params = [Parameter(torch.randn(2, 3)) for _ in range(2)]
+    for p in params:
+        p.grad = grad(p)
+    optimizer = OPTIM(params, **fresh(kwargs))
+    for _ in range(3):
+        optimizer.step()
+    return params, optimizer
+
+
 @pytest.mark.parametrize("kwargs", configs())
 def test_load_nontensor_step(kwargs):
     """torch's: a state whose "step" is a Python number loads; this optimizer keeps no step counter, and a
     state with one (an unknown entry) still loads and steps."""
-    params = [Parameter(torch.randn(2, 3)) for _ in range(2)]
-    for p in params:
-        p.grad = torch.rand_like(p)
-    optimizer = OPTIM(params, **fresh(kwargs))
-    for _ in range(3):
-        optimizer.step()
+    _, optimizer = stepped_three_times(kwargs, grad=torch.rand_like)
     state_dict = copy.deepcopy(optimizer.state_dict())
     for entry in state_dict["state"].values():
         entry["step"] = 3.0
@@ -504,12 +510,7 @@ def test_load_nontensor_step(kwargs):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("kwargs", configs())
 def test_state_dict_with_cuda_params(kwargs):
-    params = [Parameter(torch.randn(2, 3)) for _ in range(2)]
-    for p in params:
-        p.grad = torch.randn_like(p)
-    optimizer = OPTIM(params, **fresh(kwargs))
-    for _ in range(3):
-        optimizer.step()
+    params, optimizer = stepped_three_times(kwargs)
     with torch.no_grad():
         params_cuda = [p.to("cuda") for p in params]
         for p, q in zip(params_cuda, params):

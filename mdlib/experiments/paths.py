@@ -179,20 +179,20 @@ def build_dir() -> Path:
     return located(BUILD_ENV, "_build", "build")
 
 
-def figures_dir() -> Path:
-    return build_dir() / "figures"
+def _build_folder(name: str, holds: str) -> Callable[[], Path]:
+    """The function ``<name>_dir()``: the folder ``<build>/<name>``, which holds ``holds``."""
+    def folder() -> Path:
+        return build_dir() / name
+
+    folder.__name__ = folder.__qualname__ = f"{name}_dir"
+    folder.__doc__ = f"``<build>/{name}``: {holds}."
+    return folder
 
 
-def results_dir() -> Path:
-    return build_dir() / "results"
-
-
-def runs_dir() -> Path:
-    return build_dir() / "runs"
-
-
-def checkpoints_dir() -> Path:
-    return build_dir() / "checkpoints"
+figures_dir = _build_folder("figures", "every figure, as PNG and PDF, under the label the book cites")
+results_dir = _build_folder("results", "the CSV behind each figure and table, and its provenance record")
+runs_dir = _build_folder("runs", "the results store, one entry per run (``mdlib.experiments.store``)")
+checkpoints_dir = _build_folder("checkpoints", "the checkpoint of every training run still going")
 
 
 def html_dir() -> Path:
