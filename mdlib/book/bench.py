@@ -338,9 +338,10 @@ def training_step_time(model: nn.Module, optimizer: torch.optim.Optimizer, input
 def synthetic(args: argparse.Namespace) -> dict:
     """The full experiment E1 (``--seeds`` seeds x p in {1.75, 2, 3} at the paper's step counts, each
     path compared with the SVMs of all three exponents), timed end to end, nothing cached."""
+    from mdlib.experiments import paper
     from mdlib.experiments.synthetic import fixed_decoder_experiment
 
-    steps = {1.75: 1500, 2.0: 2000, 3.0: 20000}
+    steps = dict(paper.E1_STEPS)
     config = dict(seeds=args.seeds, steps={f"{p:g}": k for p, k in steps.items()}, lr=0.1, n=6, T=8, d=10,
                   svm_ps=list(steps), seed=0, eps=None, points=250)
     start = time.perf_counter()

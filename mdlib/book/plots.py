@@ -145,7 +145,7 @@ def _method_style(key: str):
     return method_color(*method(key)), method_label(*method(key))
 
 
-def training_curves(history: pd.DataFrame, methods: Sequence[str], stop: float | None = 0.995) -> Figure:
+def training_curves(history: pd.DataFrame, methods: Sequence[str], stop: float | None = paper.STOP_TRAIN_ACCURACY) -> Figure:
     """The training of a sentiment grid (``Grid.history``), one column per depth: above, the test
     accuracy (solid: the mean over seeds while every seed runs, band: one standard deviation) and the
     running training accuracy (dotted, mean; a tick where each run stopped; grey: the stop rule);

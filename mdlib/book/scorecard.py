@@ -173,7 +173,8 @@ def e3_rule(divergences: Iterable[float]) -> Verdict:
 
 
 _GATES = ("Not measured with fewer than 2 paired seeds, when some ℓ1.1 or GD run did not reach the stop rule "
-          "(99.5 % training accuracy: the claim is about trained models), or when a compared method's mean test "
+          f"({100 * paper.STOP_TRAIN_ACCURACY:g} % training accuracy: the claim is about trained models), or when a "
+          "compared method's mean test "
           "accuracy at the stop rule is below 50 % + "
           f"{GENERALIZATION:g} × (baseline − 50 %), the baseline being the bag-of-words Naive Bayes on the same "
           "tokens and splits (models that do not generalize say nothing about generalization).")

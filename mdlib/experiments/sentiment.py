@@ -159,7 +159,7 @@ class SentimentRun(store.Config):
 def run_config(*, layers: int, optimizer: str, lr: float, p: float | None = None, seed: int = 0,
            dataset: str = "rotten_tomatoes", max_length: int = 64, train_size: int | None = None,
            width: int = 48, mlp: int | None = None, dropout: float = 0.2, setup: str = "authors",
-           epochs: int = 600, batch_size: int = 100, stop_train_accuracy: float = 0.995,
+           epochs: int = 600, batch_size: int = 100, stop_train_accuracy: float = paper.STOP_TRAIN_ACCURACY,
            split_seed: int = 0, pool: int = 16) -> dict[str, Any]:
     """A run config (see the module docstring) as the store keeps it (``SentimentRun.to_dict()``);
     heads = layers as in the paper, MLP 4 x width."""
