@@ -111,6 +111,28 @@ def test_an_added_column_differs_naming_it(a, tmp_path):
     assert removed.details == "column removed in B: x"
 
 
+def test_added_columns_are_set_aside_only_when_asked_and_never_hide_a_change(a, tmp_path, capsys):
+    lines = ACCURACY.splitlines(keepends=True)
+    added = ("key," + lines[0]) + "".join("adam," + line for line in lines[1:])  # a column B adds, first
+    b = results(tmp_path / "b", fig_vit_accuracy=added, table_cost_training=COST)
+    assert one(compare(a, b), "fig-vit-accuracy").status == DIFFERS
+    report = compare(a, b, added_columns=True)
+    entry = one(report, "fig-vit-accuracy")
+    assert report.ok and entry.status == SAME and entry.details == "added in B: key"
+    assert cli.main(["compare", str(a), str(b), "--added-columns"]) == 0
+    assert "columns B adds set aside" in capsys.readouterr().out
+    changed = results(tmp_path / "c", fig_vit_accuracy=added.replace("0.3245", "0.3246"), table_cost_training=COST)
+    entry = one(compare(a, changed, added_columns=True), "fig-vit-accuracy")
+    assert entry.status == DIFFERS and "row 3, train_accuracy: A 0.3245, B 0.3246" in entry.details
+    removed = one(compare(b, a, added_columns=True), "fig-vit-accuracy")  # A's key is not in B
+    assert removed.status == DIFFERS and removed.details == "column removed in B: key"
+    header = lines[0].rstrip("\n").split(",")
+    swapped = ",".join([header[1], header[0], *header[2:]]) + "\n"  # A's columns in another order
+    rows = "".join(",".join([r.split(",")[1], r.split(",")[0], *r.split(",")[2:]]) for r in lines[1:])
+    other = results(tmp_path / "d", fig_vit_accuracy=swapped + rows, table_cost_training=COST)
+    assert one(compare(a, other, added_columns=True), "fig-vit-accuracy").status == DIFFERS
+
+
 def test_a_removed_row_differs_with_the_row_counts(a, tmp_path):
     lines = ACCURACY.splitlines(keepends=True)
     entry = one(compare(a, results(tmp_path / "b", fig_vit_accuracy="".join(lines[:2] + lines[3:]))),

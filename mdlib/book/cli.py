@@ -5,7 +5,7 @@
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist
     python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
     python -m mdlib store [--prune]
-    python -m mdlib compare A B [--rtol X] [--atol X]
+    python -m mdlib compare A B [--rtol X] [--atol X] [--added-columns]
 
 The book's commands work on a checkout of the book (``_config.yml``, ``notebooks/``, ``params/``):
 ``--root DIR``, else ``$MDLIB_ROOT``, else the checkout mdlib is imported from, else the working
@@ -157,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="relative tolerance for numbers (default 0: exactly)")
     compare.add_argument("--atol", type=_tolerance, default=0.0, metavar="X",
                          help="absolute tolerance for numbers (default 0: exactly)")
+    compare.add_argument("--added-columns", action="store_true",
+                         help="B's tables may add columns (new code that writes more): compare A's columns")
     return parser
 
 
@@ -221,7 +223,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from mdlib.book import compare
 
         try:
-            report = compare.compare(Path(args.a), Path(args.b), rtol=args.rtol, atol=args.atol)
+            report = compare.compare(Path(args.a), Path(args.b), rtol=args.rtol, atol=args.atol,
+                                     added_columns=args.added_columns)
         except (compare.FolderError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -37,6 +37,8 @@ from mdlib.book import schema
 __all__ = ["DIFFERS", "IDENTICAL", "ONLY_A", "ONLY_B", "SAME", "Entry", "FolderError", "Report", "compare"]
 
 IDENTICAL, SAME, DIFFERS, ONLY_A, ONLY_B = "identical", "same values", "differs", "only in A", "only in B"
+#: The details of two tables with the same cells in other bytes.
+SAME_CELLS = "the same cells in other bytes (quoting or line endings)"
 #: The columns that are timing in any table, declared or not.
 TIMING_NAMES = frozenset({"seconds"})
 
@@ -64,6 +66,7 @@ class Report:
     entries: tuple[Entry, ...]
     rtol: float = 0.0
     atol: float = 0.0
+    added_columns: bool = False
 
     @property
     def ok(self) -> bool:
@@ -76,8 +79,9 @@ class Report:
         count = Counter(entry.status for entry in self.entries)
         numbers = (f"within rtol {self.rtol:g} or atol {self.atol:g}" if self.rtol or self.atol else "exactly")
         width = max((len(entry.label) for entry in self.entries), default=0)
+        added = "; columns B adds set aside" if self.added_columns else ""
         lines = [f"A: {self.a}", f"B: {self.b}",
-                 f"numbers compared {numbers}; timing columns aside; provenance records (JSON) not compared"]
+                 f"numbers compared {numbers}; timing columns aside{added}; provenance records (JSON) not compared"]
         lines += [f"{entry.label:<{width}}  {entry.status:<11}  {entry.details}".rstrip() for entry in self.entries]
         summary = (f"{len(self.entries)} files: {count[IDENTICAL]} identical, {count[SAME]} same values (timing "
                    f"columns aside), {count[DIFFERS]} {'differs' if count[DIFFERS] == 1 else 'differ'}")
@@ -85,10 +89,12 @@ class Report:
         return "\n".join(lines + [summary])
 
 
-def compare(a: Path, b: Path, *, rtol: float = 0.0, atol: float = 0.0) -> Report:
-    """Compare the results folders ``a`` and ``b`` CSV by CSV, as the module's docstring says. Raises
-    ``FolderError`` when either does not exist, is not a folder or holds no CSV, and ``ValueError``
-    for a negative tolerance."""
+def compare(a: Path, b: Path, *, rtol: float = 0.0, atol: float = 0.0, added_columns: bool = False) -> Report:
+    """Compare the results folders ``a`` and ``b`` CSV by CSV, as the module's docstring says.
+    ``added_columns``: a table of B may have columns A lacks (new code that writes more); A's columns,
+    in A's order among B's, are compared and the added ones named. Raises ``FolderError`` when either
+    folder does not exist, is not a folder or holds no CSV, and ``ValueError`` for a negative
+    tolerance."""
     for name, value in (("rtol", rtol), ("atol", atol)):
         if not value >= 0:
             raise ValueError(f"{name} must be a number >= 0, got {value!r}")
@@ -101,8 +107,8 @@ def compare(a: Path, b: Path, *, rtol: float = 0.0, atol: float = 0.0) -> Report
         elif label not in in_a:
             entries.append(Entry(label, ONLY_B))
         else:
-            entries.append(_compare_files(label, in_a[label], in_b[label], rtol, atol))
-    return Report(a, b, tuple(entries), rtol, atol)
+            entries.append(_compare_files(label, in_a[label], in_b[label], rtol, atol, added_columns))
+    return Report(a, b, tuple(entries), rtol, atol, added_columns)
 
 
 def _csvs(folder: Path, side: str) -> dict[str, Path]:
@@ -117,7 +123,8 @@ def _csvs(folder: Path, side: str) -> dict[str, Path]:
     return found
 
 
-def _compare_files(label: str, path_a: Path, path_b: Path, rtol: float, atol: float) -> Entry:
+def _compare_files(label: str, path_a: Path, path_b: Path, rtol: float, atol: float,
+                   added_columns: bool = False) -> Entry:
     """The entry of ``label``, whose CSVs are ``path_a`` and ``path_b``."""
     raw_a, raw_b = path_a.read_bytes(), path_b.read_bytes()
     if raw_a == raw_b:
@@ -131,6 +138,15 @@ def _compare_files(label: str, path_a: Path, path_b: Path, rtol: float, atol: fl
     if problems:
         return Entry(label, DIFFERS, "; ".join(problems))
     (header, rows_a), (header_b, rows_b) = tables
+    if added_columns and header != header_b and _kept_in_order(header, header_b):
+        keep = [header_b.index(column) for column in header]
+        entry = _compare_values(label, header, rows_a, [[row[i] for i in keep] for row in rows_b], rtol, atol)
+        if entry.status == DIFFERS:
+            return entry
+        added = [column for column in header_b if column not in header]
+        kept = [x for x in entry.details.split("; ") if x and x != SAME_CELLS]  # of course: B has more cells
+        details = "; ".join([f"added in B: {', '.join(added)}", *kept])
+        return Entry(label, SAME, details, entry.timing)
     if header != header_b:
         rows = [] if len(rows_a) == len(rows_b) else [_row_counts(rows_a, rows_b)]
         return Entry(label, DIFFERS, "; ".join([_column_change(header, header_b)] + rows))
@@ -161,11 +177,11 @@ def _compare_values(label: str, header: list[str], rows_a: list[list[str]], rows
                 first = f"row {number}, {header[i]}: A {_show(x)}, B {_show(y)}"
     if count["differs"]:
         return Entry(label, DIFFERS, f"{first} ({_differ(count['differs'])})", aside)
-    details = [f"set aside: {', '.join(aside)} ({_differ(count['timing'])})"] if aside else []
+    details = [f"set aside: {', '.join(aside)} ({_differ(count['timing'])})"] if count["timing"] else []
     details += [f"{_cells(count['equal'])} written differently"] if count["equal"] else []
     details += [f"{_cells(count['near'])} within tolerance"] if count["near"] else []
     if not count:
-        details.append("the same cells in other bytes (quoting or line endings)")
+        details.append(SAME_CELLS)
     return Entry(label, SAME, "; ".join(details), aside)
 
 
@@ -197,6 +213,14 @@ def _column_change(header_a: list[str], header_b: list[str]) -> str:
                ((f"column{'s' * (len(added) > 1)} added", added), (f"column{'s' * (len(removed) > 1)} removed",
                                                                     removed)) if columns]
     return "; ".join(changes) or f"columns in another order: A {', '.join(header_a)}; B {', '.join(header_b)}"
+
+
+def _kept_in_order(header_a: list[str], header_b: list[str]) -> bool:
+    """Whether B's header holds every column of A's, once each and in A's order."""
+    if len(set(header_b)) != len(header_b) or not set(header_a) <= set(header_b):
+        return False
+    positions = [header_b.index(column) for column in header_a]
+    return positions == sorted(positions)
 
 
 def _row_counts(rows_a: list[list[str]], rows_b: list[list[str]]) -> str:
