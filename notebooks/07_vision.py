@@ -183,33 +183,16 @@ shown = vision.summary_view(table, scaled)
 plots.save_table(table, "table-vit", styled=shown.style.hide(axis="index"))
 
 # %% tags=["hide-input"]
+shown_datasets = {d: NAMES[d] for d in datasets}
+texts = vision.summary_texts(table, grid.chosen, names=name, datasets=shown_datasets, swept=swept,
+                             flat_share=flat_share)
+for key, text in texts.items():
+    glue(key, text, display=False)
+
+
 def per_dataset(text):
     """One clause per data set, ``text(dataset)`` each, for the prose."""
-    return "; ".join(f"{NAMES[d]}: {text(d)}" for d in datasets)
-
-
-def accuracy_text(column):
-    return per_dataset(lambda d: ", ".join(f"{r.optimizer} {r[column + '_mean']:.1f} ± {r[column + '_std']:.1f}"
-                                           for _, r in table[table.dataset == NAMES[d]].iterrows()))
-
-
-glue("vit-final", accuracy_text("final"), display=False)
-unlevelled = table[~table.levelled]
-rule = (f"the rule: the last quarter of the epochs brought at most {flat_share:.0%} of the training loss's "
-        "decrease since the first epoch, for every seed")
-glue("vit-levelled", (f"every method's training loss has levelled off ({rule}; the largest share, a method's "
-                      f"mean over seeds, is {table.loss_share.max():.1%})") if unlevelled.empty else
-     ("the training loss has not levelled off for " + ", ".join(
-         f"{r.optimizer} on {r.dataset} ({r.loss_share:.1%} of its decrease in the last quarter)"
-         for _, r in unlevelled.iterrows()) + f" ({rule}): for these the comparison is one of speed, not of "
-      "end points"), display=False)
-glue("vit-loss-change", f"{table.loss_change.min():+.1%} to {table.loss_change.max():+.1%}", display=False)
-glue("vit-accuracy-change", f"{table.accuracy_change.min():+.2f} to {table.accuracy_change.max():+.2f}",
-     display=False)
-glue("vit-best", accuracy_text("best"), display=False)
-glue("vit-spread", per_dataset(lambda d: f"{np.ptp(table[table.dataset == NAMES[d]].final_mean):.1f} points"),
-     display=False)
-glue("vit-lrs", per_dataset(lambda d: ", ".join(f"{name[m]}: {grid.chosen[d, m]:g}" for m in swept)), display=False)
+    return vision.by_dataset(shown_datasets, text)
 
 # %% [markdown]
 # ```{glue:figure} table-vit

@@ -43,19 +43,18 @@ vit_repeats = 3  # timed training steps per optimizer
 
 # %%
 import logging
-import os
-import platform
 import statistics
 
 import pandas as pd
 import torch
 from myst_nb import glue
 
-from mdlib.book import bench, plots
+from mdlib.book import bench, plots, provenance
 from mdlib.experiments import methods, paper
 from mdlib.models import VisionTransformer
 from mdlib.optim import LpMirrorDescent
 
+# %%
 bench.choice("vit", vit, ("paper", "tiny"))  # before any timing: any other value would time the tiny model
 for mode in modes:
     bench.choice("modes", mode, bench.MD_MODES)
@@ -63,9 +62,8 @@ plots.set_theme()
 plots.glue_paper()
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "no CUDA runtime" on CPU machines
 device = "cuda" if torch.cuda.is_available() else "cpu"
-cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-           platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
-hardware = (torch.cuda.get_device_name() if device == "cuda" else f"{cpu}, {os.cpu_count()} cores")
+machine = provenance.hardware()
+hardware = machine["gpu"] if device == "cuda" else f"{machine['cpu']}, {machine['cpu_count']} cores"
 glue("cost-hardware", hardware, display=False)
 glue("cost-torch", f"torch {torch.__version__}, {torch.get_num_threads()} threads", display=False)
 print(f"profile={profile}: {hardware}; torch {torch.__version__}, {torch.get_num_threads()} threads")

@@ -121,6 +121,19 @@ def _write_nb(folder: Path, name: str, body: str) -> Path:
     return path
 
 
+#: The most lines a chapter's code cell may have (its parameters cell aside): longer logic belongs in mdlib.
+CELL_LINES = 25
+
+
+@pytest.mark.parametrize("chapter", profiles.chapters())
+def test_chapter_cells_are_thin(chapter):
+    nb = profiles.read_notebook(profiles.resolve_notebook(chapter))
+    long = [(i, len(cell.source.splitlines())) for i, cell in enumerate(nb.cells)
+            if cell.cell_type == "code" and "parameters" not in cell.metadata.get("tags", [])
+            and len(cell.source.splitlines()) > CELL_LINES]
+    assert not long, f"{chapter}: code cells (index, lines) longer than {CELL_LINES} lines: {long}"
+
+
 def test_notebook_conventions_are_enforced(tmp_path):
     nbs = tmp_path / "nbs"
     _write_nb(nbs, "01_noprofile", '# %% tags=["parameters"]\nseeds = 3  # seeds\n\n# %%\nprint(seeds)\n')

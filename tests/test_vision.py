@@ -115,3 +115,21 @@ def test_summary_table_is_chapter_07s_table_vit():
     assert list(view["final test acc. (%)"]) == [f"{a:.2f} ± {b:.2f}" for a, b in zip(written.final_mean,
                                                                                     written.final_std)]
     assert set(view["paper (%)"]) == {"not run"}  # the paper ran no Fashion-MNIST
+
+
+def test_summary_texts_are_the_chapters_prose_of_its_table():
+    table = pd.DataFrame({"dataset": ["Fashion-MNIST"] * 2, "optimizer": ["Adam", "p = 1.1"],
+                          "final_mean": [80.04, 79.0], "final_std": [1.0, 0.55], "best_mean": [81.0, 80.0],
+                          "best_std": [0.2, 0.3], "loss_change": [-0.02, -0.5], "loss_share": [0.01, 0.2],
+                          "accuracy_change": [0.5, -1.25], "levelled": [True, False]})
+    texts = vision.summary_texts(table, {("fashion_mnist", "1.1"): 0.05}, names={"adam": "Adam", "1.1": "p = 1.1"},
+                                 datasets={"fashion_mnist": "Fashion-MNIST"}, swept=["1.1"], flat_share=0.05)
+    assert texts["vit-final"] == "Fashion-MNIST: Adam 80.0 ± 1.0, p = 1.1 79.0 ± 0.6"
+    assert texts["vit-best"] == "Fashion-MNIST: Adam 81.0 ± 0.2, p = 1.1 80.0 ± 0.3"
+    assert texts["vit-spread"] == "Fashion-MNIST: 1.0 points"
+    assert texts["vit-lrs"] == "Fashion-MNIST: p = 1.1: 0.05"
+    assert texts["vit-loss-change"] == "-50.0% to -2.0%" and texts["vit-accuracy-change"] == "-1.25 to +0.50"
+    assert texts["vit-levelled"].startswith("the training loss has not levelled off for p = 1.1 on Fashion-MNIST "
+                                            "(20.0% of its decrease in the last quarter) (the rule: the last quarter")
+    levelled = vision.summary_texts(table.assign(levelled=True), {}, names={}, datasets={}, swept=[], flat_share=0.05)
+    assert levelled["vit-levelled"].endswith("the largest share, a method's mean over seeds, is 20.0%)")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from typing import Any, Container, Mapping
+from typing import Any, Callable, Container, Mapping
 
 import numpy as np
 import pandas as pd
@@ -35,7 +35,7 @@ from mdlib.experiments.methods import method
 
 __all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "ImageFit", "KIND", "PAPER_STEP_SIZES", "PRUNING_KIND",
            "VisionGrid", "VisionRun", "build", "change_table", "choose", "dataset_shape", "grid", "image_sets",
-           "make_model", "pruning", "run_config", "run_scores", "split_indices", "summary_table", "summary_view",
+           "make_model", "pruning", "run_config", "run_scores", "split_indices", "summary_table", "summary_texts", "summary_view", "by_dataset",
            "sweep", "train_runs", "trained_model"]
 
 #: dataset -> (channels, classes, native image size)
@@ -437,3 +437,43 @@ def summary_view(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
         f"K / Q / V entries > {threshold:.3g}": [f"{k:,.0f} / {q:,.0f} / {v:,.0f}" for k, q, v in
                                                  zip(table.key_above, table.query_above, table.value_above)],
         "paper (%)": table.paper.map(lambda a: f"≈ {a:.0f}" if a == a else "not run")})
+
+
+def by_dataset(datasets: Mapping[str, str], text: Callable[[str], str]) -> str:
+    """One clause per data set for the chapter's prose: "<name>: <text(key)>", joined by "; ", for the
+    keys and names of ``datasets`` in order."""
+    return "; ".join(f"{shown}: {text(key)}" for key, shown in datasets.items())
+
+
+def summary_texts(table: pd.DataFrame, chosen: Mapping[tuple[str, str], float], *, names: Mapping[str, str],
+                  datasets: Mapping[str, str], swept: list[str], flat_share: float) -> dict[str, str]:
+    """The prose of chapter 07 from ``summary_table``'s ``table`` (data sets under their names
+    ``datasets[key]``, methods under ``names[key]``): per data set, the final and best accuracies, their
+    spread and the chosen step sizes of the ``swept`` methods (from ``chosen``); whether every training
+    loss levelled off (at most ``flat_share`` of its decrease in the last quarter); the ranges of the
+    late loss and accuracy changes. Keys are the chapter's glue names."""
+    def per_dataset(text: Callable[[str], str]) -> str:
+        return by_dataset(datasets, text)
+
+    def rows(key: str) -> pd.DataFrame:
+        return table[table.dataset == datasets[key]]
+
+    def accuracies(column: str) -> str:
+        return per_dataset(lambda d: ", ".join(f"{r.optimizer} {r[column + '_mean']:.1f} ± {r[column + '_std']:.1f}"
+                                               for _, r in rows(d).iterrows()))
+
+    rule = (f"the rule: the last quarter of the epochs brought at most {flat_share:.0%} of the training loss's "
+            "decrease since the first epoch, for every seed")
+    unlevelled = table[~table.levelled]
+    levelled = (f"every method's training loss has levelled off ({rule}; the largest share, a method's mean over "
+                f"seeds, is {table.loss_share.max():.1%})") if unlevelled.empty else (
+        "the training loss has not levelled off for " + ", ".join(
+            f"{r.optimizer} on {r.dataset} ({r.loss_share:.1%} of its decrease in the last quarter)"
+            for _, r in unlevelled.iterrows()) + f" ({rule}): for these the comparison is one of speed, not of "
+        "end points")
+    return {"vit-final": accuracies("final"), "vit-levelled": levelled,
+            "vit-loss-change": f"{table.loss_change.min():+.1%} to {table.loss_change.max():+.1%}",
+            "vit-accuracy-change": f"{table.accuracy_change.min():+.2f} to {table.accuracy_change.max():+.2f}",
+            "vit-best": accuracies("best"),
+            "vit-spread": per_dataset(lambda d: f"{np.ptp(rows(d).final_mean):.1f} points"),
+            "vit-lrs": per_dataset(lambda d: ", ".join(f"{names[m]}: {chosen[d, m]:g}" for m in swept))}
