@@ -109,3 +109,15 @@ def test_the_chapter_s_table_1_view_shows_the_paper_s_cells():
     assert list(view.layers) == [3, 4, 6]
     assert view.iloc[0].tolist() == [3, "83.47", "81.66", "82.57", "+1.81"]
     assert list(view["ℓ3"]) == [f"{paper.TABLE_1[L]['3']:.2f}" for L in (3, 4, 6)]
+
+
+def test_the_paper_profile_runs_at_the_papers_step_sizes():
+    """params/paper.yaml states the paper's scale as a profile (the config is the call); where it names the
+    paper's step sizes, they are paper.py's."""
+    from mdlib.book import profiles
+
+    vision = profiles.resolve_parameters("07_vision", "paper")
+    assert {k: vision["step_sizes"][k] for k in paper.VIT_STEP_SIZES} == {k: [v] for k, v in
+                                                                          paper.VIT_STEP_SIZES.items()}
+    sentiment = profiles.resolve_parameters("04_sentiment", "paper")
+    assert all(m == [1] for m in sentiment["step_multiples"].values())  # 1 x paper.SENTIMENT_STEP_SIZES
