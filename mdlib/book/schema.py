@@ -12,7 +12,7 @@ header is row 1) and the rule, e.g. ``table-1.csv row 3: test 8.5 outside [0, 1]
 
 A column declared ``timing`` holds a wall-clock measurement or a number derived from one (a ratio of
 times, hours projected from a step's time): it differs between two runs of the same code, so
-``mdlib.compare`` sets its values aside; ``timing_columns(label)`` names a table's.
+``mdlib.book.compare`` sets its values aside; ``timing_columns(label)`` names a table's.
 
 A table whose only column is ``note`` is a chapter's placeholder for something it did not measure at
 its profile (``placeholder``): it passes, and the scorecard shows its note.

@@ -173,7 +173,7 @@ _KIND_MODULES: dict[str, str] = {}  # kind -> the module that computes its runs
 def kind(name: str, module: str) -> str:
     """Declare that the runs of kind ``name`` are computed by ``module`` (the caller's ``__name__``), so
     that their keys hold the fingerprint of that module's code; returns ``name``. For example
-    ``KIND = runs.kind("e4-sentiment", __name__)``."""
+    ``KIND = store.kind("e4-sentiment", __name__)``."""
     _check_name(name, "run kind")
     known = _KIND_MODULES.setdefault(name, module)
     if known != module:
