@@ -75,7 +75,8 @@ from mdlib.experiments import methods as method_keys
 from mdlib.experiments import sentiment, train
 
 plots.set_theme()
-glue("paper-table-1", sentiment.paper_table1_view().style.hide(axis="index"), display=False)
+glue("paper-table-1", sentiment.paper_table1_view().style.hide(axis="index").set_table_styles(
+    [{"selector": "th, td", "props": "padding: 0.1em 0.7em"}]), display=False)
 plots.glue_paper()
 config = dict(dataset=dataset, max_length=max_length, train_size=train_size, width=width, setup=setup,
               epochs=epochs, layers=layers, methods=methods, seeds=seeds, multiples=step_multiples)
