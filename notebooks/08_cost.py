@@ -54,12 +54,13 @@ from mdlib.experiments import methods, paper
 from mdlib.models import VisionTransformer
 from mdlib.optim import LpMirrorDescent
 
-# %%
 bench.choice("vit", vit, ("paper", "tiny"))  # before any timing: any other value would time the tiny model
 for mode in modes:
     bench.choice("modes", mode, bench.MD_MODES)
 plots.set_theme()
 plots.glue_paper()
+
+# %%
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "no CUDA runtime" on CPU machines
 device = "cuda" if torch.cuda.is_available() else "cpu"
 machine = provenance.hardware()
