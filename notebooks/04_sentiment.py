@@ -78,11 +78,12 @@ plots.set_theme()
 glue("paper-table-1", sentiment.paper_table1_view().style.hide(axis="index").set_table_styles(
     [{"selector": "th, td", "props": "padding: 0.1em 0.7em"}]), display=False)
 plots.glue_paper()
-config = dict(dataset=dataset, max_length=max_length, train_size=train_size, width=width, setup=setup,
-              epochs=epochs, layers=layers, methods=methods, seeds=seeds, multiples=step_multiples)
-ablation_config = dict(config, layers=layers[:1], methods=ablation_methods, seeds=ablation_seeds,
-                       epochs=ablation_epochs, multiples=ablation_multiples, setup=ablation_setup)
-sentiment.train_grids([config] + ([ablation_config] if ablation_setup else []), workers=workers)  # one pool
+config, ablation_config = sentiment.chapter_grids(  # Table 1's grid and the ablation's (None without one)
+    dataset=dataset, max_length=max_length, train_size=train_size, width=width, setup=setup, epochs=epochs,
+    layers=layers, methods=methods, seeds=seeds, step_multiples=step_multiples, ablation_setup=ablation_setup,
+    ablation_methods=ablation_methods, ablation_seeds=ablation_seeds, ablation_epochs=ablation_epochs,
+    ablation_multiples=ablation_multiples)
+sentiment.train_grids([c for c in (config, ablation_config) if c is not None], workers=workers)  # one pool
 grid = sentiment.grid(config, workers=workers, name=sentiment.grid_name(profile))  # chapters 05 and 06 read it
 print(f"profile={profile}: {dataset} ({train_size or 'all'} training texts), width {width}, layers {layers}, "
       f"seeds {seeds}, <= {epochs} epochs, setup {setup!r}")

@@ -76,14 +76,14 @@ from mdlib.experiments import analysis, paper, vision
 plots.set_theme()
 plots.glue_paper()
 NAMES = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
-methods = ["adam"] + [method_keys.method_key("md", float(p)) for p in ps]
-config = dict(datasets=datasets, image_size=image_size, train_size=train_size, validation=validation, model=model,
-              setup=setup, batch_size=batch_size, root=cifar_root, epochs=epochs, eval_every=eval_every, seeds=seeds,
-              methods=methods, step_sizes={method_keys.method_key(*method_keys.method(k)): v for k, v in step_sizes.items()},
-              sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window)
+config, paper_config = vision.chapter_grids(  # the swept grid, and Adam and l_1.1 at the paper's steps
+    datasets=datasets, image_size=image_size, train_size=train_size, validation=validation, model=model, setup=setup,
+    batch_size=batch_size, cifar_root=cifar_root, epochs=epochs, eval_every=eval_every, seeds=seeds, ps=ps,
+    step_sizes=step_sizes, sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window)
+methods = config.methods
 grid = vision.grid(config, workers=workers)
 name = {k: "Adam" if k == "adam" else f"p = {k}" for k in methods}
-swept = [k for k in methods if len(config["step_sizes"][k]) > 1]
+swept = [k for k in methods if len(config.step_sizes[k]) > 1]
 print(f"profile={profile}: {len(grid.sweep)} candidate step sizes swept, "
       f"{int(grid.sweep.validation_accuracy.isna().sum())} diverged")
 
@@ -93,7 +93,7 @@ print(f"profile={profile}: {len(grid.sweep)} candidate step sizes swept, "
 # %% tags=["hide-input", "remove-stderr"]
 sweep = grid.sweep.assign(method=grid.sweep.method.map(name))
 edges = {side: [f"{name[k]} on {NAMES[d]}" for (d, k), lr in grid.chosen.items()
-                if k in swept and lr == pick(config["step_sizes"][k])] for side, pick in (("largest", max), ("smallest", min))}
+                if k in swept and lr == pick(config.step_sizes[k])] for side, pick in (("largest", max), ("smallest", min))}
 glue("vit-edge", " ".join(f"The chosen step size is the grid's {side} for {', '.join(found)}." for side, found
                           in edges.items() if found) + " A wider grid might find a better one there."
      if any(edges.values()) else "Every chosen step size lies inside its grid.", display=False)
@@ -245,8 +245,7 @@ glue("vit-attention-size", f"{sum(w.numel() for w in starts[(datasets[0], 0)].at
 # $\ell_{1.1}$ $5 \cdot 10^{-2}$: the same seeds and budget, trained for this comparison).
 
 # %% tags=["hide-input", "remove-stderr"]
-paper_steps = vision.grid(dict(config, methods=list(vision.PAPER_STEP_SIZES),
-                               step_sizes={k: [v] for k, v in vision.PAPER_STEP_SIZES.items()}), workers=workers)
+paper_steps = vision.grid(paper_config, workers=workers)
 change = vision.change_table({"swept": grid, "paper": paper_steps}, flat_share=flat_share)
 view = change.groupby(["steps", "dataset", "method"], sort=False).agg(
     lr=("lr", "first"), effective_density=("effective_density", "mean"), top_share=("top_share", "mean"),

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "Grid", "KIND", "PAPER_STEP_SIZES", "TokenizedDataset",
            "attention_scores", "authors_sentences", "baseline", "baseline_view", "build", "built_grid", "by_length", "cell_table",
-           "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
+           "chapter_grids", "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
            "grid_name", "initial_model", "lexicon_pivots", "movement", "paired_gaps", "pad", "paper_table1_view",
            "pivotal_sentences", "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
            "seeds_of", "setups_table", "setups_view", "steps_view", "splits",
@@ -363,6 +363,23 @@ class SentimentGrid(store.Config):
             sweep_seeds=sweep_seeds, sweep_config=self.run, final_config=self.run, summary=_summary,
             columns=("layers", "method"), candidate="multiple", choose=lambda rows: choose(rows[rows.seed == 0]),
             train_runs=train_runs, summarise_finals=True)
+
+
+def chapter_grids(*, dataset: str, max_length: int, train_size: int | None, width: int, setup: str, epochs: int,
+                  layers: list[int], methods: list[str], seeds: int | Mapping[str, int],
+                  step_multiples: Mapping[str, list[float]], ablation_setup: str, ablation_methods: list[str],
+                  ablation_seeds: int, ablation_epochs: int, ablation_multiples: Mapping[str, list[float]],
+                  **_: Any) -> tuple[SentimentGrid, SentimentGrid | None]:
+    """Chapter 04's grids from its parameters (other parameters are ignored): Table 1's, and the
+    ablation's at the first depth with ``ablation_setup``'s initialization (None when it is "")."""
+    table1 = SentimentGrid(dataset=dataset, max_length=max_length, train_size=train_size, width=width, setup=setup,
+                           epochs=epochs, layers=list(layers), methods=list(methods), seeds=seeds,
+                           multiples=step_multiples)
+    if not ablation_setup:
+        return table1, None
+    return table1, SentimentGrid(dataset=dataset, max_length=max_length, train_size=train_size, width=width,
+                                 setup=ablation_setup, epochs=ablation_epochs, layers=list(layers[:1]),
+                                 methods=list(ablation_methods), seeds=ablation_seeds, multiples=ablation_multiples)
 
 
 def seeds_of(config: SentimentGrid | Mapping[str, Any], key: str) -> int:

@@ -18,6 +18,7 @@ seed (``config["fit"]["seed"]``) also seeds the model's initialization.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass
@@ -31,10 +32,10 @@ from mdlib.experiments import analysis, data, fetch, methods, paper, pool, store
 from mdlib.experiments import grid as grid_engine
 from mdlib.experiments.grid import Optimizer
 from mdlib.models import VisionTransformer, check_setup
-from mdlib.experiments.methods import method
+from mdlib.experiments.methods import method, method_key
 
 __all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "ImageFit", "KIND", "PAPER_STEP_SIZES", "PRUNING_KIND",
-           "VisionGrid", "VisionRun", "build", "change_table", "choose", "dataset_shape", "grid", "image_sets",
+           "VisionGrid", "VisionRun", "build", "change_table", "chapter_grids", "choose", "dataset_shape", "grid", "image_sets",
            "make_model", "pruning", "run_config", "run_scores", "split_indices", "summary_table", "summary_texts", "summary_view", "by_dataset",
            "sweep", "train_runs", "trained_model"]
 
@@ -243,6 +244,24 @@ class VisionGrid(store.Config):
             sweep_config=lambda cell, lr, seed: self.run(cell, lr, seed, sweep=True), final_config=self.run,
             summary=self._summary, columns=("dataset", "method"), candidate="lr", choose=choose,
             train_runs=train_runs, reduce=_mean_over_seeds, keep_diverged=True)
+
+
+def chapter_grids(*, datasets: list[str], image_size: int, train_size: int | None, validation: int,
+                  model: Mapping[str, Any], setup: str, batch_size: int, cifar_root: str, epochs: int,
+                  eval_every: int, seeds: int, ps: list[float], step_sizes: Mapping[str, list[float]],
+                  sweep_seeds: int, sweep_epochs: int, sweep_window: int, **_: Any) -> tuple[VisionGrid, VisionGrid]:
+    """Chapter 07's grids from its parameters (other parameters are ignored): Adam and mirror descent
+    at each of ``ps`` with the swept step sizes, and Adam and ℓ1.1 at the paper's step sizes (the
+    same seeds and budget)."""
+    methods = ["adam"] + [method_key("md", float(p)) for p in ps]
+    swept = VisionGrid(datasets=list(datasets), image_size=image_size, train_size=train_size, validation=validation,
+                       model=model, setup=setup, batch_size=batch_size, root=cifar_root, epochs=epochs,
+                       eval_every=eval_every, seeds=seeds, methods=methods,
+                       step_sizes={method_key(*method(k)): v for k, v in step_sizes.items()},
+                       sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window)
+    at_paper = dataclasses.replace(swept, methods=list(PAPER_STEP_SIZES),
+                                   step_sizes={k: [v] for k, v in PAPER_STEP_SIZES.items()})
+    return swept, at_paper
 
 
 def _mean_over_seeds(rows: pd.DataFrame) -> pd.DataFrame:
