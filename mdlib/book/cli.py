@@ -1,4 +1,4 @@
-"""Command line: ``python -m mdlib run|book|fetch|bench|store|compare``.
+"""Command line: ``python -m mdlib run|book|plan|fetch|bench|store|compare``.
 
     python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3
     python -m mdlib book --profile default
@@ -6,6 +6,7 @@
     python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
     python -m mdlib store [--prune]
     python -m mdlib compare A B [--rtol X] [--atol X] [--added-columns]
+    python -m mdlib plan --profile paper [--measure] [--markdown]
 
 The book's commands work on a checkout of the book (``_config.yml``, ``notebooks/``, ``params/``):
 ``--root DIR``, else ``$MDLIB_ROOT``, else the checkout mdlib is imported from, else the working
@@ -33,6 +34,7 @@ INTERRUPTED = {
     "bench": "no result",
     "store": "every entry is either in place or removed whole; run the same command again",
     "compare": "no result",
+    "plan": "no result",
 }
 
 
@@ -148,6 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     store = add_parser("store", help="list the results store's entries: computed by today's code or other code")
     store.add_argument("--prune", action="store_true", help="remove the entries computed by other code")
 
+    plan = add_parser("plan", help="what a profile costs: per notebook its runs, epochs, steps, data and estimated "
+                                   "hours; nothing is trained, fetched or installed")
+    plan.add_argument("--profile", default="default", help="smoke | default | paper (params/<profile>.yaml)")
+    plan.add_argument("--measure", action="store_true",
+                      help="time training steps of each model shape on this machine (its GPU, else one CPU thread) "
+                           "instead of the recorded throughputs")
+    plan.add_argument("--markdown", action="store_true", help="print a markdown table")
+
     # not add_parser: compare reads the two folders it is given, so a --root after it would mean nothing
     compare = sub.add_parser("compare", help="compare two results folders (e.g. two builds' _build/results): the "
                                              "same results, timing columns aside? Exit 0 when so, else 1")
@@ -185,57 +195,76 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    if args.command in ("run", "book"):
-        from mdlib.book import book, execute
-        from mdlib.experiments import fetch
-
-        try:
-            if args.command == "run":
-                execute.run_notebook(args.notebook, profile=args.profile,
-                                  overrides=overrides(args.notebook, args.parameter))
-            else:
-                book.build(profile=args.profile, execute=not args.skip_execute)
-        except (ValueError, TypeError, execute.NotebookError, execute.BookError, fetch.DataError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        return 0
-    if args.command == "fetch":
-        from mdlib.experiments import fetch
-
-        try:
-            for name in args.name:
-                for path in fetch.fetch(name):
-                    print(f"{name}: {path} (sha256 verified)")
-        except fetch.DataError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        return 0
-    if args.command == "bench":
-        from mdlib.book import bench
-
-        result = getattr(bench, args.what)(args)
-        print(json.dumps(result))
-        sys.stdout.flush()
-        return 0
-    if args.command == "store":
-        return _store(args.prune)
-    if args.command == "compare":
-        from mdlib.book import compare
-
-        try:
-            report = compare.compare(Path(args.a), Path(args.b), rtol=args.rtol, atol=args.atol,
-                                     added_columns=args.added_columns)
-        except (compare.FolderError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(report.text())
-        return 0 if report.ok else 1
-    raise AssertionError(args.command)
+    return COMMANDS[args.command](args)
 
 
-def _store(prune: bool) -> int:
+def _run_or_book(args: argparse.Namespace) -> int:
+    from mdlib.book import book, execute
+    from mdlib.experiments import fetch
+
+    try:
+        if args.command == "run":
+            execute.run_notebook(args.notebook, profile=args.profile,
+                                 overrides=overrides(args.notebook, args.parameter))
+        else:
+            book.build(profile=args.profile, execute=not args.skip_execute)
+    except (ValueError, TypeError, execute.NotebookError, execute.BookError, fetch.DataError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from mdlib.experiments import fetch
+
+    try:
+        for name in args.name:
+            for path in fetch.fetch(name):
+                print(f"{name}: {path} (sha256 verified)")
+    except fetch.DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from mdlib.book import bench
+
+    result = getattr(bench, args.what)(args)
+    print(json.dumps(result))
+    sys.stdout.flush()
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from mdlib.book import compare
+
+    try:
+        report = compare.compare(Path(args.a), Path(args.b), rtol=args.rtol, atol=args.atol,
+                                 added_columns=args.added_columns)
+    except (compare.FolderError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(report.text())
+    return 0 if report.ok else 1
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from mdlib.book import plan
+
+    try:
+        costs = plan.measured_costs() if args.measure else plan.default_costs()
+        stages = plan.plan(args.profile, costs)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print((plan.markdown if args.markdown else plan.text)(stages, args.profile, costs), end="")
+    return 0
+
+
+def _store(args: argparse.Namespace) -> int:
     """Per run kind: the entries computed by the code it runs now and by other code (older or newer
-    edits), with their sizes; ``prune``: remove the latter."""
+    edits), with their sizes; ``--prune``: remove the latter."""
     import importlib
     import pkgutil
 
@@ -252,7 +281,7 @@ def _store(prune: bool) -> int:
         now, other = [e for e in of if e.current], [e for e in of if not e.current]
         print(f"  {kind}: {len(now)} from today's code ({store.code_of(kind)[:12]}, {_mb(now)}), "
               f"{len(other)} from other code ({_mb(other)})")
-    if prune:
+    if args.prune:
         gone = store.prune()
         print(f"pruned {len(gone)} entries computed by other code ({_mb(gone)})")
     elif any(not e.current for e in found):
@@ -262,3 +291,8 @@ def _store(prune: bool) -> int:
 
 def _mb(entries) -> str:
     return f"{sum(e.bytes for e in entries) / 1e6:.1f} MB"
+
+
+#: Each command's handler: the parsed arguments -> the exit code.
+COMMANDS = {"run": _run_or_book, "book": _run_or_book, "plan": _plan, "fetch": _fetch, "bench": _bench,
+            "store": _store, "compare": _compare}
