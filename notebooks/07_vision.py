@@ -61,6 +61,7 @@ sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]  # global magnitude-
 threshold = 0.06  # |w| threshold of the weight counts and histograms at the paper's width 512; scaled by sqrt(512 / width)
 setup = "authors"  # initialization: "authors" (their code: positions and [CLS] N(0, 1), torch defaults) or "modern"
 workers = 2  # training processes at once on a CPU (one thread each)
+precision = "fp32"  # "fp32" (the paper's) or "bf16" (autocast on CUDA/CPU: the forward and backward in bfloat16, parameters, gradients and the optimizer's state in float32)
 
 # %% tags=["remove-stderr"]
 import matplotlib.pyplot as plt
@@ -80,7 +81,7 @@ methods = ["adam"] + [method_keys.method_key("md", float(p)) for p in ps]
 config = dict(datasets=datasets, image_size=image_size, train_size=train_size, validation=validation, model=model,
               setup=setup, batch_size=batch_size, root=cifar_root, epochs=epochs, eval_every=eval_every, seeds=seeds,
               methods=methods, step_sizes={method_keys.method_key(*method_keys.method(k)): v for k, v in step_sizes.items()},
-              sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window)
+              sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window, precision=precision)
 grid = vision.grid(config, workers=workers)
 name = {k: "Adam" if k == "adam" else f"p = {k}" for k in methods}
 swept = [k for k in methods if len(config["step_sizes"][k]) > 1]
