@@ -61,6 +61,7 @@ sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]  # global magnitude-
 threshold = 0.06  # |w| threshold of the weight counts and histograms at the paper's width 512; scaled by sqrt(512 / width)
 setup = "authors"  # initialization: "authors" (their code: positions and [CLS] N(0, 1), torch defaults) or "modern"
 workers = 2  # training processes at once on a CPU (one thread each)
+precision = "fp32"  # "fp32" (the paper's) or "bf16" (autocast on CUDA/CPU: the forward and backward in bfloat16, parameters, gradients and the optimizer's state in float32)
 
 # %% tags=["remove-stderr"]
 import matplotlib.pyplot as plt
@@ -79,7 +80,8 @@ NAMES = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "C
 config, paper_config = vision.chapter_grids(  # the swept grid, and Adam and l_1.1 at the paper's steps
     datasets=datasets, image_size=image_size, train_size=train_size, validation=validation, model=model, setup=setup,
     batch_size=batch_size, cifar_root=cifar_root, epochs=epochs, eval_every=eval_every, seeds=seeds, ps=ps,
-    step_sizes=step_sizes, sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window)
+    step_sizes=step_sizes, sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window,
+    precision=precision)
 methods = config.methods
 grid = vision.grid(config, workers=workers)
 name = {k: "Adam" if k == "adam" else f"p = {k}" for k in methods}

@@ -179,3 +179,60 @@ def test_a_parameter_of_another_chapter_is_refused_and_named(monkeypatch, capsys
     assert err.startswith("error: 05_token_selection: unknown parameter 'epochs' in the overrides ('epochs' is a "
                           "parameter of 04_sentiment")
     assert "table1" in err
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+if [ "$1" = "-L" ]; then echo "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-0)"; echo "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-1)"
+else echo "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2     |"; fi
+"""
+
+
+@pytest.fixture
+def no_cuda(monkeypatch, tmp_path, capsys):
+    """torch sees no CUDA GPU, ``PATH`` holds only ``tmp_path/bin``, and papermill, instead of executing,
+    records what was written to stderr before it started and stops the command (Ctrl-C); returns that
+    record, a list of each start's stderr lines."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    starts = []
+
+    def execute_notebook(*args, **kwargs):
+        starts.append(capsys.readouterr().err.splitlines())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("papermill.execute_notebook", execute_notebook)
+    return starts
+
+
+def _stderr_before_execution(starts: list, capsys, argv: list[str]) -> list[str]:
+    """The lines ``cli.main(argv)`` wrote to stderr before papermill started (``no_cuda``)."""
+    capsys.readouterr()
+    assert cli.main(argv) == 130
+    return starts[-1]
+
+
+def test_the_paper_profile_warns_before_training_at_scale_without_a_gpu(no_cuda, capsys):
+    lines = _stderr_before_execution(no_cuda, capsys, ["run", "07_vision", "--profile", "paper"])
+    assert len(lines) == 2 and lines[1].startswith("executing 07_vision")
+    assert lines[0].startswith("warning: 07_vision at the paper profile trains vision-transformer runs of up to "
+                               "2,000 epochs") and "torch sees no CUDA GPU: on this CPU that takes months" in lines[0]
+    assert "TORCH=" in lines[0] and "--extra-index-url https://download.pytorch.org/whl/cu" in lines[0]
+    # other profiles, and chapters that do not train at the paper's scale, run without a warning
+    for argv in (["run", "07_vision", "--profile", "smoke"], ["run", "01_fixed_decoder_paths", "--profile", "paper"]):
+        assert [line.split()[0] for line in _stderr_before_execution(no_cuda, capsys, argv)] == ["executing"]
+
+
+def test_the_warning_names_a_gpu_that_this_torch_cannot_use(no_cuda, capsys, tmp_path):
+    import torch
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.write_text(FAKE_NVIDIA_SMI)
+    smi.chmod(0o755)
+    warning = _stderr_before_execution(no_cuda, capsys, ["run", "04_sentiment", "--profile", "paper"])[0]
+    assert warning.startswith("warning: 04_sentiment at the paper profile trains about a hundred encoder runs")
+    built = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU-only build"
+    assert f"but torch {torch.__version__} ({built}) cannot use the 2 GPU(s) nvidia-smi lists (driver CUDA 12.2)" in warning
+    assert "TORCH=" in warning and "a CUDA version at most the driver's" in warning

@@ -376,3 +376,80 @@ def test_fit_reports_a_lazily_checked_refusal_of_the_last_step():
     with pytest.raises(FloatingPointError, match="reduce lr"):
         train.fit(model, optimizer, TensorDataset(x, y), None, epochs=1, batch_size=32, seed=0, progress=False)
     assert all(torch.isfinite(w).all() for w in model.parameters())
+
+
+def linear_dtypes(model):
+    """The dtypes of the outputs of ``model``'s Linear layers, as a list that grows with every call."""
+    seen = []
+    for layer in model.modules():
+        if isinstance(layer, nn.Linear):
+            layer.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    return seen
+
+
+def test_fp32_is_the_default_and_a_plain_float32_loop():
+    """``fit``'s default steps exactly as a hand-written float32 loop over its batches (no autocast)."""
+    x, y = blobs(60, classes=3, noise=0.5)
+    model = mlp(0, out=3, dropout=0.0)
+    seen = linear_dtypes(model)
+    train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), TensorDataset(x, y), None, epochs=2,
+              batch_size=16, seed=0, loss="multiclass", progress=False)
+    assert set(seen) == {torch.float32}
+    reference = mlp(0, out=3, dropout=0.0)
+    optimizer = LpMirrorDescent(reference.parameters(), lr=0.05, p=1.5)
+    world = train.World(0, 1, torch.device("cpu"))
+    for epoch in range(2):
+        for indices, _ in train._train_batches(60, 16, 0, epoch, world):
+            loss = nn.functional.cross_entropy(reference(x[indices]), y[indices])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    for a, b in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_bf16_autocast_keeps_float32_state_and_stays_near_the_fp32_run():
+    """``precision="bf16"``: the layers compute in bfloat16 (training and evaluation), while every
+    parameter, gradient and mirror-descent state tensor stays float32; the loss decreases and the run
+    is close to, not equal to, the float32 one."""
+    x, y = blobs(120, classes=3, noise=0.5)
+    data, test = TensorDataset(x[:90], y[:90]), TensorDataset(x[90:], y[90:])
+    runs = {}
+    for precision in train.PRECISIONS:
+        model = mlp(0, out=3, dropout=0.0)
+        optimizer = LpMirrorDescent(model.parameters(), lr=0.05, p=1.5)
+        seen = linear_dtypes(model)
+        history = train.fit(model, optimizer, data, test, epochs=6, batch_size=15, seed=0, loss="multiclass",
+                            progress=False, precision=precision)
+        runs[precision] = model, optimizer, history, seen
+    model, optimizer, history, seen = runs["bf16"]
+    assert set(seen) == {torch.bfloat16}
+    assert history.train_loss.iloc[-1] < history.train_loss.iloc[0] / 2
+    assert all("dual" in optimizer.state[p] for p in model.parameters())
+    state = [value for p in model.parameters() for value in optimizer.state[p].values()  # dual, spare buffer
+             if isinstance(value, torch.Tensor) and value.shape == p.shape]
+    assert {t.dtype for t in state} == {torch.float32}
+    assert {p.dtype for p in model.parameters()} == {p.grad.dtype for p in model.parameters()} == {torch.float32}
+    fp32_model, _, fp32_history, _ = runs["fp32"]
+    assert not fp32_history.train_loss.equals(history.train_loss)
+    np.testing.assert_allclose(history.test_loss, fp32_history.test_loss, rtol=0.05)
+    for a, b in zip(model.parameters(), fp32_model.parameters()):
+        assert not torch.equal(a, b)
+        torch.testing.assert_close(a, b, rtol=0, atol=0.05)
+
+
+def test_a_bf16_checkpoint_resumes_only_a_bf16_run(tmp_path):
+    x, y = blobs(40)
+    data = TensorDataset(x, y.float())
+
+    def run(precision, epochs):
+        model = mlp(0)
+        return train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=epochs,
+                         batch_size=10, seed=0, checkpoint=tmp_path, progress=False, precision=precision)
+
+    run("bf16", 1)
+    assert len(run("bf16", 2)) == 2
+    with pytest.raises(ValueError, match="precision: 'bf16' vs None"):
+        run("fp32", 3)
+    with pytest.raises(ValueError, match=r"precision must be one of \('fp32', 'bf16'\).*got 'fp16'"):
+        run("fp16", 3)

@@ -133,3 +133,48 @@ def test_summary_texts_are_the_chapters_prose_of_its_table():
                                             "(20.0% of its decrease in the last quarter) (the rule: the last quarter")
     levelled = vision.summary_texts(table.assign(levelled=True), {}, names={}, datasets={}, swept=[], flat_share=0.05)
     assert levelled["vit-levelled"].endswith("the largest share, a method's mean over seeds, is 20.0%)")
+
+
+def test_fp32_configs_keep_the_dicts_they_had_before_precision_existed():
+    """The store's keys of fp32 runs and grids: the dicts captured before ``precision`` was an option."""
+    before = {"data": {"dataset": "fashion_mnist", "image_size": 28, "train_size": None, "validation": 0, "seed": 0,
+                       "root": None},
+              "model": {"patch": 7, "width": 8, "depth": 1, "heads": 2, "mlp": 8, "dropout": 0.1,
+                        "embedding_dropout": 0.1, "setup": "authors"},
+              "optimizer": {"name": "md", "lr": 0.05, "p": 1.1},
+              "fit": {"epochs": 1, "batch_size": 10, "seed": 0, "loss": "multiclass", "eval_every": 1}}
+    assert config() == config(precision="fp32") == before
+    grid = {"datasets": ["fashion_mnist"], "image_size": 28, "train_size": 40, "validation": 20,
+            "model": {"patch": 7, "width": 8, "depth": 1, "heads": 2, "mlp": 8}, "setup": "authors",
+            "batch_size": 10, "root": "", "epochs": 2, "eval_every": 1, "seeds": 1, "methods": ["adam", "1.1"],
+            "step_sizes": {"adam": [0.001], "1.1": [0.05, 0.1]}, "sweep_seeds": 1, "sweep_epochs": 1,
+            "sweep_window": 1}
+    assert vision.VisionGrid.of(grid).to_dict() == vision.VisionGrid.of(dict(grid, precision="fp32")).to_dict() == grid
+    assert "precision" not in vision.VisionGrid.of(grid).run(("fashion_mnist", "1.1"), 0.05, 0)["fit"]
+    bf16 = vision.VisionGrid.of(dict(grid, precision="bf16"))
+    assert bf16.to_dict() == dict(grid, precision="bf16")
+    assert bf16.run(("fashion_mnist", "1.1"), 0.05, 0, sweep=True)["fit"]["precision"] == "bf16"
+    with pytest.raises(ValueError, match=r"precision must be one of \('fp32', 'bf16'\).*got 'fp16'"):
+        vision.VisionGrid.of(dict(grid, precision="fp16"))
+
+
+def test_a_bf16_grid_trains_its_runs_under_bf16_autocast(monkeypatch):
+    """``precision="bf16"``, chapter 07's parameter, reaches ``train.fit``: the ViT's layers compute in
+    bfloat16, and the run differs from the fp32 one."""
+    calls, real_fit = [], train.fit
+
+    def recording_fit(model, *args, **kwargs):
+        seen = []
+        model.head.register_forward_hook(lambda module, inputs, out: seen.append(out.dtype))
+        history = real_fit(model, *args, **kwargs)
+        calls.append((kwargs.get("precision", "fp32"), set(seen)))
+        return history
+
+    monkeypatch.setattr(train, "fit", recording_fit)
+    grid = dict(datasets=["fashion_mnist"], image_size=28, train_size=40, validation=0, model=MODEL, setup="authors",
+                batch_size=10, root="", epochs=1, eval_every=1, seeds=1, methods=["1.1"], step_sizes={"1.1": [0.05]},
+                sweep_seeds=1, sweep_epochs=1, sweep_window=1)
+    runs = {precision: vision.grid(dict(grid, precision=precision), progress=False) for precision in ("bf16", "fp32")}
+    assert calls == [("bf16", {torch.bfloat16}), ("fp32", {torch.float32})]
+    bf16, fp32 = (runs[p].history.train_loss.iloc[0] for p in ("bf16", "fp32"))
+    assert bf16 != fp32 and bf16 == pytest.approx(fp32, rel=0.05)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
+import subprocess
 import sys
 import time
 import uuid
@@ -23,6 +26,54 @@ if TYPE_CHECKING:
 
 KERNEL = "python3"
 FAILED_SUFFIX = ".failed.ipynb"  #: a failed execution is kept beside the executed notebook for inspection
+
+
+#: The chapters the paper profile trains at the paper's scale, and what they train there.
+AT_SCALE = {"04_sentiment": "about a hundred encoder runs of up to 1,000 epochs on IMDb",
+            "07_vision": "vision-transformer runs of up to 2,000 epochs on CIFAR-10 and CIFAR-100"}
+TORCH_HELP = ("choose a CUDA build of torch that matches the driver with TORCH= (README, \"Choosing a torch "
+              "wheel\"), e.g. make book TORCH='torch==2.14.1+cu126 torchvision==0.29.1+cu126 "
+              "--extra-index-url https://download.pytorch.org/whl/cu126'")
+
+
+def gpu_warning(notebook: str, profile: str) -> str | None:
+    """The one-line warning for a chapter of ``AT_SCALE`` run at the paper profile where torch sees no
+    CUDA GPU (None otherwise): what the profile trains, and, when ``nvidia-smi`` lists GPUs that this
+    torch cannot use, the driver's CUDA version against the one torch was built for. Imports torch only
+    for those chapters at that profile."""
+    if profile != "paper" or notebook not in AT_SCALE:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    if torch.cuda.is_available():
+        return None
+    cost = f"warning: {notebook} at the paper profile trains {AT_SCALE[notebook]}"
+    gpus, driver_cuda = _driver_gpus()
+    if not gpus:
+        return (f"{cost}, and torch sees no CUDA GPU: on this CPU that takes months; see `python -m mdlib plan "
+                f"--profile paper`; on a machine with a GPU, {TORCH_HELP}")
+    built = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU-only build"
+    return (f"{cost}, but torch {torch.__version__} ({built}) cannot use the {gpus} GPU(s) nvidia-smi lists "
+            f"(driver CUDA {driver_cuda or 'unknown'}): it would train on the CPU, for months; {TORCH_HELP}, "
+            "a CUDA version at most the driver's")
+
+
+def _driver_gpus() -> tuple[int, str | None]:
+    """(the GPUs ``nvidia-smi -L`` lists, the driver's CUDA version in ``nvidia-smi``'s header); (0, None)
+    without nvidia-smi or when it fails."""
+    command = shutil.which("nvidia-smi")
+    if command is None:
+        return 0, None
+    try:
+        listed = subprocess.run([command, "-L"], capture_output=True, text=True, timeout=30)
+        header = subprocess.run([command], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return 0, None
+    gpus = sum(line.startswith("GPU ") for line in listed.stdout.splitlines()) if listed.returncode == 0 else 0
+    version = re.search(r"CUDA Version:\s*([0-9.]+)", header.stdout)
+    return gpus, version.group(1) if version else None
 
 
 class NotebookError(RuntimeError):
@@ -110,6 +161,8 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     output = out_dir / f"{nb_name}.ipynb"
     failed = out_dir / f"{nb_name}{FAILED_SUFFIX}"
     shown = ", ".join(f"{k}={v!r}" for k, v in parameters.items())
+    if (warning := gpu_warning(nb_name, profile)) is not None:
+        print(warning, file=sys.stderr, flush=True)
     if progress:
         print(f"executing {nb_name} ({shown})", file=sys.stderr, flush=True)
     start = time.perf_counter()

@@ -12,6 +12,11 @@ labels are 0/1, binary cross-entropy with logits. ``loss="multiclass"``: (B, C) 
 cross-entropy. Training accuracy is counted on the training batches during the epoch (dropout on), as
 the paper does; ``stop_train_accuracy`` ends training after the first epoch that reaches it.
 
+Precision: ``precision="fp32"`` (the default) trains in float32; ``"bf16"`` runs the forward pass and
+the loss (training and evaluation) under ``torch.autocast`` in bfloat16 on the run's device, so the
+backward pass follows in bfloat16 while the parameters, their gradients and the optimizer's state stay
+float32.
+
 Determinism: epoch e's data order is a permutation drawn from a generator seeded by (seed, e); the
 global torch/numpy/python RNGs (dropout, augmentation) are seeded from (seed, rank) at a fresh start
 and restored from the checkpoint on resume. Model initialization is the caller's.
@@ -32,6 +37,7 @@ only rank 0 writes checkpoints and results and shows progress.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import math
 import os
@@ -53,13 +59,15 @@ from tqdm.auto import tqdm
 from mdlib import first_line
 from mdlib.experiments import paths
 
-__all__ = ["COLUMNS", "World", "batching", "evaluate", "fit", "process_world"]
+__all__ = ["COLUMNS", "PRECISIONS", "World", "batching", "evaluate", "fit", "process_world"]
 
 #: The columns of the history ``fit`` returns, one row per epoch (test columns NaN when not evaluated).
 COLUMNS = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds", "lr"]
 CHECKPOINT = "checkpoint.pt"
 LOSSES = ("binary", "multiclass")
 REDUCTIONS = ("mean", "sum")
+#: fit's precisions: float32 throughout, or the forward pass and loss under bfloat16 autocast.
+PRECISIONS = ("fp32", "bf16")
 _ORDER, _RNG, _WORKERS = 0, 1, 2  # purposes of the seeds derived from ``seed``
 
 log = logging.getLogger(__name__)
@@ -289,6 +297,13 @@ def _loss(logits: Tensor, labels: Tensor, loss: str) -> tuple[Tensor, Tensor]:
     return F.cross_entropy(logits, labels), (logits.argmax(dim=1) == labels).sum()
 
 
+def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """The context of a forward pass and its loss at ``precision`` on ``device``."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def _summed(sums: Tensor, world: World) -> list[float]:
     if world.size > 1:
         dist.all_reduce(sums)
@@ -296,15 +311,17 @@ def _summed(sums: Tensor, world: World) -> list[float]:
 
 
 def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 500, loss: str = "binary",
-             collate_fn: Callable | None = None, device: str | torch.device | None = None) -> tuple[float, float]:
+             collate_fn: Callable | None = None, device: str | torch.device | None = None,
+             precision: str = "fp32") -> tuple[float, float]:
     """Mean loss and accuracy of ``model`` on ``dataset`` (eval mode), as ``fit`` measures them."""
+    _check_precision(precision)
     world = World(0, 1, torch.device(device or next(model.parameters()).device))
-    return _evaluate(model, dataset, batch_size, loss, collate_fn, 0, world)
+    return _evaluate(model, dataset, batch_size, loss, collate_fn, 0, world, precision)
 
 
 @torch.no_grad()
 def _evaluate(model: nn.Module, dataset: Dataset, batch_size: int, loss: str, collate_fn, num_workers: int,
-              world: World) -> tuple[float, float]:
+              world: World, precision: str = "fp32") -> tuple[float, float]:
     """Mean loss and accuracy on ``dataset``, each process taking a contiguous share."""
     model.eval()
     share = torch.arange(len(dataset)).tensor_split(world.size)[world.rank]
@@ -312,7 +329,8 @@ def _evaluate(model: nn.Module, dataset: Dataset, batch_size: int, loss: str, co
     sums = torch.zeros(3, dtype=torch.float64, device=world.device)  # loss sum, correct, count
     for batch, indices in zip(_loader(dataset, batches, collate_fn, num_workers, world.device, 0), batches):
         inputs, labels = _unpack(batch, len(indices), loss)
-        mean, correct = _loss(_forward(model, _to(inputs, world.device)), _to(labels, world.device), loss)
+        with _autocast(precision, world.device):
+            mean, correct = _loss(_forward(model, _to(inputs, world.device)), _to(labels, world.device), loss)
         sums += torch.stack([mean.double() * len(indices), correct.double(), sums.new_tensor(len(indices))])
     total, correct, count = _summed(sums, world)
     return total / count, correct / count
@@ -328,7 +346,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         checkpoint: str | os.PathLike | None = None,
         eval_every: int = 1, num_workers: int = 0, progress: bool = True,
         device: str | torch.device | None = None, lengths: Tensor | np.ndarray | Sequence[int] | None = None,
-        pool: int = 16) -> pd.DataFrame:
+        pool: int = 16, precision: str = "fp32") -> pd.DataFrame:
     """Train ``model`` with ``optimizer`` for up to ``epochs`` epochs; the history, one row per epoch.
 
     Args:
@@ -353,6 +371,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
             (less padding; see ``_train_batches``), still a seeded random order of batches.
         pool: with ``lengths``, the batches per length-sorted pool: smaller pools pad more, larger
             ones keep the same examples together across epochs.
+        precision: "fp32", or "bf16": the forward pass and the loss under bfloat16 autocast (the module
+            docstring); a bf16 checkpoint resumes only a bf16 run.
 
     Returns:
         DataFrame with ``COLUMNS``: epoch (1-based), train_loss and train_accuracy (over the epoch's
@@ -360,6 +380,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         seconds (the epoch's wall time, evaluation included), lr (the first param group's, at the end).
     """
     _check_fit_arguments(loss, reduction, epochs, batch_size, eval_every, pool, seed, stop_train_accuracy)
+    _check_precision(precision)
     world = process_world(device)
     n = len(train_set)
     batches_per_epoch, lengths = _epoch_layout(n, batch_size, world, lengths)
@@ -369,6 +390,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
     settings = {"seed": seed, "batch_size": batch_size, "loss": loss, "reduction": reduction, "train_size": n,
                 "processes": world.size, "by_length": lengths is not None,
                 "pool": pool if lengths is not None else None, **_fingerprint(model, optimizer, train_set, test_set)}
+    if precision != "fp32":  # fp32 checkpoints keep the settings they had before precision was an option
+        settings["precision"] = precision
     history, stopped = _start(folder, settings, model, optimizer, seed, epochs, world, progress)
     net = model
     if world.size > 1:
@@ -384,7 +407,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
             parts = _train_batches(n, batch_size, seed, epoch, world, lengths, pool)
             loader = _loader(train_set, [indices for indices, _ in parts], collate_fn, num_workers, world.device,
                              _derived_seed(seed, _WORKERS, epoch, world.rank))
-            sums = _train_epoch(net, optimizer, loader, parts, loss, reduction, world, bar)
+            sums = _train_epoch(net, optimizer, loader, parts, loss, reduction, world, bar, precision)
             train_loss, train_correct = _summed(sums, world)
             count = sum(global_count for _, global_count in parts)
             row = {"epoch": epoch + 1, "train_loss": train_loss / count, "train_accuracy": train_correct / count,
@@ -392,7 +415,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
             stopped = stop_train_accuracy is not None and row["train_accuracy"] >= stop_train_accuracy
             if test_set is not None and ((epoch + 1) % eval_every == 0 or epoch + 1 == epochs or stopped):
                 row["test_loss"], row["test_accuracy"] = _evaluate(model, test_set, batch_size, loss, collate_fn,
-                                                                   num_workers, world)
+                                                                   num_workers, world, precision)
             row["seconds"] = time.perf_counter() - start
             row["lr"] = float(optimizer.param_groups[0]["lr"])
             history.append(row)
@@ -419,6 +442,11 @@ def _check_fit_arguments(loss: str, reduction: str, epochs: int, batch_size: int
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     if stop_train_accuracy is not None and not 0 < stop_train_accuracy <= 1:
         raise ValueError(f"stop_train_accuracy must be in (0, 1] or None, got {stop_train_accuracy!r}")
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS} (float32, or bfloat16 autocast), got {precision!r}")
 
 
 def _epoch_layout(n: int, batch_size: int, world: World, lengths: Tensor | np.ndarray | Sequence[int] | None
@@ -462,7 +490,7 @@ def _start(folder: Path | None, settings: dict, model: nn.Module, optimizer: tor
 
 
 def _train_epoch(net: nn.Module, optimizer: torch.optim.Optimizer, loader: Iterable, parts: list, loss: str,
-                 reduction: str, world: World, bar: tqdm) -> Tensor:
+                 reduction: str, world: World, bar: tqdm, precision: str = "fp32") -> Tensor:
     """One epoch of optimizer steps over ``loader``'s batches (``parts``: each batch's local indices and
     global size), in training mode; settles a lazily checked last step. Returns this process's
     (loss sum, correct) over the epoch, float64."""
@@ -470,7 +498,8 @@ def _train_epoch(net: nn.Module, optimizer: torch.optim.Optimizer, loader: Itera
     sums = torch.zeros(2, dtype=torch.float64, device=world.device)  # loss sum, correct
     for batch, (indices, global_count) in zip(loader, parts):
         inputs, labels = _unpack(batch, len(indices), loss)
-        mean, correct = _loss(_forward(net, _to(inputs, world.device)), _to(labels, world.device), loss)
+        with _autocast(precision, world.device):
+            mean, correct = _loss(_forward(net, _to(inputs, world.device)), _to(labels, world.device), loss)
         optimizer.zero_grad(set_to_none=True)
         # DDP averages gradients over processes: weight each local mean by its share of the
         # global batch (1 when the shares are equal), so the step follows the global mean,

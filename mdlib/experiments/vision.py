@@ -14,6 +14,10 @@ evaluated on them, never on the test set: a run of the step-size sweep. ``train_
 seeded, stratified subset of the remaining training images. Both draws use the data seed
 (``config["data"]["seed"]``), so every optimizer and training seed sees the same images; the training
 seed (``config["fit"]["seed"]``) also seeds the model's initialization.
+
+Precision: ``precision="bf16"`` trains under bfloat16 autocast (``train.fit``'s ``precision``); the
+paper's float32 is the default, and a config at it holds no ``precision`` key, so the configs (and
+store keys) of float32 runs are those they had before the option existed.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Container, Mapping
 
 import numpy as np
@@ -67,15 +71,36 @@ class ImageData(store.Config):
         dataset_shape(self.dataset)
 
 
+def _without_default_precision(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` without its "precision" when that is the default "fp32" (the module docstring)."""
+    if config.get("precision") == "fp32":
+        del config["precision"]
+    return config
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in train.PRECISIONS:
+        raise ValueError(f"precision must be one of {train.PRECISIONS} (\"fp32\": the paper's float32; \"bf16\": "
+                         f"bfloat16 autocast), got {precision!r}")
+
+
 @dataclass(frozen=True)
 class ImageFit(store.Config):
-    """The fit part of a vision run config: ``train.fit``'s settings."""
+    """The fit part of a vision run config: ``train.fit``'s settings; ``precision`` is left out of
+    ``to_dict()`` at its default "fp32"."""
 
     epochs: int
     batch_size: int
     seed: int
     loss: str
     eval_every: int
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        _check_precision(self.precision)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_default_precision(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -91,18 +116,21 @@ class VisionRun(store.Config):
     def __post_init__(self) -> None:
         check_setup(self.model["setup"])
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"fit": self.fit.to_dict()}
+
 
 def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = None, seed: int, epochs: int,
                model: Mapping[str, Any], image_size: int | None = None, train_size: int | None = None,
                validation: int = 0, data_seed: int = 0, batch_size: int = 100, eval_every: int = 1,
-               root: str | None = None, setup: str = "authors") -> dict[str, Any]:
+               root: str | None = None, setup: str = "authors", precision: str = "fp32") -> dict[str, Any]:
     """The config of one E7 run (every setting that changes its numbers), for ``pool.run``, as the
     store keeps it (``VisionRun.to_dict()``). ``setup``: the model's initialization
-    (``VisionTransformer``): the authors' or "modern"."""
+    (``VisionTransformer``): the authors' or "modern". ``precision``: "fp32" or "bf16" (autocast)."""
     data_part = ImageData(dataset, image_size or dataset_shape(dataset)[2], train_size, validation, data_seed, root)
     return VisionRun(data_part,
                      dict(model) | {"setup": setup}, Optimizer(optimizer, lr, p),
-                     ImageFit(epochs, batch_size, seed, "multiclass", eval_every)).to_dict()
+                     ImageFit(epochs, batch_size, seed, "multiclass", eval_every, precision)).to_dict()
 
 
 def split_indices(labels: np.ndarray, train_size: int | None, validation: int,
@@ -180,9 +208,10 @@ class VisionGrid(store.Config):
     """A vision grid config (``grid``): datasets, image_size, train_size (0 or None: all), validation
     (images held out for the sweep), model (``VisionTransformer``'s arguments), setup, batch_size, root
     (CIFAR folder, "" or None: the data cache), epochs, eval_every, seeds, methods (method keys: "adam"
-    or an exponent p), step_sizes ({method: [candidates]}), sweep_seeds, sweep_epochs, sweep_window.
-    ``to_dict()`` is what the store keeps; a mapping with exactly these fields converts with
-    ``VisionGrid.of``."""
+    or an exponent p), step_sizes ({method: [candidates]}), sweep_seeds, sweep_epochs, sweep_window,
+    precision (every run's: "fp32", the default, or "bf16"). ``to_dict()`` is what the store keeps
+    (without precision at its default); a mapping with exactly these fields, precision optional,
+    converts with ``VisionGrid.of``."""
 
     WHAT = "a vision grid config"
 
@@ -202,8 +231,17 @@ class VisionGrid(store.Config):
     sweep_seeds: int
     sweep_epochs: int
     sweep_window: int
+    precision: str = "fp32"
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]) -> "VisionGrid":
+        return super().from_dict({"precision": "fp32", **config})
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_default_precision(asdict(self))
 
     def __post_init__(self) -> None:
+        _check_precision(self.precision)
         for key in self.methods:
             method(key)
         steps = self.step_sizes
@@ -221,7 +259,8 @@ class VisionGrid(store.Config):
                           setup=self.setup, epochs=self.sweep_epochs if sweep else self.epochs,
                           image_size=self.image_size, train_size=self.train_size or None,
                           validation=self.validation if sweep else 0, batch_size=self.batch_size,
-                          eval_every=1 if sweep else self.eval_every, root=self.root or None)
+                          eval_every=1 if sweep else self.eval_every, root=self.root or None,
+                          precision=self.precision)
 
     def _summary(self, cell: tuple[str, str], lr: float, seed: int, config: Mapping[str, Any],
                  result: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -249,7 +288,8 @@ class VisionGrid(store.Config):
 def chapter_grids(*, datasets: list[str], image_size: int, train_size: int | None, validation: int,
                   model: Mapping[str, Any], setup: str, batch_size: int, cifar_root: str, epochs: int,
                   eval_every: int, seeds: int, ps: list[float], step_sizes: Mapping[str, list[float]],
-                  sweep_seeds: int, sweep_epochs: int, sweep_window: int, **_: Any) -> tuple[VisionGrid, VisionGrid]:
+                  sweep_seeds: int, sweep_epochs: int, sweep_window: int, precision: str = "fp32",
+                  **_: Any) -> tuple[VisionGrid, VisionGrid]:
     """Chapter 07's grids from its parameters (other parameters are ignored): Adam and mirror descent
     at each of ``ps`` with the swept step sizes, and Adam and ℓ1.1 at the paper's step sizes (the
     same seeds and budget)."""
@@ -258,7 +298,8 @@ def chapter_grids(*, datasets: list[str], image_size: int, train_size: int | Non
                        model=model, setup=setup, batch_size=batch_size, root=cifar_root, epochs=epochs,
                        eval_every=eval_every, seeds=seeds, methods=methods,
                        step_sizes={method_key(*method(k)): v for k, v in step_sizes.items()},
-                       sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window)
+                       sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window,
+                       precision=precision)
     at_paper = dataclasses.replace(swept, methods=list(PAPER_STEP_SIZES),
                                    step_sizes={k: [v] for k, v in PAPER_STEP_SIZES.items()})
     return swept, at_paper
