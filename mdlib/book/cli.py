@@ -1,6 +1,6 @@
 """Command line: ``python -m mdlib run|book|fetch|bench|store|compare``.
 
-    python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3
+    python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3 [--output-dir DIR]
     python -m mdlib book --profile default
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist
     python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
@@ -111,6 +111,15 @@ ROOT_HELP = ("the checkout of the book to work on (the folder holding _config.ym
              "default: $MDLIB_ROOT, the checkout mdlib is imported from, or the working directory or a parent")
 
 
+RUN_HELP = ("Execute one notebook. With a profile only, it is the book's chapter: the executed notebook goes to "
+            "notebooks/, its figures and results to <build>/figures and <build>/results (what `book` does). With "
+            "-p overrides it is a variant: all of it goes to <build>/variants/<notebook>-<hash>/ (printed; <hash> "
+            "from the profile and the overrides, so the command recorded with each figure writes into the same "
+            "folder), and the book's figures and results are left alone. --output-dir DIR chooses the folder, "
+            "with or without -p. Every execution shares the results store (<build>/runs): a variant reuses the "
+            "runs it has in common with the book.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mdlib", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,11 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
     def add_parser(name: str, **kwargs) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kwargs)
 
-    run = add_parser("run", help="execute one notebook with papermill at a profile")
+    run = add_parser("run", help="execute one notebook with papermill at a profile", description=RUN_HELP)
     run.add_argument("notebook", help="notebook name, e.g. 01_fixed_decoder_paths (with or without .py)")
     run.add_argument("--profile", default="default", help="smoke | default | paper (params/<profile>.yaml)")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                     help="override one parameter (value parsed as YAML); repeatable")
+                     help="override one parameter (value parsed as YAML); repeatable; the outputs then go to "
+                          "<build>/variants/<notebook>-<hash>/ unless --output-dir is given")
+    run.add_argument("--output-dir", metavar="DIR", default=None,
+                     help="write the executed notebook (DIR/<notebook>.ipynb), its figures (DIR/figures) and results "
+                          "(DIR/results) here, with or without -p; the results store stays the build's")
 
     book = add_parser("book", help="execute every notebook at a profile, then build the HTML book")
     book.add_argument("--profile", default="default", help="smoke | default | paper")
@@ -186,19 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("run", "book"):
-        from mdlib.book import book, execute
-        from mdlib.experiments import fetch
-
-        try:
-            if args.command == "run":
-                execute.run_notebook(args.notebook, profile=args.profile,
-                                  overrides=overrides(args.notebook, args.parameter))
-            else:
-                book.build(profile=args.profile, execute=not args.skip_execute)
-        except (ValueError, TypeError, execute.NotebookError, execute.BookError, fetch.DataError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        return 0
+        return _book_command(args)
     if args.command == "fetch":
         from mdlib.experiments import fetch
 
@@ -231,6 +232,34 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(report.text())
         return 0 if report.ok else 1
     raise AssertionError(args.command)
+
+
+def _book_command(args: argparse.Namespace) -> int:
+    """``run`` or ``book``; their errors end with one line (exit 1)."""
+    from mdlib.book import book, execute
+    from mdlib.experiments import fetch
+
+    try:
+        if args.command == "run":
+            _run(args)
+        else:
+            book.build(profile=args.profile, execute=not args.skip_execute)
+    except (ValueError, TypeError, execute.NotebookError, execute.BookError, fetch.DataError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(args: argparse.Namespace) -> None:
+    """``run``: the book's chapter, or a variant into its own folder (printed before it executes)."""
+    from mdlib.book import execute
+
+    given = overrides(args.notebook, args.parameter)
+    folder = Path(args.output_dir).expanduser().resolve() if args.output_dir else \
+        execute.default_output_dir(args.notebook, args.profile, given) if given else None
+    if folder is not None:
+        print(f"variant: the executed notebook, its figures and results go to {folder}", file=sys.stderr, flush=True)
+    execute.run_notebook(args.notebook, profile=args.profile, overrides=given, output_dir=folder, artifacts_dir=folder)
 
 
 def _store(prune: bool) -> int:
