@@ -1,6 +1,7 @@
 """Variants next to the book, never over it: ``mdlib run`` with overrides (or ``--output-dir``) writes
-its notebook, figures and results into a folder of its own. The book's own executions write where they
-always did."""
+its notebook, figures and results into a folder of its own; a notebook executed outside ``mdlib run``
+(papermill's own command) writes into ``<build>/scratch``; ``mdlib notebook`` writes the ``.ipynb``
+papermill needs on a fresh clone. The book's own executions write where they always did."""
 
 from __future__ import annotations
 
@@ -132,6 +133,40 @@ def test_a_variants_verdicts_read_its_own_results_and_the_books_earlier_chapters
 
 
 # ---------------------------------------------------------------------------------------------
+# mdlib notebook (fast)
+
+
+def test_notebook_writes_an_unexecuted_ipynb_for_papermill(project, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["notebook", "01_fixture"]) == 0
+    written = tmp_path / "01_fixture.ipynb"
+    assert capsys.readouterr().out.strip() == str(written)
+    nb = nbformat.read(written, as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert "formats" not in nb.metadata.get("jupytext", {}) and "mdlib" not in nb.metadata
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and "seeds = 4" in tagged[0].source
+    assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    assert cli.main(["notebook", "01_fixture", "-o", str(tmp_path / "01.ipynb")]) == 0
+    sources = lambda path: [c.source for c in nbformat.read(path, as_version=4).cells]  # noqa: E731
+    assert sources(tmp_path / "01.ipynb") == sources(written)
+
+
+def test_notebook_refuses_the_books_notebook_and_other_suffixes(project, capsys):
+    book_copy = project / "notebooks" / "01_fixture.ipynb"
+    book_copy.write_text('{"the": "executed chapter"}\n')
+    assert cli.main(["notebook", "01_fixture", "-o", str(book_copy)]) == 1
+    err = capsys.readouterr().err
+    assert "is the book's executed notebook of 01_fixture" in err and "--force" in err
+    assert book_copy.read_text() == '{"the": "executed chapter"}\n'
+    assert cli.main(["notebook", "01_fixture", "-o", str(project / "notebooks" / "01_fixture.py")]) == 1
+    assert "give a path ending in .ipynb" in capsys.readouterr().err
+    assert (project / "notebooks" / "01_fixture.py").read_text().startswith("# ---")
+    assert cli.main(["notebook", "01_fixture", "-o", str(book_copy), "--force"]) == 0
+    assert nbformat.read(book_copy, as_version=4).metadata["kernelspec"]["name"] == "python3"
+
+
+# ---------------------------------------------------------------------------------------------
 # real executions in a copy of the book (slow: kernels)
 
 
@@ -180,3 +215,21 @@ def test_a_variant_run_leaves_the_book_byte_identical(built):
     assert record["files"] == ["figures/fig-fixture.png", "figures/fig-fixture.pdf"]  # relative to its folder
     executed = nbformat.read(folder / "01_fixture.ipynb", as_version=4)
     assert executed.metadata["papermill"]["parameters"]["seeds"] == 3
+
+
+@pytest.mark.slow
+def test_papermill_on_a_written_notebook_writes_into_scratch(built, tmp_path):
+    """The README's route: ``mdlib notebook`` then papermill's own command, with a list given by -y."""
+    root, build, before = built
+    _mdlib(root, "notebook", "01_fixture", "-o", str(tmp_path / "01.ipynb"))
+    proc = subprocess.run([sys.executable, "-m", "papermill", str(tmp_path / "01.ipynb"), str(tmp_path / "out.ipynb"),
+                           "-y", "ps: [1.5, 2.0]", "--cwd", str(root / "notebooks")],
+                          env=_env(root), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _book_state(root) == before
+    scratch = build / "scratch"
+    assert {"figures/fig-fixture.png", "figures/fig-fixture.pdf", "figures/fig-fixture.json"} <= set(hashes(scratch))
+    record = json.loads((scratch / "figures" / "fig-fixture.json").read_text())
+    assert record["executed_by"] == provenance.OUTSIDE and record["command"] is None
+    values = json.loads((build / "fixture.json").read_text())  # what the kernel was given
+    assert values["ps"] == [1.5, 2.0]

@@ -1,6 +1,7 @@
-"""Command line: ``python -m mdlib run|book|fetch|bench|store|compare``.
+"""Command line: ``python -m mdlib run|notebook|book|fetch|bench|store|compare``.
 
     python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3 [--output-dir DIR]
+    python -m mdlib notebook 01_fixed_decoder_paths [-o 01.ipynb] [--force]
     python -m mdlib book --profile default
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist
     python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
@@ -27,6 +28,7 @@ from typing import Any
 INTERRUPTED = {
     "run": "the previous executed notebook, its figures and results, and the finished runs in the results "
            "store are kept; run the same command again to resume",
+    "notebook": "no notebook written, or the complete one",
     "book": "the executed notebooks and the finished runs in the results store are kept; run the same "
             "command again to resume",
     "fetch": "files already verified are kept, nothing half-written; run the same command again",
@@ -118,6 +120,10 @@ RUN_HELP = ("Execute one notebook. With a profile only, it is the book's chapter
             "folder), and the book's figures and results are left alone. --output-dir DIR chooses the folder, "
             "with or without -p. Every execution shares the results store (<build>/runs): a variant reuses the "
             "runs it has in common with the book.")
+NOTEBOOK_HELP = ("Write <notebook>.ipynb, unexecuted, from notebooks/<notebook>.py (kernel python3, no jupytext "
+                 "pairing), e.g. for `papermill 01.ipynb out.ipynb -y '{train_ps: [1.75, 3.0], steps: [1500, 20000]}'`"
+                 ". Executed outside `mdlib run`, a notebook saves its figures and results into $MDLIB_OUTPUT_DIR, "
+                 "else <build>/scratch/, never over the book's, and its records say it ran outside mdlib run.")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output-dir", metavar="DIR", default=None,
                      help="write the executed notebook (DIR/<notebook>.ipynb), its figures (DIR/figures) and results "
                           "(DIR/results) here, with or without -p; the results store stays the build's")
+
+    notebook = add_parser("notebook", help="write a notebook's .ipynb from its source, for papermill or Jupyter",
+                          description=NOTEBOOK_HELP)
+    notebook.add_argument("notebook", help="notebook name, e.g. 01_fixed_decoder_paths (with or without .py)")
+    notebook.add_argument("-o", "--output", metavar="PATH", default=None,
+                          help="the .ipynb to write (default: <notebook>.ipynb in the working directory)")
+    notebook.add_argument("--force", action="store_true",
+                          help="allow PATH to be the book's executed notebooks/<notebook>.ipynb")
 
     book = add_parser("book", help="execute every notebook at a profile, then build the HTML book")
     book.add_argument("--profile", default="default", help="smoke | default | paper")
@@ -198,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    if args.command in ("run", "book"):
+    if args.command in ("run", "notebook", "book"):
         return _book_command(args)
     if args.command == "fetch":
         from mdlib.experiments import fetch
@@ -235,13 +249,15 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _book_command(args: argparse.Namespace) -> int:
-    """``run`` or ``book``; their errors end with one line (exit 1)."""
+    """``run``, ``notebook`` or ``book``; their errors end with one line (exit 1)."""
     from mdlib.book import book, execute
     from mdlib.experiments import fetch
 
     try:
         if args.command == "run":
             _run(args)
+        elif args.command == "notebook":
+            print(execute.write_notebook(args.notebook, args.output, force=args.force))
         else:
             book.build(profile=args.profile, execute=not args.skip_execute)
     except (ValueError, TypeError, execute.NotebookError, execute.BookError, fetch.DataError) as exc:

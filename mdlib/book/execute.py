@@ -1,6 +1,6 @@
 """Executing one notebook with papermill at a profile (``run_notebook``), into the book's folders or a
-variant's (``default_output_dir``), and the checks that the executed notebooks of a build are complete
-and from one profile.
+variant's (``default_output_dir``), writing a notebook for papermill's own command (``write_notebook``),
+and the checks that the executed notebooks of a build are complete and from one profile.
 """
 
 from __future__ import annotations
@@ -195,17 +195,45 @@ def _raise_notebook_error(exc: BaseException, nb_name: str, profile: str, output
     raise exc
 
 
-def _prepared(path: Path, profile: str, execution: str) -> Any:
-    """The notebook ``path`` as papermill executes it: its metadata carries the execution id, the
-    profile and the build folder (``mdlib``), the kernel, and no jupytext pairing."""
+def _as_ipynb(path: Path) -> Any:
+    """The jupytext source ``path`` as a notebook for papermill: the kernel ``python3``, no jupytext
+    pairing (the ``.ipynb`` is an output: opening and saving it in Jupyter must never write over the
+    source)."""
     nb = profiles.read_notebook(path)
-    nb.metadata["mdlib"] = {"execution": execution, "profile": profile, "build": _build_label()}
     nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
-    # The executed .ipynb is an output, not a jupytext pair of the .py: opening and saving it in
-    # Jupyter must never write over the source.
     nb.metadata.get("jupytext", {}).pop("formats", None)
     nb.metadata.setdefault("language_info", {"name": "python"})
     return nb
+
+
+def _prepared(path: Path, profile: str, execution: str) -> Any:
+    """The notebook ``path`` as papermill executes it (:func:`_as_ipynb`), its metadata carrying the
+    execution id, the profile and the build folder (``mdlib``)."""
+    nb = _as_ipynb(path)
+    nb.metadata["mdlib"] = {"execution": execution, "profile": profile, "build": _build_label()}
+    return nb
+
+
+def write_notebook(name: str, target: str | os.PathLike | None = None, *, force: bool = False,
+                   notebooks_dir: Path | None = None) -> Path:
+    """Write the notebook ``name`` from its jupytext source as an unexecuted ``.ipynb`` for papermill's own
+    command or Jupyter (kernel ``python3``, no jupytext pairing, no execution record) at ``target``,
+    by default ``<name>.ipynb`` in the working directory; returns its path. Executed so, it saves its
+    figures and results into ``$MDLIB_OUTPUT_DIR``, else ``<build>/scratch`` (never the book's).
+
+    A ``target`` that is not ``.ipynb`` is refused (ValueError), and so, unless ``force``, is the book's
+    own executed notebook ``notebooks/<name>.ipynb``."""
+    import nbformat
+
+    path = profiles.resolve_notebook(name, notebooks_dir)
+    out = Path(target) if target is not None else Path.cwd() / f"{path.stem}.ipynb"
+    if out.suffix != ".ipynb":
+        raise ValueError(f"-o {out}: the notebook is written as .ipynb; give a path ending in .ipynb")
+    if not force and out.resolve() == path.with_suffix(".ipynb").resolve():
+        raise ValueError(f"-o {out} is the book's executed notebook of {path.stem}; give another path, or --force "
+                         "to replace it with the unexecuted one")
+    nb = _as_ipynb(path)
+    return paths.atomic_write(out, lambda tmp: nbformat.write(nb, str(tmp)))
 
 
 def _project_relative(path: Path) -> str | None:
