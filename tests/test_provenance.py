@@ -66,6 +66,7 @@ def _check_common(record, label, kind):
     assert record["label"] == label and record["kind"] == kind
     assert record["notebook"] == "04_sentiment" and record["profile"] == "smoke"
     assert record["parameters"] == RUN["parameters"] and record["overrides"] == RUN["overrides"]
+    assert record["executed_by"] == provenance.BY_MDLIB and record["output_dir"] is None
     assert record["versions"]["mdlib"] == __import__("mdlib").__version__
     assert record["versions"]["numpy"] == np.__version__
     assert record["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
