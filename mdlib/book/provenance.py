@@ -14,7 +14,8 @@ PDF (info dict ``Subject``) carry the same JSON. The record holds:
   :data:`mdlib.experiments.paper.ARTIFACTS`, or None) and ``new`` (true for an analysis the paper does not have);
 * ``notebook``, ``profile``, ``execution`` (the id of the notebook's execution, also in the executed
   ``.ipynb``), ``parameters`` (every parameter as executed), ``overrides`` (those given
-  on the command line), ``output_dir`` (the ``--output-dir`` given, else None) and ``command`` (the
+  on the command line), ``output_dir`` (the folder the command must name with ``--output-dir``: one
+  other than the book's or the variant's own, else None) and ``command`` (the
   ``python -m mdlib run`` line that regenerates it, into the same folder); these come from the
   environment variable :data:`ENV` that ``mdlib.book.execute.run_notebook`` sets for the kernel, and
   are None outside that pipeline (a notebook executed by papermill's own command or in Jupyter);
@@ -70,7 +71,7 @@ def notebook_run() -> dict[str, Any]:
     """``{notebook, profile, execution, parameters, overrides, output_dir}`` from :data:`ENV` (all None
     when it is unset or unreadable: a notebook run outside ``mdlib.book.execute.run_notebook``);
     ``execution`` is the id of one execution of the notebook, which its executed ``.ipynb`` carries too;
-    ``output_dir`` is the ``--output-dir`` given to ``python -m mdlib run``, or None."""
+    ``output_dir`` is the folder a command must name with ``--output-dir`` to write there again, or None."""
     empty = dict.fromkeys(("notebook", "profile", "execution", "parameters", "overrides", "output_dir"))
     try:
         value = json.loads(os.environ.get(ENV) or "null")
