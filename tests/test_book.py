@@ -327,7 +327,9 @@ def test_run_notebook_executes_with_parameters(tmp_path, monkeypatch):
     assert record["parameters"] == {"profile": "smoke", "seeds": 3, "lr": 1e-3, "ps": [1.75, 2.0, 3.0],
                                     "name": "fixture", "verbose": False, "schedule": 'dict(kind="constant")',
                                     "fail": False}
-    assert record["command"] == "python -m mdlib run 01_fixture --profile smoke -p seeds 3"
+    # into the same folder: the build's, which a command with -p names (it would write a variant otherwise)
+    assert record["command"] == f"python -m mdlib run 01_fixture --profile smoke -p seeds 3 --output-dir {tmp_path / 'build'}"
+    assert record["executed_by"] == "python -m mdlib run" and record["output_dir"] == str(tmp_path / "build")
 
 
 @pytest.mark.slow

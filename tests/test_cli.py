@@ -62,7 +62,7 @@ def test_repeated_parameter_is_refused(fixture_repo, capsys):
 def test_a_string_parameter_takes_the_text_as_typed(fixture_repo, monkeypatch, text, name, expected):
     """Only where the default is a string (YAML quotes still read as YAML); other values are YAML."""
     given = []
-    monkeypatch.setattr(execute, "run_notebook", lambda notebook, profile, overrides: given.append(overrides))
+    monkeypatch.setattr(execute, "run_notebook", lambda notebook, profile, overrides, **folders: given.append(overrides))
     assert cli.main(["run", "01_fixture", "-p", name, text]) == 0
     assert repr(profiles.resolve_parameters("01_fixture", "default", given[0])[name]) == repr(expected)
 

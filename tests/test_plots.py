@@ -19,7 +19,9 @@ from mdlib.experiments import paths  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def build_dir(tmp_path, monkeypatch):
+    """The build directory, also the output directory (as in the book's own executions)."""
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "out"))
+    monkeypatch.setenv("MDLIB_OUTPUT_DIR", str(tmp_path / "out"))
     return tmp_path / "out"
 
 
@@ -29,6 +31,9 @@ def test_paths_follow_the_environment(build_dir, monkeypatch):
     assert paths.results_dir() == build_dir.resolve() / "results"
     assert paths.runs_dir() == build_dir.resolve() / "runs"
     assert paths.html_dir() == build_dir.resolve() / "_build" / "html"
+    assert paths.output_dir() == build_dir.resolve()
+    monkeypatch.delenv("MDLIB_OUTPUT_DIR")
+    assert paths.output_dir() == build_dir.resolve() / "scratch"  # outside mdlib run: never the book's folders
     monkeypatch.delenv("MDLIB_BUILD_DIR")
     assert paths.build_dir() == paths.root() / "_build"
     assert paths.html_dir() == paths.root() / "_build" / "html"

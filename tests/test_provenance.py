@@ -41,7 +41,9 @@ def table_1(test: float = 0.7) -> pd.DataFrame:
 
 @pytest.fixture(autouse=True)
 def build_dir(tmp_path, monkeypatch):
+    """The build directory, which is also the output directory, as in the book's own executions."""
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "out"))
+    monkeypatch.setenv(paths.OUTPUT_ENV, str(tmp_path / "out"))
     monkeypatch.delenv(provenance.ENV, raising=False)
     store.clear_used_runs()
     yield (tmp_path / "out").resolve()
@@ -64,6 +66,7 @@ def _check_common(record, label, kind):
     assert record["label"] == label and record["kind"] == kind
     assert record["notebook"] == "04_sentiment" and record["profile"] == "smoke"
     assert record["parameters"] == RUN["parameters"] and record["overrides"] == RUN["overrides"]
+    assert record["executed_by"] == provenance.BY_MDLIB and record["output_dir"] is None
     assert record["versions"]["mdlib"] == __import__("mdlib").__version__
     assert record["versions"]["numpy"] == np.__version__
     assert record["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
@@ -156,11 +159,16 @@ def test_table_record_and_new_analyses(build_dir, kernel_env):
     assert new["reproduces"] is None and new["new"] is True
 
 
-def test_outside_the_pipeline_the_run_fields_are_null(build_dir, monkeypatch):
+def test_outside_the_pipeline_the_record_says_so_and_lands_in_scratch(build_dir, monkeypatch):
+    """Saved outside ``mdlib run`` (no MDLIB_OUTPUT_DIR, no run): into <build>/scratch, never the book's
+    results, with a record that says where it was executed and null run fields."""
+    monkeypatch.delenv(paths.OUTPUT_ENV)
     plots.save_table(pd.DataFrame({"a": [1]}), "table-x", glue=False)
-    record = json.loads((build_dir / "results" / "table-x.json").read_text())
-    fields = ("notebook", "profile", "execution", "parameters", "overrides")
-    assert [record[k] for k in fields + ("command",)] == [None] * 6
+    assert not (build_dir / "results").exists()
+    record = json.loads((build_dir / "scratch" / "results" / "table-x.json").read_text())
+    fields = ("notebook", "profile", "execution", "parameters", "overrides", "output_dir")
+    assert [record[k] for k in fields + ("command",)] == [None] * 7
+    assert record["executed_by"] == provenance.OUTSIDE and record["files"] == ["results/table-x.csv"]
     monkeypatch.setenv(provenance.ENV, "{not json")
     assert provenance.notebook_run() == dict.fromkeys(fields)
 

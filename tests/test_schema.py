@@ -23,7 +23,9 @@ RESULTS = Path(__file__).parent / "fixtures" / "results"  #: a smoke build's res
 
 @pytest.fixture(autouse=True)
 def build_dir(tmp_path, monkeypatch):
+    """The build directory, also the output directory (as in the book's own executions)."""
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "out"))
+    monkeypatch.setenv("MDLIB_OUTPUT_DIR", str(tmp_path / "out"))
     return tmp_path / "out"
 
 

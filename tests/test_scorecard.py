@@ -42,8 +42,9 @@ def rows_of(text: str, claim: int) -> list[list[str]]:
 @pytest.fixture
 def results(tmp_path, monkeypatch) -> Path:
     """The results folder of a build in ``tmp_path`` (``save`` writes there; its records name no commit,
-    which saves two git calls a table)."""
+    which saves two git calls a table); the output directory too, as in the book's own executions."""
     monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path))
+    monkeypatch.setenv(paths.OUTPUT_ENV, str(tmp_path))
     monkeypatch.setattr(provenance, "git_state", lambda: {"commit": None, "dirty": None})
     return paths.results_dir()
 

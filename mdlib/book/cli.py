@@ -1,6 +1,7 @@
-"""Command line: ``python -m mdlib run|book|plan|fetch|bench|store|compare``.
+"""Command line: ``python -m mdlib run|notebook|book|plan|fetch|bench|store|compare``.
 
-    python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3
+    python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3 [--output-dir DIR]
+    python -m mdlib notebook 01_fixed_decoder_paths [-o 01.ipynb] [--force]
     python -m mdlib book --profile default
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist
     python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
@@ -28,6 +29,7 @@ from typing import Any
 INTERRUPTED = {
     "run": "the previous executed notebook, its figures and results, and the finished runs in the results "
            "store are kept; run the same command again to resume",
+    "notebook": "no notebook written, or the complete one",
     "book": "the executed notebooks and the finished runs in the results store are kept; run the same "
             "command again to resume",
     "fetch": "files already verified are kept, nothing half-written; run the same command again",
@@ -113,6 +115,19 @@ ROOT_HELP = ("the checkout of the book to work on (the folder holding _config.ym
              "default: $MDLIB_ROOT, the checkout mdlib is imported from, or the working directory or a parent")
 
 
+RUN_HELP = ("Execute one notebook. With a profile only, it is the book's chapter: the executed notebook goes to "
+            "notebooks/, its figures and results to <build>/figures and <build>/results (what `book` does). With "
+            "-p overrides it is a variant: all of it goes to <build>/variants/<notebook>-<hash>/ (printed; <hash> "
+            "from the profile and the overrides, so the command recorded with each figure writes into the same "
+            "folder), and the book's figures and results are left alone. --output-dir DIR chooses the folder, "
+            "with or without -p. Every execution shares the results store (<build>/runs): a variant reuses the "
+            "runs it has in common with the book.")
+NOTEBOOK_HELP = ("Write <notebook>.ipynb, unexecuted, from notebooks/<notebook>.py (kernel python3, no jupytext "
+                 "pairing), e.g. for `papermill 01.ipynb out.ipynb -y '{train_ps: [1.75, 3.0], steps: [1500, 20000]}'`"
+                 ". Executed outside `mdlib run`, a notebook saves its figures and results into $MDLIB_OUTPUT_DIR, "
+                 "else <build>/scratch/, never over the book's, and its records say it ran outside mdlib run.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mdlib", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,11 +140,23 @@ def build_parser() -> argparse.ArgumentParser:
     def add_parser(name: str, **kwargs) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kwargs)
 
-    run = add_parser("run", help="execute one notebook with papermill at a profile")
+    run = add_parser("run", help="execute one notebook with papermill at a profile", description=RUN_HELP)
     run.add_argument("notebook", help="notebook name, e.g. 01_fixed_decoder_paths (with or without .py)")
     run.add_argument("--profile", default="default", help="smoke | default | paper (params/<profile>.yaml)")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                     help="override one parameter (value parsed as YAML); repeatable")
+                     help="override one parameter (value parsed as YAML); repeatable; the outputs then go to "
+                          "<build>/variants/<notebook>-<hash>/ unless --output-dir is given")
+    run.add_argument("--output-dir", metavar="DIR", default=None,
+                     help="write the executed notebook (DIR/<notebook>.ipynb), its figures (DIR/figures) and results "
+                          "(DIR/results) here, with or without -p; the results store stays the build's")
+
+    notebook = add_parser("notebook", help="write a notebook's .ipynb from its source, for papermill or Jupyter",
+                          description=NOTEBOOK_HELP)
+    notebook.add_argument("notebook", help="notebook name, e.g. 01_fixed_decoder_paths (with or without .py)")
+    notebook.add_argument("-o", "--output", metavar="PATH", default=None,
+                          help="the .ipynb to write (default: <notebook>.ipynb in the working directory)")
+    notebook.add_argument("--force", action="store_true",
+                          help="allow PATH to be the book's executed notebooks/<notebook>.ipynb")
 
     book = add_parser("book", help="execute every notebook at a profile, then build the HTML book")
     book.add_argument("--profile", default="default", help="smoke | default | paper")
@@ -198,14 +225,16 @@ def _dispatch(args: argparse.Namespace) -> int:
     return COMMANDS[args.command](args)
 
 
-def _run_or_book(args: argparse.Namespace) -> int:
+def _book_command(args: argparse.Namespace) -> int:
+    """``run``, ``notebook`` or ``book``; their errors end with one line (exit 1)."""
     from mdlib.book import book, execute
     from mdlib.experiments import fetch
 
     try:
         if args.command == "run":
-            execute.run_notebook(args.notebook, profile=args.profile,
-                                 overrides=overrides(args.notebook, args.parameter))
+            _run(args)
+        elif args.command == "notebook":
+            print(execute.write_notebook(args.notebook, args.output, force=args.force))
         else:
             book.build(profile=args.profile, execute=not args.skip_execute)
     except (ValueError, TypeError, execute.NotebookError, execute.BookError, fetch.DataError) as exc:
@@ -262,6 +291,18 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> None:
+    """``run``: the book's chapter, or a variant into its own folder (printed before it executes)."""
+    from mdlib.book import execute
+
+    given = overrides(args.notebook, args.parameter)
+    folder = Path(args.output_dir).expanduser().resolve() if args.output_dir else \
+        execute.default_output_dir(args.notebook, args.profile, given) if given else None
+    if folder is not None:
+        print(f"variant: the executed notebook, its figures and results go to {folder}", file=sys.stderr, flush=True)
+    execute.run_notebook(args.notebook, profile=args.profile, overrides=given, output_dir=folder, artifacts_dir=folder)
+
+
 def _store(args: argparse.Namespace) -> int:
     """Per run kind: the entries computed by the code it runs now and by other code (older or newer
     edits), with their sizes; ``--prune``: remove the latter."""
@@ -294,5 +335,5 @@ def _mb(entries) -> str:
 
 
 #: Each command's handler: the parsed arguments -> the exit code.
-COMMANDS = {"run": _run_or_book, "book": _run_or_book, "plan": _plan, "fetch": _fetch, "bench": _bench,
-            "store": _store, "compare": _compare}
+COMMANDS = {"run": _book_command, "notebook": _book_command, "book": _book_command, "plan": _plan, "fetch": _fetch,
+            "bench": _bench, "store": _store, "compare": _compare}

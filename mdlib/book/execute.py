@@ -1,10 +1,13 @@
-"""Executing one notebook with papermill at a profile (``run_notebook``), and the checks that the
-executed notebooks of a build are complete and from one profile.
+"""Executing one notebook with papermill at a profile (``run_notebook``), into the book's folders or a
+variant's (``default_output_dir``), writing a notebook for papermill's own command (``write_notebook``),
+and the checks that the executed notebooks of a build are complete and from one profile.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -85,29 +88,30 @@ class BookError(RuntimeError):
 
 
 @contextlib.contextmanager
-def _kernel_environment(run: Mapping[str, Any] | None = None) -> Iterator[None]:
+def _kernel_environment(run: Mapping[str, Any] | None = None, output: Path | None = None) -> Iterator[None]:
     """The kernel imports the mdlib this process runs (PYTHONPATH: the folder holding the package, a
     checkout or site-packages) and reads and writes where this process would (``MDLIB_ROOT``: the
     project this process found, when it found one).
 
-    ``run`` (``{notebook, profile, parameters, overrides}``) reaches the kernel as the JSON value of
-    ``mdlib.book.provenance.ENV``, from which every saved figure and table records how it was made.
+    ``run`` (``{notebook, profile, parameters, overrides, output_dir}``) reaches the kernel as the JSON
+    value of ``mdlib.book.provenance.ENV``, from which every saved figure and table records how it was
+    made; ``output``, when given, as ``MDLIB_OUTPUT_DIR``: the folder that gets its figures and results.
 
     ``MDLIB_BUILD_DIR`` and ``MDLIB_DATA_DIR``, when set, are passed down as absolute paths resolved
     here: the kernel runs in ``notebooks/`` and would resolve a relative one against that folder.
     Progress bars (tqdm) are off inside executed notebooks (``TQDM_DISABLE=1`` unless set): their
     carriage-return output would clutter the book; papermill shows progress per cell instead.
     """
-    import json
-
     from mdlib.book import provenance
     from mdlib.experiments import fetch
 
     keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, fetch.DATA_ENV,
-            paths.ROOT_ENV, provenance.ENV)
+            paths.ROOT_ENV, paths.OUTPUT_ENV, provenance.ENV)
     saved = {key: os.environ.get(key) for key in keys}
     if run is not None:
         os.environ[provenance.ENV] = json.dumps(dict(run), default=str)
+    if output is not None:
+        os.environ[paths.OUTPUT_ENV] = str(Path(output).resolve())
     for key, resolved in ((paths.BUILD_ENV, paths.build_dir), (fetch.DATA_ENV, fetch.data_dir)):
         if saved[key]:
             os.environ[key] = str(resolved())
@@ -131,11 +135,34 @@ def _kernel_environment(run: Mapping[str, Any] | None = None) -> Iterator[None]:
                 os.environ[key] = value
 
 
+def default_output_dir(name: str, profile: str = "default", overrides: Mapping[str, Any] | None = None, *,
+                       notebooks_dir: Path | None = None, params_dir: Path | None = None) -> Path:
+    """Where ``python -m mdlib run`` writes ``name`` at ``profile`` with ``overrides`` when no
+    ``--output-dir`` is given: without overrides the book's own build directory; with them the variant
+    folder ``<build>/variants/<name>-<hash>``, ``<hash>`` the first 8 hex digits of the SHA-256 of the
+    profile and the overrides as the notebook reads them (so the same command, in any order of its
+    ``-p``, writes into the same folder). Unknown parameters and values of the wrong type raise."""
+    path = profiles.resolve_notebook(name, notebooks_dir)
+    if not overrides:
+        return paths.build_dir()
+    parameters = profiles.resolve_parameters(path.stem, profile, overrides, notebooks_dir=path.parent,
+                                             params_dir=params_dir)
+    chosen = {key: parameters[key] for key in overrides}
+    text = json.dumps({"profile": profile, "overrides": chosen}, sort_keys=True, ensure_ascii=False, default=str)
+    return paths.build_dir() / "variants" / f"{path.stem}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
 def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, Any] | None = None,
-                 output_dir: Path | None = None, *, notebooks_dir: Path | None = None,
-                 params_dir: Path | None = None, progress: bool = True) -> Path:
+                 output_dir: Path | None = None, *, artifacts_dir: Path | None = None,
+                 notebooks_dir: Path | None = None, params_dir: Path | None = None, progress: bool = True) -> Path:
     """Execute ``notebooks/<name>.py`` with papermill at ``profile`` (plus ``overrides``) and write the
     executed notebook ``<output_dir or notebooks/>/<name>.ipynb``; returns its path.
+
+    Its figures, results and provenance records go to ``<artifacts_dir>/figures`` and ``/results``
+    (``artifacts_dir``: the build directory by default, the book's own; the kernel gets it as
+    ``MDLIB_OUTPUT_DIR``). The results store and the checkpoints are the build directory's whatever
+    ``artifacts_dir`` is. A record's command names ``artifacts_dir`` (``--output-dir``) unless it is
+    the folder that command writes into anyway (:func:`default_output_dir`).
 
     The kernel (``python3``) runs in the notebooks folder. The chapter commits all or nothing: the
     notebook is executed into a temporary file beside the output and renamed over it only on success,
@@ -154,8 +181,11 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     parameters = profiles.resolve_parameters(nb_name, profile, overrides, notebooks_dir=path.parent, params_dir=params_dir)
     executed = {n: p.value if p.literal else p.source for n, p in profiles.notebook_parameters(path).items()}
     execution = uuid.uuid4().hex
+    artifacts = Path(artifacts_dir).resolve() if artifacts_dir is not None else paths.build_dir()
+    implied = default_output_dir(nb_name, profile, overrides, notebooks_dir=path.parent, params_dir=params_dir)
     run = {"notebook": nb_name, "profile": profile, "execution": execution, "parameters": {**executed, **parameters},
-           "overrides": {key: parameters[key] for key in overrides or {}}}
+           "overrides": {key: parameters[key] for key in overrides or {}},
+           "output_dir": None if artifacts == implied else str(artifacts)}
     nb = _prepared(path, profile, execution)
     out_dir = Path(output_dir) if output_dir is not None else path.parent
     output = out_dir / f"{nb_name}.ipynb"
@@ -170,7 +200,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
 
     def execute(partial: Path) -> None:
         try:
-            with _kernel_environment(run):
+            with _kernel_environment(run, artifacts):
                 # The kernel's own log (a TCP warning at start, a traceback when Ctrl-C stops it mid-cell)
                 # says nothing about the notebook: a cell's error is in the notebook and raised here.
                 papermill.execute_notebook(
@@ -188,9 +218,9 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
             raise
 
     try:
-        with paths.all_or_nothing(_artifact_folders(), _journal(nb_name)):
+        with paths.all_or_nothing(_artifact_folders(artifacts), _journal(nb_name, artifacts)):
             paths.atomic_write(output, execute, tag="executing")
-            _drop_earlier_artifacts(nb_name, execution)
+            _drop_earlier_artifacts(nb_name, execution, artifacts)
     except BaseException as exc:
         _raise_notebook_error(exc, nb_name, profile, output, kept)
     failed.unlink(missing_ok=True)  # a failure of an earlier run, now superseded
@@ -218,17 +248,45 @@ def _raise_notebook_error(exc: BaseException, nb_name: str, profile: str, output
     raise exc
 
 
-def _prepared(path: Path, profile: str, execution: str) -> Any:
-    """The notebook ``path`` as papermill executes it: its metadata carries the execution id, the
-    profile and the build folder (``mdlib``), the kernel, and no jupytext pairing."""
+def _as_ipynb(path: Path) -> Any:
+    """The jupytext source ``path`` as a notebook for papermill: the kernel ``python3``, no jupytext
+    pairing (the ``.ipynb`` is an output: opening and saving it in Jupyter must never write over the
+    source)."""
     nb = profiles.read_notebook(path)
-    nb.metadata["mdlib"] = {"execution": execution, "profile": profile, "build": _build_label()}
     nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
-    # The executed .ipynb is an output, not a jupytext pair of the .py: opening and saving it in
-    # Jupyter must never write over the source.
     nb.metadata.get("jupytext", {}).pop("formats", None)
     nb.metadata.setdefault("language_info", {"name": "python"})
     return nb
+
+
+def _prepared(path: Path, profile: str, execution: str) -> Any:
+    """The notebook ``path`` as papermill executes it (:func:`_as_ipynb`), its metadata carrying the
+    execution id, the profile and the build folder (``mdlib``)."""
+    nb = _as_ipynb(path)
+    nb.metadata["mdlib"] = {"execution": execution, "profile": profile, "build": _build_label()}
+    return nb
+
+
+def write_notebook(name: str, target: str | os.PathLike | None = None, *, force: bool = False,
+                   notebooks_dir: Path | None = None) -> Path:
+    """Write the notebook ``name`` from its jupytext source as an unexecuted ``.ipynb`` for papermill's own
+    command or Jupyter (kernel ``python3``, no jupytext pairing, no execution record) at ``target``,
+    by default ``<name>.ipynb`` in the working directory; returns its path. Executed so, it saves its
+    figures and results into ``$MDLIB_OUTPUT_DIR``, else ``<build>/scratch`` (never the book's).
+
+    A ``target`` that is not ``.ipynb`` is refused (ValueError), and so, unless ``force``, is the book's
+    own executed notebook ``notebooks/<name>.ipynb``."""
+    import nbformat
+
+    path = profiles.resolve_notebook(name, notebooks_dir)
+    out = Path(target) if target is not None else Path.cwd() / f"{path.stem}.ipynb"
+    if out.suffix != ".ipynb":
+        raise ValueError(f"-o {out}: the notebook is written as .ipynb; give a path ending in .ipynb")
+    if not force and out.resolve() == path.with_suffix(".ipynb").resolve():
+        raise ValueError(f"-o {out} is the book's executed notebook of {path.stem}; give another path, or --force "
+                         "to replace it with the unexecuted one")
+    nb = _as_ipynb(path)
+    return paths.atomic_write(out, lambda tmp: nbformat.write(nb, str(tmp)))
 
 
 def _project_relative(path: Path) -> str | None:
@@ -260,22 +318,25 @@ def _record_portable_paths(ipynb: Path, source: Path, output: Path) -> None:
     nbformat.write(nb, str(ipynb))
 
 
-def _artifact_folders() -> dict[str, Path]:
-    return {"figures": paths.figures_dir(), "results": paths.results_dir()}
+def _artifact_folders(folder: Path | None = None) -> dict[str, Path]:
+    """The figures and results folders of ``folder`` (the build directory by default)."""
+    folder = folder if folder is not None else paths.build_dir()
+    return {"figures": folder / "figures", "results": folder / "results"}
 
 
-def _journal(nb_name: str) -> Path:
-    return paths.build_dir() / ".rollback" / nb_name
+def _journal(nb_name: str, folder: Path | None = None) -> Path:
+    return (folder if folder is not None else paths.build_dir()) / ".rollback" / nb_name
 
 
-def _drop_earlier_artifacts(nb_name: str, execution: str) -> None:
-    """Remove the figures and tables of ``nb_name`` that earlier executions wrote and this one did not."""
+def _drop_earlier_artifacts(nb_name: str, execution: str, folder: Path) -> None:
+    """Remove the figures and tables of ``nb_name`` in ``folder`` that earlier executions wrote and this
+    one did not."""
     from mdlib.book import provenance
 
-    for path, record in list(provenance.records()):
+    for path, record in list(provenance.records(folder)):
         if record.get("notebook") == nb_name and record.get("execution") != execution:
             for name in record.get("files") or []:
-                (paths.build_dir() / name).unlink(missing_ok=True)
+                (folder / name).unlink(missing_ok=True)
             path.unlink(missing_ok=True)
 
 

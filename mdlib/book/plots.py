@@ -10,8 +10,9 @@ In a notebook::
     fig.tight_layout()  # (or plt.subplots(layout="constrained")); the theme sets no layout engine
     plots.save_figure(fig, "fig-e1-divergence", data=tidy_df)
 
-writes ``<build>/figures/fig-e1-divergence.png`` and ``.pdf``, ``<build>/results/fig-e1-divergence.csv``
-(the numbers behind the figure), their provenance record ``fig-e1-divergence.json`` beside the PNG
+writes ``<output>/figures/fig-e1-divergence.png`` and ``.pdf``, ``<output>/results/fig-e1-divergence.csv``
+(the numbers behind the figure; ``<output>`` is ``mdlib.experiments.paths.output_dir()``, the build
+directory when ``python -m mdlib book`` or ``run`` executes the book's chapter), their provenance record ``fig-e1-divergence.json`` beside the PNG
 and the CSV (``mdlib.book.provenance``), glues the figure under its label (hidden in the cell output) and
 closes it. A markdown cell then shows it as a numbered figure::
 
@@ -24,7 +25,7 @@ closes it. A markdown cell then shows it as a numbered figure::
 and text refers to it with ``{numref}`fig-e1-divergence```. ``save_table`` does the same for a
 DataFrame (CSV + glued HTML table); the book numbers a label that starts with ``table-`` as a
 table ("Table 4.1", ``book/_ext/mdlib_artifacts.py``). Every glued artifact carries ``metadata["mdlib"]`` =
-``{"kind", "label", "files"}`` (files relative to the build directory) in the executed notebook; the
+``{"kind", "label", "files"}`` (files relative to the output directory) in the executed notebook; the
 book test reads it to check that the announced files exist.
 """
 
@@ -470,11 +471,11 @@ class _Glued:
         self._saved = saved
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        build = paths.build_dir()
+        output = paths.output_dir()
         files = []
         for path in self._saved.files.values():
             try:
-                files.append(path.relative_to(build).as_posix())
+                files.append(path.relative_to(output).as_posix())
             except ValueError:
                 files.append(str(path))
         meta = {"mdlib": {"kind": self._saved.kind, "label": self._saved.label, "files": files}}
@@ -529,7 +530,7 @@ def _meaningful_index(frame) -> bool:
 
 
 def _write_csv(frame, label: str) -> Path:
-    """Write ``frame`` as ``<build>/results/<label>.csv``; refused (ValueError, nothing written) when the
+    """Write ``frame`` as ``<output>/results/<label>.csv`` (``paths.output_dir``); refused (ValueError, nothing written) when the
     label has a results schema (``mdlib.book.schema.TABLES``) and the file as written breaks it."""
     import pandas as pd
 
@@ -548,15 +549,17 @@ def _write_csv(frame, label: str) -> Path:
             raise ValueError(f"{label} not saved: {error}. Fix the table, or its rule in mdlib.book.schema.TABLES "
                              "if the rule is wrong") from None
 
-    return paths.atomic_write(paths.results_dir() / f"{label}.csv", write)
+    return paths.atomic_write(paths.output_dir() / "results" / f"{label}.csv", write)
 
 
 def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.Series | None = None, *,
                 close: bool = True, glue: bool = True) -> Saved:
-    """Save ``fig`` as ``<build>/figures/<label>.png`` (150 dpi) and ``.pdf``; with ``data`` (a tidy
-    DataFrame: the numbers plotted) also ``<build>/results/<label>.csv``; the provenance record
-    (``mdlib.book.provenance``) goes to ``<build>/figures/<label>.json`` (and beside the CSV) and into the
-    PNG's ``Provenance`` text chunk and the PDF's ``Subject``. In a notebook the figure is
+    """Save ``fig`` as ``<output>/figures/<label>.png`` (150 dpi) and ``.pdf``; with ``data`` (a tidy
+    DataFrame: the numbers plotted) also ``<output>/results/<label>.csv``; the provenance record
+    (``mdlib.book.provenance``) goes to ``<output>/figures/<label>.json`` (and beside the CSV) and into the
+    PNG's ``Provenance`` text chunk and the PDF's ``Subject``. ``<output>`` is ``paths.output_dir()``: the
+    build directory in the book's executions, a variant's folder, or ``<build>/scratch`` outside
+    ``python -m mdlib run``. In a notebook the figure is
     glued under ``label`` (not displayed in the cell; show it with a ``{glue:figure}`` directive), and
     closed so the inline backend does not show it a second time. Returns the paths written.
 
@@ -570,7 +573,7 @@ def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.S
         if not isinstance(inner, Figure):
             raise TypeError(f"save_figure needs a matplotlib Figure (or a seaborn grid), got {type(fig).__name__}")
         fig = inner
-    figures = paths.figures_dir()
+    figures = paths.output_dir() / "figures"
     files = {"png": figures / f"{label}.png", "pdf": figures / f"{label}.pdf"}
     if data is not None:
         files["csv"] = _write_csv(data, label)  # first: the record holds its hash
@@ -596,7 +599,7 @@ def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.S
 
 def save_table(df: pd.DataFrame | pd.Series, label: str, *, styled: Styler | None = None, float_format: str = "{:.4g}",
                index: bool | None = None, glue: bool = True) -> Saved:
-    """Save ``df`` as ``<build>/results/<label>.csv`` with its provenance record (``mdlib.book.provenance``)
+    """Save ``df`` as ``<output>/results/<label>.csv`` (``paths.output_dir``) with its provenance record (``mdlib.book.provenance``)
     beside it, ``<label>.json``, and glue it as an HTML table under ``label``.
 
     ``styled`` is an optional pandas ``Styler`` (or any object with ``to_html()``) to display instead

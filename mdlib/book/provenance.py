@@ -1,10 +1,11 @@
 """Provenance of every saved figure and table: what produced it, and how to produce it again.
 
 ``plots.save_figure`` and ``plots.save_table`` call :func:`write` after saving, which writes one JSON
-record per label (atomically):
+record per label (atomically) into the output directory (``mdlib.experiments.paths.output_dir``: the
+build directory for the book's own executions, a variant's folder, or ``<build>/scratch``):
 
-    <build>/figures/<label>.json   for a figure (beside its PNG and PDF)
-    <build>/results/<label>.json   for every label with a CSV (a table, and a figure saved with data=)
+    <output>/figures/<label>.json   for a figure (beside its PNG and PDF)
+    <output>/results/<label>.json   for every label with a CSV (a table, and a figure saved with data=)
 
 A figure with data has both files, with the same content. The PNG (text chunk ``Provenance``) and the
 PDF (info dict ``Subject``) carry the same JSON. The record holds:
@@ -13,9 +14,12 @@ PDF (info dict ``Subject``) carry the same JSON. The record holds:
   :data:`mdlib.experiments.paper.ARTIFACTS`, or None) and ``new`` (true for an analysis the paper does not have);
 * ``notebook``, ``profile``, ``execution`` (the id of the notebook's execution, also in the executed
   ``.ipynb``), ``parameters`` (every parameter as executed), ``overrides`` (those given
-  on the command line) and ``command`` (the ``python -m mdlib run`` line that regenerates it); these
-  come from the environment variable :data:`ENV` that ``mdlib.book.execute.run_notebook`` sets for the kernel,
-  and are None outside that pipeline (a notebook opened in Jupyter);
+  on the command line), ``output_dir`` (the folder the command must name with ``--output-dir``: one
+  other than the book's or the variant's own, else None) and ``command`` (the
+  ``python -m mdlib run`` line that regenerates it, into the same folder); these come from the
+  environment variable :data:`ENV` that ``mdlib.book.execute.run_notebook`` sets for the kernel, and
+  are None outside that pipeline (a notebook executed by papermill's own command or in Jupyter);
+* ``executed_by``: :data:`BY_MDLIB` inside that pipeline, else :data:`OUTSIDE`, which says so;
 * ``runs``: ``kind/key`` of every stored run the process loaded or stored before the save
   (``mdlib.experiments.store.used_runs``): in a notebook, its runs up to that figure, a superset of those drawn;
   each key holds the fingerprint of the code that computed the run;
@@ -23,7 +27,7 @@ PDF (info dict ``Subject``) carry the same JSON. The record holds:
   (``mdlib.experiments.fingerprint``), which names the library code behind the artifact even in a dirty tree;
 * ``git`` (``commit``, ``dirty``; None outside a git checkout), ``versions`` (mdlib, torch, numpy,
   python), ``hardware`` (platform, CPU model and count, GPU name or None), ``time`` (UTC, ISO 8601),
-  ``files`` (relative to the build directory), ``sha256`` ({file: hash} of the CSV, written before the
+  ``files`` (relative to the output directory), ``sha256`` ({file: hash} of the CSV, written before the
   record; the scorecard judges only a CSV its record vouches for).
 
 :func:`write_archive` zips every figure, table and record into ``<build>/artifacts.zip``;
@@ -52,6 +56,10 @@ ENV = "MDLIB_NOTEBOOK_RUN"
 #: Where :func:`write_archive` puts the archive, relative to the build directory and to the HTML root.
 ARCHIVE = "artifacts.zip"
 ARCHIVE_HTML = f"_downloads/{ARCHIVE}"
+#: ``executed_by`` of a record saved by ``python -m mdlib run`` or ``book``, and of any other.
+BY_MDLIB = "python -m mdlib run"
+OUTSIDE = ("outside python -m mdlib run (papermill's own command, Jupyter or a script): the notebook, profile, "
+           "parameters and command are unknown")
 
 
 
@@ -60,10 +68,11 @@ ARCHIVE_HTML = f"_downloads/{ARCHIVE}"
 
 
 def notebook_run() -> dict[str, Any]:
-    """``{notebook, profile, execution, parameters, overrides}`` from :data:`ENV` (all None when it is
-    unset or unreadable: a notebook run outside ``mdlib.book.execute.run_notebook``); ``execution`` is the id
-    of one execution of the notebook, which its executed ``.ipynb`` carries too."""
-    empty = dict.fromkeys(("notebook", "profile", "execution", "parameters", "overrides"))
+    """``{notebook, profile, execution, parameters, overrides, output_dir}`` from :data:`ENV` (all None
+    when it is unset or unreadable: a notebook run outside ``mdlib.book.execute.run_notebook``);
+    ``execution`` is the id of one execution of the notebook, which its executed ``.ipynb`` carries too;
+    ``output_dir`` is the folder a command must name with ``--output-dir`` to write there again, or None."""
+    empty = dict.fromkeys(("notebook", "profile", "execution", "parameters", "overrides", "output_dir"))
     try:
         value = json.loads(os.environ.get(ENV) or "null")
     except ValueError:
@@ -73,9 +82,12 @@ def notebook_run() -> dict[str, Any]:
     return {key: value.get(key) for key in empty}
 
 
-def command(notebook: str | None, profile: str | None, overrides: Mapping[str, Any] | None) -> str | None:
+def command(notebook: str | None, profile: str | None, overrides: Mapping[str, Any] | None,
+            output_dir: str | None = None) -> str | None:
     """The shell command that executes ``notebook`` again at ``profile`` with ``overrides``
-    (``python -m mdlib run NN_name --profile P -p key value ...``); None without a notebook.
+    (``python -m mdlib run NN_name --profile P -p key value ... [--output-dir DIR]``), into the same
+    folder: the book's own without overrides, the same variant folder with them (named by a hash of the
+    profile and the overrides), ``output_dir`` when one was given; None without a notebook.
 
     Every value is written as JSON, which the command line reads back as YAML, exactly: a string in
     double quotes stays that string whatever it looks like ("1e-3", "yes"). A space goes before a
@@ -86,6 +98,8 @@ def command(notebook: str | None, profile: str | None, overrides: Mapping[str, A
     for key, value in (overrides or {}).items():
         text = json.dumps(value, ensure_ascii=False)
         parts += ["-p", key, f" {text}" if text.startswith("-") else text]
+    if output_dir:
+        parts += ["--output-dir", output_dir]
     return shlex.join(parts)
 
 
@@ -158,11 +172,11 @@ def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> di
     if kind not in ("figure", "table"):
         raise ValueError(f"kind must be 'figure' or 'table', got {kind!r}")
     run = notebook_run()
-    build = paths.build_dir()
+    output = paths.output_dir()
     rel = []
     for path in (files or {}).values():
         try:
-            rel.append(Path(path).relative_to(build).as_posix())
+            rel.append(Path(path).relative_to(output).as_posix())
         except ValueError:
             rel.append(str(path))
     reproduces = paper.ARTIFACTS.get(label)
@@ -172,7 +186,8 @@ def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> di
         "reproduces": reproduces,
         "new": reproduces is None,
         **run,
-        "command": command(run["notebook"], run["profile"], run["overrides"]),
+        "executed_by": BY_MDLIB if run["notebook"] else OUTSIDE,
+        "command": command(run["notebook"], run["profile"], run["overrides"], run["output_dir"]),
         "runs": store.used_runs(),
         "code": fingerprint.fingerprint(),
         "git": git_state(),
@@ -195,10 +210,12 @@ def dumps(rec: Mapping[str, Any]) -> str:
 
 
 def json_paths(label: str, kind: str, has_csv: bool) -> list[Path]:
-    """Where the record of ``label`` goes: beside the PNG of a figure, and beside every CSV."""
-    out = [paths.figures_dir() / f"{label}.json"] if kind == "figure" else []
+    """Where the record of ``label`` goes: beside the PNG of a figure, and beside every CSV (in the
+    output directory)."""
+    output = paths.output_dir()
+    out = [output / "figures" / f"{label}.json"] if kind == "figure" else []
     if has_csv:
-        out.append(paths.results_dir() / f"{label}.json")
+        out.append(output / "results" / f"{label}.json")
     return out
 
 

@@ -309,10 +309,12 @@ class _Results:
     this very file's hash, and when it keeps its table's rules (``mdlib.book.schema``). The CSVs of one claim
     agree: one profile (with ``profile`` None, a caller that does not know the build's, the one its
     first record names); one run of each notebook (the same parameters); and a later chapter analysed
-    only runs of a kind an earlier one's record lists among them."""
+    only runs of a kind an earlier one's record lists among them. A label ``folder`` lacks is read from
+    ``also`` when given (a variant's own results, then the book's for the chapters it builds on)."""
 
-    def __init__(self, folder: Path, profile: str | None):
-        self.folder, self.profile = Path(folder), profile
+    def __init__(self, folder: Path, profile: str | None, also: Path | None = None):
+        self.folders = list(dict.fromkeys(Path(f) for f in (folder, also) if f is not None))
+        self.profile = profile
         self.records: dict[str, dict] = {}  # label -> record, of the CSVs read so far
 
     def csv(self, label: str, columns=(), where: str | None = None) -> pd.DataFrame:
@@ -321,7 +323,8 @@ class _Results:
         a value in every row."""
         if label not in schema.TABLES:
             raise KeyError(f"{label} has no results schema: declare it in mdlib.book.schema.TABLES")
-        path = self.folder / f"{label}.csv"
+        path = next((f / f"{label}.csv" for f in self.folders if (f / f"{label}.csv").is_file()),
+                    self.folders[0] / f"{label}.csv")
         if not path.is_file():
             raise _Unmeasured(f"{path.name} missing")
         self._vouch(label, path)
@@ -336,7 +339,7 @@ class _Results:
     def _vouch(self, label: str, path: Path) -> None:
         name = path.name
         try:
-            record = json.loads((self.folder / f"{label}.json").read_text("utf-8"))
+            record = json.loads((path.parent / f"{label}.json").read_text("utf-8"))
         except (OSError, ValueError):
             record = None
         if not isinstance(record, dict):
@@ -833,16 +836,17 @@ CLAIMS = [
 
 
 def rows(results_dir: Path | str, *, profile: str | None = None, link: Callable[[str, str], str] = reference,
-         notebook: str | None = None) -> list[Row]:
+         notebook: str | None = None, also: Path | str | None = None) -> list[Row]:
     """One ``Row`` per claim (and per depth, sentence set, data set or model within a claim), in the
     paper's order (only ``notebook``'s claims when given). Only results the build's ``profile`` made
     are judged (``_Results``); with ``profile`` None (a caller that does not know it), each claim's
-    results must come from one profile, whichever it is, and its row shows it."""
+    results must come from one profile, whichever it is, and its row shows it. ``also``: the results
+    folder that holds the labels ``results_dir`` lacks."""
     out = []
     for claim in CLAIMS:
         if notebook is not None and claim.notebook != notebook:
             continue
-        results = _Results(Path(results_dir), profile)
+        results = _Results(Path(results_dir), profile, Path(also) if also is not None else None)
         target = link(claim.notebook, claim.label)
         try:
             built = claim.build(results)
@@ -860,12 +864,15 @@ def rows(results_dir: Path | str, *, profile: str | None = None, link: Callable[
 
 def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:
     """The scorecard's verdicts on ``notebook``'s claims, as one line of text per claim row, from the
-    results the chapter has just written, at its own profile (``provenance.notebook_run``; outside the
-    pipeline its results have none, so each claim reads not measured): a chapter prints these, so that
-    it and the scorecard cannot disagree."""
+    results the chapter has just written (``<output>/results``, ``paths.output_dir``: the book's own, a
+    variant's or the scratch folder; the book's ``paths.results_dir`` for the earlier chapters' tables a
+    claim also reads), at its own profile (``provenance.notebook_run``; outside the pipeline its results
+    have none, so each claim reads not measured): a chapter prints these, so that it and the scorecard
+    cannot disagree."""
     from mdlib.experiments import paths
 
-    found = rows(results_dir or paths.results_dir(), profile=provenance.notebook_run()["profile"], notebook=notebook)
+    found = rows(results_dir or paths.output_dir() / "results", also=None if results_dir else paths.results_dir(),
+                 profile=provenance.notebook_run()["profile"], notebook=notebook)
     return "; ".join(f"{r.short}: {r.verdict.outcome}" + (f" ({r.verdict.why})" if r.verdict.why else "")
                      for r in found)
 

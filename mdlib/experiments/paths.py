@@ -24,13 +24,26 @@ keeps the data there outside a project). Every function reads the environment at
 test (or a user) can redirect every output by setting a variable. Nothing is ever written into the
 installed package.
 
-    <build>/figures/<label>.png, .pdf   figures saved by ``mdlib.book.plots.save_figure``
+    <build>/figures/<label>.png, .pdf   the book's figures, saved by ``mdlib.book.plots.save_figure``
     <build>/results/<label>.csv         the numbers behind each figure and table
     <build>/{figures,results}/<label>.json   their provenance records (``mdlib.book.provenance``)
     <build>/artifacts.zip               every figure, table and record (``python -m mdlib book``)
     <build>/runs/<kind>/<hash>/         the results store (``mdlib.experiments.store``)
     <build>/checkpoints/<kind>/<hash>/  checkpoints of unfinished training runs (``mdlib.experiments.pool.run``)
     <build>/html/index.html             the book, when the build directory is named ``_build``
+    <build>/variants/<name>-<hash>/     a chapter executed with overrides (``python -m mdlib run -p``)
+    <build>/scratch/                    what a notebook executed outside ``python -m mdlib`` saves
+
+**The output directory** (:func:`output_dir`) is where a notebook's writers (``mdlib.book.plots``'
+save functions, the provenance records, the chapter's own scorecard verdicts) put and read its
+``figures/`` and ``results/``: ``$MDLIB_OUTPUT_DIR`` when set, else ``<build>/scratch``. The book's
+readers (the scorecard page, the archive, the consistency checks) read :func:`figures_dir` and
+:func:`results_dir`, the build directory's. ``python -m mdlib run`` and ``book`` set
+``$MDLIB_OUTPUT_DIR`` for the kernel: the build directory for the book's own executions (a profile,
+no overrides), a variant folder otherwise; so a notebook executed any other way (papermill's own
+command, Jupyter, a script) never writes over the book's figures. The results store and the
+checkpoints (``runs/``, ``checkpoints/``) are the build directory's for every execution: runs are
+keyed by their configuration, so a variant reuses the runs it shares with the book and overwrites none.
 
 Every file mdlib writes goes through ``atomic_write``: a reader (or a killed writer) sees the old file
 or the complete new one, never half of it; ``all_or_nothing`` extends that to every file a block of
@@ -51,6 +64,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 ROOT_ENV = "MDLIB_ROOT"
 BUILD_ENV = "MDLIB_BUILD_DIR"
+OUTPUT_ENV = "MDLIB_OUTPUT_DIR"
 CACHE_ENV = "XDG_CACHE_HOME"
 #: What makes a folder a book project: these files and folders.
 PROJECT_FILES = ("_config.yml",)
@@ -177,6 +191,13 @@ def located(env: str, in_project: str, in_cache: str = "") -> Path:
 def build_dir() -> Path:
     """``$MDLIB_BUILD_DIR`` (made absolute), else ``<project>/_build``, else ``<user cache>/build``."""
     return located(BUILD_ENV, "_build", "build")
+
+
+def output_dir() -> Path:
+    """``$MDLIB_OUTPUT_DIR`` (made absolute), else ``<build>/scratch``: where a notebook's figures and
+    results go (see the module's docstring; ``python -m mdlib run`` sets the variable for its kernel)."""
+    value = os.environ.get(OUTPUT_ENV)
+    return Path(value).expanduser().resolve() if value else build_dir() / "scratch"
 
 
 def _build_folder(name: str, holds: str) -> Callable[[], Path]:
