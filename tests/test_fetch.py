@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import FIXTURES, idx_bytes
@@ -55,7 +56,7 @@ def test_fetch_verifies_extracts_and_caches(cache, monkeypatch):
     assert data.sentiment_lexicon()["amazing"] == 2.8
     fetch.fetch("rotten_tomatoes", download=download)  # intact files: nothing downloaded again
     assert len(calls) == 2
-    with pytest.raises(ValueError, match="fetchable: rotten_tomatoes, wordpiece_vocab, fashion_mnist$"):
+    with pytest.raises(ValueError, match="fetchable: rotten_tomatoes, wordpiece_vocab, fashion_mnist, imdb"):
         fetch.fetch("mnist")
 
 
@@ -197,4 +198,54 @@ def test_debian_and_torchvision_bytes_are_the_same_images():
         pytest.skip("Debian's Fashion-MNIST files are not fetched here")
     for stem, path in zip(fetch.FASHION_MNIST_IDX, files):
         assert hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest() == fetch.FASHION_MNIST_IDX[stem]
+
+
+# --- IMDb: the hub's files at the pinned revision ------------------------------------------------------
+
+def _hub_serving(monkeypatch, content: bytes):
+    """huggingface_hub's download, serving ``content`` for every file; returns the calls."""
+    hub = pytest.importorskip("huggingface_hub")
+    calls = []
+
+    def hf_hub_download(repo_id, filename, *, repo_type, revision, local_dir):
+        calls.append((repo_id, filename, repo_type, revision))
+        path = Path(local_dir) / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        return str(path)
+
+    monkeypatch.setattr(hub, "hf_hub_download", hf_hub_download)
+    return calls
+
+
+def test_imdb_is_downloaded_at_the_pinned_revision_and_checked(cache, monkeypatch):
+    frame = pd.DataFrame({"text": ["good", "bad"], "label": [1, 0]})
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer)
+    calls = _hub_serving(monkeypatch, buffer.getvalue())
+    with pytest.raises(fetch.DataError, match=r"the downloaded plain_text/train-00000-of-00001.parquet of "
+                                             r"stanfordnlp/imdb at e6281661ce1c\w+ has sha256 \w+, expected db47d16b"):
+        fetch.fetch("imdb")
+    assert not (cache / "imdb" / "plain_text" / "train-00000-of-00001.parquet").exists()  # not left to be read
+    assert calls == [("stanfordnlp/imdb", "plain_text/train-00000-of-00001.parquet", "dataset", fetch.IMDB_REVISION)]
+    digest = hashlib.sha256(buffer.getvalue()).hexdigest()
+    monkeypatch.setattr(fetch, "IMDB_FILES", dict.fromkeys(fetch.IMDB_FILES, digest))
+    ds = data.imdb(validation=0.5)  # nothing local: fetched first
+    assert sorted(ds["test"]["text"]) == ["bad", "good"] and len(calls) == 3
+    fetch.fetch("imdb")
+    assert len(calls) == 3
+
+
+def test_a_corrupt_hub_file_is_refused_and_other_files_are_read_as_given(cache, tmp_path, capsys):
+    plain = tmp_path / "imdb" / "plain_text"
+    plain.mkdir(parents=True)
+    pd.DataFrame({"text": ["good", "bad"], "label": [1, 0]}).to_parquet(plain / "train-00000-of-00001.parquet")
+    pd.DataFrame({"text": ["fine"], "label": [1]}).to_parquet(plain / "test-mine.parquet")
+    with pytest.raises(fetch.DataError, match=r"train-00000-of-00001.parquet does not match the sha256 of "
+                                             r"stanfordnlp/imdb's plain_text/train-00000-of-00001.parquet at e6281661"):
+        data.imdb(local_dir=tmp_path / "imdb")
+    (plain / "train-00000-of-00001.parquet").rename(plain / "train-mine.parquet")
+    ds = data.imdb(local_dir=tmp_path / "imdb", validation=0.5)
+    assert ds["test"]["text"] == ["fine"]
+    assert f"imdb: reading train-mine.parquet, test-mine.parquet in {plain} as given" in capsys.readouterr().err
 

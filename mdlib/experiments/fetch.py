@@ -10,7 +10,9 @@ so they travel with the package.
 ``FILES`` lists every registry file with its archive, members and checksums; ``mdlib.experiments.data``
 reads them. Fashion-MNIST has a second route where apt-get is absent or fails: torchvision's download
 (internet) into its on-disk layout under ``<data cache>/fashion_mnist``, checked by the sha256 of the
-IDX bytes (``FASHION_MNIST_IDX``), the same by either route.
+IDX bytes (``FASHION_MNIST_IDX``), the same by either route. The online sources (``ONLINE``): IMDb, the
+hub's parquet files of ``stanfordnlp/imdb`` at a pinned revision with their sha256 (``IMDB_FILES``), and
+CIFAR-10/100 through torchvision (md5-checked by it); their readers download them at use.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from mdlib import first_line
 from mdlib.experiments import paths
 
-__all__ = ["DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "RegistryFile", "data_dir",
-           "fashion_mnist_file", "fetch", "path_of", "torchvision_download"]
+__all__ = ["DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "IMDB_FILES", "IMDB_REVISION", "NAMES",
+           "ONLINE", "RegistryFile", "data_dir", "fashion_mnist_file", "fetch", "imdb_files", "path_of",
+           "torchvision_download"]
 
 
 class DataError(RuntimeError):
@@ -95,6 +99,24 @@ TORCHVISION_FASHION_MNIST_MD5 = {
     "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
     "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
 }
+
+#: IMDb on the Hugging Face hub: the dataset repository, the commit read, and each parquet file's sha256
+#: (the hub's LFS object id).
+IMDB_REPO = "stanfordnlp/imdb"
+IMDB_REVISION = "e6281661ce1c48d982bc483cf8a173c1bbeb5d31"
+IMDB_FILES = {
+    "plain_text/train-00000-of-00001.parquet": "db47d16b5c297cc0dd625e519c81319c24c9149e70e8496de5475f6fa928342c",
+    "plain_text/test-00000-of-00001.parquet": "b52e26e2f872d282ffac460bf9770b25ac6f102cda0e6ca7158df98c94e8b3da",
+}
+
+#: The sources read from the internet at use (not from a registry): what each downloads, with what.
+ONLINE = {"imdb": f"IMDb's two parquet files (41 MB) from the Hugging Face hub ({IMDB_REPO} at {IMDB_REVISION[:12]}, "
+                  "sha256-checked)",
+          "cifar10": "CIFAR-10 (170 MB) with torchvision (md5-checked)",
+          "cifar100": "CIFAR-100 (169 MB) with torchvision (md5-checked)"}
+#: Every name ``fetch`` takes.
+NAMES = (*FETCHABLE, *ONLINE)
+
 
 DATA_ENV = "MDLIB_DATA_DIR"
 
@@ -177,14 +199,19 @@ def _extract(archive: bytes, members: tuple[str, ...]) -> bytes:
 
 
 def fetch(name: str, *, download: Callable[[str, str, Path], Path] = _download) -> list[Path]:
-    """Fetch the files of ``name`` (``rotten_tomatoes``, ``wordpiece_vocab``, ``fashion_mnist``) into
-    :func:`data_dir`, verifying the archive's and each file's sha256 (``download`` brings the archive);
-    files already present and intact are kept. ``fashion_mnist`` falls back to torchvision's download
-    when the Debian route fails (no apt-get, or Debian's archive unreachable)."""
-    if name not in FETCHABLE:
-        raise ValueError(f"unknown data {name!r}; fetchable: {', '.join(FETCHABLE)}")
+    """Fetch the files of ``name`` (one of ``NAMES``) into :func:`data_dir` and return their paths; files
+    already present and intact are kept. Registry sources: the archive's and each file's sha256 are
+    verified (``download`` brings the archive). ``fashion_mnist`` falls back to torchvision's download
+    when the Debian route fails (no apt-get, or Debian's archive unreachable). ``imdb``: the hub's parquet
+    files at ``IMDB_REVISION``, sha256-checked; ``cifar10`` / ``cifar100``: torchvision's download."""
+    if name not in NAMES:
+        raise ValueError(f"unknown data {name!r}; fetchable: {', '.join(NAMES)}")
     if name == "fashion_mnist":
         return _fetch_fashion_mnist(download)
+    if name == "imdb":
+        return _fetch_imdb()
+    if name in ONLINE:
+        return [_fetch_cifar(name)]
     return _fetch_registry(name, download)
 
 
@@ -269,6 +296,61 @@ def torchvision_download(dataset: str, root: Path, **kwargs: Any) -> None:
         getattr(torchvision.datasets, dataset)(str(root), download=True, **kwargs)
     except (RuntimeError, OSError) as error:  # torchvision's "Error downloading ...", URLError, a full disk
         raise DataError(f"torchvision could not download {dataset}: {error}".strip()) from error
+
+
+def _fetch_cifar(name: str) -> Path:
+    root = data_dir() / "cifar"
+    torchvision_download(name.upper(), root, train=True)  # one archive holds both splits
+    return root
+
+
+# --- IMDb: the hub's parquet files at a pinned revision ----------------------------------------------
+
+def imdb_files(folder: str | Path) -> dict[str, list[Path]]:
+    """The parquet files of a folder in the hub's layout (``plain_text/{train,test}-*.parquet``) by split.
+    A file named as one of the hub's (``IMDB_FILES``) must match its sha256 (DataError otherwise); a
+    folder of other parquet files is the user's own data, read as given (a note says so)."""
+    plain = Path(folder) / "plain_text"
+    found = {split: sorted(plain.glob(f"{split}-*.parquet")) for split in ("train", "test")}
+    if not all(found.values()):
+        raise DataError(f"{plain} has no train-*.parquet / test-*.parquet files (the hub's layout of {IMDB_REPO}); "
+                        "run `python -m mdlib fetch imdb` to download them (internet)")
+    own = []
+    for path in (p for files in found.values() for p in files):
+        relative = f"plain_text/{path.name}"
+        if relative not in IMDB_FILES:
+            own.append(path.name)
+        elif _sha256(path.read_bytes()) != IMDB_FILES[relative]:
+            raise DataError(f"{path} does not match the sha256 of {IMDB_REPO}'s {relative} at {IMDB_REVISION} "
+                            "(corrupt, or another version): delete it and run `python -m mdlib fetch imdb`")
+    if own:
+        print(f"imdb: reading {', '.join(own)} in {plain} as given (not the hub's files: no checksum to check)",
+              file=sys.stderr, flush=True)
+    return found
+
+
+def _fetch_imdb() -> list[Path]:
+    target = data_dir() / "imdb"
+    for relative, digest in IMDB_FILES.items():
+        path = target / relative
+        if path.is_file() and _sha256(path.read_bytes()) == digest:
+            continue
+        try:
+            from huggingface_hub import hf_hub_download
+
+            hf_hub_download(IMDB_REPO, relative, repo_type="dataset", revision=IMDB_REVISION, local_dir=target)
+        except ImportError as error:
+            raise DataError("downloading IMDb needs huggingface_hub (it comes with datasets): "
+                            "pip install 'attention-mirror-descent[experiments]'") from error
+        except Exception as error:  # huggingface_hub's HTTP and offline errors have no common base below this
+            raise DataError(f"could not download {relative} of {IMDB_REPO} at {IMDB_REVISION} from the Hugging Face "
+                            f"hub (internet needed): {first_line(error)}") from error
+        got = _sha256(path.read_bytes())
+        if got != digest:
+            path.unlink()
+            raise DataError(f"the downloaded {relative} of {IMDB_REPO} at {IMDB_REVISION} has sha256 {got}, expected "
+                            f"{digest}: removed it, refusing to use it")
+    return [target / relative for relative in IMDB_FILES]
 
 
 def _intact(path: Path, spec: RegistryFile) -> bool:
