@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES, idx_bytes
-from mdlib.experiments import data, fetch
+from mdlib.book import profiles
+from mdlib.experiments import data, fetch, sentiment, store
 
 
 def fake_sdist() -> bytes:
@@ -249,3 +250,39 @@ def test_a_corrupt_hub_file_is_refused_and_other_files_are_read_as_given(cache, 
     assert ds["test"]["text"] == ["fine"]
     assert f"imdb: reading train-mine.parquet, test-mine.parquet in {plain} as given" in capsys.readouterr().err
 
+
+# --- what each chapter reads ---------------------------------------------------------------------------
+
+def test_the_data_parameters_defaults_are_the_notebooks():
+    for notebook, (key, default) in fetch.DATA_PARAMETERS.items():
+        assert profiles.notebook_parameters(profiles.resolve_notebook(notebook))[key].value == default
+
+
+@pytest.mark.parametrize("profile, expected", [
+    ("default", {"04_sentiment": ["rotten_tomatoes", "wordpiece_vocab"], "07_vision": ["fashion_mnist"]}),
+    ("paper", {"04_sentiment": ["imdb", "wordpiece_vocab"], "07_vision": ["cifar10", "cifar100"]}),
+])
+def test_each_chapter_needs_what_its_parameters_name(profile, expected, tmp_path, monkeypatch):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    for notebook in profiles.chapters():
+        parameters = profiles.resolve_parameters(notebook, profile)
+        later = {"05_token_selection": ["wordpiece_vocab", "rotten_tomatoes"], "06_weights": ["wordpiece_vocab"]}
+        assert fetch.needed(notebook, parameters) == {**later, **expected}.get(notebook, []), notebook
+    store.set_name(sentiment.grid_name(profile), sentiment.GRID_KIND, {"dataset": expected["04_sentiment"][0]})
+    for notebook, names in later.items():  # once chapter 04 has built its grid: its data set too
+        with_grid = list(dict.fromkeys(expected["04_sentiment"][:1] + names))
+        assert fetch.needed(notebook, profiles.resolve_parameters(notebook, profile)) == with_grid
+    with pytest.raises(ValueError, match="07_vision reads unknown data 'mnist'"):
+        fetch.needed("07_vision", {"datasets": ["mnist"], "profile": profile})
+
+
+def test_the_paper_profile_fetches_per_chapter_without_apt(fixture_data, no_apt, monkeypatch, capsys):
+    commands = []
+    monkeypatch.setattr(fetch.subprocess, "run", lambda command, **kw: commands.append(command))
+    for notebook in profiles.chapters():
+        fetch.ensure(fetch.needed(notebook, profiles.resolve_parameters(notebook, "paper")))
+    assert commands == []  # the registry files are cached; nothing else is fetched ahead, apt never runs
+    told = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in told] == ["imdb", "cifar10", "cifar100"]
+    assert told[0] == (f"imdb: not in {fixture_data}; downloaded at use: IMDb's two parquet files (41 MB) from the "
+                       "Hugging Face hub (stanfordnlp/imdb at e6281661ce1c, sha256-checked)")

