@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +33,29 @@ def cache(tmp_path, monkeypatch):
         digest = hashlib.sha256((FIXTURES / name).read_bytes()).hexdigest()
         files[name] = fetch.RegistryFile(**{**files[name].__dict__, "sha256": digest})
     monkeypatch.setattr(fetch, "FILES", files)
-    monkeypatch.setattr(fetch, "FETCHABLE", {n: [files[f.name] for f in fs] for n, fs in fetch.FETCHABLE.items()})
     return tmp_path / "cache"
 
 
+def path_without_apt(folder: Path) -> str:
+    """A PATH of one folder, ``folder``, holding a link to every program on the current PATH except
+    Debian's apt tools (apt, apt-get, apt-cache, ...): a machine without apt (RHEL, macOS) for
+    subprocesses, with python, git and the rest as they are."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        if not os.path.isdir(directory):
+            continue
+        for entry in os.scandir(directory):
+            link = folder / entry.name
+            if not entry.name.startswith("apt") and not link.exists() and os.access(entry.path, os.X_OK):
+                link.symlink_to(entry.path)
+    assert shutil.which("apt-get", path=str(folder)) is None
+    return str(folder)
+
+
+@pytest.fixture
+def no_apt(tmp_path, monkeypatch):
+    """PATH without apt-get (``path_without_apt``)."""
+    monkeypatch.setenv("PATH", path_without_apt(tmp_path / "bin-without-apt"))
 
 
 def idx_bytes(array: np.ndarray) -> bytes:

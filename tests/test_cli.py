@@ -195,6 +195,7 @@ def no_cuda(monkeypatch, tmp_path, capsys):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("mdlib.experiments.fetch.ensure", lambda names: None)  # no data fetched for these checks
     (tmp_path / "bin").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     starts = []

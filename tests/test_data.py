@@ -1,5 +1,6 @@
 """Data readers on tiny fixtures in the real files' on-disk formats (no network)."""
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -51,13 +52,15 @@ def test_missing_or_corrupt_files_name_the_fetch_command(cache):
         data.wordpiece_tokenizer()
 
 
-def test_imdb_from_the_hub_parquet_layout(tmp_path):
+def test_imdb_from_the_hub_parquet_layout(tmp_path, monkeypatch):
     folder = tmp_path / "imdb" / "plain_text"
     folder.mkdir(parents=True)
     train = pd.DataFrame({"text": [f"review {i}" for i in range(40)], "label": [i % 2 for i in range(40)]})
     test = pd.DataFrame({"text": ["a", "b", "c"], "label": [0, 1, 1]})
     train.to_parquet(folder / "train-00000-of-00001.parquet")
     test.to_parquet(folder / "test-00000-of-00001.parquet")
+    monkeypatch.setattr(fetch, "IMDB_FILES", {f"plain_text/{p.name}": hashlib.sha256(p.read_bytes()).hexdigest()
+                                              for p in folder.iterdir()})  # the fixtures stand in for the hub's files
     ds = data.sentiment_dataset("imdb", local_dir=tmp_path / "imdb", validation=0.25)
     assert (len(ds["train"]), len(ds["validation"]), len(ds["test"])) == (30, 10, 3)
     assert set(ds["validation"]["label"]) == {0, 1}

@@ -1,10 +1,13 @@
 """Dry runs of the real-data chapters at the ``paper`` profile (select them with ``-k paper_profile``).
 
 Each notebook executes with the paper profile's widths, depths, step sizes, data sets and data paths,
-on tiny stand-ins in the real on-disk formats: IMDb as the hub's parquet files under
-``<data cache>/imdb`` (real movie-review sentences), CIFAR-10/100 as torchvision's pickles under
-``<data cache>/cifar``. Only the volume is cut: one epoch, one seed, small batches for the ViT. So
-``PROFILE=paper make book`` on a GPU machine is known to run up to the data volume.
+on tiny stand-ins in the real on-disk formats: IMDb as parquet files in the hub's layout under
+``<data cache>/imdb`` (real movie-review sentences; named as the user's own files, since the hub's
+names are checked against the hub's sha256), CIFAR-10/100 as torchvision's pickles under
+``<data cache>/cifar``. Only the volume is cut: one epoch, one seed, small batches for the ViT. Every
+run is on a PATH without apt-get, as on a machine without Debian's apt (RHEL, macOS): the paper
+profile reads no Debian package. So ``PROFILE=paper make book`` on a GPU machine is known to run up
+to the data volume.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import path_without_apt
 from mdlib.book import execute, profiles
 from mdlib.experiments import data, fetch
 
@@ -36,8 +40,8 @@ def _imdb_stand_in(folder, snippets: pd.DataFrame) -> None:
     plain = folder / "imdb" / "plain_text"
     plain.mkdir(parents=True)
     rows = snippets.sample(400, random_state=0)
-    rows.iloc[:300].to_parquet(plain / "train-00000-of-00001.parquet")
-    rows.iloc[300:].to_parquet(plain / "test-00000-of-00001.parquet")
+    rows.iloc[:300].to_parquet(plain / "train-standin.parquet")
+    rows.iloc[300:].to_parquet(plain / "test-standin.parquet")
 
 
 def _cifar_stand_in(folder) -> None:
@@ -52,6 +56,14 @@ def _cifar_stand_in(folder) -> None:
                      label_key: rng.integers(0, classes, count).tolist()}
             with open(folder / "cifar" / sub / file, "wb") as handle:
                 pickle.dump(batch, handle)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def without_apt(tmp_path_factory):
+    """No apt-get on PATH for every fetch and kernel of this module."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", path_without_apt(tmp_path_factory.mktemp("bin-without-apt")))
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +86,7 @@ def paper_data(tmp_path_factory):
 
 def _dry_run(name, paper_data, monkeypatch, tmp_path):
     cache, build = paper_data
+    assert shutil.which("apt-get") is None
     monkeypatch.setenv("MDLIB_DATA_DIR", str(cache))
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(build))
     parameters = profiles.resolve_parameters(name, "paper", DRY[name])

@@ -68,7 +68,8 @@ def _executed_profile(ipynb: Path) -> str | None:
 
 
 def build(profile: str = "default", execute: bool = True) -> Path:
-    """Execute every chapter notebook at ``profile`` (unless ``execute`` is false), generate
+    """Execute every chapter notebook at ``profile`` (unless ``execute`` is false; each first fetches the
+    data it reads, ``execute.run_notebook``), generate
     ``book/parameters.md`` and ``book/scorecard.md``, zip every figure, table and provenance record
     into ``<build>/artifacts.zip`` and build the HTML book with ``jupyter-book build -W --keep-going``,
     which gets a copy of the archive (``mdlib.book.provenance.archive_href`` links it). Returns the path of
@@ -83,10 +84,6 @@ def build(profile: str = "default", execute: bool = True) -> Path:
         profiles.resolve_parameters(nb_name, profile)
     timings = {}
     if execute:
-        from mdlib.experiments import fetch
-
-        for name in fetch.FETCHABLE:  # the offline data of the real-data chapters (no-op once cached)
-            fetch.fetch(name)
         for i, nb_name in enumerate(names, 1):
             print(f"[{i}/{len(names)}] ", end="", file=sys.stderr, flush=True)
             t0 = time.perf_counter()

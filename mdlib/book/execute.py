@@ -156,7 +156,8 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
                  output_dir: Path | None = None, *, artifacts_dir: Path | None = None,
                  notebooks_dir: Path | None = None, params_dir: Path | None = None, progress: bool = True) -> Path:
     """Execute ``notebooks/<name>.py`` with papermill at ``profile`` (plus ``overrides``) and write the
-    executed notebook ``<output_dir or notebooks/>/<name>.ipynb``; returns its path.
+    executed notebook ``<output_dir or notebooks/>/<name>.ipynb``; returns its path. The data the
+    notebook reads at these parameters is fetched first where missing (``fetch.ensure``).
 
     Its figures, results and provenance records go to ``<artifacts_dir>/figures`` and ``/results``
     (``artifacts_dir``: the build directory by default, the book's own; the kernel gets it as
@@ -176,14 +177,16 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     """
     import papermill
 
+    from mdlib.experiments import fetch
+
     path = profiles.resolve_notebook(name, notebooks_dir)
     nb_name = path.stem
     parameters = profiles.resolve_parameters(nb_name, profile, overrides, notebooks_dir=path.parent, params_dir=params_dir)
-    executed = {n: p.value if p.literal else p.source for n, p in profiles.notebook_parameters(path).items()}
     execution = uuid.uuid4().hex
     artifacts = Path(artifacts_dir).resolve() if artifacts_dir is not None else paths.build_dir()
     implied = default_output_dir(nb_name, profile, overrides, notebooks_dir=path.parent, params_dir=params_dir)
-    run = {"notebook": nb_name, "profile": profile, "execution": execution, "parameters": {**executed, **parameters},
+    executed = profiles.executed_parameters(nb_name, profile, overrides, notebooks_dir=path.parent, params_dir=params_dir)
+    run = {"notebook": nb_name, "profile": profile, "execution": execution, "parameters": executed,
            "overrides": {key: parameters[key] for key in overrides or {}},
            "output_dir": None if artifacts == implied else str(artifacts)}
     nb = _prepared(path, profile, execution)
@@ -193,6 +196,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     shown = ", ".join(f"{k}={v!r}" for k, v in parameters.items())
     if (warning := gpu_warning(nb_name, profile)) is not None:
         print(warning, file=sys.stderr, flush=True)
+    fetch.ensure(fetch.needed(nb_name, executed))  # the data it reads at these parameters, when missing
     if progress:
         print(f"executing {nb_name} ({shown})", file=sys.stderr, flush=True)
     start = time.perf_counter()

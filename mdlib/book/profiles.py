@@ -301,3 +301,13 @@ def resolve_parameters(name: str, profile: str = "default", overrides: Mapping[s
     return merged
 
 
+
+
+def executed_parameters(name: str, profile: str = "default", overrides: Mapping[str, Any] | None = None, *,
+                        notebooks_dir: Path | None = None, params_dir: Path | None = None) -> dict[str, Any]:
+    """Every parameter as ``name`` executes at ``profile`` with ``overrides``: the parameters cell's
+    values (an expression as its source text), then :func:`resolve_parameters`'."""
+    path = resolve_notebook(name, notebooks_dir)
+    declared = {n: p.value if p.literal else p.source for n, p in notebook_parameters(path).items()}
+    return declared | resolve_parameters(path.stem, profile, overrides, notebooks_dir=path.parent,
+                                         params_dir=params_dir)

