@@ -1,0 +1,431 @@
+"""What a profile costs before anything runs: ``python -m mdlib plan --profile NAME``.
+
+Per notebook, from its parameters at the profile: the training runs (the distinct runs of its grids,
+as the results store keys them), their epochs and steps, the data it reads, and an estimated time.
+Nothing is trained, fetched or installed: the counts come from the run configs
+(``mdlib.experiments.workload``), the times from measured costs, each named:
+
+- the transformer chapters (04-07): FLOPs at a measured throughput. On a GPU, the paper's own: one
+  V100 ran its vision transformer on CIFAR-10 for 2,000 epochs in 29 hours (Appendix G.7), which
+  fixes seconds per FLOP of that model; on a CPU, one core's measured throughput
+  (:data:`CPU_SECONDS_PER_TFLOP`, or ``--measure`` on this machine).
+- the synthetic chapters (01-03) and the cost benchmark (08), which run on the CPU: their measured
+  time at the default profile (:data:`MEASURED`), scaled by their steps.
+
+Hours are one device's (one GPU, or one CPU core): runs trained at once on N GPUs or ``workers`` CPU
+processes divide the wall time by up to N.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from mdlib.experiments import paper, workload
+from mdlib.book import profiles
+
+__all__ = ["CPU_SECONDS_PER_TFLOP", "Costs", "FlopRate", "MEASURED", "Stage", "StepTimer", "default_costs",
+           "gpu_seconds_per_tflop", "markdown", "measure_cpu", "measured_costs", "plan", "text"]
+
+#: Seconds per 10^12 training FLOPs on one core of this project's 2-core CPU machine (torch 2.14.1,
+#: float32, one thread), as :func:`measure_cpu` measures it: 14.5-14.8 on an idle machine, 14.9-16.4
+#: beside another busy process (2026-12-02).
+CPU_SECONDS_PER_TFLOP = 14.6
+CPU_SOURCE = "one core of a 2-core CPU at its measured throughput (2026-12-02), by FLOPs"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A notebook's wall time at the default profile on the 2-core CPU machine: ``seconds``, on the
+    date ``when``."""
+
+    seconds: float
+    when: str
+
+
+#: The CPU chapters' measured wall times at the default profile: ``python -m mdlib run NAME`` with an
+#: empty results store on the 2-core CPU machine (01-03 on 2026-12-02; 08 within the fresh default
+#: build of 2026-12-01).
+MEASURED: Mapping[str, Measured] = {
+    "01_fixed_decoder_paths": Measured(76.7, "2026-12-02"),
+    "02_single_instance_path": Measured(62.4, "2026-12-02"),
+    "03_joint_training": Measured(15.6, "2026-12-02"),
+    "08_cost": Measured(287.0, "2026-12-01"),
+}
+
+
+def gpu_seconds_per_tflop() -> float:
+    """Seconds per 10^12 training FLOPs on one V100, from the paper: 29 hours for 2,000 epochs of its
+    vision transformer on CIFAR-10 (50,000 images, batch 100; Appendix G.7), its evaluations not
+    counted."""
+    config = {"data": {"dataset": "cifar10", "image_size": 48, "train_size": None, "validation": 0},
+              "model": {"patch": 4, "width": 512, "depth": 6, "mlp": 512},
+              "fit": {"epochs": paper.VIT_EPOCHS, "batch_size": 100, "eval_every": paper.VIT_EPOCHS}}
+    work = workload.vision_work(config)
+    train_flops = 3 * work.forward_flops * work.batch_size * work.steps_per_epoch * work.epochs
+    return paper.VIT_HOURS["cifar10"] * 3600 / (train_flops / 1e12)
+
+
+GPU_SOURCE = "one V100 at the paper's throughput (its ViT: 29 h for 2,000 CIFAR-10 epochs, Appendix G.7), by FLOPs"
+
+
+class FlopRate:
+    """Time from FLOPs at a fixed throughput: ``seconds_per_tflop`` (``source`` names it)."""
+
+    def __init__(self, seconds_per_tflop: float, source: str):
+        self.seconds_per_tflop, self.source = seconds_per_tflop, source
+
+    def run_seconds(self, kind: str, config: Mapping[str, Any], work: workload.RunWork) -> float:
+        return work.flops() / 1e12 * self.seconds_per_tflop
+
+    def forward_seconds(self, kind: str, config: Mapping[str, Any], examples: float) -> float:
+        return examples * workload.run_work(kind, config).forward_flops / 1e12 * self.seconds_per_tflop
+
+
+class StepTimer:
+    """Time from training steps measured here, on ``device``: per model shape, the median of three
+    steps (after a warm-up) of the config's model with ℓ1.1 mirror descent on ``examples`` random
+    examples, scaled to the config's batch; an evaluated example costs a third of a trained one."""
+
+    def __init__(self, device: str, source: str, examples: int = 4):
+        self.device, self.source, self.examples = device, source, examples
+        self._cache: dict[str, float] = {}
+
+    def example_seconds(self, kind: str, config: Mapping[str, Any]) -> float:
+        """Seconds of one trained example of the config's model (cached per model shape)."""
+        import json
+
+        shape = {"model": config["model"], **({"data": {k: config["data"][k] for k in ("dataset", "image_size")}}
+                                              if kind == "e7-vit" else {"tokens": config["max_length"]})}
+        key = json.dumps([kind, shape], sort_keys=True, default=str)
+        if key not in self._cache:
+            self._cache[key] = _time_steps(kind, config, self.examples, self.device) / self.examples
+        return self._cache[key]
+
+    def run_seconds(self, kind: str, config: Mapping[str, Any], work: workload.RunWork) -> float:
+        per_example = self.example_seconds(kind, config)
+        return work.epochs * per_example * (work.batch_size * work.steps_per_epoch + work.eval_examples_per_epoch / 3)
+
+    def forward_seconds(self, kind: str, config: Mapping[str, Any], examples: float) -> float:
+        return examples * self.example_seconds(kind, config) / 3
+
+
+def _time_steps(kind: str, config: Mapping[str, Any], examples: int, device: str) -> float:
+    """The median seconds of three training steps (after one warm-up) of the config's model on
+    ``examples`` random inputs of its shape (texts at ``max_length`` tokens)."""
+    import torch
+
+    from mdlib import LpMirrorDescent
+    from mdlib.experiments import sentiment, vision
+
+    if kind == "e7-vit":
+        model = vision.make_model(config)
+        channels, classes, _ = vision.DATASETS[config["data"]["dataset"]]
+        size = config["data"]["image_size"]
+        inputs, labels = (torch.randn(examples, channels, size, size),), torch.randint(0, classes, (examples,))
+        loss = torch.nn.functional.cross_entropy
+    else:
+        model = sentiment.initial_model(config)
+        ids = torch.randint(1000, 2000, (examples, config["max_length"]))
+        inputs, labels = (ids, torch.ones_like(ids)), torch.randint(0, 2, (examples,)).float()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits
+    model.to(device).train()
+    inputs, labels = tuple(x.to(device) for x in inputs), labels.to(device)
+    optimizer = LpMirrorDescent(model.parameters(), lr=1e-6, p=1.1)
+    times = []
+    for _ in range(4):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        output = model(*inputs)
+        loss(output[0] if isinstance(output, tuple) else output, labels).backward()
+        optimizer.step()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return sorted(times[1:])[1]
+
+
+@dataclass(frozen=True)
+class Costs:
+    """How the plan turns work into hours: on a GPU and on a CPU (``FlopRate`` or ``StepTimer``)."""
+
+    gpu: FlopRate | StepTimer
+    cpu: FlopRate | StepTimer
+
+
+def default_costs() -> Costs:
+    """The paper's V100 throughput and this project's measured CPU core, both by FLOPs."""
+    return Costs(FlopRate(gpu_seconds_per_tflop(), GPU_SOURCE), FlopRate(CPU_SECONDS_PER_TFLOP, CPU_SOURCE))
+
+
+def measured_costs() -> Costs:
+    """Steps timed on this machine: on its GPU when torch sees one (the CPU column then by FLOPs),
+    else on one CPU thread (the GPU column then the paper's V100 by FLOPs)."""
+    import torch
+
+    costs = default_costs()
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        return Costs(StepTimer("cuda", f"{name}, training steps measured here now (plan --measure)"), costs.cpu)
+    torch.set_num_threads(1)
+    return Costs(costs.gpu, StepTimer("cpu", "one thread of this machine's CPU, training steps measured here now "
+                                             "(plan --measure)"))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One line of the plan: what a notebook runs and what it costs. ``runs``: training runs (for the
+    synthetic chapters: trials; 0: an analysis or benchmark); ``epochs`` per run, expected, and
+    ``epochs_cap``, the most; ``steps`` in all, expected and at most (``steps_cap``), in ``unit``;
+    ``gpu_hours`` (None: the chapter runs on the CPU) and ``cpu_hours``, expected; ``bound``: these
+    expectations are upper bounds (runs a stop rule may end sooner); ``note``: where they come from."""
+
+    notebook: str
+    what: str
+    runs: int
+    epochs: float | None
+    epochs_cap: int | None
+    steps: float
+    steps_cap: float
+    unit: str
+    data: tuple[str, ...]
+    gpu_hours: float | None
+    cpu_hours: float
+    note: str
+    bound: bool = False
+
+
+def _runs_stage(notebook: str, what: str, runs: Mapping[str, tuple[str, Mapping[str, Any]]], data: tuple[str, ...],
+                costs: Costs) -> Stage:
+    works = [(kind, config, workload.run_work(kind, config)) for kind, config in runs.values()]
+    note = "; ".join(sorted({w.expected_from for _, _, w in works}))
+    if any(w.tokens_bound for _, _, w in works):
+        note += "; texts counted at max_length tokens (an upper bound)"
+
+    def hours(rate: FlopRate | StepTimer) -> float:
+        return sum(rate.run_seconds(kind, config, w) for kind, config, w in works) / 3600
+
+    return Stage(notebook, what, len(works), sum(w.epochs for _, _, w in works) / max(len(works), 1),
+                 max((w.epochs_cap for _, _, w in works), default=0), sum(w.steps() for _, _, w in works),
+                 sum(w.steps(w.epochs_cap) for _, _, w in works), "steps", data, hours(costs.gpu), hours(costs.cpu),
+                 note, any(w.bound for _, _, w in works))
+
+
+def _evaluation_stage(notebook: str, what: str, kind: str, config: Mapping[str, Any], examples: float,
+                      data: tuple[str, ...], costs: Costs) -> Stage:
+    return Stage(notebook, what, 0, None, None, examples, examples, "evaluated examples", data,
+                 costs.gpu.forward_seconds(kind, config, examples) / 3600,
+                 costs.cpu.forward_seconds(kind, config, examples) / 3600, "forward passes only")
+
+
+def _synthetic(steps: Callable[[Mapping[str, Any]], tuple[int, float]], what: str, unit: str = "trial steps",
+               where: str = "runs on the CPU"):
+    """A CPU chapter's stage: (trials, steps) from its parameters, its time scaled from its measured
+    time at the default profile."""
+    def stage(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
+        trials, count = steps(values)
+        _, default_count = steps(profiles.executed_parameters(notebook, "default"))
+        measured = MEASURED[notebook]
+        hours = measured.seconds * count / default_count / 3600
+        return [Stage(notebook, what, trials, None, None, count, count, unit, data, None, hours,
+                      f"{where}; scaled from its measured {measured.seconds:.0f} s at the default profile "
+                      f"({measured.when})")]
+    return stage
+
+
+def _e1(p: Mapping[str, Any]) -> tuple[int, float]:
+    trials = (p["seeds"] + p["stall_seeds"]) * len(p["train_ps"])
+    return trials, (p["seeds"] + p["stall_seeds"]) * sum(p["steps"])
+
+
+def _e2(p: Mapping[str, Any]) -> tuple[int, float]:
+    return 2 * len(p["ps"]), len(p["ps"]) * (p["normalized_steps"] + p["plain_steps"])
+
+
+def _e3(p: Mapping[str, Any]) -> tuple[int, float]:
+    return len(p["ps"]), sum(p["steps"])
+
+
+def _e8(p: Mapping[str, Any]) -> tuple[int, float]:
+    return 0, len(p["ps"]) * len(p["modes"]) * p["repeats"] * len(p["sizes"]) + p["training_repeats"] + p["vit_repeats"]
+
+
+def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
+    from mdlib.experiments import sentiment
+
+    table1, ablation = sentiment.chapter_grids(**values)
+    stages = [_runs_stage(notebook, "Table 1 grid", workload.grid_runs([table1.design()]), data, costs)]
+    if ablation is not None:
+        ablation_runs = workload.grid_runs([ablation.design()])
+        for key in workload.grid_runs([table1.design()]):
+            ablation_runs.pop(key, None)
+        stages.append(_runs_stage(notebook, f"ablation ({ablation.setup} initialization)", ablation_runs, data, costs))
+    return stages
+
+
+def _table1(profile: str, values: Mapping[str, Any]):
+    """The Table 1 grid chapter 04 builds at the profile 05 and 06 read (``table1``, else theirs)."""
+    from mdlib.experiments import sentiment
+
+    source = values.get("table1") or profile
+    table1, _ = sentiment.chapter_grids(**profiles.executed_parameters("04_sentiment", source))
+    return table1
+
+
+def _analysis(what: str, per_model: Callable[[Mapping[str, Any], Any], float]):
+    """05 and 06: forward passes through chapter 04's models at ``depth`` (no training)."""
+    def stage(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
+        table1 = _table1(values["profile"], values)
+        runs = [config for _, config in workload.grid_runs([table1.design()]).values()
+                if config["model"]["layers"] == values["depth"]]
+        if not runs:
+            return [Stage(notebook, what, 0, None, None, 0, 0, "evaluated examples", data, 0.0, 0.0,
+                          f"no models of depth {values['depth']} in chapter 04's grid")]
+        examples = len(runs) * per_model(values, workload.SPLITS[table1.dataset])
+        return [_evaluation_stage(notebook, what, "e4-sentiment", runs[0], examples, data, costs)]
+    return stage
+
+
+def _vision(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
+    from mdlib.experiments import vision
+
+    swept, at_paper = vision.chapter_grids(**values)
+    sweep = {key: run for key, run in workload.grid_runs([swept.design()]).items() if run[1]["data"]["validation"]}
+    finals = {key: run for key, run in workload.grid_runs([swept.design(), at_paper.design()]).items()
+              if key not in sweep}
+    stages = [_runs_stage(notebook, "step-size sweep (validation images)", sweep, data, costs),
+              _runs_stage(notebook, "final runs", finals, data, costs)]
+    tests = sum(workload.SPLITS[config["data"]["dataset"]][2] for _, config in finals.values())
+    stages.append(_evaluation_stage(notebook, "pruning curves of the final runs", "e7-vit",
+                                    next(iter(finals.values()))[1], tests * len(values["sparsities"]), data, costs))
+    return stages
+
+
+#: The chapters that analyze the Table 1 grid chapter 04 builds (at their ``table1`` profile).
+READ_TABLE1 = ("05_token_selection", "06_weights")
+
+CHAPTERS: Mapping[str, Callable[[str, Mapping[str, Any], tuple[str, ...], Costs], list[Stage]]] = {
+    "01_fixed_decoder_paths": _synthetic(_e1, "fixed-decoder paths (trials)"),
+    "02_single_instance_path": _synthetic(_e2, "single-instance paths (normalized and plain)"),
+    "03_joint_training": _synthetic(_e3, "joint training of W and v"),
+    "04_sentiment": _sentiment,
+    # 05: attention on the lexicon-pivot sentences and on every test sentence, then two deletions each
+    "05_token_selection": _analysis("attention of chapter 04's models", lambda p, splits: 4 * splits[2]),
+    "06_weights": _analysis("pruning curves of chapter 04's models", lambda p, splits: len(p["sparsities"]) * splits[2]),
+    "07_vision": _vision,
+    "08_cost": _synthetic(_e8, "timed steps of the optimizers and the chapters' models", "timed steps",
+                          "times its steps on the GPU when there is one, on the CPU here"),
+}
+
+
+def plan(profile: str, costs: Costs | None = None) -> list[Stage]:
+    """Every chapter's stages at ``profile`` (``params/<profile>.yaml``), in the book's order, costed
+    by ``costs`` (default: ``default_costs()``)."""
+    from mdlib.experiments import fetch
+
+    profiles.load_profile(profile)
+    costs = costs or default_costs()
+    stages: list[Stage] = []
+    for name in profiles.chapters():
+        if name not in CHAPTERS:
+            raise ValueError(f"no plan for notebook {name}: add it to mdlib.book.plan.CHAPTERS")
+        values = profiles.executed_parameters(name, profile)
+        data = fetch.needed(name, values)
+        if name in READ_TABLE1:  # before 04 has run, fetch.needed cannot see the data set of its grid
+            data = [_table1(profile, values).dataset] + data
+        stages += CHAPTERS[name](name, values, tuple(dict.fromkeys(data)), costs)
+    return stages
+
+
+def measure_cpu() -> float:
+    """Seconds per 10^12 training FLOPs of one CPU thread here (how :data:`CPU_SECONDS_PER_TFLOP` was
+    measured): ``StepTimer``'s steps of the sentiment encoder at width 128, 4 layers, 128 tokens,
+    batch 32, counted by ``workload.encoder_flops``."""
+    import torch
+
+    from mdlib.experiments import sentiment
+
+    config = sentiment.run_config(layers=4, width=128, max_length=128, optimizer="md", lr=1e-6, p=1.1, batch_size=32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seconds = _time_steps("e4-sentiment", config, 32, "cpu")
+    finally:
+        torch.set_num_threads(threads)
+    return seconds / (3 * 32 * workload.encoder_flops(128, 128, 512, 4) / 1e12)
+
+
+def _count(value: float) -> str:
+    """A count as the plan prints it: millions with one decimal, else a whole number."""
+    return f"{value / 1e6:.1f} M" if value >= 1e6 else f"{value:,.0f}"
+
+
+def _hours(value: float | None, bound: bool = False) -> str:
+    if value is None:
+        return "-"
+    return ("<= " if bound else "") + (f"{value:,.1f}" if value >= 0.05 else "< 0.1")
+
+
+def _row(stage: Stage) -> list[str]:
+    at_most = "<= " if stage.bound else ""
+    if stage.epochs is None:
+        epochs = "-"
+    elif stage.bound or stage.epochs == stage.epochs_cap:
+        epochs = f"{at_most}{stage.epochs:,.0f}"
+    else:
+        epochs = f"{stage.epochs:,.0f} (<= {stage.epochs_cap:,})"
+    steps = at_most + _count(stage.steps) + ("" if stage.bound or math.isclose(stage.steps, stage.steps_cap)
+                                             else f" (<= {_count(stage.steps_cap)})")
+    return [stage.notebook, stage.what, f"{stage.runs:,}" if stage.runs else "-", epochs, f"{steps} {stage.unit}",
+            ", ".join(stage.data) or "-", _hours(stage.gpu_hours, stage.bound), _hours(stage.cpu_hours, stage.bound)]
+
+
+HEADER = ["notebook", "what", "runs", "epochs a run", "steps", "data", "GPU h", "CPU h"]
+
+
+def _totals(stages: Iterable[Stage]) -> tuple[int, float, float]:
+    """(training runs, GPU hours with the CPU chapters' CPU hours, CPU hours) over the stages."""
+    stages = list(stages)
+    gpu = sum(s.gpu_hours if s.gpu_hours is not None else s.cpu_hours for s in stages)
+    return sum(s.runs for s in stages if s.unit == "steps"), gpu, sum(s.cpu_hours for s in stages)
+
+
+def _legend(profile: str, costs: Costs) -> list[str]:
+    return [f"GPU h: {costs.gpu.source}; a chapter that runs on the CPU counts its CPU hours there.",
+            f"CPU h: {costs.cpu.source}.",
+            "runs: training runs (trials for the synthetic chapters; the total counts training runs). Epochs and "
+            "steps: expected, with the most the epoch caps allow (<=) where the stop rule decides. Hours are one "
+            "device's: N GPUs (one run each) or N CPU workers divide them by up to N.",
+            f"`python -m mdlib plan --profile {profile}` estimates this without training, fetching or installing anything."]
+
+
+def _notes(stages: list[Stage]) -> list[str]:
+    return [f"- {s.notebook}, {s.what}: {s.note}" for s in stages if s.note]
+
+
+def text(stages: list[Stage], profile: str, costs: Costs | None = None) -> str:
+    """The plan as an aligned text table, with totals, the sources of its estimates and notes."""
+    costs = costs or default_costs()
+    rows = [HEADER] + [_row(s) for s in stages]
+    runs, gpu, cpu = _totals(stages)
+    bound = any(s.bound for s in stages)
+    rows.append(["total", "", f"{runs:,}", "", "", "", _hours(gpu, bound), _hours(cpu, bound)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join([f"plan of profile {profile!r}", *lines, "", *_legend(profile, costs), "", *_notes(stages)]) + "\n"
+
+
+def markdown(stages: list[Stage], profile: str, costs: Costs | None = None) -> str:
+    """The plan as a markdown table (README, the reproduce page), with totals, sources and notes."""
+    costs = costs or default_costs()
+    rows = [_row(s) for s in stages]
+    runs, gpu, cpu = _totals(stages)
+    bound = any(s.bound for s in stages)
+    rows.append(["**total**", "", f"**{runs:,}**", "", "", "", f"**{_hours(gpu, bound)}**", f"**{_hours(cpu, bound)}**"])
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in r) + " |" for r in rows]
+    return "\n".join(lines + [""] + _legend(profile, costs) + [""] + _notes(stages)) + "\n"

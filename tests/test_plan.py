@@ -1,0 +1,173 @@
+"""What a profile costs (``mdlib.book.plan``, ``mdlib.experiments.workload``): the runs it counts are
+the runs the grids train, its FLOPs are torch's count, its GPU rate is the paper's, and the command
+runs with nothing but the checkout (no data, no apt)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from mdlib.book import plan, profiles
+from mdlib.experiments import methods as method_keys
+from mdlib.experiments import paper, sentiment, store, vision, workload
+from mdlib.models import EncoderClassifier, VisionTransformer
+from test_grid import FakeRuns, SENTIMENT, multiple_of, key_of, sentiment_config  # tests/test_grid.py
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _forward_flops(model, *inputs) -> int:
+    """torch's count of the FLOPs of one forward pass (matrix products and attention)."""
+    model.eval()
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(*inputs)
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("tokens, width, layers", [(16, 24, 3), (40, 48, 2)])
+def test_the_encoder_flops_are_torchs_count(tokens, width, layers):
+    model = EncoderClassifier(max_length=tokens, width=width, layers=layers, heads=layers, mlp=4 * width)
+    ids = torch.randint(1000, 2000, (1, tokens))
+    counted = _forward_flops(model, ids, torch.ones_like(ids))
+    assert counted == pytest.approx(workload.encoder_flops(tokens, width, 4 * width, layers), rel=0.01)
+
+
+def test_the_vision_flops_are_torchs_count():
+    model = VisionTransformer(image_size=16, patch=4, channels=3, classes=10, width=32, depth=2, heads=4, mlp=48)
+    counted = _forward_flops(model, torch.randn(1, 3, 16, 16))
+    config = vision.run_config("cifar10", optimizer="adam", lr=1e-3, seed=0, epochs=1, image_size=16,
+                               model=dict(patch=4, width=32, depth=2, heads=4, mlp=48, dropout=0.0, embedding_dropout=0.0))
+    assert counted == pytest.approx(workload.vision_work(config).forward_flops, rel=0.01)
+
+
+def test_the_gpu_rate_gives_back_the_papers_vit_hours():
+    config = vision.run_config("cifar10", optimizer="adam", lr=1e-4, seed=0, epochs=paper.VIT_EPOCHS, image_size=48,
+                               eval_every=paper.VIT_EPOCHS, model=dict(patch=4, width=512, depth=6, heads=8, mlp=512,
+                                                                        dropout=0.1, embedding_dropout=0.1))
+    work = workload.vision_work(config)
+    train = 3 * work.forward_flops * work.batch_size * work.steps_per_epoch * work.epochs / 1e12
+    assert work.steps_per_epoch == 500  # 50,000 images, batch 100
+    assert train * plan.gpu_seconds_per_tflop() / 3600 == pytest.approx(paper.VIT_HOURS["cifar10"])
+
+
+def test_a_sentiment_run_expects_the_authors_epochs_only_in_their_setting():
+    paper_run = sentiment.run_config(layers=4, optimizer="md", p=1.1, lr=paper.SENTIMENT_STEP_SIZES[4]["1.1"],
+                                     dataset="imdb", max_length=512, width=384, epochs=1000)
+    work = workload.sentiment_work(paper_run)
+    assert work.epochs == paper.EPOCHS_TO_STOP[4]["1.1"] and work.epochs_cap == 1000
+    assert work.steps_per_epoch == 225 and work.tokens_bound  # 22,500 reviews, batch 100; 512 tokens a bound
+    assert workload.sentiment_work(dict(paper_run, fit=dict(paper_run["fit"], epochs=50))).epochs == 50
+    other_step = sentiment.run_config(layers=4, optimizer="md", p=1.1, lr=3 * paper.SENTIMENT_STEP_SIZES[4]["1.1"],
+                                      dataset="imdb", max_length=512, width=384, epochs=1000)
+    assert workload.sentiment_work(other_step).epochs == 1000
+
+
+def test_the_counted_runs_are_the_runs_the_grid_trains(monkeypatch, tmp_path):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
+    table = {**SENTIMENT, ("1.1", 10): (1.0, 0.1, 0.1)}  # none diverges: every run is trained
+    fake = FakeRuns(sentiment.KIND, lambda c: table[key_of(c), multiple_of(c)])
+    monkeypatch.setattr(sentiment, "train_runs", fake)
+    config = sentiment.SentimentGrid.of(sentiment_config())
+    counted = workload.grid_runs([config.design()])
+    sentiment.grid(config)
+    trained = {store.config_key(sentiment.KIND, c) for c in fake.trained}
+    assert len(fake.trained) == len(trained) == len(counted) == 3 + 2 + 2 * 2  # candidates, then seeds 1, 2
+    sweep = {key for key, (_, c) in counted.items() if c["fit"]["seed"] == 0}  # every candidate at seed 0
+    assert sweep <= trained  # the finals differ only by which candidate the sweep chose
+
+
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
+def test_the_chapters_grids_are_the_configs_the_notebooks_built(profile):
+    p = profiles.executed_parameters("04_sentiment", profile)
+    table1, ablation = sentiment.chapter_grids(**p)
+    built = dict(dataset=p["dataset"], max_length=p["max_length"], train_size=p["train_size"], width=p["width"],
+                 setup=p["setup"], epochs=p["epochs"], layers=p["layers"], methods=p["methods"], seeds=p["seeds"],
+                 multiples=p["step_multiples"])
+    assert table1.to_dict() == sentiment.SentimentGrid.of(built).to_dict()
+    assert ablation.to_dict() == sentiment.SentimentGrid.of(dict(
+        built, layers=p["layers"][:1], methods=p["ablation_methods"], seeds=p["ablation_seeds"],
+        epochs=p["ablation_epochs"], multiples=p["ablation_multiples"], setup=p["ablation_setup"])).to_dict()
+    v = profiles.executed_parameters("07_vision", profile)
+    swept, at_paper = vision.chapter_grids(**v)
+    methods = ["adam"] + [method_keys.method_key("md", float(x)) for x in v["ps"]]
+    built = dict(datasets=v["datasets"], image_size=v["image_size"], train_size=v["train_size"],
+                 validation=v["validation"], model=v["model"], setup=v["setup"], batch_size=v["batch_size"],
+                 root=v["cifar_root"], epochs=v["epochs"], eval_every=v["eval_every"], seeds=v["seeds"], methods=methods,
+                 step_sizes={method_keys.method_key(*method_keys.method(k)): x for k, x in v["step_sizes"].items()},
+                 sweep_seeds=v["sweep_seeds"], sweep_epochs=v["sweep_epochs"], sweep_window=v["sweep_window"])
+    assert swept.to_dict() == vision.VisionGrid.of(built).to_dict()
+    assert at_paper.to_dict() == vision.VisionGrid.of(dict(built, methods=list(vision.PAPER_STEP_SIZES), step_sizes={
+        k: [x] for k, x in vision.PAPER_STEP_SIZES.items()})).to_dict()
+    assert sentiment.chapter_grids(**dict(p, ablation_setup=""))[1] is None
+
+
+def test_the_paper_plan_counts_the_papers_runs():
+    stages = {(s.notebook, s.what): s for s in plan.plan("paper")}
+    assert [n for n in profiles.chapters()] == list(dict.fromkeys(n for n, _ in stages))
+    table1 = stages["04_sentiment", "Table 1 grid"]
+    assert table1.runs == 3 * 3 * 10  # layers x methods x seeds
+    expected = sum(10 * paper.EPOCHS_TO_STOP[L][k] for L in (3, 4, 6) for k in ("1.1", "2", "3"))
+    assert table1.steps == 225 * expected and table1.steps_cap == 225 * 1000 * 90
+    finals = stages["07_vision", "final runs"]
+    assert finals.runs == 2 * 5 * 3 and finals.steps == 30 * 2000 * 500  # datasets x methods x seeds
+    assert stages["07_vision", "step-size sweep (validation images)"].runs == 2 * 3 * 4  # 1.75, 2, 3: 4 steps each
+    assert "imdb" in table1.data and {"cifar10", "cifar100"} <= set(finals.data)
+    assert all(s.cpu_hours > 0 for s in stages.values() if s.steps)
+
+
+def test_the_readme_and_the_reproduce_page_show_the_paper_plan():
+    shown = plan.markdown(plan.plan("paper"), "paper")
+    for page in ("README.md", "book/reproduce.md"):
+        assert shown in (ROOT / page).read_text("utf-8"), f"{page}: paste `python -m mdlib plan --profile paper --markdown`"
+
+
+def test_measured_costs_time_each_model_shape_once():
+    timer = plan.StepTimer("cpu", "test", examples=2)
+    config = sentiment.run_config(layers=2, width=16, max_length=12, optimizer="md", lr=1e-3, p=1.1)
+    first = timer.example_seconds(sentiment.KIND, config)
+    assert first > 0 and timer.example_seconds(sentiment.KIND, dict(config, fit=dict(config["fit"], seed=3))) == first
+    assert len(timer._cache) == 1
+    work = workload.sentiment_work(config)
+    assert timer.run_seconds(sentiment.KIND, config, work) == pytest.approx(
+        work.epochs * first * (work.batch_size * work.steps_per_epoch + work.eval_examples_per_epoch / 3))
+    assert plan.measure_cpu() > 0
+
+
+def _no_apt_path(tmp_path: Path) -> str:
+    """A PATH with the interpreter's folder and git but no apt-get (a RHEL node, macOS)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for tool in ("git",):
+        found = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        if found:
+            (folder / tool).symlink_to(found)
+    return str(folder)
+
+
+def test_plan_of_the_paper_profile_runs_without_apt_or_data(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    env = dict(os.environ, PATH=_no_apt_path(tmp_path), MDLIB_DATA_DIR=str(data), MDLIB_BUILD_DIR=str(tmp_path / "b"),
+               MDLIB_ROOT=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "mdlib", "plan", "--profile", "paper"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for name in profiles.chapters():
+        assert re.search(rf"^{name}\s", done.stdout, re.M), name
+    assert re.search(r"^04_sentiment\s+Table 1 grid\s+90\s+\d+ \(<= 1,000\)\s+2\.1 M", done.stdout, re.M)
+    assert re.search(r"^total\s+150\s+<= [\d,.]+\s+<= [\d,.]+$", done.stdout, re.M)
+    assert list(data.iterdir()) == [] and not (tmp_path / "b").exists()  # nothing fetched, nothing written
+
+
+def test_plan_refuses_an_unknown_profile(capsys):
+    from mdlib.book import cli
+
+    assert cli.main(["plan", "--profile", "nope"]) == 1
+    assert "nope" in capsys.readouterr().err
