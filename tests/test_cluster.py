@@ -12,9 +12,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import torch
 
-from mdlib.experiments import paths, store
+from mdlib.experiments import paths, pool, store
+from test_runs import build_blobs
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -117,3 +120,135 @@ def test_cluster_lock_timeout_must_be_positive_minutes(monkeypatch, text):
     monkeypatch.setenv(store.LOCK_TIMEOUT_ENV, text)
     with pytest.raises(ValueError, match="MDLIB_LOCK_TIMEOUT.*minutes"):
         store.load_or_run("race", {"a": 1}, lambda: {"value": 1})
+
+
+# ---------------------------------------------------------------------------------------------
+# run_many through an executor: Dask
+
+
+def build_counted(config):
+    """build_blobs, appending a line to the file ``config["count"]`` first: one line per run trained."""
+    with open(config["count"], "a") as handle:
+        handle.write(f"{config['fit']['seed']}\n")
+    return build_blobs(config)
+
+
+#: A launcher: run_many of argv[2]'s configs through the Dask scheduler at argv[1], given as the
+#: executor ("argument") or through $MDLIB_EXECUTOR ("environment"); prints key -> history as JSON.
+LAUNCH = textwrap.dedent("""
+    import json, os, sys
+    from test_cluster import build_counted
+    from mdlib.experiments import pool
+
+    address, configs, how = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+    if how == "environment":
+        os.environ[pool.EXECUTOR_ENV] = f"dask:{address}"
+        results = pool.run_many("cluster", configs, build_counted, progress=False)
+    else:
+        from distributed import Client
+
+        with Client(address) as client:
+            results = pool.run_many("cluster", configs, build_counted, executor=client.get_executor(),
+                                    progress=False)
+    print(json.dumps({r.key: r["history"].drop(columns="seconds").to_dict("list") for r in results}))
+""")
+
+
+def _histories(results) -> dict[str, pd.DataFrame]:
+    return {r.key: r["history"].drop(columns="seconds") for r in results}
+
+
+@pytest.mark.slow  # 20-40 s: a LocalCluster of two workers and two launchers, each importing torch
+def test_cluster_two_launchers_on_one_dask_cluster_train_each_run_once(tmp_path, build_dir, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    count = tmp_path / "count"
+    configs = [{"lr": 0.05, "count": str(count), "fit": {"epochs": 2, "batch_size": 16, "seed": seed}}
+               for seed in (0, 1, 2)]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        launchers = [subprocess.Popen([sys.executable, "-c", LAUNCH, cluster.scheduler_address, json.dumps(configs),
+                                       how], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True) for how in ("environment", "argument")]
+        answers = [launcher.communicate(timeout=120) for launcher in launchers]
+    for launcher, (_, err) in zip(launchers, answers):
+        assert launcher.returncode == 0, err
+    first, second = (json.loads(out) for out, _ in answers)
+    assert first == second and len(first) == 3
+    assert sorted(count.read_text().split()) == ["0", "1", "2"]  # each run trained once, by a Dask worker
+    monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path / "in-process"))
+    here = _histories(pool.run_many("cluster", configs, build_counted, progress=False))
+    assert list(here) == list(first)  # the same store entries
+    for key, history in here.items():
+        pd.testing.assert_frame_equal(pd.DataFrame(first[key]), history, check_dtype=False, rtol=1e-6)
+
+
+@pytest.mark.slow  # 10-20 s: a LocalCluster started and stopped, its worker importing torch
+def test_cluster_dask_local_spec_trains_as_the_process_does(tmp_path, build_dir, monkeypatch):
+    pytest.importorskip("distributed")
+    configs = [{"lr": 0.05, "count": str(tmp_path / "count"), "fit": {"epochs": 2, "batch_size": 16, "seed": 4}}]
+    monkeypatch.setenv(pool.EXECUTOR_ENV, "dask-local:1")
+    remote = pool.run_many("cluster", configs, build_counted, progress=False)
+    monkeypatch.setenv(pool.EXECUTOR_ENV, "processes")
+    monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path / "in-process"))
+    here = pool.run_many("cluster", configs, build_counted, progress=False)
+    assert remote[0].key == here[0].key and remote[0].path.parent.parent.parent == build_dir
+    pd.testing.assert_frame_equal(_histories(remote)[remote[0].key], _histories(here)[here[0].key], rtol=1e-6)
+    assert len((tmp_path / "count").read_text().split()) == 2  # once in Dask's worker, once here
+
+
+@pytest.mark.parametrize("spec", ["dask-local:0", "dask-local", "dask:", "slurm", "processes:2", ""])
+def test_cluster_executor_spec_must_be_one_of_the_three(spec):
+    with pytest.raises(ValueError, match="processes, dask-local:N or dask:ADDRESS"):
+        pool.parse_executor(spec)
+
+
+def test_cluster_executor_specs_parse():
+    assert pool.parse_executor("processes") == ("processes", None)
+    assert pool.parse_executor("dask-local:4") == ("dask-local", 4)
+    assert pool.parse_executor(" dask:tcp://node7:8786") == ("dask", "tcp://node7:8786")
+
+
+def test_cluster_a_bad_executor_in_the_environment_stops_run_many(monkeypatch):
+    monkeypatch.setenv(pool.EXECUTOR_ENV, "dask-local:none")
+    config = {"lr": 0.05, "count": "unused", "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    with pytest.raises(ValueError, match="unknown executor 'dask-local:none'"):
+        pool.run_many("cluster", [config], build_counted, progress=False)
+
+
+def test_cluster_a_worker_with_another_results_store_says_so(tmp_path):
+    config = {"lr": 0.05, "count": str(tmp_path / "count"), "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    with pytest.raises(RuntimeError, match=f"start the workers with MDLIB_BUILD_DIR={tmp_path / 'elsewhere'}"):
+        pool._train_job(str(tmp_path / "elsewhere"), "cluster", config, build_counted, None, "cpu")
+
+
+# ---------------------------------------------------------------------------------------------
+# one worker per GPU
+
+
+def seen_by_a_worker(seconds: float) -> tuple[int, str, int]:
+    """(pid, CUDA_VISIBLE_DEVICES, torch threads) of the worker process that runs this."""
+    time.sleep(seconds)
+    return os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES", ""), torch.get_num_threads()
+
+
+@pytest.mark.slow  # 6-10 s: three spawned workers, each importing torch
+def test_cluster_each_gpu_worker_sees_its_own_device():
+    executor = pool._start_pool(3, ["3", "5"])
+    try:
+        seen = list(executor.map(seen_by_a_worker, [1.5] * 3))
+    finally:
+        executor.shutdown()
+    by_worker = {pid: (device, threads) for pid, device, threads in seen}
+    assert len(by_worker) == 3  # three jobs of 1.5 s at once: one per worker
+    assert sorted(device for device, _ in by_worker.values()) == ["3", "3", "5"]  # worker i: GPU i mod 2
+    assert {threads for _, threads in by_worker.values()} == {1}
+
+
+def test_cluster_gpu_slots_are_the_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 5")
+    assert pool._device_slots() == ["2", "5"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert pool._device_slots() == []
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert pool._device_slots() == [str(i) for i in range(torch.cuda.device_count())]
