@@ -42,7 +42,7 @@ DISTRIBUTION = "attention-mirror-descent"
 EXTRA_OF = {**dict.fromkeys(("yaml", "papermill", "jupytext", "nbformat", "nbclient", "jupyter_book", "myst_nb",
                              "matplotlib", "seaborn", "IPython", "ipykernel", "sphinx"), "book"),
             **dict.fromkeys(("pandas", "pyarrow", "tqdm", "sklearn", "datasets", "tokenizers"), "experiments"),
-            "torchvision": "cifar", "cvxpy": "test", "clarabel": "test"}
+            "torchvision": "cifar", "distributed": "cluster", "cvxpy": "test", "clarabel": "test"}
 
 
 def missing_extra(exc: ModuleNotFoundError) -> str | None:
