@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from mdlib.experiments import paths, pool, store
+from mdlib.experiments import executors, paths, pool, store
 from test_runs import build_blobs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,11 +138,11 @@ def build_counted(config):
 LAUNCH = textwrap.dedent("""
     import json, os, sys
     from test_cluster import build_counted
-    from mdlib.experiments import pool
+    from mdlib.experiments import executors, pool
 
     address, configs, how = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
     if how == "environment":
-        os.environ[pool.EXECUTOR_ENV] = f"dask:{address}"
+        os.environ[executors.EXECUTOR_ENV] = f"dask:{address}"
         results = pool.run_many("cluster", configs, build_counted, progress=False)
     else:
         from distributed import Client
@@ -187,9 +187,9 @@ def test_cluster_two_launchers_on_one_dask_cluster_train_each_run_once(tmp_path,
 def test_cluster_dask_local_spec_trains_as_the_process_does(tmp_path, build_dir, monkeypatch):
     pytest.importorskip("distributed")
     configs = [{"lr": 0.05, "count": str(tmp_path / "count"), "fit": {"epochs": 2, "batch_size": 16, "seed": 4}}]
-    monkeypatch.setenv(pool.EXECUTOR_ENV, "dask-local:1")
+    monkeypatch.setenv(executors.EXECUTOR_ENV, "dask-local:1")
     remote = pool.run_many("cluster", configs, build_counted, progress=False)
-    monkeypatch.setenv(pool.EXECUTOR_ENV, "processes")
+    monkeypatch.setenv(executors.EXECUTOR_ENV, "processes")
     monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path / "in-process"))
     here = pool.run_many("cluster", configs, build_counted, progress=False)
     assert remote[0].key == here[0].key and remote[0].path.parent.parent.parent == build_dir
@@ -200,17 +200,17 @@ def test_cluster_dask_local_spec_trains_as_the_process_does(tmp_path, build_dir,
 @pytest.mark.parametrize("spec", ["dask-local:0", "dask-local", "dask:", "slurm", "processes:2", ""])
 def test_cluster_executor_spec_must_be_one_of_the_three(spec):
     with pytest.raises(ValueError, match="processes, dask-local:N or dask:ADDRESS"):
-        pool.parse_executor(spec)
+        executors.parse_executor(spec)
 
 
 def test_cluster_executor_specs_parse():
-    assert pool.parse_executor("processes") == ("processes", None)
-    assert pool.parse_executor("dask-local:4") == ("dask-local", 4)
-    assert pool.parse_executor(" dask:tcp://node7:8786") == ("dask", "tcp://node7:8786")
+    assert executors.parse_executor("processes") == ("processes", None)
+    assert executors.parse_executor("dask-local:4") == ("dask-local", 4)
+    assert executors.parse_executor(" dask:tcp://node7:8786") == ("dask", "tcp://node7:8786")
 
 
 def test_cluster_a_bad_executor_in_the_environment_stops_run_many(monkeypatch):
-    monkeypatch.setenv(pool.EXECUTOR_ENV, "dask-local:none")
+    monkeypatch.setenv(executors.EXECUTOR_ENV, "dask-local:none")
     config = {"lr": 0.05, "count": "unused", "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
     with pytest.raises(ValueError, match="unknown executor 'dask-local:none'"):
         pool.run_many("cluster", [config], build_counted, progress=False)
