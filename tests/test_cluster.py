@@ -133,6 +133,65 @@ def build_counted(config):
     return build_blobs(config)
 
 
+def build_slowly(config):
+    """build_counted, the count's line naming this process, after a second (so that runs overlap)."""
+    time.sleep(1.0)
+    with open(config["count"], "a") as handle:
+        handle.write(f"{os.getpid()}\n")
+    return build_blobs(config)
+
+
+SHARE = textwrap.dedent("""
+    import json, sys
+    from test_cluster import build_slowly
+    from mdlib.experiments import pool
+
+    results = pool.run_many("cluster", json.loads(sys.argv[1]), build_slowly, progress=False)
+    print(json.dumps([r.key for r in results]))
+""")
+
+
+@pytest.mark.slow  # 10-20 s: two launchers importing torch, four runs of a second or more
+def test_cluster_two_launchers_by_hand_share_the_runs_out(tmp_path):
+    count = tmp_path / "count"
+    configs = [{"lr": 0.05, "count": str(count), "fit": {"epochs": 1, "batch_size": 16, "seed": seed}}
+               for seed in range(4)]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
+    launchers = [subprocess.Popen([sys.executable, "-c", SHARE, json.dumps(configs)], env=environment,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    answers = [launcher.communicate(timeout=120) for launcher in launchers]
+    for launcher, (_, err) in zip(launchers, answers):
+        assert launcher.returncode == 0, err
+    assert answers[0][0] == answers[1][0]
+    trained_by = count.read_text().split()
+    assert len(trained_by) == 4 and set(trained_by) == {str(launcher.pid) for launcher in launchers}
+
+
+def test_cluster_run_many_trains_first_the_runs_no_other_process_trains(tmp_path):
+    import threading
+
+    count = tmp_path / "count"
+    first, second = ({"lr": 0.05, "count": str(count), "fit": {"epochs": 1, "batch_size": 16, "seed": seed}}
+                     for seed in (0, 1))
+    held = threading.Event()
+
+    def hold_the_first():  # as another process would: until the second run is trained here
+        with store._run_lock("cluster", store.config_key("cluster", first)):
+            held.set()
+            deadline = time.monotonic() + 60
+            while not count.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+    holder = threading.Thread(target=hold_the_first)
+    holder.start()
+    held.wait(10)
+    assert store.busy("cluster", first) and not store.busy("cluster", second)
+    results = pool.run_many("cluster", [first, second], build_counted, progress=False)
+    holder.join()
+    assert count.read_text().split() == ["1", "0"] and [r.key for r in results] == [
+        store.config_key("cluster", c) for c in (first, second)]
+
+
 #: A launcher: run_many of argv[2]'s configs through the Dask scheduler at argv[1], given as the
 #: executor ("argument") or through $MDLIB_EXECUTOR ("environment"); prints key -> history as JSON.
 LAUNCH = textwrap.dedent("""

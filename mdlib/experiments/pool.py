@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from mdlib.experiments import paths, train
 from mdlib.experiments.executors import EXECUTOR_ENV, open_executor, parse_executor
-from mdlib.experiments.store import Config, RunResult, as_dict, config_key, entry_dir, load, load_or_run
+from mdlib.experiments.store import Config, RunResult, as_dict, busy, config_key, entry_dir, load, load_or_run
 
 __all__ = ["Setup", "load_model_state", "model_state", "run", "run_many"]
 
@@ -225,8 +225,9 @@ def run_many(kind: str, configs: list[Config | Mapping[str, Any]], build: Callab
     importable module (they are sent to other processes). A run that raises one of the exception types
     in ``skip`` (e.g. FloatingPointError: a step size too large) gives None instead of stopping the
     others. The worker processes end with the process that started them (even when it is killed); on
-    Ctrl-C or SIGTERM they are stopped and one line says what was kept. Two processes asking for the
-    same runs train each once (the store's lock)."""
+    Ctrl-C or SIGTERM they are stopped and one line says what was kept. Processes asking for the same
+    runs (two launchers on a shared build folder) train each once (the store's lock) and share them
+    out: each starts with the runs no other process trains at that moment."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     configs = [as_dict(config) for config in configs]
@@ -234,16 +235,17 @@ def run_many(kind: str, configs: list[Config | Mapping[str, Any]], build: Callab
     missing = list({config_key(kind, c): c for c in missing}.values())  # each distinct run once
     failed: dict[str, BaseException] = {}
     alone = int(os.environ.get("WORLD_SIZE", "1")) == 1
+    if alone:  # the runs another process trains now last: by then they are stored, or it died
+        missing.sort(key=lambda config: busy(kind, config))
     spec = os.environ.get(EXECUTOR_ENV, "").strip() or "processes"
     if missing and alone and (executor is not None or parse_executor(spec)[0] != "processes"):
         with contextlib.nullcontext(executor) if executor is not None else open_executor(spec) as chosen:
             failed = _run_on(chosen, kind, missing, build, extras, skip, progress,
                              None if device is None else str(device))
-    elif workers > 1 and len(missing) > 1 and alone:
-        target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        devices = _device_slots() if target.type == "cuda" and target.index is None else []
-        if target.type == "cpu" or len(devices) > 1:
-            failed = _run_in_processes(kind, missing, build, extras, workers, skip, progress, devices)
+    elif alone and (devices := _pool_devices(workers, len(missing), device)) is not None:
+        failed = _run_in_processes(kind, missing, build, extras, workers, skip, progress, devices)
+    elif alone and len(missing) > 1:
+        failed = _run_free_first(kind, missing, build, extras, skip, progress, device)
     results = []
     for config in configs:
         key = config_key(kind, config)
@@ -256,6 +258,36 @@ def run_many(kind: str, configs: list[Config | Mapping[str, Any]], build: Callab
             log.info("run %s/%s failed and is skipped: %s", kind, key[:12], error)
             results.append(None)
     return results
+
+
+def _pool_devices(workers: int, runs: int, device: str | torch.device | None) -> list[str] | None:
+    """How ``run_many``'s pool trains ``runs`` runs: [] on the CPU, the GPUs of one worker each on CUDA
+    with several visible; None when there is no pool (one worker or run, one GPU, an indexed device)."""
+    if workers == 1 or runs < 2:
+        return None
+    target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if target.type == "cpu":
+        return []
+    devices = _device_slots() if target.type == "cuda" and target.index is None else []
+    return devices if len(devices) > 1 else None
+
+
+def _run_free_first(kind: str, missing: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup],
+                    extras: Callable[[nn.Module], Mapping[str, Any]] | None, skip: tuple[type[BaseException], ...],
+                    progress: bool, device: str | torch.device | None) -> dict[str, BaseException]:
+    """Train the ``missing`` runs in this process, each time one that no other process trains now when
+    there is one (so two launchers on the same runs share them out); returns the errors of type
+    ``skip`` by config key."""
+    failed: dict[str, BaseException] = {}
+    pending = list(missing)
+    while pending:
+        config = next((c for c in pending if not busy(kind, c)), pending[0])
+        pending.remove(config)
+        try:
+            run(kind, config, build, extras=extras, progress=progress, device=device)
+        except skip as error:
+            failed[config_key(kind, config)] = error
+    return failed
 
 
 def _sendable(build: Callable, extras: Callable | None, where: str) -> None:

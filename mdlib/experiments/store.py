@@ -65,9 +65,8 @@ import numpy as np
 
 from mdlib.experiments import fingerprint, paths
 
-__all__ = ["Config", "RunResult", "StoreWarning", "as_dict", "canonical_json", "code_of", "config_key", "entries",
-           "entry_dir", "kind",
-           "load", "load_or_run", "prune", "save"]
+__all__ = ["Config", "RunResult", "StoreWarning", "as_dict", "busy", "canonical_json", "code_of", "config_key",
+           "entries", "entry_dir", "kind", "load", "load_or_run", "prune", "save"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 FORMAT = 2
@@ -568,6 +567,12 @@ def _heartbeat(path: Path, token: str, every: float, stop: threading.Event) -> N
             return
         with contextlib.suppress(FileNotFoundError):
             os.utime(path)
+
+
+def busy(kind: str, config: Mapping[str, Any]) -> bool:
+    """Whether another process computes run (``kind``, ``config``) now: its lock is held and not stale."""
+    held = _holder(_lock_path(kind, config_key(kind, config)))
+    return held is not None and not _stale(*held, _lock_timeout())
 
 
 @contextlib.contextmanager
