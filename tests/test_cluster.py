@@ -374,3 +374,23 @@ def test_cluster_a_bad_executor_is_refused_before_anything_runs(chapter, capsys)
     err = capsys.readouterr().err
     assert f"error: {params / 'smoke.yaml'}: executor: unknown executor 'dask-local:many'; an executor is" in err
     assert seen == []
+
+
+def test_cluster_a_result_of_locked_runs_is_computed_without_its_own_lock():
+    import threading
+
+    key, held, done = store.config_key("race", {"a": 1}), threading.Event(), threading.Event()
+
+    def hold():
+        with store._run_lock("race", key):
+            held.set()
+            done.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    try:
+        assert store.load_or_run("race", {"a": 1}, lambda: {"value": 7}, lock=False)["value"] == 7
+    finally:
+        done.set()
+        holder.join()

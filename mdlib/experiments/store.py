@@ -623,20 +623,22 @@ def _run_lock(kind: str, key: str) -> Iterator[None]:
 
 
 def load_or_run(kind: str, config: Mapping[str, Any], compute: Callable[[], Mapping[str, Any]], *,
-                force: bool = False) -> RunResult:
+                force: bool = False, lock: bool = True) -> RunResult:
     """The stored result of run (``kind``, ``config``); if there is none, ``compute()`` it, store it and
     return it as read back from the store (so a fresh and a cached result look exactly the same).
 
     ``compute()`` returns a dict of name -> numpy array (or torch tensor), pandas DataFrame/Series, or
     JSON value. ``force=True`` recomputes and replaces a stored entry. While computing it holds the
     run's lock, so another process asked for the same run waits and then reads this one's result (see
-    the module's docstring); a process that finds the lock free re-reads the store first.
+    the module's docstring); a process that finds the lock free re-reads the store first. ``lock=False``
+    for a result gathered from runs that hold their own locks (a grid): processes that compute it at
+    once share those runs out, and the first stored result is the one all of them return.
     """
     if not force:
         hit = load(kind, config)
         if hit is not None:
             return hit
-    with _run_lock(kind, config_key(kind, config)):
+    with _run_lock(kind, config_key(kind, config)) if lock else contextlib.nullcontext():
         hit = None if force else load(kind, config)  # a racing process may have stored it meanwhile
         if hit is not None:
             return hit
