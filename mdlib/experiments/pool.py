@@ -300,7 +300,7 @@ def _sendable(build: Callable, extras: Callable | None, where: str) -> None:
         except Exception as error:
             raise ValueError(f"run_many({where}) sends {name} to other processes, so it must be a module-level "
                              "function of an importable module (not one defined in a notebook or a lambda); got "
-                             f"{function!r}, or use workers=1") from error
+                             f"{function!r}, or train in this process (workers=1, executor processes)") from error
 
 
 def _gather(jobs: Mapping[Any, str], skip: tuple[type[BaseException], ...], bar) -> dict[str, BaseException]:
@@ -354,8 +354,8 @@ def _run_in_processes(kind: str, missing: list[Mapping[str, Any]], build: Callab
     _sendable(build, extras, f"workers={workers}")
     pool = _start_pool(min(workers, len(missing)), devices)
     build_dir, device = str(paths.build_dir()), "cuda" if devices else "cpu"
-    where = f"{len(devices)} GPUs" if devices else "processes"
-    bar = tqdm(total=len(missing), desc=f"{kind}: {len(missing)} runs, {workers} {where}", disable=not progress)
+    where = f" on {len(devices)} GPUs" if devices else ""
+    bar = tqdm(total=len(missing), desc=f"{kind}: {len(missing)} runs, {workers} processes{where}", disable=not progress)
     try:
         with _terminate_raises(), bar:
             jobs = {pool.submit(_train_job, build_dir, kind, config, build, extras, device): config_key(kind, config)
