@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from mdlib.experiments import executors, paths, pool, store
-from test_runs import build_blobs
+from test_runs import build_blobs, build_either
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -254,6 +254,24 @@ def test_cluster_dask_local_spec_trains_as_the_process_does(tmp_path, build_dir,
     assert remote[0].key == here[0].key and remote[0].path.parent.parent.parent == build_dir
     pd.testing.assert_frame_equal(_histories(remote)[remote[0].key], _histories(here)[here[0].key], rtol=1e-6)
     assert len((tmp_path / "count").read_text().split()) == 2  # once in Dask's worker, once here
+
+
+@pytest.mark.slow  # 5-10 s: a spawned worker importing torch
+def test_cluster_any_executor_takes_the_runs_and_their_skipped_errors(tmp_path):
+    import concurrent.futures
+    import multiprocessing
+
+    good = {"lr": 0.05, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    bad = {"lr": 0.05, "diverge": True, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as executor:
+        results = pool.run_many("skip", [good, bad], build_either, skip=(FloatingPointError,), executor=executor,
+                                progress=False)
+        assert results[1] is None and results[0].cached  # trained in the executor, read here from the store
+        with pytest.raises(FloatingPointError, match="reduce lr"):
+            pool.run_many("skip", [bad], build_either, executor=executor, progress=False)
+    with pytest.raises(ValueError, match="run_many\\(executor=ProcessPoolExecutor\\) sends build"):
+        pool.run_many("skip", [good | {"lr": 0.1}], lambda config: build_blobs(config), executor=executor,
+                      progress=False)
 
 
 @pytest.mark.parametrize("spec", ["dask-local:0", "dask-local", "dask:", "slurm", "processes:2", ""])
