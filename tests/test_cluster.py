@@ -89,10 +89,10 @@ def test_cluster_lock_of_a_killed_holder_is_taken_over_at_once(tmp_path):
     assert store.load("race", {"a": 1})["value"] == 42 and not _lock().exists()
 
 
-def _foreign_lock(age: float) -> None:
+def _foreign_lock(age: float, host: str = "another-host", pid: int = 1, pids: str = "") -> None:
     lock = _lock()
     lock.parent.mkdir(parents=True)
-    lock.write_text(json.dumps({"host": "another-host", "pid": 1, "token": "another-host:1:x",
+    lock.write_text(json.dumps({"host": host, "pid": pid, "pids": pids, "token": f"{host}:{pid}:x",
                                 "started": "2026-01-01T00:00:00+00:00"}))
     os.utime(lock, (time.time() - age, time.time() - age))
 
@@ -106,13 +106,21 @@ def test_cluster_lock_with_an_old_heartbeat_is_taken_over_by_one_of_two_waiters(
     assert not list(_lock().parent.iterdir())  # neither the stale lock nor a guard left behind
 
 
-def test_cluster_lock_of_another_host_is_waited_for_until_its_heartbeat_is_old(monkeypatch, capsys):
+@pytest.mark.parametrize("elsewhere", ["another host", "another pid namespace"])
+def test_cluster_lock_of_another_host_is_waited_for_until_its_heartbeat_is_old(monkeypatch, capsys, elsewhere):
     monkeypatch.setenv(store.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
-    _foreign_lock(age=0)
+    if elsewhere == "another host":
+        _foreign_lock(age=0)
+        holder = "another-host:1"
+    else:  # a container sharing this host's name: its pid means nothing here
+        dead = subprocess.Popen([sys.executable, "-c", ""])
+        dead.wait()
+        _foreign_lock(age=0, host=store._host(), pid=dead.pid, pids="pid:[1]")
+        holder = f"{store._host()}:{dead.pid}"
     start = time.monotonic()
     result = store.load_or_run("race", {"a": 1}, lambda: {"value": 1})
     assert time.monotonic() - start >= 1.0 and result["value"] == 1
-    assert "another-host:1 (since 2026-01-01T00:00:00+00:00); waiting" in capsys.readouterr().err
+    assert f"{holder} (since 2026-01-01T00:00:00+00:00); waiting" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "ten", "inf"])

@@ -525,11 +525,20 @@ def _holder(path: Path) -> tuple[dict[str, Any] | None, float] | None:
     return (record if isinstance(record, dict) else None), age
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace on Linux (containers on one host may share its name, not their
+    pids), else ""."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def _stale(record: dict[str, Any] | None, age: float, timeout: float) -> bool:
-    """Whether a lock is abandoned: its holder is not running on this host, or its heartbeat (the file's
-    modification time) is older than ``timeout`` seconds."""
-    if record is not None and record.get("host") == _host() and isinstance(record.get("pid"), int):
-        if not _alive(record["pid"]):
+    """Whether a lock is abandoned: its holder is not running on this host (same host name and pid
+    namespace), or its heartbeat (the file's modification time) is older than ``timeout`` seconds."""
+    if record is not None and (record.get("host"), record.get("pids")) == (_host(), _pid_namespace()):
+        if isinstance(record.get("pid"), int) and not _alive(record["pid"]):
             return True
     return age > timeout
 
@@ -604,7 +613,7 @@ def _run_lock(kind: str, key: str) -> Iterator[None]:
             log.info(message)
             print(message, file=sys.stderr, flush=True)
         time.sleep(poll)
-    record = {"host": _host(), "pid": os.getpid(), "token": token,
+    record = {"host": _host(), "pid": os.getpid(), "pids": _pid_namespace(), "token": token,
               "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
