@@ -64,7 +64,7 @@ ablation_methods = ["1.1", "2"]  # methods of the ablation (at the first depth o
 ablation_seeds = 3  # seeds of the ablation
 ablation_epochs = 150  # most epochs of an ablation run
 ablation_multiples = {"1.1": [1], "2": [3]}  # the ablation's candidate step multiples
-workers = 2  # runs trained at once, one CPU thread each (use 1 on a GPU)
+workers = 2  # runs trained at once: CPU processes of one thread each, or one process per GPU when several are visible
 
 # %% tags=["remove-stderr"]
 import pandas as pd

@@ -60,7 +60,7 @@ flat_share = 0.05  # the training loss has levelled off when the last quarter of
 sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]  # global magnitude-pruning levels
 threshold = 0.06  # |w| threshold of the weight counts and histograms at the paper's width 512; scaled by sqrt(512 / width)
 setup = "authors"  # initialization: "authors" (their code: positions and [CLS] N(0, 1), torch defaults) or "modern"
-workers = 2  # training processes at once on a CPU (one thread each)
+workers = 2  # runs trained at once: CPU processes of one thread each, or one process per GPU when several are visible
 precision = "fp32"  # "fp32" (the paper's) or "bf16" (autocast on CUDA/CPU: the forward and backward in bfloat16, parameters, gradients and the optimizer's state in float32)
 
 # %% tags=["remove-stderr"]

@@ -41,8 +41,8 @@ def modules() -> list[str]:
 
 
 #: The extras whose modules a tier may import (numba, extra "fast", is optional everywhere: svm runs without).
-EXTRAS_OF_TIER = {"library": set(), "experiments": {"experiments", "cifar"},
-                  "book": {"experiments", "cifar", "book", "test"}}
+EXTRAS_OF_TIER = {"library": set(), "experiments": {"experiments", "cifar", "cluster"},
+                  "book": {"experiments", "cifar", "cluster", "book", "test"}}
 #: The distribution that brings a module, where the names differ (directly or as a dependency of it).
 DISTRIBUTION = {"sklearn": "scikit-learn", "yaml": "pyyaml", "IPython": "ipykernel", "myst_nb": "jupyter-book",
                 "jupyter_book": "jupyter-book", "sphinx": "jupyter-book", "nbformat": "jupytext",

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mdlib.book import cli, execute, provenance
+from mdlib.book import cli, execute, profiles, provenance
 from mdlib.experiments import paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -78,6 +78,28 @@ def test_a_variant_folder_is_named_by_the_profile_and_the_overrides(project):
     assert execute.default_output_dir("01_fixture", "smoke", {}) == paths.build_dir() == project / "_build"
     with pytest.raises(ValueError, match="unknown parameter 'sedes'"):
         execute.default_output_dir("01_fixture", "smoke", {"sedes": 3})
+
+
+def test_overriding_only_where_runs_train_executes_the_books_chapter(project, monkeypatch):
+    monkeypatch.setattr(execute, "PLACEMENT", frozenset({"lr"}))  # the fixture has no `workers`
+    assert execute.default_output_dir("01_fixture", "smoke", {"lr": 0.5}) == paths.build_dir()
+    assert execute.default_output_dir("01_fixture", "smoke", {"lr": 0.5, "seeds": 3}) == \
+        execute.default_output_dir("01_fixture", "smoke", {"seeds": 3}) != paths.build_dir()
+
+
+def test_the_chapters_workers_choose_where_runs_train_not_what_they_compute(monkeypatch, tmp_path):
+    from mdlib.experiments import sentiment, vision
+
+    monkeypatch.delenv(paths.ROOT_ENV, raising=False)
+    monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path))
+    assert execute.PLACEMENT == {"workers"}
+    for name in ("04_sentiment", "07_vision"):  # a GPU node's `-p workers 8` is the book's own chapter
+        assert execute.default_output_dir(name, "paper", {"workers": 8}) == paths.build_dir()
+    values = {n: profiles.executed_parameters(n, "paper") for n in ("04_sentiment", "07_vision")}
+    for module, name in ((sentiment, "04_sentiment"), (vision, "07_vision")):
+        grids = module.chapter_grids(**values[name])
+        assert [g.to_dict() for g in grids if g] == [g.to_dict() for g in module.chapter_grids(
+            **dict(values[name], workers=8)) if g]  # workers is not part of any run's config
 
 
 def test_run_writes_the_book_without_overrides_and_a_variant_with_them(project, executions, capsys):

@@ -3,6 +3,7 @@
     python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3 [--output-dir DIR]
     python -m mdlib notebook 01_fixed_decoder_paths [-o 01.ipynb] [--force]
     python -m mdlib book --profile default
+    python -m mdlib book --profile paper --executor dask:tcp://node7:8786
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist|imdb|cifar10|cifar100
     python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
     python -m mdlib store [--prune]
@@ -19,10 +20,12 @@ folders it is given (``mdlib.book.compare``) and needs no checkout. Installed, t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 #: What each command keeps when Ctrl-C stops it (printed as the one line of an interrupted command).
@@ -47,7 +50,7 @@ EXTRA_OF = {**dict.fromkeys(("yaml", "papermill", "jupytext", "nbformat", "nbcli
                              "matplotlib", "seaborn", "IPython", "ipykernel", "sphinx"), "book"),
             **dict.fromkeys(("pandas", "pyarrow", "tqdm", "sklearn", "datasets", "huggingface_hub", "tokenizers"),
                            "experiments"),
-            "torchvision": "cifar", "cvxpy": "test", "clarabel": "test"}
+            "torchvision": "cifar", "distributed": "cluster", "cvxpy": "test", "clarabel": "test"}
 
 
 def missing_extra(exc: ModuleNotFoundError) -> str | None:
@@ -101,6 +104,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _executor(text: str) -> str:
+    """An argparse type: an executor spec (``mdlib.experiments.executors.parse_executor``)."""
+    from mdlib.experiments import executors
+
+    try:
+        executors.parse_executor(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
+
+
+EXECUTOR_HELP = ("where the missing training runs train: processes (run_many's own pool, the default), dask-local:N "
+                 "(a Dask LocalCluster of N workers) or dask:ADDRESS (a running Dask scheduler, e.g. one a Slurm "
+                 "cluster started); overrides the profile's executor; needs the extra [cluster] for Dask")
+
+
 def _tolerance(text: str) -> float:
     """An argparse type: a number >= 0."""
     try:
@@ -150,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output-dir", metavar="DIR", default=None,
                      help="write the executed notebook (DIR/<notebook>.ipynb), its figures (DIR/figures) and results "
                           "(DIR/results) here, with or without -p; the results store stays the build's")
+    run.add_argument("--executor", type=_executor, default=None, metavar="SPEC", help=EXECUTOR_HELP)
 
     notebook = add_parser("notebook", help="write a notebook's .ipynb from its source, for papermill or Jupyter",
                           description=NOTEBOOK_HELP)
@@ -162,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     book = add_parser("book", help="execute every notebook at a profile, then build the HTML book")
     book.add_argument("--profile", default="default", help="smoke | default | paper")
     book.add_argument("--skip-execute", action="store_true", help="only rebuild the HTML from executed notebooks")
+    book.add_argument("--executor", type=_executor, default=None, metavar="SPEC", help=EXECUTOR_HELP)
 
     from mdlib.experiments.fetch import NAMES
 
@@ -229,17 +250,19 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _book_command(args: argparse.Namespace) -> int:
-    """``run``, ``notebook`` or ``book``; their errors end with one line (exit 1)."""
+    """``run``, ``notebook`` or ``book``; their errors end with one line (exit 1). ``--executor`` is in
+    the environment the notebooks' kernels inherit."""
     from mdlib.book import book, execute
-    from mdlib.experiments import fetch
+    from mdlib.experiments import executors, fetch
 
     try:
-        if args.command == "run":
-            _run(args)
-        elif args.command == "notebook":
-            print(execute.write_notebook(args.notebook, args.output, force=args.force))
-        else:
-            book.build(profile=args.profile, execute=not args.skip_execute)
+        with _environment(executors.EXECUTOR_ENV, getattr(args, "executor", None)):
+            if args.command == "run":
+                _run(args)
+            elif args.command == "notebook":
+                print(execute.write_notebook(args.notebook, args.output, force=args.force))
+            else:
+                book.build(profile=args.profile, execute=not args.skip_execute)
     except (ValueError, TypeError, execute.NotebookError, execute.BookError, fetch.DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -297,13 +320,31 @@ def _plan(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> None:
     """``run``: the book's chapter, or a variant into its own folder (printed before it executes)."""
     from mdlib.book import execute
+    from mdlib.experiments import paths
 
     given = overrides(args.notebook, args.parameter)
     folder = Path(args.output_dir).expanduser().resolve() if args.output_dir else \
-        execute.default_output_dir(args.notebook, args.profile, given) if given else None
-    if folder is not None:
+        execute.default_output_dir(args.notebook, args.profile, given)
+    if folder == paths.build_dir():  # the book's own chapter (no overrides, or only where runs train)
+        folder = None
+    else:
         print(f"variant: the executed notebook, its figures and results go to {folder}", file=sys.stderr, flush=True)
     execute.run_notebook(args.notebook, profile=args.profile, overrides=given, output_dir=folder, artifacts_dir=folder)
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """Within the block, ``$name`` is ``value`` (unchanged when ``value`` is None)."""
+    previous = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
 
 
 def _store(args: argparse.Namespace) -> int:

@@ -88,7 +88,8 @@ class BookError(RuntimeError):
 
 
 @contextlib.contextmanager
-def _kernel_environment(run: Mapping[str, Any] | None = None, output: Path | None = None) -> Iterator[None]:
+def _kernel_environment(run: Mapping[str, Any] | None = None, output: Path | None = None,
+                        executor: str | None = None) -> Iterator[None]:
     """The kernel imports the mdlib this process runs (PYTHONPATH: the folder holding the package, a
     checkout or site-packages) and reads and writes where this process would (``MDLIB_ROOT``: the
     project this process found, when it found one).
@@ -99,19 +100,23 @@ def _kernel_environment(run: Mapping[str, Any] | None = None, output: Path | Non
 
     ``MDLIB_BUILD_DIR`` and ``MDLIB_DATA_DIR``, when set, are passed down as absolute paths resolved
     here: the kernel runs in ``notebooks/`` and would resolve a relative one against that folder.
+    ``executor`` (the profile's ``executor: SPEC``) reaches ``pool.run_many`` in the kernel as
+    ``$MDLIB_EXECUTOR`` unless that is set already (``--executor`` sets it for the whole command).
     Progress bars (tqdm) are off inside executed notebooks (``TQDM_DISABLE=1`` unless set): their
     carriage-return output would clutter the book; papermill shows progress per cell instead.
     """
     from mdlib.book import provenance
-    from mdlib.experiments import fetch
+    from mdlib.experiments import executors, fetch
 
     keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, fetch.DATA_ENV,
-            paths.ROOT_ENV, paths.OUTPUT_ENV, provenance.ENV)
+            paths.ROOT_ENV, paths.OUTPUT_ENV, provenance.ENV, executors.EXECUTOR_ENV)
     saved = {key: os.environ.get(key) for key in keys}
     if run is not None:
         os.environ[provenance.ENV] = json.dumps(dict(run), default=str)
     if output is not None:
         os.environ[paths.OUTPUT_ENV] = str(Path(output).resolve())
+    if executor is not None and not saved[executors.EXECUTOR_ENV]:
+        os.environ[executors.EXECUTOR_ENV] = executor
     for key, resolved in ((paths.BUILD_ENV, paths.build_dir), (fetch.DATA_ENV, fetch.data_dir)):
         if saved[key]:
             os.environ[key] = str(resolved())
@@ -135,19 +140,25 @@ def _kernel_environment(run: Mapping[str, Any] | None = None, output: Path | Non
                 os.environ[key] = value
 
 
+#: The parameters that choose where a chapter's runs train (processes, GPUs), not what they compute:
+#: overriding them alone still executes the book's own chapter.
+PLACEMENT = frozenset({"workers"})
+
+
 def default_output_dir(name: str, profile: str = "default", overrides: Mapping[str, Any] | None = None, *,
                        notebooks_dir: Path | None = None, params_dir: Path | None = None) -> Path:
     """Where ``python -m mdlib run`` writes ``name`` at ``profile`` with ``overrides`` when no
-    ``--output-dir`` is given: without overrides the book's own build directory; with them the variant
+    ``--output-dir`` is given: without overrides (or with only overrides of :data:`PLACEMENT`, which
+    change where runs train, not what they compute) the book's own build directory; with them the variant
     folder ``<build>/variants/<name>-<hash>``, ``<hash>`` the first 8 hex digits of the SHA-256 of the
     profile and the overrides as the notebook reads them (so the same command, in any order of its
     ``-p``, writes into the same folder). Unknown parameters and values of the wrong type raise."""
     path = profiles.resolve_notebook(name, notebooks_dir)
-    if not overrides:
-        return paths.build_dir()
     parameters = profiles.resolve_parameters(path.stem, profile, overrides, notebooks_dir=path.parent,
                                              params_dir=params_dir)
-    chosen = {key: parameters[key] for key in overrides}
+    chosen = {key: parameters[key] for key in overrides or {} if key not in PLACEMENT}
+    if not chosen:
+        return paths.build_dir()
     text = json.dumps({"profile": profile, "overrides": chosen}, sort_keys=True, ensure_ascii=False, default=str)
     return paths.build_dir() / "variants" / f"{path.stem}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
@@ -189,6 +200,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     run = {"notebook": nb_name, "profile": profile, "execution": execution, "parameters": executed,
            "overrides": {key: parameters[key] for key in overrides or {}},
            "output_dir": None if artifacts == implied else str(artifacts)}
+    executor = profiles.profile_executor(profile, params_dir)
     nb = _prepared(path, profile, execution)
     out_dir = Path(output_dir) if output_dir is not None else path.parent
     output = out_dir / f"{nb_name}.ipynb"
@@ -204,7 +216,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
 
     def execute(partial: Path) -> None:
         try:
-            with _kernel_environment(run, artifacts):
+            with _kernel_environment(run, artifacts, executor):
                 # The kernel's own log (a TCP warning at start, a traceback when Ctrl-C stops it mid-cell)
                 # says nothing about the notebook: a cell's error is in the notebook and raised here.
                 papermill.execute_notebook(

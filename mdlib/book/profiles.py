@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 CHAPTER_RE = re.compile(r"^[0-9][0-9]_.+\.py$")
 PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  #: a profile's name: params/<name>.yaml, never a path
 PROFILE_ORDER = ("smoke", "default", "paper")
+EXECUTOR_KEY = "executor"  #: a profile's one top-level key that is not a notebook: where runs train
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -120,7 +121,21 @@ def list_profiles(params_dir: Path | None = None) -> list[str]:
 
 def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict[str, Any]]:
     """``params/<profile>.yaml``: a mapping notebook name -> {parameter: value}; ``profile`` is one of
-    :func:`list_profiles` (a name, never a path)."""
+    :func:`list_profiles` (a name, never a path). Its ``executor`` key, checked, is left out (see
+    :func:`profile_executor`)."""
+    return {name: values for name, values in _read_profile(profile, params_dir).items() if name != EXECUTOR_KEY}
+
+
+def profile_executor(profile: str, params_dir: Path | None = None) -> str | None:
+    """The profile's ``executor: SPEC`` (where ``pool.run_many`` trains its runs: processes,
+    dask-local:N, dask:ADDRESS; ``mdlib.experiments.executors``), or None when it names none."""
+    return _read_profile(profile, params_dir).get(EXECUTOR_KEY)
+
+
+def _read_profile(profile: str, params_dir: Path | None) -> dict[str, Any]:
+    """``params/<profile>.yaml`` checked: notebook name -> {parameter: value}, and an executor spec."""
+    from mdlib.experiments import executors
+
     folder = Path(params_dir or paths.params_dir())
     profiles = list_profiles(folder)
     if profile not in profiles:
@@ -130,8 +145,15 @@ def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict
     data = load_yaml(path.read_text("utf-8"), str(path), "correct the file") or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of notebook name -> parameters, got {type(data).__name__}")
-    out = {}
+    out: dict[str, Any] = {}
     for notebook, values in data.items():
+        if notebook == EXECUTOR_KEY:
+            try:
+                executors.parse_executor(values)
+            except ValueError as exc:
+                raise ValueError(f"{path}: {EXECUTOR_KEY}: {exc}") from None
+            out[EXECUTOR_KEY] = str(values).strip()
+            continue
         values = values or {}
         if not isinstance(values, dict):
             raise ValueError(f"{path}: the entry of {notebook!r} must be a mapping parameter -> value")

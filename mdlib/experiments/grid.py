@@ -177,7 +177,8 @@ def build(design: Design, *, workers: int = 1, progress: bool = True, name: str 
         if entry is None:
             raise LookupError(f"the {what} is not in the results store. {missing_hint}".strip())
     else:
-        entry = store.load_or_run(design.kind, design.config, lambda: _entry(design, workers, progress))
+        # no lock: the grid's runs hold theirs, so two processes building it share them out
+        entry = store.load_or_run(design.kind, design.config, lambda: _entry(design, workers, progress), lock=False)
     chosen = {tuple(row[:-1]): row[-1] for row in entry["chosen"]}
     diverged = [tuple(item) for item in entry["diverged"]]
     configs = {(*cell, seed): design.final_config(cell, value, seed)

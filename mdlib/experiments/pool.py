@@ -5,7 +5,8 @@ processes); a run the store holds is read back instead of trained.
 ``mdlib.experiments.train.fit`` trains it, with checkpoints, unless the store holds the run::
 
     result = pool.run("e4-sentiment", config, build, extras=pool.model_state)
-    results = pool.run_many("e4-sentiment", configs, build, workers=2)
+    results = pool.run_many("e4-sentiment", configs, build, workers=2)  # 2 CPU processes, or 1 per GPU
+    results = pool.run_many("e4-sentiment", configs, build, executor=client.get_executor())  # Dask
     pool.load_model_state(model, result)  # the trained weights, back into a model
 """
 
@@ -20,6 +21,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -30,7 +32,8 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from mdlib.experiments import paths, train
-from mdlib.experiments.store import Config, RunResult, as_dict, config_key, load, load_or_run
+from mdlib.experiments.executors import EXECUTOR_ENV, open_executor, parse_executor
+from mdlib.experiments.store import Config, RunResult, as_dict, busy, config_key, entry_dir, load, load_or_run
 
 __all__ = ["Setup", "load_model_state", "model_state", "run", "run_many"]
 
@@ -115,11 +118,14 @@ def load_model_state(model: nn.Module, result: Mapping[str, Any], prefix: str = 
     return model
 
 
-def _worker_init(parent: int) -> None:
-    """Set up a ``run_many`` worker: one thread, and exit as soon as ``parent`` (the process that
-    started it) is gone: a parent-death signal on Linux, and on every system a daemon thread that
-    polls the parent's pid (a worker whose parent died is reparented)."""
+def _worker_init(parent: int, devices=None) -> None:
+    """Set up a ``run_many`` worker: one thread, on CUDA the GPU it takes from ``devices`` (a queue of
+    ``CUDA_VISIBLE_DEVICES`` values, one per worker; set before torch touches CUDA), and exit as soon as
+    ``parent`` (the process that started it) is gone: a parent-death signal on Linux, and on every
+    system a daemon thread that polls the parent's pid (a worker whose parent died is reparented)."""
     torch.set_num_threads(1)
+    if devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices.get()
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -134,6 +140,31 @@ def _worker_init(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="mdlib-parent-watchdog", daemon=True).start()
+
+
+def _device_slots() -> list[str]:
+    """The GPUs a worker can be pinned to, as ``CUDA_VISIBLE_DEVICES`` values: the entries of this
+    process's ``CUDA_VISIBLE_DEVICES`` when it is set, else ``0 .. device_count - 1``."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [entry.strip() for entry in visible.split(",") if entry.strip()]
+    return [str(index) for index in range(torch.cuda.device_count())]
+
+
+def _start_pool(workers: int, devices: list[str]):
+    """A ProcessPoolExecutor of ``workers`` spawned processes with one thread each (``_worker_init``);
+    with ``devices``, worker i sees only GPU ``devices[i % len(devices)]``."""
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    slots = None
+    if devices:
+        slots = context.Queue()
+        for index in range(workers):
+            slots.put(devices[index % len(devices)])
+    return concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
+                                                  initargs=(os.getpid(), slots))
 
 
 @contextlib.contextmanager
@@ -164,26 +195,57 @@ def _stop(pool) -> None:
         process.join(5)
 
 
+def _train_job(build_dir: str, kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Setup],
+               extras: Callable[[nn.Module], Mapping[str, Any]] | None, device: str | None) -> str:
+    """``run(kind, config, build, extras=extras)`` in a worker process, which must store into the
+    launcher's results store ``build_dir``; returns the run's key (the launcher reads the result)."""
+    if paths.build_dir().resolve() != Path(build_dir).resolve():
+        raise RuntimeError(f"this worker's results store is {paths.build_dir()}, the launcher's {build_dir}: start "
+                           f"the workers with {paths.BUILD_ENV}={build_dir} (a folder both see, e.g. on NFS)")
+    return run(kind, config, build, extras=extras, progress=False, device=device).key
+
+
 def run_many(kind: str, configs: list[Config | Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup], *,
              extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, workers: int = 1,
              skip: tuple[type[BaseException], ...] = (), progress: bool = True,
-             device: str | torch.device | None = None) -> list[RunResult | None]:
-    """``run(kind, config, build, extras=extras)`` for every config, in order; the missing ones trained
-    by ``workers`` processes at once, each with one thread. With workers > 1, ``build`` and ``extras``
-    must be module-level functions of an importable module (they are sent to spawned processes).
-    On CUDA, or under torchrun, the runs go one after another in this process. A run that raises one
-    of the exception types in ``skip`` (e.g. FloatingPointError: a step size too large) gives None
-    instead of stopping the others. The worker processes end with the process that started them (even
-    when it is killed); on Ctrl-C or SIGTERM they are stopped and one line says what was kept."""
+             device: str | torch.device | None = None, executor=None) -> list[RunResult | None]:
+    """``run(kind, config, build, extras=extras)`` for every config, in order, the missing ones trained
+    at once by
+
+    * ``executor``, a ``concurrent.futures.Executor`` (e.g. Dask's ``Client.get_executor()``): one job
+      per missing run, in its workers, which must share this process's results store; else the
+      executor that ``$MDLIB_EXECUTOR`` names (:func:`parse_executor`; ``processes``, the default,
+      means the pool below);
+    * with ``workers`` > 1, ``workers`` spawned processes with one thread each: on the CPU, or on CUDA
+      with several GPUs visible, one process per GPU (worker i sees only GPU i mod count, through
+      ``CUDA_VISIBLE_DEVICES``). On one GPU, an indexed ``device`` or under torchrun, the runs go one
+      after another in this process.
+
+    With an executor or workers > 1, ``build`` and ``extras`` must be module-level functions of an
+    importable module (they are sent to other processes). A run that raises one of the exception types
+    in ``skip`` (e.g. FloatingPointError: a step size too large) gives None instead of stopping the
+    others. The worker processes end with the process that started them (even when it is killed); on
+    Ctrl-C or SIGTERM they are stopped and one line says what was kept. Processes asking for the same
+    runs (two launchers on a shared build folder) train each once (the store's lock) and share them
+    out: each starts with the runs no other process trains at that moment."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     configs = [as_dict(config) for config in configs]
     missing = [config for config in configs if load(kind, config) is None]
     missing = list({config_key(kind, c): c for c in missing}.values())  # each distinct run once
     failed: dict[str, BaseException] = {}
-    on_cpu = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cpu"
-    if workers > 1 and len(missing) > 1 and on_cpu and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        failed = _run_in_processes(kind, missing, build, extras, workers, skip, progress)
+    alone = int(os.environ.get("WORLD_SIZE", "1")) == 1
+    if alone:  # the runs another process trains now last: by then they are stored, or it died
+        missing.sort(key=lambda config: busy(kind, config))
+    spec = os.environ.get(EXECUTOR_ENV, "").strip() or "processes"
+    if missing and alone and (executor is not None or parse_executor(spec)[0] != "processes"):
+        with contextlib.nullcontext(executor) if executor is not None else open_executor(spec) as chosen:
+            failed = _run_on(chosen, kind, missing, build, extras, skip, progress,
+                             None if device is None else str(device))
+    elif alone and (devices := _pool_devices(workers, len(missing), device)) is not None:
+        failed = _run_in_processes(kind, missing, build, extras, workers, skip, progress, devices)
+    elif alone and len(missing) > 1:
+        failed = _run_free_first(kind, missing, build, extras, skip, progress, device)
     results = []
     for config in configs:
         key = config_key(kind, config)
@@ -198,49 +260,114 @@ def run_many(kind: str, configs: list[Config | Mapping[str, Any]], build: Callab
     return results
 
 
-def _run_in_processes(kind: str, missing: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup],
-                      extras: Callable[[nn.Module], Mapping[str, Any]] | None, workers: int,
-                      skip: tuple[type[BaseException], ...], progress: bool) -> dict[str, BaseException]:
-    """Train and store the ``missing`` runs in ``workers`` spawned CPU processes (``run_many``'s parallel
-    part); returns the errors of type ``skip`` by config key. Another error stops waiting (the running
-    jobs still finish and are stored) and is raised; Ctrl-C or SIGTERM kills the workers and one line
-    says what was kept."""
-    import concurrent.futures
-    import multiprocessing
+def _pool_devices(workers: int, runs: int, device: str | torch.device | None) -> list[str] | None:
+    """How ``run_many``'s pool trains ``runs`` runs: [] on the CPU, the GPUs of one worker each on CUDA
+    with several visible; None when there is no pool (one worker or run, one GPU, an indexed device)."""
+    if workers == 1 or runs < 2:
+        return None
+    target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if target.type == "cpu":
+        return []
+    devices = _device_slots() if target.type == "cuda" and target.index is None else []
+    return devices if len(devices) > 1 else None
+
+
+def _run_free_first(kind: str, missing: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup],
+                    extras: Callable[[nn.Module], Mapping[str, Any]] | None, skip: tuple[type[BaseException], ...],
+                    progress: bool, device: str | torch.device | None) -> dict[str, BaseException]:
+    """Train the ``missing`` runs in this process, each time one that no other process trains now when
+    there is one (so two launchers on the same runs share them out); returns the errors of type
+    ``skip`` by config key."""
+    failed: dict[str, BaseException] = {}
+    pending = list(missing)
+    while pending:
+        config = next((c for c in pending if not busy(kind, c)), pending[0])
+        pending.remove(config)
+        try:
+            run(kind, config, build, extras=extras, progress=progress, device=device)
+        except skip as error:
+            failed[config_key(kind, config)] = error
+    return failed
+
+
+def _sendable(build: Callable, extras: Callable | None, where: str) -> None:
+    """A ValueError unless ``build`` and ``extras`` pickle (they go to other processes: ``where``)."""
     import pickle
 
     for name, function in (("build", build), ("extras", extras)):
         try:
             pickle.dumps(function)
         except Exception as error:
-            raise ValueError(f"run_many(workers={workers}) sends {name} to other processes, so it must be a "
-                             "module-level function of an importable module (not one defined in a notebook"
-                             f" or a lambda); got {function!r}, or use workers=1") from error
+            raise ValueError(f"run_many({where}) sends {name} to other processes, so it must be a module-level "
+                             "function of an importable module (not one defined in a notebook or a lambda); got "
+                             f"{function!r}, or train in this process (workers=1, executor processes)") from error
+
+
+def _gather(jobs: Mapping[Any, str], skip: tuple[type[BaseException], ...], bar) -> dict[str, BaseException]:
+    """Wait for the jobs (future -> config key) as they finish; returns the errors of type ``skip`` by
+    key, raises the first other error. A job must return its key: another key means the worker runs
+    other code (the run would be stored where this process does not look)."""
+    import concurrent.futures
+
     failed: dict[str, BaseException] = {}
-    context = multiprocessing.get_context("spawn")
-    pool = concurrent.futures.ProcessPoolExecutor(min(workers, len(missing)), mp_context=context,
-                                                  initializer=_worker_init, initargs=(os.getpid(),))
-    done = 0
+    for job in concurrent.futures.as_completed(jobs):
+        error = job.exception()
+        if error is not None and not isinstance(error, skip):
+            raise error
+        if error is not None:
+            failed[jobs[job]] = error
+        elif job.result() != jobs[job]:
+            raise RuntimeError(f"a worker stored run {jobs[job][:12]} as {job.result()[:12]}: it runs other mdlib "
+                               "code than this process; give the workers the same checkout or version")
+        bar.update()
+    return failed
+
+
+def _run_on(executor, kind: str, missing: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup],
+            extras: Callable[[nn.Module], Mapping[str, Any]] | None, skip: tuple[type[BaseException], ...],
+            progress: bool, device: str | None) -> dict[str, BaseException]:
+    """Train and store the ``missing`` runs as jobs of ``executor`` (``run_many``'s part for an executor);
+    returns the errors of type ``skip`` by config key. Another error is raised once every job is done."""
+    import concurrent.futures
+
+    _sendable(build, extras, f"executor={type(executor).__name__}")
+    build_dir = str(paths.build_dir())
+    jobs = {executor.submit(_train_job, build_dir, kind, config, build, extras, device): config_key(kind, config)
+            for config in missing}
+    with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs on {type(executor).__name__}",
+              disable=not progress) as bar:
+        try:
+            return _gather(jobs, skip, bar)
+        except Exception:
+            concurrent.futures.wait(jobs)  # the other runs still finish and are stored
+            raise
+
+
+def _run_in_processes(kind: str, missing: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup],
+                      extras: Callable[[nn.Module], Mapping[str, Any]] | None, workers: int,
+                      skip: tuple[type[BaseException], ...], progress: bool,
+                      devices: list[str]) -> dict[str, BaseException]:
+    """Train and store the ``missing`` runs in ``workers`` spawned processes, on the CPU or, with
+    ``devices``, one GPU each (``run_many``'s pool); returns the errors of type ``skip`` by config
+    key. Another error stops waiting (the running jobs still finish and are stored) and is raised;
+    Ctrl-C or SIGTERM kills the workers and one line says what was kept."""
+    _sendable(build, extras, f"workers={workers}")
+    pool = _start_pool(min(workers, len(missing)), devices)
+    build_dir, device = str(paths.build_dir()), "cuda" if devices else "cpu"
+    where = f" on {len(devices)} GPUs" if devices else ""
+    bar = tqdm(total=len(missing), desc=f"{kind}: {len(missing)} runs, {workers} processes{where}", disable=not progress)
     try:
-        with _terminate_raises():
-            jobs = {pool.submit(run, kind, config, build, extras=extras, progress=False, device="cpu"):
-                    config_key(kind, config) for config in missing}
-            with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs, {workers} processes",
-                      disable=not progress) as bar:
-                try:
-                    for job in concurrent.futures.as_completed(jobs):
-                        error = job.exception()
-                        if error is not None and not isinstance(error, skip):
-                            raise error
-                        if error is not None:
-                            failed[jobs[job]] = error
-                        done += 1
-                        bar.update()
-                except Exception:
-                    pool.shutdown()  # after an error, the other runs still finish and are stored
-                    raise
+        with _terminate_raises(), bar:
+            jobs = {pool.submit(_train_job, build_dir, kind, config, build, extras, device): config_key(kind, config)
+                    for config in missing}
+            try:
+                failed = _gather(jobs, skip, bar)
+            except Exception:
+                pool.shutdown()  # after an error, the other runs still finish and are stored
+                raise
     except (KeyboardInterrupt, SystemExit):
         _stop(pool)
+        done = sum(entry_dir(kind, config).is_dir() for config in missing)
         print(f"interrupted: {done} of {len(missing)} {kind} runs finished and are stored; the running ones "
               "keep their checkpoint of their last finished epoch; run the same command again to resume",
               file=sys.stderr, flush=True)

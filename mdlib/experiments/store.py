@@ -26,12 +26,22 @@ is older than ``STALE_SECONDS`` (a write takes seconds; the age covers other hos
     result["divergence"]          # numpy array / DataFrame / JSON value, as compute() returned it
     result.cached, result.path    # whether it came from the store, and where it lives
 
+Two processes asked for the same missing run (two notebooks, two jobs on a cluster sharing the build
+folder over NFS) compute it once: ``load_or_run`` takes the run's lock, ``<build>/runs/.locks/<kind>/
+<key>.lock``, created with ``O_CREAT | O_EXCL`` (atomic on NFS) and holding the holder's host, pid and
+start time; the holder touches it every few seconds while it computes (its heartbeat). The other
+process says once that it waits for ``host:pid``, polls, and reads the stored entry when the lock goes.
+A lock is taken over when its holder is no longer running on this host, or when its heartbeat is older
+than ``$MDLIB_LOCK_TIMEOUT`` minutes (default 10; a holder on another host that died); the run's
+checkpoint lets the next holder resume where the last one stopped.
+
 Training runs of the real-data chapters fill it through ``mdlib.experiments.pool``. The store imports
 neither torch nor the trainer: the scorecard and the provenance records read it without them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -41,25 +51,29 @@ import os
 import re
 import shutil
 import socket
+import sys
 import tempfile
+import threading
 import time
+import uuid
 import warnings
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import numpy as np
 
 from mdlib.experiments import fingerprint, paths
 
-__all__ = ["Config", "RunResult", "StoreWarning", "as_dict", "canonical_json", "code_of", "config_key", "entries",
-           "entry_dir", "kind",
-           "load", "load_or_run", "prune", "save"]
+__all__ = ["Config", "RunResult", "StoreWarning", "as_dict", "busy", "canonical_json", "code_of", "config_key",
+           "entries", "entry_dir", "kind", "load", "load_or_run", "prune", "save"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 FORMAT = 2
 STALE_SECONDS = 3600  #: a temporary folder this old is removed whoever wrote it
 _WRITER_RE = re.compile(r"^\.(?:tmp|trash)-(?:[0-9a-f]{16}-)?([0-9]+)@([A-Za-z0-9_]*)-")
+LOCK_TIMEOUT_ENV = "MDLIB_LOCK_TIMEOUT"  #: minutes without a heartbeat after which a run's lock is taken over
+LOCK_TIMEOUT_MINUTES = 10.0
 _cleaned: set[Path] = set()
 _used: dict[str, None] = {}  # "kind/key" of the runs loaded or stored by this process, in first-use order
 
@@ -219,6 +233,19 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's process: alive
         pass
     return True
+
+
+def _lock_timeout() -> float:
+    """Seconds without a heartbeat after which a lock is stale: ``$MDLIB_LOCK_TIMEOUT`` minutes."""
+    text = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    try:
+        minutes = float(text) if text else LOCK_TIMEOUT_MINUTES
+    except ValueError:
+        minutes = math.nan
+    if not minutes > 0 or math.isinf(minutes):
+        raise ValueError(f"${LOCK_TIMEOUT_ENV} is {text!r}: give the minutes without a heartbeat after which a "
+                         f"run's lock is taken over, a number > 0 (default {LOCK_TIMEOUT_MINUTES:g})")
+    return minutes * 60
 
 
 def _clean_stale(folder: Path) -> None:
@@ -475,21 +502,163 @@ def save(kind: str, config: Mapping[str, Any], result: Mapping[str, Any], *, sec
     return final
 
 
+# ---------------------------------------------------------------------------------------------
+# the lock of a run being computed
+
+
+def _lock_path(kind: str, key: str) -> Path:
+    return paths.runs_dir() / ".locks" / kind / f"{key}.lock"
+
+
+def _holder(path: Path) -> tuple[dict[str, Any] | None, float] | None:
+    """(what the lock file holds, or None while its holder is still writing it; its age in seconds), or
+    None when there is no lock file."""
+    try:
+        age = time.time() - path.stat().st_mtime
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    return (record if isinstance(record, dict) else None), age
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace on Linux (containers on one host may share its name, not their
+    pids), else ""."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _stale(record: dict[str, Any] | None, age: float, timeout: float) -> bool:
+    """Whether a lock is abandoned: its holder is not running on this host (same host name and pid
+    namespace), or its heartbeat (the file's modification time) is older than ``timeout`` seconds."""
+    if record is not None and (record.get("host"), record.get("pids")) == (_host(), _pid_namespace()):
+        if isinstance(record.get("pid"), int) and not _alive(record["pid"]):
+            return True
+    return age > timeout
+
+
+def _break(path: Path, token: str | None, timeout: float) -> None:
+    """Remove the stale lock ``path`` if it still holds ``token`` (the holder judged stale). Between
+    waiters that judged it stale at once only one breaks it: the one that creates ``<lock>.break``
+    (O_EXCL) and finds the same holder there; the others find a new lock or none and wait on. The stale
+    lock is first renamed to a name of this process's own, so no later lock is ever removed."""
+    guard = path.with_name(path.name + ".break")
+    try:
+        os.close(os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        with contextlib.suppress(FileNotFoundError):  # a breaker killed within its milliseconds
+            if time.time() - guard.stat().st_mtime > timeout:
+                guard.unlink()
+        return
+    try:
+        now = _holder(path)
+        if now is not None and (now[0] or {}).get("token") == token:
+            aside = path.with_name(f"{path.name}.stale-{os.getpid()}@{_host()}-{uuid.uuid4().hex[:8]}")
+            os.replace(path, aside)
+            aside.unlink()
+    finally:
+        guard.unlink(missing_ok=True)
+
+
+def _heartbeat(path: Path, token: str, every: float, stop: threading.Event) -> None:
+    """Touch the lock file every ``every`` seconds until ``stop``; a warning if another process took it."""
+    while not stop.wait(every):
+        held = _holder(path)
+        if held is None or (held[0] or {}).get("token") != token:
+            warnings.warn(f"the lock {path} was taken over by another process (this one was thought dead); "
+                          "the run may be computed twice", StoreWarning, stacklevel=1)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(path)
+
+
+def busy(kind: str, config: Mapping[str, Any]) -> bool:
+    """Whether another process computes run (``kind``, ``config``) now: its lock is held and not stale."""
+    held = _holder(_lock_path(kind, config_key(kind, config)))
+    return held is not None and not _stale(*held, _lock_timeout())
+
+
+@contextlib.contextmanager
+def _run_lock(kind: str, key: str) -> Iterator[None]:
+    """Hold the lock of run ``kind``/``key`` for the block (see the module's docstring): wait while a live
+    process holds it, take it over when it is stale, and keep a heartbeat on it meanwhile."""
+    timeout = _lock_timeout()
+    path = _lock_path(kind, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = f"{_host()}:{os.getpid()}:{uuid.uuid4().hex}"
+    poll, waited = min(1.0, timeout / 8), False
+    while True:
+        try:
+            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            break
+        except FileExistsError:
+            held = _holder(path)
+        if held is None:
+            continue
+        record, age = held
+        if _stale(record, age, timeout):
+            log.info("taking over the stale lock %s (%s)", path, record)
+            _break(path, (record or {}).get("token"), timeout)
+            continue
+        if not waited and record is not None:
+            waited = True
+            message = (f"run {kind}/{key[:12]} is being computed by {record.get('host')}:{record.get('pid')} "
+                       f"(since {record.get('started')}); waiting for it")
+            log.info(message)
+            print(message, file=sys.stderr, flush=True)
+        time.sleep(poll)
+    record = {"host": _host(), "pid": os.getpid(), "pids": _pid_namespace(), "token": token,
+              "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(path, token, min(30.0, timeout / 4), stop),
+                            name=f"mdlib-lock-{key[:12]}", daemon=True)
+    beat.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beat.join()
+        held = _holder(path)
+        if held is not None and (held[0] or {}).get("token") == token:
+            path.unlink(missing_ok=True)
+
+
 def load_or_run(kind: str, config: Mapping[str, Any], compute: Callable[[], Mapping[str, Any]], *,
-                force: bool = False) -> RunResult:
+                force: bool = False, lock: bool = True) -> RunResult:
     """The stored result of run (``kind``, ``config``); if there is none, ``compute()`` it, store it and
     return it as read back from the store (so a fresh and a cached result look exactly the same).
 
     ``compute()`` returns a dict of name -> numpy array (or torch tensor), pandas DataFrame/Series, or
-    JSON value. ``force=True`` recomputes and replaces a stored entry.
+    JSON value. ``force=True`` recomputes and replaces a stored entry. While computing it holds the
+    run's lock, so another process asked for the same run waits and then reads this one's result (see
+    the module's docstring); a process that finds the lock free re-reads the store first. ``lock=False``
+    for a result gathered from runs that hold their own locks (a grid): processes that compute it at
+    once share those runs out, and the first stored result is the one all of them return.
     """
     if not force:
         hit = load(kind, config)
         if hit is not None:
             return hit
-    start = time.perf_counter()
-    result = compute()
-    seconds = time.perf_counter() - start
+    with _run_lock(kind, config_key(kind, config)) if lock else contextlib.nullcontext():
+        hit = None if force else load(kind, config)  # a racing process may have stored it meanwhile
+        if hit is not None:
+            return hit
+        start = time.perf_counter()
+        result = compute()
+        seconds = time.perf_counter() - start
+        return _store_computed(kind, config, result, seconds, force)
+
+
+def _store_computed(kind: str, config: Mapping[str, Any], result: Any, seconds: float, force: bool) -> RunResult:
+    """``load_or_run``'s last step: store what ``compute()`` returned and read it back."""
     if not isinstance(result, Mapping):
         raise TypeError(f"compute() for run kind {kind!r} must return a dict of name -> value, "
                         f"got {type(result).__name__}")
