@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 #: Each public name and the module that defines it.
 _EXPORTS = {
