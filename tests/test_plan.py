@@ -129,14 +129,17 @@ def test_the_readme_and_the_reproduce_page_show_the_paper_plan():
 
 
 def test_measured_costs_time_each_model_shape_once():
-    timer = plan.StepTimer("cpu", "test", examples=2)
+    timer = plan.StepTimer("cpu", "test")
     config = sentiment.run_config(layers=2, width=16, max_length=12, optimizer="md", lr=1e-3, p=1.1)
-    first = timer.example_seconds(sentiment.KIND, config)
-    assert first > 0 and timer.example_seconds(sentiment.KIND, dict(config, fit=dict(config["fit"], seed=3))) == first
+    overhead, per_example = timer.step_cost(sentiment.KIND, config)
+    assert overhead >= 0 and per_example >= 0 and overhead + per_example > 0
+    assert timer.step_cost(sentiment.KIND, dict(config, fit=dict(config["fit"], seed=3))) == (overhead, per_example)
     assert len(timer._cache) == 1
     work = workload.sentiment_work(config)
+    step = overhead + work.batch_size * per_example
+    evaluation = work.eval_examples_per_epoch / work.batch_size * (overhead + work.batch_size * per_example / 3)
     assert timer.run_seconds(sentiment.KIND, config, work) == pytest.approx(
-        work.epochs * first * (work.batch_size * work.steps_per_epoch + work.eval_examples_per_epoch / 3))
+        work.epochs * (work.steps_per_epoch * step + evaluation))
     assert plan.measure_cpu() > 0
 
 

@@ -86,30 +86,38 @@ class FlopRate:
 
 class StepTimer:
     """Time from training steps measured here, on ``device``: per model shape, the median of three
-    steps (after a warm-up) of the config's model with ℓ1.1 mirror descent on ``examples`` random
-    examples, scaled to the config's batch; an evaluated example costs a third of a trained one."""
+    steps (after a warm-up) of the config's model with ℓ1.1 mirror descent on ``small`` and on
+    ``large`` random examples, fitted as ``overhead + examples * per_example`` (the fixed cost of a
+    step, which dominates small models, and the cost of each example); a step of the config's batch
+    is priced by that line, an evaluated example at a third of a trained one."""
 
-    def __init__(self, device: str, source: str, examples: int = 4):
-        self.device, self.source, self.examples = device, source, examples
-        self._cache: dict[str, float] = {}
+    def __init__(self, device: str, source: str, small: int = 2, large: int = 8):
+        self.device, self.source, self.small, self.large = device, source, small, large
+        self._cache: dict[str, tuple[float, float]] = {}
 
-    def example_seconds(self, kind: str, config: Mapping[str, Any]) -> float:
-        """Seconds of one trained example of the config's model (cached per model shape)."""
+    def step_cost(self, kind: str, config: Mapping[str, Any]) -> tuple[float, float]:
+        """(seconds of a step's fixed cost, seconds per example) of the config's model, cached per shape."""
         import json
 
         shape = {"model": config["model"], **({"data": {k: config["data"][k] for k in ("dataset", "image_size")}}
                                               if kind == "e7-vit" else {"tokens": config["max_length"]})}
         key = json.dumps([kind, shape], sort_keys=True, default=str)
         if key not in self._cache:
-            self._cache[key] = _time_steps(kind, config, self.examples, self.device) / self.examples
+            small, large = (_time_steps(kind, config, n, self.device) for n in (self.small, self.large))
+            per_example = max(large - small, 0.0) / (self.large - self.small)
+            self._cache[key] = (max(small - self.small * per_example, 0.0), per_example)
         return self._cache[key]
 
     def run_seconds(self, kind: str, config: Mapping[str, Any], work: workload.RunWork) -> float:
-        per_example = self.example_seconds(kind, config)
-        return work.epochs * per_example * (work.batch_size * work.steps_per_epoch + work.eval_examples_per_epoch / 3)
+        overhead, per_example = self.step_cost(kind, config)
+        train = work.steps_per_epoch * (overhead + work.batch_size * per_example)
+        evaluate = work.eval_examples_per_epoch / work.batch_size * (overhead + work.batch_size * per_example / 3)
+        return work.epochs * (train + evaluate)
 
     def forward_seconds(self, kind: str, config: Mapping[str, Any], examples: float) -> float:
-        return examples * self.example_seconds(kind, config) / 3
+        overhead, per_example = self.step_cost(kind, config)
+        batch = workload.run_work(kind, config).batch_size
+        return examples / batch * (overhead + batch * per_example / 3)
 
 
 def _time_steps(kind: str, config: Mapping[str, Any], examples: int, device: str) -> float:
@@ -367,7 +375,9 @@ def _count(value: float) -> str:
 def _hours(value: float | None, bound: bool = False) -> str:
     if value is None:
         return "-"
-    return ("<= " if bound else "") + (f"{value:,.1f}" if value >= 0.05 else "< 0.1")
+    if value < 0.05:
+        return "< 0.1"
+    return ("<= " if bound else "") + f"{value:,.1f}"
 
 
 def _row(stage: Stage) -> list[str]:
