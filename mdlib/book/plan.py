@@ -391,10 +391,10 @@ def _row(stage: Stage) -> list[str]:
     steps = at_most + _count(stage.steps) + ("" if stage.bound or math.isclose(stage.steps, stage.steps_cap)
                                              else f" (<= {_count(stage.steps_cap)})")
     return [stage.notebook, stage.what, f"{stage.runs:,}" if stage.runs else "-", epochs, f"{steps} {stage.unit}",
-            ", ".join(stage.data) or "-", _hours(stage.gpu_hours, stage.bound), _hours(stage.cpu_hours, stage.bound)]
+            _hours(stage.gpu_hours, stage.bound), _hours(stage.cpu_hours, stage.bound), ", ".join(stage.data) or "-"]
 
 
-HEADER = ["notebook", "what", "runs", "epochs a run", "steps", "data", "GPU h", "CPU h"]
+HEADER = ["notebook", "what", "runs", "epochs a run", "steps", "GPU h", "CPU h", "data"]
 
 
 def _totals(stages: Iterable[Stage]) -> tuple[int, float, float]:
@@ -423,7 +423,7 @@ def text(stages: list[Stage], profile: str, costs: Costs | None = None) -> str:
     rows = [HEADER] + [_row(s) for s in stages]
     runs, gpu, cpu = _totals(stages)
     bound = any(s.bound for s in stages)
-    rows.append(["total", "", f"{runs:,}", "", "", "", _hours(gpu, bound), _hours(cpu, bound)])
+    rows.append(["total", "", f"{runs:,}", "", "", _hours(gpu, bound), _hours(cpu, bound), ""])
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join([f"plan of profile {profile!r}", *lines, "", *_legend(profile, costs), "", *_notes(stages)]) + "\n"
@@ -435,7 +435,8 @@ def markdown(stages: list[Stage], profile: str, costs: Costs | None = None) -> s
     rows = [_row(s) for s in stages]
     runs, gpu, cpu = _totals(stages)
     bound = any(s.bound for s in stages)
-    rows.append(["**total**", "", f"**{runs:,}**", "", "", "", f"**{_hours(gpu, bound)}**", f"**{_hours(cpu, bound)}**"])
+    rows.append(["**total**", "", f"**{runs:,}**", "", "", f"**{_hours(gpu, bound)}**", f"**{_hours(cpu, bound)}**", ""])
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(cell.replace("|", "/") for cell in r) + " |" for r in rows]
-    return "\n".join(lines + [""] + _legend(profile, costs) + [""] + _notes(stages)) + "\n"
+    return "\n".join(lines + [""] + [f"- {line}" for line in _legend(profile, costs)] + ["", "Notes:", ""]
+                     + _notes(stages)) + "\n"
