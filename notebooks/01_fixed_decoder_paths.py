@@ -65,6 +65,8 @@ from mdlib.experiments import synthetic
 plots.set_theme()
 if len(steps) != len(train_ps):
     raise ValueError(f"steps ({steps}) needs one entry per training exponent ({train_ps})")
+if not set(train_ps) <= set(svm_ps):  # each path is compared with the SVM of its own exponent
+    raise ValueError(f"svm_ps ({svm_ps}) must include every training exponent ({train_ps}): add the missing ones")
 config = dict(seeds=seeds, steps={f"{p:g}": s for p, s in zip(train_ps, steps)}, lr=lr, n=n, T=T, d=d,
               svm_ps=svm_ps, seed=seed, eps=None, points=250)
 result = synthetic.fixed_decoder_experiment(config, progress=True)

@@ -114,6 +114,26 @@ def test_chapter_08_refuses_an_unknown_model_or_mode_before_any_timing(name, val
         run({name: value})
 
 
+@pytest.mark.parametrize("overrides, error", [
+    ({"train_ps": [1.5, 2.0], "steps": [100, 100]}, r"svm_ps \(\[1.75, 2.0, 3.0\]\) must include every training exponent"),
+    ({"train_ps": [1.75, 3.0]}, r"steps \(\[1500, 2000, 20000\]\) needs one entry per training exponent")])
+def test_chapter_01_refuses_exponents_it_cannot_compare_before_training(overrides, error):
+    """A training exponent without an SVM of its own once ended in an IndexError after the training;
+    the checks in the first code cell after the parameters (the ``if ...: raise`` statements, run here
+    on the injected parameters) refuse it first."""
+    nb = profiles.read_notebook(paths.notebooks_dir() / "01_fixed_decoder_paths.py")
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    first = code[code.index(profiles.parameters_cell(nb)) + 1].source
+    checks = [ast.get_source_segment(first, node) for node in ast.parse(first).body if isinstance(node, ast.If)]
+    namespace = {}
+    exec(profiles.parameters_cell(nb).source, namespace)
+    exec("\n".join(checks), dict(namespace, **profiles.resolve_parameters("01_fixed_decoder_paths", "default",
+                                                                        {"train_ps": [1.75, 3.0], "steps": [1, 2]})))
+    with pytest.raises(ValueError, match=error):
+        exec("\n".join(checks), dict(namespace, **profiles.resolve_parameters("01_fixed_decoder_paths", "default",
+                                                                            overrides)))
+
+
 def _write_nb(folder: Path, name: str, body: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.py"
