@@ -323,13 +323,22 @@ def median_interval(values: ArrayLike, confidence: float = 0.95, resamples: int 
     return float(low), float(high)
 
 
-def training_step_time(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: Tensor, labels: Tensor,
-                       loss_fn: Callable[[Tensor, Tensor], Tensor], repeats: int = 3) -> float:
-    """Median seconds of one training step (forward, loss, backward, optimizer step) after one warm-up."""
+def training_step_time(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: Tensor | dict[str, Tensor],
+                       labels: Tensor, loss_fn: Callable[[Tensor, Tensor], Tensor], repeats: int = 3) -> float:
+    """Median seconds of one training step (forward, loss, backward, optimizer step) after one warm-up;
+    ``inputs`` a tensor or the model's keyword arguments. On CUDA each step ends with a synchronization,
+    so the time is the GPU's work, not its launch."""
+    import torch
+
+    cuda = next(model.parameters()).is_cuda
+
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(inputs), labels).backward()
+        out = model(**inputs) if isinstance(inputs, dict) else model(inputs)
+        loss_fn(out, labels).backward()
         optimizer.step()
+        if cuda:
+            torch.cuda.synchronize()
 
     step()
     return median_time(step, repeats)
