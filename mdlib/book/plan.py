@@ -19,7 +19,6 @@ processes divide the wall time by up to N.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -121,40 +120,30 @@ class StepTimer:
 
 
 def _time_steps(kind: str, config: Mapping[str, Any], examples: int, device: str) -> float:
-    """The median seconds of three training steps (after one warm-up) of the config's model on
-    ``examples`` random inputs of its shape (texts at ``max_length`` tokens)."""
+    """The median seconds of three training steps (after one warm-up; ``bench.training_step_time``) of
+    the config's model on ``examples`` random inputs of its shape (texts at ``max_length`` tokens)."""
     import torch
+    import torch.nn.functional as F
 
     from mdlib import LpMirrorDescent
+    from mdlib.book import bench
     from mdlib.experiments import sentiment, vision
 
     if kind == "e7-vit":
         model = vision.make_model(config)
         channels, classes, _ = vision.DATASETS[config["data"]["dataset"]]
         size = config["data"]["image_size"]
-        inputs, labels = (torch.randn(examples, channels, size, size),), torch.randint(0, classes, (examples,))
-        loss = torch.nn.functional.cross_entropy
+        inputs, labels = torch.randn(examples, channels, size, size), torch.randint(0, classes, (examples,))
+        loss = F.cross_entropy
     else:
         model = sentiment.initial_model(config)
         ids = torch.randint(1000, 2000, (examples, config["max_length"]))
-        inputs, labels = (ids, torch.ones_like(ids)), torch.randint(0, 2, (examples,)).float()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits
+        inputs, labels = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, torch.randint(0, 2, (examples,))
+        loss = lambda logits, y: F.binary_cross_entropy_with_logits(logits, y.to(logits.dtype))  # noqa: E731
     model.to(device).train()
-    inputs, labels = tuple(x.to(device) for x in inputs), labels.to(device)
+    inputs = {k: v.to(device) for k, v in inputs.items()} if isinstance(inputs, dict) else inputs.to(device)
     optimizer = LpMirrorDescent(model.parameters(), lr=1e-6, p=1.1)
-    times = []
-    for _ in range(4):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        optimizer.zero_grad()
-        output = model(*inputs)
-        loss(output[0] if isinstance(output, tuple) else output, labels).backward()
-        optimizer.step()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return sorted(times[1:])[1]
+    return bench.training_step_time(model, optimizer, inputs, labels.to(device), loss, repeats=3)
 
 
 @dataclass(frozen=True)
