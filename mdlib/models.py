@@ -36,6 +36,7 @@ __all__ = [
     "gaussian_instances",
     "joint_training_data",
     "SETUPS",
+    "VISION_SETUPS",
     "check_setup",
     "reference_kernels",
     "dropout_mask",
@@ -146,13 +147,18 @@ def joint_training_data(dtype: torch.dtype = torch.float64) -> SyntheticData:
 
 #: Initializations of the real-data models: "authors" reproduces the authors' public code (torch's
 #: defaults: N(0, 1) token and position embeddings, U(±1/sqrt(fan_in)) matrices), "modern" the
-#: project's earlier choice (BERT-style embeddings, Glorot-normal matrices), kept as an ablation.
-SETUPS = ("authors", "modern")
+#: project's earlier choice (BERT-style embeddings, Glorot-normal matrices). "small-embeddings" (the
+#: text encoder only) changes one factor of the authors' setup: embeddings drawn N(0, 0.02^2).
+SETUPS = ("authors", "small-embeddings", "modern")
+#: The setups of the vision transformer (no single-factor variant there).
+VISION_SETUPS = ("authors", "modern")
+#: The standard deviation of the token and position embeddings of "small-embeddings" and "modern" (BERT's).
+SMALL_EMBEDDING_STD = 0.02
 
 
-def check_setup(setup: str) -> None:
-    if setup not in SETUPS:
-        raise ValueError(f"unknown setup {setup!r}; choose one of {', '.join(SETUPS)}")
+def check_setup(setup: str, setups: tuple[str, ...] = SETUPS) -> None:
+    if setup not in setups:
+        raise ValueError(f"unknown setup {setup!r}; choose one of {', '.join(setups)}")
 
 
 _reference = threading.local()
@@ -297,16 +303,17 @@ class EncoderClassifier(nn.Module):
     {3, 4, 6}. ``setup="authors"`` is the authors' model as their code builds it: torch's default
     initialization (embeddings N(0, 1), matrices U(+-1/sqrt(fan_in))), dropout on the attention
     probabilities and on both residual branches, none on the embeddings, a classifier without bias.
-    With the same seed its initial weights are those of the authors' code. ``setup="modern"``:
-    embeddings N(0, 0.02^2) as BERT, Glorot-normal matrices, dropout on the embeddings and on both
-    residual branches (not on the probabilities), a classifier with bias.
+    With the same seed its initial weights are those of the authors' code. ``setup="small-embeddings"``:
+    the authors' model with one factor changed, token and position embeddings drawn N(0, 0.02^2).
+    ``setup="modern"``: embeddings N(0, 0.02^2) as BERT, Glorot-normal matrices, dropout on the
+    embeddings and on both residual branches (not on the probabilities), a classifier with bias.
     """
 
     def __init__(self, vocab_size: int = 30522, max_length: int = 512, width: int = 384, layers: int = 3,
                  heads: int = 3, mlp: int = 1536, dropout: float = 0.2, setup: str = "authors"):
         super().__init__()
         check_setup(setup)
-        authors = setup == "authors"
+        authors = setup != "modern"  # the authors' layers, dropout and classifier
         self.setup = setup
         self.token = nn.Embedding(vocab_size, width)
         self.position = nn.Embedding(max_length, width)
@@ -314,9 +321,10 @@ class EncoderClassifier(nn.Module):
         self.blocks = nn.ModuleList(EncoderBlock(width, heads, mlp, dropout, dropout if authors else 0.0)
                                     for _ in range(layers))
         self.classifier = nn.Linear(width, 1, bias=not authors)
+        if setup != "authors":
+            nn.init.normal_(self.token.weight, std=SMALL_EMBEDDING_STD)
+            nn.init.normal_(self.position.weight, std=SMALL_EMBEDDING_STD)
         if not authors:
-            nn.init.normal_(self.token.weight, std=0.02)
-            nn.init.normal_(self.position.weight, std=0.02)
             _glorot_init(self)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, return_attention: bool = False
@@ -401,7 +409,7 @@ class VisionTransformer(nn.Module):
                  width: int = 512, depth: int = 6, heads: int = 8, mlp: int = 512, dropout: float = 0.1,
                  embedding_dropout: float = 0.1, setup: str = "authors"):
         super().__init__()
-        check_setup(setup)
+        check_setup(setup, VISION_SETUPS)
         if image_size % patch:
             raise ValueError(f"image size {image_size} is not a multiple of the patch size {patch}")
         authors = setup == "authors"

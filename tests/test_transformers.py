@@ -68,7 +68,7 @@ def test_dropout_is_active_in_training_only():
 def test_errors():
     with pytest.raises(ValueError, match="divisible"):
         EncoderClassifier(width=10, heads=3)
-    with pytest.raises(ValueError, match="unknown setup 'bert'; choose one of authors, modern"):
+    with pytest.raises(ValueError, match="unknown setup 'bert'; choose one of authors, small-embeddings, modern"):
         EncoderClassifier(setup="bert")
     model = small()
     with pytest.raises(ValueError, match="positions"):

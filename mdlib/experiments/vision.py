@@ -35,7 +35,7 @@ import torch
 from mdlib.experiments import analysis, data, fetch, methods, paper, pool, store, train
 from mdlib.experiments import grid as grid_engine
 from mdlib.experiments.grid import Optimizer
-from mdlib.models import VisionTransformer, check_setup
+from mdlib.models import VISION_SETUPS, VisionTransformer, check_setup
 from mdlib.experiments.methods import method, method_key
 
 __all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "ImageFit", "KIND", "PAPER_STEP_SIZES", "PRUNING_KIND",
@@ -114,7 +114,7 @@ class VisionRun(store.Config):
     fit: ImageFit
 
     def __post_init__(self) -> None:
-        check_setup(self.model["setup"])
+        check_setup(self.model["setup"], VISION_SETUPS)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"fit": self.fit.to_dict()}
