@@ -24,8 +24,8 @@ import numpy as np
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-__all__ = ["GENERALIZATION", "clustered_rate", "difference_interval", "generalization_floor", "mean_interval",
-           "paired_interval", "wilson_interval"]
+__all__ = ["GENERALIZATION", "POWER", "clustered_rate", "detectable_effect", "difference_interval",
+           "generalization_floor", "mean_interval", "paired_interval", "seeds_for_half_width", "wilson_interval"]
 
 
 def _t_quantile(confidence: float, dof: float) -> float:
@@ -47,6 +47,36 @@ def mean_interval(values: ArrayLike, confidence: float = 0.95) -> tuple[float, f
         return mean, math.nan, math.nan
     half = _t_quantile(confidence, x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
     return mean, mean - half, mean + half
+
+
+#: The power at which ``detectable_effect`` states the smallest effect a design can detect.
+POWER = 0.8
+
+
+def detectable_effect(values: ArrayLike, confidence: float = 0.95, power: float = POWER) -> float:
+    """The smallest true mean a one-sample t test of ``values`` (per-unit differences, or per-seed rates
+    minus their null) detects with probability ``power`` at the two-sided level 1 - ``confidence``, at
+    the observed spread: (t_{(1+c)/2, n-1} + t_{power, n-1}) s / sqrt(n), s the standard deviation
+    (ddof 1). The usual normal-approximation formula with t quantiles; NaN with fewer than two values
+    or no spread."""
+    x = np.asarray(values, dtype=float)
+    if x.size < 2 or not np.all(np.isfinite(x)) or x.std() == 0:
+        return math.nan
+    from scipy.stats import t
+
+    dof = x.size - 1
+    return float((t.ppf(0.5 + confidence / 2, dof) + t.ppf(power, dof)) * x.std(ddof=1) / math.sqrt(x.size))
+
+
+def seeds_for_half_width(sd: float, half_width: float, confidence: float = 0.95, most: int = 10_000) -> int:
+    """The fewest units n >= 2 whose t interval of a mean has half-width t_{(1+c)/2, n-1} sd / sqrt(n) at
+    most ``half_width``, at the spread ``sd`` (``most`` when even that many do not suffice)."""
+    if not (sd >= 0 and half_width > 0):
+        raise ValueError(f"need sd >= 0 and half_width > 0, got {sd} and {half_width}")
+    for n in range(2, most + 1):
+        if _t_quantile(confidence, n - 1) * sd / math.sqrt(n) <= half_width:
+            return n
+    return most
 
 
 def paired_interval(first: ArrayLike, second: ArrayLike, confidence: float = 0.95) -> tuple[float, float, float]:
