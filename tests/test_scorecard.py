@@ -5,6 +5,7 @@ and the real sample folder builds."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -17,26 +18,46 @@ import pytest
 from conftest import HTML, raw_html
 from mdlib.book import plots, provenance, scorecard
 from mdlib.experiments import paths
-from mdlib.book.scorecard import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED
+from mdlib.book.scorecard import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, SMALLER
 
 RESULTS = Path(__file__).parent / "fixtures" / "results"  #: a smoke build's results (fixtures/make_results.py)
 OUTCOMES = (HOLDS, DIFFERS, INCONCLUSIVE, NOT_MEASURED)
 
 
-def table_rows(text: str) -> list[list[str]]:
-    """The body rows of the page's (only) table, cells split on unescaped bars."""
+DETAILS = re.compile(r":::\{dropdown\} (.*?): (.*?)\n\*\*Claim\.\*\* (.*?)\n\n\*\*Paper\.\*\* (.*?)\n\n"
+                     r"\*\*Ours\*\* \(profile (.*?)\)\. (.*?)\n\n\*\*Verdict\.\*\* (.*?)\n\n\*\*From\*\* (.*?)\.\n:::")
+
+
+def short_rows(text: str) -> list[list[str]]:
+    """The body rows of the page's short table (claim, paper, ours, verdict), cells split on unescaped bars."""
     lines = [line for line in text.splitlines() if line.startswith("|")]
-    assert lines[0].startswith("| Claim |") and set(lines[1]) <= set("|-")
+    assert lines[0] == "| Claim | Paper | Ours | Verdict |" and set(lines[1]) <= set("|-")
     return [[c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines[2:]]
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """One row per claim row of the page: [name, paper, ours, profile, verdict (with why), link], the name
+    and verdict from the short table, the rest from the row's details, which follow in the same order."""
+    short, details = short_rows(text), DETAILS.findall(text)
+    assert len(details) == len(short)
+    for row, (name, outcome, *_rest) in zip(short, details):
+        assert (row[0], row[3]) == (name, f"**{outcome}**")
+    return [[c.replace("\\|", "|") for c in (name, paper, ours, profile, verdict, link)]
+            for name, _, _, paper, profile, ours, verdict, link in details]
 
 
 def verdict_of(cell: str) -> str:
     return re.match(r"\*\*(.+?)\*\*", cell).group(1)
 
 
+def short_name(claim: int) -> str:
+    return scorecard.CLAIMS[claim].claim.partition(":")[0]
+
+
 def rows_of(text: str, claim: int) -> list[list[str]]:
     """The page's rows for ``CLAIMS[claim]``."""
-    return [row for row in table_rows(text) if row[0].startswith(scorecard.CLAIMS[claim].claim)]
+    name = short_name(claim)
+    return [row for row in table_rows(text) if row[0] == name or row[0].startswith(name + " (")]
 
 
 @pytest.fixture
@@ -81,10 +102,12 @@ def edit(folder: Path, label: str, change, *, checked: bool = False) -> None:
     save(folder, label, change(pd.read_csv(folder / f"{label}.csv")), checked=checked)
 
 
-def run_rows(first, second, reached: bool = True, **extra) -> list[dict]:
-    """Chosen runs at 3 layers with test accuracies at the stop ``first`` (ℓ1.1) and ``second`` (GD),
-    seed by seed."""
-    return [{"layers": 3, "method": m, "multiple": 1, "lr": 1e-3, "seed": s, "diverged": False, "epochs": 10,
+def run_rows(first, second, reached: bool = True, grid: str = "replication", analysed: bool = True,
+             **extra) -> list[dict]:
+    """Chosen runs of chapter 04's ``grid`` at 3 layers with test accuracies at the stop ``first`` (ℓ1.1)
+    and ``second`` (GD), seed by seed; ``analysed``: the grid chapters 05 and 06 read."""
+    setup = "authors" if grid == "replication" else "small-embeddings"
+    return [{"grid": grid, "setup": setup, "analysed": analysed, "layers": 3, "method": m, "multiple": 1, "lr": 1e-3, "seed": s, "diverged": False, "epochs": 10,
              "train_accuracy": 0.999 if reached else 0.9, "reached": reached, "best_test": a + 0.01, "last_test": a,
              "validation": a, "chosen": True, **extra}
             for m, values in (("1.1", first), ("2", second)) for s, a in enumerate(values)]
@@ -105,10 +128,10 @@ def sentiment_runs(folder: Path, first, second, reached: bool = True, accuracy: 
     baseline(folder, accuracy)
 
 
-def table_1(folder: Path, papers: dict[str, float]) -> None:
-    """table-1: one cell per method at 3 layers, with the paper's number."""
-    save(folder, "table-1", pd.DataFrame(
-        [{"layers": 3, "method": m, "runs": 3, "reached": 3, "epochs": 10.0, "test": 0.6, "test_std": 0.01,
+def table_1(folder: Path, papers: dict[str, float], label: str = "table-1") -> None:
+    """table-1 (or ``label``): one cell per method at 3 layers, with the paper's number."""
+    save(folder, label, pd.DataFrame(
+        [{"setup": "authors", "layers": 3, "method": m, "runs": 3, "reached": 3, "epochs": 10.0, "test": 0.6, "test_std": 0.01,
           "best": 0.61, "best_std": 0.01, "validation": 0.6, "multiple": 1, "lr": 1e-3, "paper": paper,
           "paper_epochs": 72} for m, paper in papers.items()]))
 
@@ -153,8 +176,10 @@ HIGH, LOW = [0.60, 0.62, 0.61], [0.55, 0.565, 0.56]  # paired: ℓ1.1 ahead by 5
 
 
 def gaps(scenario):
+    """(ℓ1.1, GD) test accuracies by seed; SMALLER: a gap of 0.07 [−0.87, +1.00] points, which contains 0
+    and excludes the paper's 1.81; INCONCLUSIVE: −0.10 [−2.49, +2.29], which contains both."""
     return {HOLDS: (HIGH, LOW), DIFFERS: (LOW, HIGH), INCONCLUSIVE: ([0.56, 0.57, 0.55], [0.565, 0.56, 0.558]),
-            NOT_MEASURED: (HIGH, LOW)}[scenario]
+            SMALLER: ([0.600, 0.605, 0.598], [0.601, 0.600, 0.600]), NOT_MEASURED: (HIGH, LOW)}[scenario]
 
 
 def table1(folder, scenario):
@@ -163,15 +188,18 @@ def table1(folder, scenario):
     table_1(folder, {"1.1": 83.47, "2": 81.66, "3": 82.57})
 
 
-def ablation(folder, scenario):
+def variation(folder, scenario):
     first, second = gaps(scenario)
-    sentiment_runs(folder, [0.6] * 3, [0.6] * 3)
-    save(folder, "table-sentiment-ablation", pd.DataFrame(
-        run_rows(first, second, setup="authors") + run_rows(first, second, scenario != NOT_MEASURED, setup="modern")))
+    save(folder, "table-sentiment-runs", pd.DataFrame(
+        run_rows([0.6] * 3, [0.6] * 3, analysed=False)
+        + run_rows(first, second, scenario != NOT_MEASURED, grid="variation")))
+    baseline(folder, 0.6)
+    table_1(folder, {"1.1": 83.47, "2": 81.66, "3": 82.57}, "table-1-variation")
 
 
 def tokens(folder, scenario):
-    rates = {HOLDS: (80, 78, 84), DIFFERS: (20, 22, 18), INCONCLUSIVE: (30, 70, 50), NOT_MEASURED: (80, 78, 84)}[scenario]
+    rates = {HOLDS: (80, 78, 84), DIFFERS: (20, 22, 18), INCONCLUSIVE: (30, 70, 50), SMALLER: (52, 48, 50),
+             NOT_MEASURED: (80, 78, 84)}[scenario]
     sentiment_runs(folder, HIGH, LOW, reached=scenario != NOT_MEASURED)
     save(folder, "table-token-selection-seeds", pd.DataFrame(
         [{"sentences": "the authors' sentences", "set": "authors", "seed": s, "wins": w, "losses": 100 - w, "ties": 3}
@@ -189,7 +217,7 @@ def concentration(folder, scenario):
 
 def kqv(folder, scenario):
     small = {HOLDS: (0.30, 0.33, 0.31), DIFFERS: (0.60, 0.63, 0.61), INCONCLUSIVE: (0.40, 0.60, 0.50),
-             NOT_MEASURED: (0.30, 0.33, 0.31)}[scenario]
+             SMALLER: (0.50, 0.53, 0.49), NOT_MEASURED: (0.30, 0.33, 0.31)}[scenario]
     sentiment_runs(folder, HIGH, LOW, reached=scenario != NOT_MEASURED)
     save(folder, "table-weights-change", pd.DataFrame(
         [{"method": m, "seed": s, "top_share": 0.1, "effective_density": x, "relative_change": 1.0, "epochs": 10,
@@ -254,7 +282,7 @@ def cost(folder, scenario):
     save(folder, "table-cost-training", pd.DataFrame(rows))
 
 
-WRITERS = [e1, e2, e2, e3, table1, ablation, tokens, concentration, kqv, pruning, vit_parity, vit_sparsity,
+WRITERS = [e1, e2, e2, e3, table1, variation, tokens, concentration, kqv, pruning, vit_parity, vit_sparsity,
            cost]  # CLAIMS' order
 
 
@@ -274,10 +302,48 @@ def test_each_rule_flips_between_its_outcomes(results, claim, scenario):
         assert "(" in rows[0][4] and "missing" not in rows[0][4]
 
 
+#: The claims with a paper effect on their own scale: Table 1 (both setups), token selection, K/Q/V.
+WITH_PAPER_EFFECT = [4, 5, 6, 8]
+
+
+@pytest.mark.parametrize("claim", WITH_PAPER_EFFECT, ids=[scorecard.CLAIMS[i].label for i in WITH_PAPER_EFFECT])
+def test_an_interval_that_excludes_the_paper_s_effect_is_smaller_not_inconclusive(results, claim):
+    """The fourth outcome: an interval around no effect that cannot hold the paper's reads "smaller
+    than the paper's"; a wider one that holds both stays inconclusive; the paper's effect is drawn."""
+    WRITERS[claim](results, SMALLER)
+    row = rows_of(scorecard.page(results, profile="smoke"), claim)[0]
+    assert verdict_of(row[4]) == SMALLER, row
+    assert "detectable effect ±" in row[2]
+    effect = next(r.effect for r in scorecard.rows(results, profile="smoke") if r.verdict.outcome == SMALLER)
+    assert math.isfinite(effect.paper) and not effect.low <= effect.paper <= effect.high
+    assert effect.low <= effect.null[0] <= effect.high and math.isfinite(effect.detectable)
+    WRITERS[claim](results, INCONCLUSIVE)
+    assert verdict_of(rows_of(scorecard.page(results, profile="smoke"), claim)[0][4]) == INCONCLUSIVE
+
+
+def test_interval_rule_s_four_outcomes_on_crafted_numbers():
+    rule = scorecard.interval_rule
+    assert rule(0.2, 1.0, paper=1.81).outcome == HOLDS  # above 0, even when below the paper's effect
+    assert rule(-1.0, -0.2, paper=1.81).outcome == DIFFERS
+    assert rule(-0.5, 0.9, paper=1.81).outcome == SMALLER
+    assert rule(-0.5, 1.9, paper=1.81).outcome == INCONCLUSIVE
+    assert rule(-0.5, 0.9).outcome == INCONCLUSIVE  # no paper effect: nothing to be smaller than
+    assert rule(-0.5, 1.81, paper=1.81).outcome == INCONCLUSIVE  # the bound holds the paper's effect
+    # token selection: rates against 1/2, the paper's 22 of 38
+    assert scorecard.token_rule(0.45, 0.55, seeds=3, unreached=0, paper_rate=22 / 38).outcome == SMALLER
+    assert scorecard.token_rule(0.45, 0.60, seeds=3, unreached=0, paper_rate=22 / 38).outcome == INCONCLUSIVE
+    # sparsity: the claim predicts a negative difference; the paper's effect is negative too
+    assert scorecard.sparser_rule(-0.02, 0.03, seeds=3, paper_effect=-0.1).outcome == SMALLER
+    assert scorecard.sparser_rule(-0.12, 0.03, seeds=3, paper_effect=-0.1).outcome == INCONCLUSIVE
+    assert scorecard.sparser_rule(-0.12, -0.03, seeds=3, paper_effect=-0.1).outcome == HOLDS
+
+
 def full_folder(folder: Path) -> Path:
     for writer in WRITERS:
         writer(folder, HOLDS)
     table1(folder, HOLDS)  # the sentiment runs again: later writers replaced them with their own
+    save(folder, "table-sentiment-runs", pd.DataFrame(run_rows(HIGH, LOW, analysed=False)
+                                                      + run_rows(HIGH, LOW, grid="variation")))  # both grids
     return folder
 
 
@@ -287,8 +353,9 @@ def test_page_has_one_row_per_claim_in_paper_order(results):
     assert all(len(row) == 6 for row in rows)
     tokens = pytest.importorskip("markdown_it").MarkdownIt("commonmark").enable("table").parse(text)
     assert [t.type for t in tokens].count("tr_open") == 1 + len(rows)  # a markdown table: header + a row per claim
-    assert [t.type for t in tokens].count("td_open") == 6 * len(rows)
-    claims = [next(i for i, c in enumerate(scorecard.CLAIMS) if row[0].startswith(c.claim)) for row in rows]
+    assert [t.type for t in tokens].count("td_open") == 4 * len(rows)  # claim, paper, ours, verdict
+    claims = [next(i for i in range(len(scorecard.CLAIMS))
+                   if row[0] == short_name(i) or row[0].startswith(short_name(i) + " (")) for row in rows]
     assert claims == list(range(len(scorecard.CLAIMS)))
     assert {verdict_of(row[4]) for row in rows} == {HOLDS}
     assert all(row[3] == "smoke" for row in rows)
@@ -382,7 +449,7 @@ def test_a_smoke_build_s_results_build_a_page():
     assert len(rows) >= len(scorecard.CLAIMS)
     assert all(verdict_of(row[4]) in OUTCOMES for row in rows)
     verdicts = {row[0]: row[4] for row in rows}
-    assert verdict_of(verdicts[scorecard.CLAIMS[2].claim]) == HOLDS  # E2's rate
+    assert verdict_of(verdicts[short_name(2)]) == HOLDS  # E2's rate
     cost = [row for row in rows if row[0].startswith("Cost")]
     assert [verdict_of(row[4]) for row in cost] == [INCONCLUSIVE, HOLDS]
     assert "p = 1.1: 0.76 [0.71, 0.81]" in cost[0][2]
@@ -403,7 +470,7 @@ def test_the_scorecard_reads_the_interval_bounds_not_the_display(results):
     assert [verdict_of(row[4]) for row in after] == [DIFFERS, DIFFERS]
 
 
-GATED = {4: table1, 5: ablation, 6: tokens, 9: pruning}  # the claims about what the sentiment models learned
+GATED = {4: table1, 5: variation, 6: tokens, 9: pruning}  # the claims about what the sentiment models learned
 
 
 @pytest.mark.parametrize("claim", list(GATED), ids=[scorecard.CLAIMS[i].label for i in GATED])
@@ -417,7 +484,7 @@ def test_generalization_gate_flips_a_holding_claim_to_not_measured(results, clai
     assert verdict_of(cell) == NOT_MEASURED and "not in a generalizing regime" in cell and "72.5 %" in cell, cell
     # exactly at the floor passes: 50 % + (baseline - 50 %) / 2 = the lowest mean
     lowest = runs[runs.chosen].groupby("method").last_test.mean().min()
-    if claim != 5:  # the ablation's own runs set its gate
+    if claim != 5:  # the variation's own runs set its gate
         baseline(results, 2 * lowest - 0.5 - 1e-9)
         assert verdict_of(rows_of(scorecard.page(results), claim)[0][4]) == HOLDS
 
@@ -428,9 +495,9 @@ def test_stop_rule_and_seed_gates(results, claim):
     cell = rows_of(scorecard.page(results), claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "did not reach the stop rule" in cell
     GATED[claim](results, HOLDS)
-    for label in ("table-sentiment-runs", "table-sentiment-ablation", "table-token-selection-seeds", "fig-pruning"):
+    for label in ("table-sentiment-runs", "table-token-selection-seeds", "fig-pruning"):
         path = results / f"{label}.csv"
-        if path.exists() and label != "table-sentiment-runs" or (claim == 4 and label == "table-sentiment-runs"):
+        if path.exists() and label != "table-sentiment-runs" or (claim in (4, 5) and label == "table-sentiment-runs"):
             frame = pd.read_csv(path)
             save(results, label, frame[frame.seed == 0])  # one seed: no interval
     cell = rows_of(scorecard.page(results), claim)[0][4]
@@ -498,13 +565,13 @@ FAULTS = {  # name: (claim, fault, what the row must say)
         test_accuracy=f.test_accuracy.where(f.index != 2)), checked=True),
         "fig-vit-accuracy.csv row 4: test_accuracy is missing"),
     "duplicated run rows": (4, lambda d: edit(d, RUNS, lambda f: pd.concat([f, f.iloc[:3]], ignore_index=True)),
-                            "table-sentiment-runs.csv row 9 repeats row 2: the same layers, method, multiple, seed "
-                            "(3, 1.1, 1, 0); one row per run"),
+                            "table-sentiment-runs.csv row 9 repeats row 2: the same grid, layers, method, multiple, "
+                            "seed (replication, 3, 1.1, 1, 0); one row per run"),
     "duplicated seed rows": (6, lambda d: edit(d, "table-token-selection-seeds", lambda f: pd.concat([f, f])),
                              "table-token-selection-seeds.csv row 5 repeats row 2"),
     "truncated CSV": (4, lambda d: truncate(d, RUNS), "table-sentiment-runs.csv does not match its record"),
     "truncated CSV, recorded": (4, lambda d: (truncate(d, RUNS), record(d, RUNS)),
-                                "table-sentiment-runs.csv row 3: reached is missing"),
+                                "table-sentiment-runs.csv row 3: diverged is missing"),
     "empty CSV": (4, lambda d: rewrite_text(d, RUNS, ""), "table-sentiment-runs.csv is empty"),
     "unparsable CSV": (4, lambda d: rewrite_text(d, RUNS, "a,b\n1,2\n1,2,3\n"), "table-sentiment-runs.csv is not a "
                                                                              "readable CSV"),
@@ -531,8 +598,8 @@ FAULTS = {  # name: (claim, fault, what the row must say)
         amend(d, "table-sentiment-baseline", notebook="04_sentiment", runs=["e4-sentiment/new"]),
         amend(d, "table-token-selection-seeds", notebook="05_token_selection", runs=["e4-sentiment/old"])),
         "table-token-selection-seeds.csv analysed runs that table-sentiment-runs.csv does not list"),
-    "a placeholder table": (5, lambda d: save(d, "table-sentiment-ablation", pd.DataFrame({"note": ["no ablation"]})),
-                            "table-sentiment-ablation.csv: no ablation"),
+    "a placeholder table": (5, lambda d: save(d, RUNS, pd.DataFrame({"note": ["no grid at this profile"]})),
+                            "table-sentiment-runs.csv: no grid at this profile"),
 }
 
 

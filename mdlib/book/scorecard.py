@@ -7,10 +7,12 @@ it atomically. A CSV counts only when its provenance record (``<label>.json``) n
 profile and holds the CSV's hash, and when the CSV keeps its table's rules (``mdlib.book.schema``).
 
 Every verdict comes from a rule: a small pure function of numbers, whose ``sentence`` is printed on
-the page exactly as applied. The outcomes are ``holds``, ``differs``, ``inconclusive`` (the interval
-spans both answers) and ``not measured at this profile`` (a CSV is missing, refused by its record or
-its table's rules, or lacks a value a verdict uses, or the regime the claim is about was not reached;
-the cell says which).
+the page exactly as applied. The outcomes are ``holds``, ``differs``, ``smaller than the paper's``
+(the interval contains no effect but excludes the paper's), ``inconclusive`` (the interval spans no
+effect and the paper's, or both answers where the paper gives no number) and ``not measured at this
+profile`` (a CSV is missing, refused by its record or its table's rules, or lacks a value a verdict
+uses, or the regime the claim is about was not reached; the cell says which). Every comparative row
+also states the smallest effect its design detects (``stats.detectable_effect``).
 """
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ import pandas as pd
 from mdlib.book import provenance, schema
 from mdlib.book.pages import md_text
 from mdlib.experiments import paper
-from mdlib.experiments.stats import GENERALIZATION, clustered_rate, generalization_floor, paired_interval
+from mdlib.experiments.stats import (GENERALIZATION, POWER, clustered_rate, detectable_effect, generalization_floor,
+                                     paired_interval, seeds_for_half_width)
 from mdlib.experiments.paths import atomic_write
 
-__all__ = ["HOLDS", "DIFFERS", "INCONCLUSIVE", "NOT_MEASURED", "GENERALIZATION", "Verdict", "Effect", "Row", "RULES",
+__all__ = ["HOLDS", "DIFFERS", "SMALLER", "INCONCLUSIVE", "NOT_MEASURED", "GENERALIZATION", "Verdict", "Effect", "Row", "RULES",
            "CLAIMS", "reference", "generalization_floor", "interval_rule", "e1_rule", "e2_norm_rule", "e2_rate_rule",
            "e3_rule", "table1_rule", "token_rule", "concentration_rule", "sparser_rule", "pruning_rule",
-           "parity_rule", "cost_rule", "rows", "verdicts", "page", "forest", "write_page"]
+           "parity_rule", "cost_rule", "rows", "verdicts", "page", "forest", "write_page",
+           "KQV_PAPER_REDUCTION"]
 
 HOLDS, DIFFERS, INCONCLUSIVE, NOT_MEASURED = "holds", "differs", "inconclusive", "not measured at this profile"
+SMALLER = "smaller than the paper's"
 
 
 @dataclass(frozen=True)
@@ -52,13 +57,17 @@ class Verdict:
 class Effect:
     """A comparative claim's estimate as the forest plot draws it: the estimate and its interval, the
     ``null`` value (or band, e.g. parity's ±2 points) the claim is judged against, the side the claim
-    predicts (+1: above it, -1: below, 0: inside the band) and the unit."""
+    predicts (+1: above it, -1: below, 0: inside the band), the unit, the paper's effect on the same
+    scale (NaN: the paper gives none) and the smallest effect the design detects (``detectable``: its
+    distance from the null, NaN when it cannot be computed)."""
     estimate: float
     low: float
     high: float
     null: tuple[float, float]
     direction: int
     unit: str
+    paper: float = math.nan
+    detectable: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,7 @@ class Row:
     link: str
     effect: Effect | None = None
     short: str = ""  #: the claim's name without its statement, e.g. "Table 1 (3 layers)"
+    headline: str = ""  #: ours in a few words (the short table's cell)
 
 
 def _rule(name: str, sentence: str):
@@ -96,16 +106,26 @@ def _not_measured(why: str) -> Verdict:
 # the rules: pure functions of numbers
 
 
-def interval_rule(low: float, high: float) -> Verdict:
-    """holds when the interval lies above 0, differs when below, inconclusive when it contains 0; not
-    measured when it could not be computed (NaN: no spread, or a missing value)."""
+def interval_rule(low: float, high: float, paper: float = math.nan) -> Verdict:
+    """On a scale where the claim predicts a positive value: holds when the interval lies above 0,
+    differs when below; when it contains 0, smaller than the paper's when it lies wholly below
+    ``paper`` (the paper's effect on the same scale), else inconclusive (NaN ``paper``: the paper gives
+    no number). Not measured when the interval could not be computed (NaN: no spread, or a missing
+    value)."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return _not_measured("no interval (no spread over seeds, or a missing value)")
     if low > 0:
         return Verdict(HOLDS)
     if high < 0:
         return Verdict(DIFFERS)
+    if math.isfinite(paper) and high < paper:
+        return Verdict(SMALLER)
     return Verdict(INCONCLUSIVE)
+
+
+#: How every interval rule with a paper effect reads an interval that contains no effect.
+SMALLER_SENTENCE = (f"when it contains {{null}}, {SMALLER} when it excludes the paper's effect ({{paper}}), "
+                    f"inconclusive when it contains both")
 
 
 @_rule("E1", "Per training exponent p, take the band of the directional divergence at the last step from the "
@@ -172,26 +192,35 @@ def e3_rule(divergences: Iterable[float]) -> Verdict:
 
 
 
-_GATES = ("Not measured with fewer than 2 paired seeds, when some ℓ1.1 or GD run did not reach the stop rule "
-          f"({100 * paper.STOP_TRAIN_ACCURACY:g} % training accuracy: the claim is about trained models), or when a "
-          "compared method's mean test "
-          "accuracy at the stop rule is below 50 % + "
-          f"{GENERALIZATION:g} × (baseline − 50 %), the baseline being the bag-of-words Naive Bayes on the same "
-          "tokens and splits (models that do not generalize say nothing about generalization).")
+def _gates(paired: str = "paired seeds", accuracy: str = "mean test accuracy at the stop rule") -> str:
+    """The gates' sentence: what makes a sentiment claim not measured (``_gated``)."""
+    return (f"Not measured with fewer than 2 {paired}, when some ℓ1.1 or GD run did not reach the stop rule "
+            f"({100 * paper.STOP_TRAIN_ACCURACY:g} % training accuracy: the claim is about trained models), or "
+            f"when a compared method's {accuracy} is below 50 % + {GENERALIZATION:g} × (baseline − 50 %), the "
+            f"baseline being the bag-of-words Naive Bayes on the same tokens and splits (models that do not "
+            f"generalize say nothing about generalization).")
 
 
-@_rule("Table 1", "Per depth: ℓ1.1 minus GD in test accuracy at the stop rule (the last epoch), seed by seed (a seed "
-                  "gives both the same initialization, data order and dropout), with the paired 95 % t interval. "
-                  "Holds when it lies above 0, differs when below, inconclusive when it contains 0. " + _GATES +
-                  " The paper's metric, the best test accuracy over epochs, selects on the test set and is "
-                  "shown, not judged.")
-def table1_rule(low: float, high: float, seeds: int, unreached: int, below: str = "") -> Verdict:
+_DETECTABLE = (f"The row shows the smallest effect the design detects with {POWER:.0%} power at the 5 % level, at "
+               f"the observed spread over seeds: (t₀.₉₇₅ + t₀.₈₀) s / √n.")
+
+
+@_rule("Table 1", "Per depth and setup (the authors' replication, and each named variation): ℓ1.1 minus GD in test "
+                  "accuracy at the stop rule (the last epoch), seed by seed (a seed gives both the same "
+                  "initialization, data order and dropout), with the paired 95 % t interval. Holds when it lies "
+                  "above 0, differs when below; " + SMALLER_SENTENCE.format(
+                      null="0", paper=f"its ℓ1.1 − GD gap at that depth, e.g. {paper.TABLE_1_GAPS[3]:+.2f} points at 3 layers") + ". "
+                  + _gates() + " The paper's metric, the best test accuracy over epochs, selects on the test set "
+                  "and is shown, not judged. " + _DETECTABLE)
+def table1_rule(low: float, high: float, seeds: int, unreached: int, below: str = "",
+                paper_gap: float = math.nan) -> Verdict:
     """``seeds``: the pairs; ``unreached``: runs of the row that did not reach the stop; ``below``: why the
-    models do not generalize ("" when they do)."""
-    return _gated(low, high, seeds, unreached, below)
+    models do not generalize ("" when they do); ``paper_gap``: the paper's ℓ1.1 − GD gap in points."""
+    return _gated(low, high, seeds, unreached, below, paper_gap)
 
 
-def _gated(low: float, high: float, seeds: int, unreached: int, below: str = "") -> Verdict:
+def _gated(low: float, high: float, seeds: int, unreached: int, below: str = "",
+           paper_effect: float = math.nan) -> Verdict:
     """``interval_rule``, when there are 2 pairs or more, every run reached the stop rule and the models
     generalize."""
     if seeds < 2:
@@ -199,27 +228,37 @@ def _gated(low: float, high: float, seeds: int, unreached: int, below: str = "")
     links = ([f"{unreached} run(s) did not reach the stop rule"] if unreached else []) + ([below] if below else [])
     if links:
         return _not_measured("not in a generalizing regime: " + "; ".join(links))
-    return interval_rule(low, high)
+    return interval_rule(low, high, paper_effect)
 
 
 @_rule("Token selection", "Per sentence set: each seed's ℓ1.1 model against the same seed's GD model, the share "
                           "of the non-tied sentences that ℓ1.1 wins (puts more normalized [CLS] attention on the "
                           "pivotal word); the seeds are the units (the sentences are shared by every seed, so the "
                           "comparisons cluster by seed): the mean of the per-seed rates with its 95 % t interval. "
-                          "Holds when it lies above 1/2, differs when below, inconclusive when it contains 1/2. "
-                          + _GATES.replace("paired seeds", "seeds with a non-tied sentence"))
-def token_rule(low: float, high: float, seeds: int, unreached: int, below: str = "") -> Verdict:
-    return _gated(low - 0.5, high - 0.5, seeds, unreached, below)
+                          "Holds when it lies above 1/2, differs when below; " + SMALLER_SENTENCE.format(
+                              null="1/2", paper=f"{100 * paper.token_win_rate():.1f} %, its "
+                                                f"{paper.TOKEN_SELECTION['wins']} wins of "
+                                                f"{paper.TOKEN_SELECTION['wins'] + paper.TOKEN_SELECTION['losses']} "
+                                                "non-tied sentences") + ". "
+                          + _gates("seeds with a non-tied sentence") + " " + _DETECTABLE)
+def token_rule(low: float, high: float, seeds: int, unreached: int, below: str = "",
+               paper_rate: float = math.nan) -> Verdict:
+    return _gated(low - 0.5, high - 0.5, seeds, unreached, below, paper_rate - 0.5)
 
 
 @_rule("Attention concentration", "Not a number of the paper: its rebuttal's reading that ℓ1.1 attention is "
                                   "sharper. Per seed, the mean normalized entropy H / log n of the last layer's "
                                   "[CLS] attention row (heads averaged) over the test sentences; GD minus ℓ1.1, "
                                   "seed by seed, with the paired 95 % t interval. Holds when it lies above 0 "
-                                  "(ℓ1.1 sharper), differs when below, inconclusive when it contains 0. Not "
-                                  "measured with fewer than 2 seeds or when a run did not reach the stop rule.")
+                                  "(ℓ1.1 sharper), differs when below, inconclusive when it contains 0 (the paper "
+                                  "gives no effect to be smaller than). Not measured with fewer than 2 seeds or "
+                                  "when a run did not reach the stop rule. " + _DETECTABLE)
 def concentration_rule(low: float, high: float, seeds: int, unreached: int) -> Verdict:
     return _gated(low, high, seeds, unreached)
+
+
+#: The paper's K/Q/V counts above 0.06 (Fig. 9), ℓ1.1's total over GD's, less 1: its relative reduction.
+KQV_PAPER_REDUCTION = sum(paper.KQV_ABOVE["1.1"]) / sum(paper.KQV_ABOVE["2"]) - 1
 
 
 @_rule("Sparsity (K/Q/V and ViT)",
@@ -227,17 +266,21 @@ def concentration_rule(low: float, high: float, seeds: int, unreached: int) -> V
        "value matrices (all layers together): 1 when every entry moved alike, 1/n for one entry; scale-free, so "
        "neither the step size nor a threshold sets it. Small-p mirror descent (ℓ1.1) minus the baseline (GD; for "
        "the ViT, Adam), seed by seed (shared initializations), with the paired 95 % t interval. Holds when it lies "
-       "below 0 (a sparser change), differs when above, inconclusive when it contains 0. Not measured with fewer "
+       "below 0 (a sparser change), differs when above; " + SMALLER_SENTENCE.format(
+           null="0", paper=f"for K/Q/V, its {-100 * KQV_PAPER_REDUCTION:.0f} % fewer entries above 0.06 read as "
+                           "the same relative reduction of GD's density here; the ViT has no paper number, so "
+                           "there it is inconclusive") + ". Not measured with fewer "
        "than 2 seeds, or when the models were not trained to the end (sentiment: a run did not reach the stop "
        "rule; ViT: a training loss had not levelled off). The paper's counts of entries above 0.06 are shown "
-       "beside it, not judged: they follow the step size and the training length.")
-def sparser_rule(low: float, high: float, seeds: int, unfinished: str = "") -> Verdict:
-    """``unfinished``: why the models are not trained to the end ("" when they are)."""
+       "beside it, not judged: they follow the step size and the training length. " + _DETECTABLE)
+def sparser_rule(low: float, high: float, seeds: int, unfinished: str = "", paper_effect: float = math.nan) -> Verdict:
+    """``unfinished``: why the models are not trained to the end ("" when they are); ``paper_effect``: the
+    paper's ℓ1.1 − baseline difference in density (negative: sparser), NaN when it gives none."""
     if seeds < 2:
         return _not_measured(f"{seeds} paired seed(s)")
     if unfinished:
         return _not_measured(unfinished)
-    return interval_rule(-high, -low)
+    return interval_rule(-high, -low, -paper_effect)
 
 
 PRUNE_AT = 0.5
@@ -247,9 +290,8 @@ PRUNE_AT = 0.5
                   f"accuracy after global magnitude pruning of {PRUNE_AT:.0%} of the attention, MLP and classifier "
                   f"matrices (not the embedding tables, whose N(0, 1) entries would take every matrix first), "
                   f"without retraining; ℓ1.1 minus GD, seed by seed, with the paired 95 % t interval. Holds when it "
-                  f"lies above 0, differs when below, inconclusive when it contains 0. "
-                  + _GATES.replace("mean test accuracy at the stop rule", "mean test accuracy at the stop rule "
-                                   "(unpruned)"))
+                  f"lies above 0, differs when below, inconclusive when it contains 0 (no paper effect). "
+                  + _gates(accuracy="mean test accuracy at the stop rule (unpruned)") + " " + _DETECTABLE)
 def pruning_rule(low: float, high: float, seeds: int, unreached: int, below: str = "") -> Verdict:
     return _gated(low, high, seeds, unreached, below)
 
@@ -262,7 +304,9 @@ PARITY_MARGIN = 2.0
                      f"t interval. Holds when every interval lies within ±{PARITY_MARGIN:g} points; "
                      f"differs when one lies wholly outside; inconclusive otherwise. Not measured with fewer "
                      f"than 2 seeds per method, or when some method's training loss had not levelled off (the "
-                     f"chapter's rule): the claim is about end points, not speed.")
+                     f"chapter's rule): the claim is about end points, not speed. The row states each interval's "
+                     f"half-width against the margin and the seeds that would fit it inside ±{PARITY_MARGIN:g} at "
+                     f"the observed spread and estimate.")
 def parity_rule(intervals: Iterable[tuple[float, float]], seeds: int, levelled: bool) -> Verdict:
     """``intervals``: (low, high) of MD minus Adam per exponent, in points."""
     if seeds < 2:
@@ -430,6 +474,7 @@ class _Part(NamedTuple):
     verdict: Verdict
     paper: str | None = None  # instead of the claim's own paper text
     effect: Effect | None = None
+    headline: str = ""  # ours in a few words, for the short table (default: ``ours``)
 
 
 @dataclass(frozen=True)
@@ -499,21 +544,35 @@ def _e3(r: _Results):
     return [_Part(None, ours, e3_rule([*final.W_divergence, *final.v_divergence]))]
 
 
-def _paired(frame: pd.DataFrame, first, second, value: str, by: str = "method", unit: str = "seed"):
-    """(difference, low, high, pairs) of ``value``, ``first`` minus ``second`` (rows of ``by``), matched on
-    ``unit``: the paired t interval over the units both have."""
+class _Pairs(NamedTuple):
+    """A paired comparison: the mean difference, its 95 % t interval, the pairs, and the smallest
+    difference the design detects (``stats.detectable_effect``)."""
+    difference: float
+    low: float
+    high: float
+    pairs: int
+    detectable: float
+
+
+def _paired(frame: pd.DataFrame, first, second, value: str, by: str = "method", unit: str = "seed") -> _Pairs:
+    """``value``, ``first`` minus ``second`` (rows of ``by``), matched on ``unit``: the paired t interval over
+    the units both have."""
     wide = frame.pivot_table(index=unit, columns=by, values=value)
     if first not in wide or second not in wide:
-        return math.nan, math.nan, math.nan, 0
+        return _Pairs(math.nan, math.nan, math.nan, 0, math.nan)
     wide = wide[[first, second]].dropna()
     if wide.empty:
-        return math.nan, math.nan, math.nan, 0
+        return _Pairs(math.nan, math.nan, math.nan, 0, math.nan)
     d, low, high = paired_interval(wide[first], wide[second])
-    return d, low, high, len(wide)
+    return _Pairs(d, low, high, len(wide), detectable_effect(wide[first] - wide[second]))
 
 
-def _chosen_runs(r: _Results, label: str = "table-sentiment-runs", extra=()) -> pd.DataFrame:
-    runs = r.csv(label, ["method", "seed", "last_test", "reached", *extra], where="chosen")
+def _chosen_runs(r: _Results, grid: str | None = None, extra=()) -> pd.DataFrame:
+    """Chapter 04's chosen runs (``table-sentiment-runs``): of one ``grid`` ("replication" or
+    "variation"), or, with None, of the grid chapters 05 and 06 analyse."""
+    runs = r.csv("table-sentiment-runs", ["grid", "setup", "analysed", "method", "seed", "last_test", "reached",
+                                          *extra], where="chosen")
+    runs = runs[runs.analysed.astype(bool)] if grid is None else runs[runs.grid == grid]
     return runs.assign(method=runs.method.map(_key))
 
 
@@ -546,76 +605,110 @@ def _unreached(runs: pd.DataFrame) -> int:
     return int((~runs[runs.method.isin(["1.1", "2"])].reached.astype(bool)).sum())
 
 
-def _effect(d, low, high, unit, null=(0.0, 0.0), direction=1, scale=1.0) -> "Effect":
-    return Effect(scale * d, scale * low, scale * high, null, direction, unit)
+def _effect(pairs: _Pairs, unit: str, null=(0.0, 0.0), direction=1, scale=1.0, paper=math.nan) -> Effect:
+    return Effect(scale * pairs.difference, scale * pairs.low, scale * pairs.high, null, direction, unit, paper,
+                  scale * pairs.detectable)
 
 
-def _accuracy_gap(runs: pd.DataFrame, name: str, paper: str | None, floor: tuple[float, float]) -> "_Part":
-    d, low, high, pairs = _paired(runs.assign(points=100 * runs.last_test), "1.1", "2", "points")
+def _detectable(pairs: _Pairs, digits: int = 2, unit: str = "") -> str:
+    """The detectable effect as a row shows it."""
+    if pairs.detectable != pairs.detectable:
+        return "detectable effect: n/a (fewer than 2 pairs or no spread)"
+    return f"detectable effect ±{pairs.detectable:.{digits}f}{unit} (n = {pairs.pairs}, {POWER:.0%} power)"
+
+
+def _headline(pairs: _Pairs, unit: str, digits: int = 2) -> str:
+    """A comparison as the scorecard's short table shows it: the estimate, its interval and the seeds."""
+    return f"{_interval(pairs.difference, pairs.low, pairs.high, digits)}{unit} (n = {pairs.pairs})"
+
+
+def _accuracy_gap(runs: pd.DataFrame, name: str, paper_text: str | None, floor: tuple[float, float],
+                  paper_gap: float) -> _Part:
+    pairs = _paired(runs.assign(points=100 * runs.last_test), "1.1", "2", "points")
     means = runs.groupby("method").last_test.mean()
     best = runs.groupby("method").best_test.mean() if "best_test" in runs else None
     text = " / ".join(f"{100 * means[k]:.2f}" for k in ("1.1", "2", "3") if k in means)
     methods = " / ".join({"1.1": "ℓ1.1", "2": "GD", "3": "ℓ3"}[k] for k in ("1.1", "2", "3") if k in means)
-    ours = (f"test accuracy at the stop rule {text} % ({methods}); ℓ1.1 − GD {_interval(d, low, high)} points "
-            f"(paired, n = {pairs} seeds)")
+    seeds = runs.groupby("method").seed.nunique()
+    ours = (f"test accuracy at the stop rule {text} % ({methods}; seeds "
+            + " / ".join(str(seeds[k]) for k in ("1.1", "2", "3") if k in seeds)
+            + f"); ℓ1.1 − GD {_interval(pairs.difference, pairs.low, pairs.high)} points (paired, n = "
+              f"{pairs.pairs} seeds); {_detectable(pairs, unit=' points')}")
     if best is not None:
         ours += "; best over epochs " + " / ".join(f"{100 * best[k]:.2f}" for k in ("1.1", "2", "3") if k in best)
     baseline, cut = floor
     ours += f"; baseline {100 * baseline:.1f} %"
-    verdict = table1_rule(low, high, pairs, _unreached(runs), _below(runs, cut, baseline))
-    return _Part(name, ours, verdict, paper, _effect(d, low, high, "points of test accuracy"))
+    verdict = table1_rule(pairs.low, pairs.high, pairs.pairs, _unreached(runs), _below(runs, cut, baseline),
+                          paper_gap)
+    return _Part(name, ours, verdict, paper_text, _effect(pairs, "points of test accuracy, ℓ1.1 − GD",
+                                                          paper=paper_gap),
+                 _headline(pairs, " points"))
 
 
-def _table1(r: _Results):
-    cells = r.csv("table-1", ["layers", "method"])
-    runs = _chosen_runs(r, extra=("layers", "best_test"))
-    cells = cells.assign(method=cells.method.map(_key))
+def _table1_rows(r: _Results, grid: str) -> list[_Part]:
+    """One row per depth of one of chapter 04's grids."""
+    runs = _chosen_runs(r, grid, extra=("layers", "best_test"))
+    if runs.empty:
+        raise _Unmeasured(f"no {grid} runs at this profile")
     floor = _floor(r)
+    setup = paper.SETUP_NAMES.get(str(runs.setup.iloc[0]), str(runs.setup.iloc[0]))
     out = []
-    for L in sorted(cells.layers.unique()):
+    for L in sorted(runs.layers.unique()):
         reported = paper.TABLE_1.get(int(L), {})
-        paper_text = " / ".join(f"{reported.get(k, math.nan):.2f}" for k in ("1.1", "2", "3")) + " (ℓ1.1 / GD / ℓ3)"
+        gap = paper.TABLE_1_GAPS.get(int(L), math.nan)
+        paper_text = (" / ".join(f"{reported.get(k, math.nan):.2f}" for k in ("1.1", "2", "3"))
+                      + f" (ℓ1.1 / GD / ℓ3); ℓ1.1 − GD {_signed(gap)} points")
+        name = f"{L} layers" if grid == "replication" else f"{setup}, {L} layers"
         row_runs = runs[runs.layers == L]
         if not {"1.1", "2"} <= set(row_runs.method):
-            out.append(_Part(f"{L} layers", "no ℓ1.1 or GD runs", _not_measured("no ℓ1.1 or GD runs"), paper_text))
+            out.append(_Part(name, "no ℓ1.1 or GD runs", _not_measured("no ℓ1.1 or GD runs"), paper_text))
             continue
-        out.append(_accuracy_gap(row_runs, f"{L} layers", paper_text, floor))
-    if not out:
-        raise _Unmeasured("table-1.csv has no rows")
+        out.append(_accuracy_gap(row_runs, name, paper_text, floor, gap))
     return out
 
 
-def _ablation(r: _Results):
-    runs = _chosen_runs(r, "table-sentiment-ablation", extra=("setup",))
-    runs = runs[runs.setup == "modern"]
-    if not {"1.1", "2"} <= set(runs.method):
-        raise _Unmeasured("table-sentiment-ablation.csv has no modern-initialization ℓ1.1 and GD runs")
-    return [_accuracy_gap(runs, None, None, _floor(r))]
+def _table1(r: _Results):
+    r.csv("table-1", ["setup", "layers", "method"])  # vouched for with the runs: one execution of chapter 04
+    return _table1_rows(r, "replication")
 
 
-def _sentiment_gates(r: _Results) -> tuple[int, str]:
-    """(unreached runs, why the models do not generalize) of chapter 04's Table 1 models, which
-    chapters 05 and 06 analyze."""
+def _variation(r: _Results):
+    r.csv("table-1-variation", ["setup", "layers", "method"])
+    return _table1_rows(r, "variation")
+
+
+def _sentiment_gates(r: _Results) -> tuple[int, str, str]:
+    """(unreached runs, why the models do not generalize, their setup's name) of the chapter 04 grid that
+    chapters 05 and 06 analyse."""
     runs = _chosen_runs(r, extra=("layers",))
+    if runs.empty:
+        raise _Unmeasured("table-sentiment-runs.csv marks no grid as the one chapters 05 and 06 analyse")
     baseline, cut = _floor(r)
-    return _unreached(runs), _below(runs, cut, baseline, by=("layers", "method"))
+    setup = paper.SETUP_NAMES.get(str(runs.setup.iloc[0]), str(runs.setup.iloc[0]))
+    return _unreached(runs), _below(runs, cut, baseline, by=("layers", "method")), setup
 
 
 def _tokens(r: _Results):
-    unreached, below = _sentiment_gates(r)
+    unreached, below, setup = _sentiment_gates(r)
     table = r.csv("table-token-selection-seeds", ["sentences", "seed", "wins", "losses", "ties"])
+    paper_rate = paper.token_win_rate()
     out = []
     for sentences, part in table.groupby("sentences", sort=False):
         kept = part[(part.wins + part.losses) > 0]
         ours = (f"{int(part.wins.sum())} / {int(part.losses.sum())} / {int(part.ties.sum())} (ℓ1.1 / GD / ties, "
-                f"{part.seed.nunique()} seeds)")
+                f"{part.seed.nunique()} seeds; models: {setup})")
         if kept.empty:
             out.append(_Part(sentences, ours, _not_measured("no non-tied comparison")))
             continue
         rate, low, high = clustered_rate(kept.wins, kept.losses)
-        ours += f"; ℓ1.1's win rate, mean of the seeds {rate:.1%} [{_pct(low)}, {_pct(high)}]"
-        out.append(_Part(sentences, ours, token_rule(low, high, len(kept), unreached, below),
-                         effect=_effect(rate, low, high, "ℓ1.1's win rate", (0.5, 0.5))))
+        rates = kept.wins / (kept.wins + kept.losses)
+        pairs = _Pairs(rate - 0.5, low - 0.5, high - 0.5, len(kept), detectable_effect(rates))
+        ours += (f"; ℓ1.1's win rate, mean of the seeds {rate:.1%} [{_pct(low)}, {_pct(high)}]; "
+                 f"{_detectable(pairs, 3)} in the rate")
+        out.append(_Part(sentences, ours, token_rule(low, high, len(kept), unreached, below, paper_rate),
+                         effect=Effect(rate, low, high, (0.5, 0.5), 1, "ℓ1.1's win rate", paper_rate,
+                                       pairs.detectable),
+                         headline=f"win rate {rate:.1%} [{_pct(low)}, {_pct(high)}] (n = {len(kept)} seeds)"))
     if not out:
         raise _Unmeasured("table-token-selection-seeds.csv has no sentence set")
     return out
@@ -626,38 +719,43 @@ def _pct(x: float) -> str:
 
 
 def _concentration(r: _Results):
-    unreached, _ = _sentiment_gates(r)
+    unreached, _, setup = _sentiment_gates(r)
     table = r.csv("table-token-concentration", ["method", "seed", "entropy", "top_share"])
     table = table.assign(method=table.method.map(_key))
-    d, low, high, pairs = _paired(table, "2", "1.1", "entropy")
+    pairs = _paired(table, "2", "1.1", "entropy")
     means = table.groupby("method")[["entropy", "top_share"]].mean()
     if not {"1.1", "2"} <= set(means.index):
         raise _Unmeasured("no ℓ1.1 or GD models")
     ours = (f"normalized entropy of the [CLS] row ℓ1.1 {means.entropy['1.1']:.3f}, GD {means.entropy['2']:.3f}; "
             f"top-token share {means.top_share['1.1']:.3f}, {means.top_share['2']:.3f}; GD − ℓ1.1 entropy "
-            f"{_interval(d, low, high, 3)} (paired, n = {pairs})")
-    return [_Part(None, ours, concentration_rule(low, high, pairs, unreached),
-                  effect=_effect(d, low, high, "entropy, GD − ℓ1.1"))]
+            f"{_interval(pairs.difference, pairs.low, pairs.high, 3)} (paired, n = {pairs.pairs}; models: {setup}); "
+            f"{_detectable(pairs, 3)}")
+    return [_Part(None, ours, concentration_rule(pairs.low, pairs.high, pairs.pairs, unreached),
+                  effect=_effect(pairs, "entropy, GD − ℓ1.1"), headline=_headline(pairs, " entropy (GD − ℓ1.1)", 3))]
 
 
 def _kqv(r: _Results):
     change = r.csv("table-weights-change", ["method", "seed", "effective_density"])
     change = change.assign(method=change.method.map(_key))
-    d, low, high, pairs = _paired(change, "1.1", "2", "effective_density")
+    pairs = _paired(change, "1.1", "2", "effective_density")
     density = change.groupby("method").effective_density.mean()
     if not {"1.1", "2"} <= set(density.index):
         raise _Unmeasured("no ℓ1.1 or GD models")
+    paper_effect = KQV_PAPER_REDUCTION * density["2"]
+    unreached, _, setup = _sentiment_gates(r)
     ours = (f"effective density of ΔW: ℓ1.1 {density['1.1']:.3f}, GD {density['2']:.3f}; ℓ1.1 − GD "
-            f"{_interval(d, low, high, 3)} (paired, n = {pairs})")
+            f"{_interval(pairs.difference, pairs.low, pairs.high, 3)} (paired, n = {pairs.pairs}; models: {setup}); "
+            f"the paper's {-100 * KQV_PAPER_REDUCTION:.0f} % reduction here: {_signed(paper_effect, 3)}; "
+            f"{_detectable(pairs, 3)}")
     counts = r.csv("table-weights-kqv", ["method", "seed", "K", "Q", "V"])
     counts = counts.assign(method=counts.method.map(_key), total=counts.K + counts.Q + counts.V)
     totals = counts.groupby("method").total.mean()
     if {"1.1", "2"} <= set(totals.index):
         ours += f"; K + Q + V above the scaled threshold (not judged): ℓ1.1 {totals['1.1']:.0f}, GD {totals['2']:.0f}"
-    unreached, _ = _sentiment_gates(r)
     unfinished = f"{unreached} sentiment run(s) did not reach the stop rule" if unreached else ""
-    return [_Part(None, ours, sparser_rule(low, high, pairs, unfinished),
-                  effect=_effect(d, low, high, "effective density, ℓ1.1 − GD", direction=-1))]
+    return [_Part(None, ours, sparser_rule(pairs.low, pairs.high, pairs.pairs, unfinished, paper_effect),
+                  effect=_effect(pairs, "effective density, ℓ1.1 − GD", direction=-1, paper=paper_effect),
+                  headline=_headline(pairs, " density (ℓ1.1 − GD)", 3))]
 
 
 def _pruning(r: _Results):
@@ -666,21 +764,34 @@ def _pruning(r: _Results):
     at = curves[np.isclose(curves.sparsity, PRUNE_AT)]
     if at.empty:
         raise _Unmeasured(f"sparsity {PRUNE_AT:g} not measured")
-    d, low, high, pairs = _paired(at.assign(points=100 * at.test_accuracy), "1.1", "2", "points")
+    pairs = _paired(at.assign(points=100 * at.test_accuracy), "1.1", "2", "points")
     kept = at.groupby("method").test_accuracy.mean()
     dense = curves[curves.sparsity == 0].groupby("method").test_accuracy.mean()
     if not {"1.1", "2"} <= set(kept.index):
         raise _Unmeasured("no ℓ1.1 or GD models")
+    unreached, below, setup = _sentiment_gates(r)
     unpruned = [100 * dense.get(k, math.nan) for k in ("1.1", "2")]
     ours = (f"test accuracy with {PRUNE_AT:.0%} of the matrices pruned: ℓ1.1 {100 * kept['1.1']:.2f}, GD "
             f"{100 * kept['2']:.2f} (unpruned {unpruned[0]:.2f}, {unpruned[1]:.2f}); ℓ1.1 − GD "
-            f"{_interval(d, low, high)} points (paired, n = {pairs})")
-    unreached, below = _sentiment_gates(r)
-    return [_Part(None, ours, pruning_rule(low, high, pairs, unreached, below),
-                  effect=_effect(d, low, high, "points of test accuracy"))]
+            f"{_interval(pairs.difference, pairs.low, pairs.high)} points (paired, n = {pairs.pairs}; models: "
+            f"{setup}); {_detectable(pairs, unit=' points')}")
+    return [_Part(None, ours, pruning_rule(pairs.low, pairs.high, pairs.pairs, unreached, below),
+                  effect=_effect(pairs, "points of test accuracy, ℓ1.1 − GD"), headline=_headline(pairs, " points"))]
 
 
 _DATASETS = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+
+
+def _parity_power(pairs: _Pairs, sd: float) -> str:
+    """What a parity interval can say: its half-width against the margin, and the seeds that would put
+    the interval inside ±PARITY_MARGIN at this spread and estimate."""
+    if pairs.low != pairs.low:
+        return "no interval"
+    half = (pairs.high - pairs.low) / 2
+    room = PARITY_MARGIN - abs(pairs.difference)
+    if room <= 0:
+        return f"half-width {half:.2f}; the estimate lies outside ±{PARITY_MARGIN:g}: no number of seeds shows parity"
+    return f"half-width {half:.2f}; ±{PARITY_MARGIN:g} would need n ≥ {seeds_for_half_width(sd, room)} seeds here"
 
 
 def _vit_parity(r: _Results):
@@ -696,21 +807,27 @@ def _vit_parity(r: _Results):
         if "adam" not in shown:
             out.append(_Part(name, "no Adam runs", _not_measured("no Adam runs")))
             continue
-        intervals, parts, pairs = [], [f"{shown['adam']} {frame[frame.key == 'adam'].points.mean():.2f}"], []
+        compared, parts = [], [f"{shown['adam']} {frame[frame.key == 'adam'].points.mean():.2f}"]
+        wide = frame.pivot_table(index="seed", columns="key", values="points")
         for key in shown:
             if key == "adam":
                 continue
-            d, low, high, n = _paired(frame, key, "adam", "points", by="key")
-            intervals.append((low, high))
-            pairs.append(n)
-            parts.append(f"{shown[key]}: {_interval(d, low, high)}")
+            pairs = _paired(frame, key, "adam", "points", by="key")
+            sd = float((wide[key] - wide["adam"]).dropna().std(ddof=1)) if pairs.pairs > 1 else math.nan
+            compared.append(pairs)
+            parts.append(f"{shown[key]}: {_interval(pairs.difference, pairs.low, pairs.high)} "
+                         f"({_parity_power(pairs, sd)})")
         levelled = _levelled(table, name)
+        seeds = min(p.pairs for p in compared) if compared else 0
         ours = (f"{name}, final test accuracy (%), MD minus Adam, paired by seed: " + "; ".join(parts)
-                + f" (n ≥ {min(pairs)} seeds" + ("" if levelled else "; loss not levelled off") + ")")
-        worst = max(intervals, key=lambda lh: max(abs(lh[0]), abs(lh[1])) if lh[0] == lh[0] else math.inf)
-        out.append(_Part(name, ours, parity_rule(intervals, min(pairs), levelled),
-                         effect=Effect((worst[0] + worst[1]) / 2, worst[0], worst[1], (-PARITY_MARGIN, PARITY_MARGIN),
-                                       0, "points, MD − Adam (the widest)")))
+                + f" (n ≥ {seeds} seeds" + ("" if levelled else "; loss not levelled off") + ")")
+        worst = max(compared, key=lambda p: max(abs(p.low), abs(p.high)) if p.low == p.low else math.inf,
+                    default=_Pairs(math.nan, math.nan, math.nan, 0, math.nan))
+        out.append(_Part(name, ours, parity_rule([(p.low, p.high) for p in compared], seeds, levelled),
+                         effect=Effect(worst.difference, worst.low, worst.high, (-PARITY_MARGIN, PARITY_MARGIN), 0,
+                                       "points, MD − Adam (the widest)", detectable=worst.detectable),
+                         headline=f"widest MD − Adam {_interval(worst.difference, worst.low, worst.high)} points "
+                                  f"(n = {seeds})"))
     if not out:
         raise _Unmeasured("fig-vit-accuracy.csv has no runs")
     return out
@@ -732,19 +849,21 @@ def _vit_sparsity(r: _Results):
         if not {"1.1", "adam"} <= set(frame.method):
             out.append(_Part(name, "no Adam or ℓ1.1 models", _not_measured("no Adam or ℓ1.1 models")))
             continue
-        d, low, high, pairs = _paired(frame, "1.1", "adam", "effective_density")
+        pairs = _paired(frame, "1.1", "adam", "effective_density")
         density = frame.groupby("method").effective_density.mean()
         lrs = frame.groupby("method").lr.first()
         ours = (f"effective density of ΔW, ℓ1.1 (lr {lrs['1.1']:g}) {density['1.1']:.3f}, Adam (lr {lrs['adam']:g}) "
-                f"{density['adam']:.3f}; ℓ1.1 − Adam {_interval(d, low, high, 3)} (paired, n = {pairs})")
+                f"{density['adam']:.3f}; ℓ1.1 − Adam {_interval(pairs.difference, pairs.low, pairs.high, 3)} "
+                f"(paired, n = {pairs.pairs}); {_detectable(pairs, 3)}")
         if steps == "swept":
             raw = counts[counts.dataset == dataset].groupby("key")["count"].sum() / max(1, counts.seed.nunique())
             if {"1.1", "adam"} <= set(raw.index):
                 ours += (f"; K + Q + V above the scaled threshold (not judged): ℓ1.1 {raw['1.1']:.0f}, "
                          f"Adam {raw['adam']:.0f}")
         unfinished = "" if frame.levelled.astype(bool).all() else "a training loss had not levelled off"
-        out.append(_Part(name, ours, sparser_rule(low, high, pairs, unfinished),
-                         effect=_effect(d, low, high, "effective density, ℓ1.1 − Adam", direction=-1)))
+        out.append(_Part(name, ours, sparser_rule(pairs.low, pairs.high, pairs.pairs, unfinished),
+                         effect=_effect(pairs, "effective density, ℓ1.1 − Adam", direction=-1),
+                         headline=_headline(pairs, " density (ℓ1.1 − Adam)", 3)))
     if not out:
         raise _Unmeasured("table-vit-change.csv has no models")
     return out
@@ -762,7 +881,8 @@ def _cost(r: _Results):
             for key, ratio, (low, high) in zip(md.method, md["vs Adam (median ratio)"], intervals))
         widest = max(intervals, key=lambda lh: max(abs(lh[0] - 1), abs(lh[1] - 1)), default=(math.nan, math.nan))
         out.append(_Part(model, ours, cost_rule(intervals), effect=Effect(
-            (widest[0] + widest[1]) / 2, *widest, COST_BAND, 0, "MD / Adam step time (the widest)")))
+            (widest[0] + widest[1]) / 2, *widest, COST_BAND, 0, "MD / Adam step time (the widest)"),
+            headline=f"widest MD / Adam [{widest[0]:.2f}, {widest[1]:.2f}]"))
     if not out:
         raise _Unmeasured("table-cost-training.csv has no rows")
     return out
@@ -802,17 +922,17 @@ CLAIMS = [
            f"own-SVM divergence → ≈ 0; other SVMs plateau (≈ {paper.E1_PLATEAU:g} on the p = 3 path); "
            f"{paper.E1_SEEDS} seeds",
            "01_fixed_decoder_paths", "fig-e1-paths", _e1),
-    _Claim("E2: ||W(k)|| grows without bound, logarithmically in k (Thm 8)",
+    _Claim("E2, norm: ||W(k)|| grows without bound, logarithmically in k (Thm 8)",
            "norm linear in log k", "02_single_instance_path", "fig-e2-norm-growth", _e2_norm),
-    _Claim("E2: the directional divergence to the SVM decays at least like 1/log k (Thm 11)",
+    _Claim("E2, rate: the directional divergence to the SVM decays at least like 1/log k (Thm 11)",
            "O(1 / log k)", "02_single_instance_path", "fig-e2-norm-growth", _e2_rate),
     _Claim("E3: joint training: W and v converge in direction to the attention and decoder SVMs",
            "both directions reach their SVMs (empirical)", "03_joint_training", "table-e3-final", _e3),
     _Claim("Table 1: ℓ1.1 reaches a higher test accuracy than GD (paper: ℓ1.1 best in every row)",
            _paper_table1(),
            "04_sentiment", "table-1", _table1),
-    _Claim("Ablation, modern initialization (not in the paper): ℓ1.1 reaches a higher test accuracy than GD",
-           "not in the paper", "04_sentiment", "table-sentiment-ablation", _ablation),
+    _Claim("Table 1, a variation: from the authors' setup with one factor changed (named in the row), ℓ1.1 "
+           "reaches a higher test accuracy than GD", _paper_table1(), "04_sentiment", "table-1-variation", _variation),
     _Claim("Token selection: ℓ1.1 puts more attention on the pivotal word than GD in more sentences",
            _paper_tokens(), "05_token_selection",
            "table-token-selection", _tokens),
@@ -852,13 +972,14 @@ def rows(results_dir: Path | str, *, profile: str | None = None, link: Callable[
             built = claim.build(results)
         except _Unmeasured as missing:
             out.append(Row(claim.claim, claim.paper, "–", results.shown(), _not_measured(str(missing)), target,
-                           short=_short(claim.claim)))
+                           short=_short(claim.claim), headline="–"))
             continue
         shown = results.shown()  # the profile every record of the claim names
         for part in built:
             name = claim.claim if part.part is None else f"{claim.claim} ({part.part})"
             short = _short(claim.claim) + ("" if part.part is None else f" ({part.part})")
-            out.append(Row(name, part.paper or claim.paper, part.ours, shown, part.verdict, target, part.effect, short))
+            out.append(Row(name, part.paper or claim.paper, part.ours, shown, part.verdict, target, part.effect, short,
+                           part.headline or part.ours))
     return out
 
 
@@ -882,7 +1003,8 @@ def _short(claim: str) -> str:
     return claim.partition(":")[0]
 
 
-_COLOURS = {HOLDS: "#1b7837", DIFFERS: "#b2182b", INCONCLUSIVE: "#e08214", NOT_MEASURED: "#8c8c8c"}
+_COLOURS = {HOLDS: "#1b7837", DIFFERS: "#b2182b", SMALLER: "#5e3c99", INCONCLUSIVE: "#e08214",
+            NOT_MEASURED: "#8c8c8c"}
 
 
 def forest(table: list[Row], target: Path | str) -> Path | None:
@@ -902,7 +1024,7 @@ def forest(table: list[Row], target: Path | str) -> Path | None:
     for ax, r in zip(axes[:, 0], shown):
         e = r.effect
         colour = _COLOURS[r.verdict.outcome]
-        values = [v for v in (e.estimate, e.low, e.high, *e.null) if math.isfinite(v)]
+        values = [v for v in (e.estimate, e.low, e.high, *e.null, e.paper) if math.isfinite(v)]
         lo, hi = min(values), max(values)
         pad = 0.15 * (hi - lo) if hi > lo else max(abs(hi), 1.0) * 0.5
         lo, hi = lo - pad, hi + pad
@@ -920,13 +1042,16 @@ def forest(table: list[Row], target: Path | str) -> Path | None:
         if math.isfinite(e.estimate):
             hollow = r.verdict.outcome == NOT_MEASURED
             ax.plot([e.estimate], [0], "o", ms=7, color=colour, mfc="white" if hollow else colour)
+        if math.isfinite(e.paper):  # the paper's effect: a black diamond above the axis
+            ax.plot([e.paper], [0.55], "D", ms=5, color="black")
+            ax.text(e.paper, 0.55, " paper", fontsize=6, va="center", ha="left")
         ax.set_xlim(lo, hi)
         ax.set_ylim(-1, 1)
         ax.set_yticks([])
         ax.tick_params(axis="x", labelsize=7, pad=1)
         ax.set_xlabel(e.unit, fontsize=7, labelpad=1)
         ax.text(-0.01, 0.5, r.short, transform=ax.transAxes, ha="right", va="center", fontsize=8)
-        ax.text(1.01, 0.5, r.verdict.outcome.replace(" at this profile", ""), transform=ax.transAxes,
+        ax.text(1.01, 0.5, _SHORT_OUTCOME.get(r.verdict.outcome, r.verdict.outcome), transform=ax.transAxes,
                 ha="left", va="center", fontsize=8, color=colour, fontweight="bold")
         for side in ("top", "right", "left"):
             ax.spines[side].set_visible(False)
@@ -937,6 +1062,8 @@ def forest(table: list[Row], target: Path | str) -> Path | None:
     plt.close(fig)
     return target
 
+
+_SHORT_OUTCOME = {NOT_MEASURED: "not measured", SMALLER: "smaller than\nthe paper's"}
 
 FOREST = "scorecard-forest.png"
 
@@ -953,33 +1080,56 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
         "# Scorecard: which claims hold here",
         "",
         "This page is generated by `mdlib.book.scorecard` from the results (CSV files) of this build; edit the "
-        "rules in that module, not this page. Each row is one of the paper's claims, in the paper's order: "
-        "the paper's number, ours with its interval or seed count, the profile that produced ours, a verdict "
-        "and the figure or table it comes from. A verdict is computed by the rule stated below, never typed: "
-        "**holds**, **differs**, **inconclusive** (the interval spans both answers), or **not measured at "
-        "this profile** (a result is missing, the run did not reach the regime the claim is about, or the "
-        "models do not generalize; the cell says which). Small profiles (few seeds, short runs, small data) "
-        "make inconclusive and not measured verdicts common: they say how sure the book can be, not that the "
-        "paper is wrong. Our real data are smaller stand-ins for the paper's (see each chapter), so "
-        "accuracies are not comparable in level, only in the direction of a difference.",
+        "rules in that module, not this page. Each row is one of the paper's claims, in the paper's order: the "
+        "paper's number, ours in a few words, and a verdict; each row's details (ours in full, the interval, the "
+        "gates, the smallest effect the design detects, the profile and the figure or table) open below the "
+        "table. A verdict is computed by the rule stated at the end, never typed: **holds**, **differs**, "
+        f"**{SMALLER}** (the interval contains no effect but excludes the paper's), **inconclusive** (the "
+        "interval contains both), or **not measured at this profile** (a result is missing, the run did not "
+        "reach the regime the claim is about, or the models do not generalize; the details say which). Our "
+        "real data are smaller stand-ins for the paper's (see each chapter), so accuracies are not comparable "
+        "in level, only in the direction and size of a difference.",
     ]
     if forest_image:
         lines += ["", "```{figure} " + forest_image, ":name: fig-scorecard-forest", ":width: 100%",
                   ":alt: forest plot of every comparative claim", "",
                   "Every comparative claim at a glance: the estimate (dot) and its 95 % interval (bar), coloured "
-                  "by the verdict (green holds, red differs, orange inconclusive, grey not measured: hollow dot), "
-                  "against the value or band the rule judges it by (grey lines); the shaded side is what the "
-                  "paper's claim predicts. Each row has its own scale and unit (below its axis).", "```"]
+                  f"by the verdict (green holds, red differs, purple {SMALLER}, orange inconclusive, grey not "
+                  "measured: hollow dot), against the value or band the rule judges it by (grey lines); the "
+                  "shaded side is what the paper's claim predicts, and the black diamond is the paper's own "
+                  "effect where it gives one. Each row has its own scale and unit (below its axis).", "```"]
     if archive_link:
         lines += ["", f'Every figure, table and provenance record of this build, in one file: '
                       f'<a href="{archive_link}" download>artifacts.zip</a>.']
-    lines += ["", "| Claim | Paper | Ours | Profile | Verdict | Figure / table |", "|---|---|---|---|---|---|"]
-    # every cell is text (the profile comes from a file), except the link, which is markup
-    lines += ["| " + " | ".join([*map(md_text, (r.claim, r.paper, r.ours, r.profile, str(r.verdict))), r.link]) + " |"
-              for r in table]
-    lines += ["", "## The verdict rules", ""]
+    lines += ["", "| Claim | Paper | Ours | Verdict |", "|---|---|---|---|"]
+    lines += ["| " + " | ".join([md_text(r.short or r.claim), md_text(_paper_short(r)), md_text(r.headline or r.ours),
+                                 f"**{md_text(r.verdict.outcome)}**"]) + " |" for r in table]
+    lines += ["", "## Details", ""]
+    for r in table:
+        lines += [f":::{{dropdown}} {md_text(r.short or r.claim)}: {md_text(r.verdict.outcome)}",
+                  f"**Claim.** {md_text(r.claim)}", "",
+                  f"**Paper.** {md_text(r.paper)}", "",
+                  f"**Ours** (profile {md_text(r.profile)}). {md_text(r.ours)}", "",
+                  f"**Verdict.** {md_text(str(r.verdict))}"
+                  + (f" Smallest detectable effect: {_detectable_text(r.effect)}." if r.effect else ""), "",
+                  f"**From** {r.link}.", ":::", ""]
+    lines += ["## The verdict rules", ""]
     lines += [f"- **{rule.rule_name}.** {rule.sentence}" for rule in RULES]
     return "\n".join(lines) + "\n"
+
+
+def _paper_short(r: Row) -> str:
+    """The paper's side of a row in the short table: its effect where the row has one, else its text."""
+    e = r.effect
+    if e is not None and math.isfinite(e.paper):
+        value = f"{e.paper:+.3g}".replace("-", "−") if e.null == (0.0, 0.0) else f"{e.paper:.3g}"
+        return f"{value} ({e.unit})"
+    return r.paper if len(r.paper) <= 80 else r.paper[:77].rstrip() + "…"
+
+
+def _detectable_text(e: Effect) -> str:
+    return "n/a (fewer than 2 seeds, or no spread)" if e.detectable != e.detectable else \
+        f"±{e.detectable:.3g} from {(e.null[0] + e.null[1]) / 2:g} ({e.unit}; {POWER:.0%} power, 5 % level)"
 
 
 def write_page(target: Path | str, results_dir: Path | str, *, profile: str | None = None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-__all__ = ["E1_SEEDS", "E1_PLATEAU", "E1_STEPS", "STOP_TRAIN_ACCURACY", "TABLE_1", "TABLE_1_GAPS", "TABLE_1_STD", "EPOCHS_TO_STOP", "RERUN_6_LAYERS",
+__all__ = ["E1_SEEDS", "E1_PLATEAU", "E1_STEPS", "SETUP_NAMES", "STOP_TRAIN_ACCURACY", "TABLE_1", "TABLE_1_GAPS", "TABLE_1_STD", "EPOCHS_TO_STOP", "RERUN_6_LAYERS",
            "SENTIMENT_STEP_SIZES", "TOKEN_SELECTION", "WEIGHT_THRESHOLD", "KQV_ABOVE", "KQV_ENTRIES", "VIT_STEP_SIZES",
            "VIT_ACCURACY", "VIT_EPOCHS", "OPS_PER_PARAMETER", "VIT_HOURS", "ARTIFACTS", "table1_rows", "token_win_rate",
            "quotes"]
@@ -35,6 +35,11 @@ E1_STEPS: Mapping[float, int] = {1.75: 1500, 2.0: 2000, 3.0: 20000}
 STOP_TRAIN_ACCURACY = 0.995
 
 #: Table 1: best test accuracy over epochs (%), mean of the authors' runs: layers -> method -> value.
+#: How the book names the sentiment models' setups (``mdlib.models.SETUPS``): the authors' and the
+#: variations of it.
+SETUP_NAMES: Mapping[str, str] = {"authors": "the authors' setup", "small-embeddings": "small embeddings N(0, 0.02²)",
+                                  "modern": "modern initialization"}
+
 TABLE_1: Mapping[int, Mapping[str, float]] = {3: {"1.1": 83.47, "2": 81.66, "3": 82.57},
                                               4: {"1.1": 83.36, "2": 81.05, "3": 82.40},
                                               6: {"1.1": 83.65, "2": 82.23, "3": 81.98}}
@@ -107,11 +112,13 @@ ARTIFACTS: Mapping[str, str | None] = {
     # 04: sentiment
     "table-sentiment-steps": None,
     "table-1": "Table 1",
+    "table-1-variation": "Table 1 (a variation: small embeddings)",
     "table-sentiment-runs": "Table 1 (per run)",
     "fig-sentiment-curves": None,
+    "fig-sentiment-curves-variation": None,
     "table-sentiment-baseline": None,
     "fig-sentiment-movement": None,
-    "table-sentiment-ablation": None,
+    "fig-sentiment-movement-variation": None,
     "table-sentiment-batching": None,
     # 05: token selection
     "fig-token-attention": "Figures 8, 13, 14",
