@@ -28,24 +28,32 @@
 # public code, whose ten runs of a cell shared one initialization; its re-run notebook reports
 # {glue:text}`paper-rerun` at 6 layers.)
 #
-# **What we run: the authors' setup.** The model and the training rule as the authors' public code
-# runs them: token and position embeddings drawn $N(0, 1)$, torch's default uniform initialization
-# of every matrix (bound $1/\sqrt{\text{fan in}}$), post-LN blocks without biases, dropout 0.2 on the
-# attention probabilities and on both residual branches, a classifier without bias on the [CLS]
-# token; binary cross-entropy **summed** over the batch of 100 (the paper's step sizes assume the
-# sum); plain mirror descent {eq}`eq-md-update` on every parameter; training stops after the first
-# epoch whose running training accuracy (dropout on) reaches 99.5 %. Mirror descent is not
-# scale-invariant (by {eq}`eq-md-update`, an entry $w$ moves by about $\eta\, g\, |w|^{2-p}/(p-1)$),
-# so these choices decide which layers move and how fast: they are part of the replication. What
-# differs, and we state it: distinct initializations per seed; step sizes fixed per method as
-# multiples of the paper's, the largest that trained stably in pilots (judged by the training
-# accuracy, never by test; the notes at the end); training batches of similar lengths (below); and
-# the data. The default profile runs
-# offline on the Rotten Tomatoes sentences (a source the offline machines can reach; all 8,455
-# training sentences, validation and test splits of 1,056 and 1,057) with a narrower model; the
-# `paper` profile runs IMDb at the paper's scale and step sizes. Next to it: a bag-of-words
-# baseline on the same tokens, which says whether the models learned more than word counts, and an
-# ablation from another initialization.
+# **What we run: the authors' setup, and one factor changed.** The model and the training rule as the
+# authors' public code runs them: token and position embeddings drawn $N(0, 1)$, torch's default
+# uniform initialization of every matrix (bound $1/\sqrt{\text{fan in}}$), post-LN blocks without
+# biases, dropout 0.2 on the attention probabilities and on both residual branches, a classifier
+# without bias on the [CLS] token; binary cross-entropy **summed** over the batch of 100 (the paper's
+# step sizes assume the sum); plain mirror descent {eq}`eq-md-update` on every parameter; training
+# stops after the first epoch whose running training accuracy (dropout on) reaches 99.5 %. Mirror
+# descent is not scale-invariant (by {eq}`eq-md-update`, an entry $w$ moves by about
+# $\eta\, g\, |w|^{2-p}/(p-1)$), so these choices decide which layers move and how fast.
+#
+# On the offline data and a 2-core CPU that setup does not reach the stop rule in the book's budget
+# (the notes at the end), and a claim about trained models cannot be judged on models that are not
+# trained. So the page runs two grids. **The replication attempt**: the authors' setup exactly, as
+# long as the budget affords, reported with its direction and not judged ("not measured at this
+# scale"). **The judged variation**: the authors' setup with *one* factor changed, named wherever it
+# appears: the token and position embeddings drawn $N(0, 0.02^2)$ (BERT's scale) instead of
+# $N(0, 1)$; everything else, the matrices' initialization, dropout, loss, stop rule and the
+# paper's step sizes as the reference, is the authors'. In the pilots it reaches the stop rule in
+# tens of epochs with models above the bag-of-words baseline. Its step sizes are chosen by one rule
+# on the validation split (below), and it has enough paired seeds to tell the paper's gap from
+# none. What else differs from the paper, and we state it: distinct initializations per seed;
+# training batches of similar lengths (below); the data: the default profile runs offline on the
+# Rotten Tomatoes sentences (a source the offline machines can reach; all 8,455 training sentences,
+# validation and test splits of 1,056 and 1,057) with a narrower model; the `paper` profile runs
+# IMDb at the paper's scale and step sizes. Next to both: a bag-of-words baseline on the same
+# tokens, which says whether the models learned more than word counts.
 
 # %% tags=["parameters"]
 profile = "default"  # the params/ profile that produced this page (set by the pipeline)
@@ -55,15 +63,16 @@ train_size = None  # training sentences (a seeded, stratified subset; None: the 
 width = 24  # model width (paper: 384); the MLP is 4 x width
 layers = [3]  # numbers of layers (and heads) of the rows of Table 1 (paper: [3, 4, 6])
 methods = ["1.1", "2", "3"]  # l_p exponents of mirror descent ("2" is GD); "adam" adds Adam as an extra column
-seeds = {"1.1": 3, "2": 3, "3": 1}  # runs per method, seeds 0..n-1: distinct initializations, data orders and dropout
-epochs = 70  # most epochs per run; a run stops at 99.5 % training accuracy
-setup = "authors"  # initialization: "authors" (the replication) or "modern"
-step_multiples = {"1.1": [3], "2": [10], "3": [300]}  # candidate step sizes, multiples of the paper's (Adam: of 1e-3); more than one: chosen on validation
-ablation_setup = "modern"  # the ablation's initialization ("" for no ablation)
-ablation_methods = ["1.1", "2"]  # methods of the ablation (at the first depth of layers)
-ablation_seeds = 3  # seeds of the ablation
-ablation_epochs = 150  # most epochs of an ablation run
-ablation_multiples = {"1.1": [1], "2": [3]}  # the ablation's candidate step multiples
+setup = "authors"  # the replication's initialization: "authors" (their code), "small-embeddings" or "modern"
+seeds = {"1.1": 2, "2": 2, "3": 1}  # replication runs per method, seeds 0..n-1: distinct initializations, data orders and dropout
+epochs = 30  # most epochs of a replication run; a run stops at 99.5 % training accuracy
+step_multiples = {"1.1": [3], "2": [10], "3": [300]}  # the replication's candidate steps, multiples of the paper's (Adam: of 1e-3); more than one: chosen on validation
+variation_setup = "small-embeddings"  # the judged variation's initialization: one factor of the authors' changed
+variation_methods = ["1.1", "2", "3"]  # methods of the variation (at the first depth of layers)
+variation_seeds = {"1.1": 12, "2": 12, "3": 2}  # the variation's runs per method (l_1.1 and GD paired by seed)
+variation_epochs = 150  # most epochs of a variation run
+variation_multiples = {"1.1": [1, 3], "2": [1, 3], "3": [100, 300]}  # the variation's candidate steps (x paper), chosen on validation
+analysed = "variation"  # the grid whose models chapters 05 and 06 analyse: "variation" or "replication"
 workers = 2  # runs trained at once: CPU processes of one thread each, or one process per GPU when several are visible
 
 # %% tags=["remove-stderr"]
@@ -72,23 +81,27 @@ from myst_nb import glue
 
 from mdlib.book import plots, scorecard
 from mdlib.experiments import methods as method_keys
-from mdlib.experiments import sentiment, train
+from mdlib.experiments import paper, sentiment, train
 
 plots.set_theme()
 glue("paper-table-1", sentiment.paper_table1_view().style.hide(axis="index").set_table_styles(
     [{"selector": "th, td", "props": "padding: 0.1em 0.7em"}]), display=False)
 plots.glue_paper()
-config, ablation_config = sentiment.chapter_grids(  # Table 1's grid and the ablation's (None without one)
+configs = dict(zip(sentiment.GRIDS, sentiment.chapter_grids(  # the replication's grid and the variation's
     dataset=dataset, max_length=max_length, train_size=train_size, width=width, setup=setup, epochs=epochs,
-    layers=layers, methods=methods, seeds=seeds, step_multiples=step_multiples, ablation_setup=ablation_setup,
-    ablation_methods=ablation_methods, ablation_seeds=ablation_seeds, ablation_epochs=ablation_epochs,
-    ablation_multiples=ablation_multiples)
-sentiment.train_grids([c for c in (config, ablation_config) if c is not None], workers=workers)  # one pool
-grid = sentiment.grid(config, workers=workers, name=sentiment.grid_name(profile))  # chapters 05 and 06 read it
-print(f"profile={profile}: {dataset} ({train_size or 'all'} training texts), width {width}, layers {layers}, "
-      f"seeds {seeds}, <= {epochs} epochs, setup {setup!r}")
-label = {key: plots.method_label(*method_keys.method(key)) for key in methods}
-text = {key: plots.method_text(*method_keys.method(key)) for key in methods}
+    layers=layers, methods=methods, seeds=seeds, step_multiples=step_multiples, variation_setup=variation_setup,
+    variation_methods=variation_methods, variation_seeds=variation_seeds, variation_epochs=variation_epochs,
+    variation_multiples=variation_multiples, analysed=analysed)))
+sentiment.train_grids(list(configs.values()), workers=workers)  # both sweeps in one pool
+grids = {name: sentiment.grid(c, workers=workers, name=sentiment.grid_name(profile) if name == analysed else None)
+         for name, c in configs.items()}  # the analysed grid is recorded for chapters 05 and 06
+runs = sentiment.chapter_runs(grids, analysed)
+replication, variation = grids["replication"], grids["variation"]
+changed = paper.SETUP_NAMES[variation_setup]
+print(f"profile={profile}: {dataset}, width {width}; replication ({setup}) seeds {seeds}; variation "
+      f"({variation_setup}) seeds {variation_seeds}; chapters 05-06 analyse the {analysed}")
+text = {key: plots.method_text(*method_keys.method(key)) for key in dict.fromkeys(methods + variation_methods)}
+glue("t1v-changed", changed, display=False)
 
 # %% [markdown]
 # ## The baseline
@@ -120,127 +133,164 @@ glue("t1-floor", f"{floor:.1%}", display=False)
 #
 # ## Step sizes
 #
-# Each method trains at the multiple of the paper's step size the pilots chose (notes at the end;
-# with several candidates in a profile, seed 0 trains at each and the one that reached the stop rule
-# with the best validation accuracy is kept; the test split plays no part in either). Saved as
-# `_build/results/table-sentiment-steps.csv`.
+# One rule for every method of the judged variation: the candidates are the paper's step for that
+# method times each multiple of `variation_multiples` (the same multiples, 1× and 3×, for
+# $\ell_{1.1}$ and GD); seed 0 trains at each, and the candidate kept is the one that reached the
+# stop rule with the best validation accuracy (ties: the smaller step). The test split plays no part.
+# The replication keeps the multiples its pilots found stable (one candidate each, notes at the end).
+# Saved as `_build/results/table-sentiment-steps.csv`.
 
 # %% tags=["hide-input"]
-steps = grid.runs[grid.runs.seed == 0]
+steps = runs[runs.seed == 0]
 plots.save_table(steps, "table-sentiment-steps", styled=sentiment.steps_view(steps).style.hide(axis="index"))
 
 # %% [markdown]
 # ```{glue:figure} table-sentiment-steps
 # :name: table-sentiment-steps
 #
-# The step sizes (seed 0): epochs to the stop rule (or the cap), the training accuracy of the last
-# epoch, the validation accuracy at the end, and the chosen multiple.
+# The candidate step sizes (seed 0) of both grids: epochs to the stop rule (or the cap), the
+# training accuracy of the last epoch, the validation accuracy at the end, and the chosen multiple.
 # ```
 #
-# ## Table 1
+# ## Table 1, the judged variation: small embeddings
 
 # %% tags=["hide-input"]
-cells = sentiment.cell_table(grid.runs)
-plots.save_table(cells, "table-1", styled=sentiment.table1_view(cells, nb).style.hide(axis="index"))
-plots.save_table(grid.runs, "table-sentiment-runs", glue=False)
-chosen = grid.runs[grid.runs.chosen]
-glue("t1-reached", f"{int(chosen.reached.sum())} of {len(chosen)}", display=False)
-glue("t1-data", f"{dataset}, {train_size or 'all'} training texts, width {width}, seeds "
-     + ", ".join(f"{text[k]} {sentiment.seeds_of(config, k)}" for k in methods) + f", at most {epochs} epochs",
-     display=False)
-gaps = sentiment.paired_gaps(grid.runs)
-best_gaps = sentiment.paired_gaps(grid.runs, metric="best_test")
-glue("t1-gaps", sentiment.gaps_text(gaps), display=False)
-glue("t1-best-gaps", sentiment.gaps_text(best_gaps), display=False)
+plots.save_table(runs, "table-sentiment-runs", glue=False)
+
+
+def glue_table1(grid, label: str, prefix: str) -> None:
+    """Save a grid's Table 1 under ``label`` and glue its numbers under ``prefix``-..."""
+    cells = sentiment.cell_table(grid.runs, grid.config["setup"])
+    plots.save_table(cells, label, styled=sentiment.table1_view(cells, nb).style.hide(axis="index"))
+    chosen = grid.runs[grid.runs.chosen]
+    glue(f"{prefix}-reached", f"{int(chosen.reached.sum())} of {len(chosen)}", display=False)
+    glue(f"{prefix}-data", f"{dataset}, {train_size or 'all'} training texts, width {width}, setup "
+         f"{paper.SETUP_NAMES[grid.config['setup']]}, seeds "
+         + ", ".join(f"{text[k]} {sentiment.seeds_of(grid.config, k)}" for k in grid.config["methods"])
+         + f", at most {grid.config['epochs']} epochs", display=False)
+    glue(f"{prefix}-gaps", sentiment.gaps_text(sentiment.paired_gaps(grid.runs)), display=False)
+    glue(f"{prefix}-best-gaps", sentiment.gaps_text(sentiment.paired_gaps(grid.runs, metric="best_test")),
+         display=False)
+
+
+glue_table1(variation, "table-1-variation", "t1v")
+
+# %% [markdown]
+# ```{glue:figure} table-1-variation
+# :name: table-1-variation
+#
+# Table 1 from the authors' setup with one factor changed (token and position embeddings
+# $N(0, 0.02^2)$). Test accuracy (%) at the stop rule, or at the epoch cap for a run that did not
+# reach it (mean ± standard deviation over seeds); the best test accuracy over epochs, the paper's
+# metric, which selects the epoch on the test set; the mean number of epochs and how many runs
+# reached the stop rule; the paper's IMDb numbers and the authors' epochs to the stop. Last row: the
+# bag-of-words baseline on the same data. Per run: `_build/results/table-sentiment-runs.csv`
+# (`grid` = variation).
+# ```
+#
+# Computed on {glue:text}`t1v-data`. {glue:text}`t1v-reached` runs reached the stop rule.
+# $\ell_{1.1}$ minus GD, seed by seed (a seed gives both the same initialization, data order and
+# dropout stream), in points of test accuracy at the stop rule, with a paired 95 % t interval:
+# {glue:text}`t1v-gaps`; in best test accuracy over epochs, the paper's metric:
+# {glue:text}`t1v-best-gaps` (the paper: {glue:text}`paper-t1-gaps` at {glue:text}`paper-t1-layers`
+# layers). The scorecard judges the first; its row also gives the smallest gap these seeds can
+# detect.
+
+# %% tags=["hide-input"]
+plots.save_figure(plots.training_curves(variation.history, variation_methods), "fig-sentiment-curves-variation",
+                  data=variation.history)
+
+# %% [markdown]
+# ```{glue:figure} fig-sentiment-curves-variation
+# :name: fig-sentiment-curves-variation
+#
+# The judged variation's training. Above: test accuracy against epoch (solid: mean over seeds while
+# all of them run, band: ± one standard deviation) and the running training accuracy (dotted, mean;
+# ticks: where each run stopped; grey line: the 99.5 % stop rule). Below: the training loss per
+# example (dropout on, log scale). Every run and epoch:
+# `_build/results/fig-sentiment-curves-variation.csv`.
+# ```
+#
+# ## Table 1, the replication attempt: the authors' setup
+
+# %% tags=["hide-input"]
+glue_table1(replication, "table-1", "t1")
 
 # %% [markdown]
 # ```{glue:figure} table-1
 # :name: table-1
 #
-# The paper's Table 1 reproduced. Test accuracy (%) at the stop rule, or at the epoch cap for a run
-# that did not reach it (mean ± standard deviation over seeds); the best test accuracy over epochs,
-# the paper's metric, which selects the epoch on the test set; the mean number of epochs and how
-# many runs reached the stop rule; the paper's IMDb numbers and the authors' epochs to the stop.
-# Last row: the bag-of-words baseline on the same data. Per cell: `_build/results/table-1.csv`;
-# per run: `_build/results/table-sentiment-runs.csv`.
+# The paper's Table 1 in the authors' setup, as far as this profile trains it (columns as above).
+# Per run: `_build/results/table-sentiment-runs.csv` (`grid` = replication).
 # ```
+#
+# Computed on {glue:text}`t1-data`. {glue:text}`t1-reached` runs reached the stop rule: a run stopped
+# by the epoch cap is not in the regime the claim is about, so the scorecard reads this grid "not
+# measured at this scale" and shows only its direction. $\ell_{1.1}$ minus GD at the cap, seed by
+# seed: {glue:text}`t1-gaps`; best over epochs: {glue:text}`t1-best-gaps`.
 
 # %% tags=["hide-input"]
-plots.save_figure(plots.training_curves(grid.history, methods), "fig-sentiment-curves", data=grid.history)
+plots.save_figure(plots.training_curves(replication.history, methods), "fig-sentiment-curves",
+                  data=replication.history)
 
 # %% [markdown]
 # ```{glue:figure} fig-sentiment-curves
 # :name: fig-sentiment-curves
 #
-# Above: test accuracy against epoch (solid: mean over seeds while all of them run, band: ± one
-# standard deviation) and the running training accuracy (dotted, mean; ticks: where each run
-# stopped; grey line: the 99.5 % stop rule). Below: the training loss per example (dropout on, log
-# scale). Every run and epoch: `_build/results/fig-sentiment-curves.csv`.
+# The replication's training, drawn as above. Every run and epoch:
+# `_build/results/fig-sentiment-curves.csv`.
 # ```
 #
-# ## Why the methods differ: what each one moves
+# ## Why the setups differ: what each method moves
 #
 # Mirror descent with $p$ near 1 moves an entry $w$ about $|w|^{0.9}/0.1$ times as far as GD at the
 # same step. Under the authors' initialization the embedding tables are drawn $N(0, 1)$, far larger
 # than the matrices ($|w| \le 1/\sqrt{\text{width}}$), so $\ell_{1.1}$ should move the embeddings
 # much further than GD does, and the comparison may measure which optimizer moves the embeddings as
-# much as anything else. The relative movement $\lVert W - W(0) \rVert / \lVert W(0) \rVert$ of
-# each part of each trained model, against its own initialization, tests that either way.
+# much as anything else; with embeddings $N(0, 0.02^2)$ the tables are smaller than the matrices and
+# the balance turns. The relative movement $\lVert W - W(0) \rVert / \lVert W(0) \rVert$ of each
+# part of each trained model, against its own initialization, shows it in both grids.
 
 # %% tags=["hide-input"]
-moved = sentiment.movement(grid)
-plots.save_figure(plots.movement_bars(moved, methods), "fig-sentiment-movement", data=moved)
-ratio = moved.groupby(["group", "method"]).movement.mean().unstack().reindex(list(dict.fromkeys(moved.group)))
-glue("t1-moved", "; ".join(f"{g}: " + " / ".join(f"{ratio.loc[g, k]:.3g}" for k in methods) for g in ratio.index),
-     display=False)
-glue("t1-moved-ratio", " / ".join(f"{g} {ratio.loc[g, '1.1'] / ratio.loc[g, '2']:.1f}×" for g in ratio.index)
-     if {"1.1", "2"} <= set(methods) else "not measured", display=False)
-glue("t1-methods", " / ".join(text[k] for k in methods), display=False)
+moved = {}
+for name, grid in grids.items():
+    moved[name] = sentiment.movement(grid)
+    label = "fig-sentiment-movement" + ("" if name == "replication" else f"-{name}")
+    plots.save_figure(plots.movement_bars(moved[name], grid.config["methods"]), label, data=moved[name])
+
+
+def movement_text(table: pd.DataFrame) -> str:
+    """Mean movement per group, "embeddings: a / b / c; ...", and l_1.1 over GD."""
+    keys = list(dict.fromkeys(table.method))
+    ratio = table.groupby(["group", "method"]).movement.mean().unstack().reindex(list(dict.fromkeys(table.group)))
+    means = "; ".join(f"{g}: " + " / ".join(f"{ratio.loc[g, k]:.3g}" for k in keys) for g in ratio.index)
+    over = (" / ".join(f"{g} {ratio.loc[g, '1.1'] / ratio.loc[g, '2']:.1f}×" for g in ratio.index)
+            if {"1.1", "2"} <= set(keys) else "not measured")
+    return f"{means} ({' / '.join(text[k] for k in keys)}); ℓ1.1 over GD: {over}"
+
+
+glue("t1-moved", movement_text(moved["replication"]), display=False)
+glue("t1v-moved", movement_text(moved["variation"]), display=False)
 
 # %% [markdown]
 # ```{glue:figure} fig-sentiment-movement
 # :name: fig-sentiment-movement
 #
-# Relative movement $\lVert W - W(0) \rVert_F / \lVert W(0) \rVert_F$ per group of parameters
-# (embeddings: token and position tables; attention: query/key/value and output maps; MLP; the
-# LayerNorm gains; the classifier), at the end of each chosen run: mean over seeds with a 95 % t
-# interval (none for a single seed), log scale. Per run: `_build/results/fig-sentiment-movement.csv`.
+# The replication (the authors' setup): relative movement
+# $\lVert W - W(0) \rVert_F / \lVert W(0) \rVert_F$ per group of parameters (embeddings: token and
+# position tables; attention: query/key/value and output maps; MLP; the LayerNorm gains; the
+# classifier), at the end of each chosen run: mean over seeds with a 95 % t interval (none for a
+# single seed), log scale. Per run: `_build/results/fig-sentiment-movement.csv`.
 # ```
 #
-# Mean relative movement ({glue:text}`t1-methods`): {glue:text}`t1-moved`. $\ell_{1.1}$ over GD:
-# {glue:text}`t1-moved-ratio`.
+# ```{glue:figure} fig-sentiment-movement-variation
+# :name: fig-sentiment-movement-variation
 #
-# ## Ablation: does the result depend on the initialization?
-#
-# The paper does not state an initialization; its code uses torch's defaults. The same comparison
-# from the initialization this project used before (embeddings $N(0, 0.02^2)$ as in BERT,
-# Glorot-normal matrices, a classifier bias, dropout on the embeddings instead of the attention
-# probabilities), at the first depth, with its own step sizes and epoch cap; the same baseline
-# gates it.
-
-# %% tags=["hide-input", "remove-stderr"]
-if ablation_setup:
-    ablation = sentiment.grid(ablation_config, workers=workers)
-    both = sentiment.setups_table({setup: grid, ablation_setup: ablation}, layers[0], ablation_methods)
-    plots.save_table(both, "table-sentiment-ablation", styled=sentiment.setups_view(both).style.hide(axis="index"))
-    glue("ablation-gaps", "; ".join(
-        f"{name}: " + sentiment.gaps_text(sentiment.paired_gaps(both[both.setup == name]), per_depth=False)
-        for name in (setup, ablation_setup)), display=False)
-else:
-    plots.save_table(pd.DataFrame({"note": ["no ablation at this profile"]}), "table-sentiment-ablation")
-    glue("ablation-gaps", "not measured at this profile", display=False)
-
-# %% [markdown]
-# ```{glue:figure} table-sentiment-ablation
-# :name: table-sentiment-ablation
-#
-# The authors' initialization against the earlier one, at the first depth: test accuracy at the stop
-# rule or the cap (mean ± std over seeds), the best over epochs, epochs and how many runs reached
-# the stop rule. Per run: `_build/results/table-sentiment-ablation.csv`.
+# The judged variation (small embeddings), drawn the same way. Per run:
+# `_build/results/fig-sentiment-movement-variation.csv`.
 # ```
 #
-# $\ell_{1.1}$ minus GD at the stop rule (or the cap), seed by seed, in points with a paired 95 %
-# interval: {glue:text}`ablation-gaps`.
+# Mean relative movement, replication: {glue:text}`t1-moved`. Variation: {glue:text}`t1v-moved`.
 #
 # ## How the batches are drawn
 #
@@ -255,7 +305,7 @@ lengths = [len(ids) for ids in sentiment.training_subset(sentiment.splits(datase
 pools = pd.DataFrame([{"pool (batches)": pool} | train.batching(lengths, 100, pool) for pool in (1, 4, 8, 16, 64)])
 plots.save_table(pools, "table-sentiment-batching", styled=pools.style.format(
     {"padding": "{:.3f}", "again": "{:.1%}", "random_again": "{:.1%}"}).hide(axis="index"))
-glue("t1-pool", f"{grid.configs[next(iter(grid.configs))]['fit']['pool']}", display=False)
+glue("t1-pool", f"{replication.configs[next(iter(replication.configs))]['fit']['pool']}", display=False)
 
 # %% [markdown]
 # ```{glue:figure} table-sentiment-batching
@@ -273,32 +323,28 @@ glue("t1-pool", f"{grid.configs[next(iter(grid.configs))]['fit']['pool']}", disp
 glue("t1-verdict", scorecard.verdicts("04_sentiment"), display=False)
 
 # %% [markdown]
-# This page was computed on {glue:text}`t1-data`. {glue:text}`t1-reached` Table 1 runs reached the
-# stop rule. $\ell_{1.1}$ minus GD, seed by seed, in points of test accuracy at the stop rule (or the
-# cap) with a paired 95 % t interval: {glue:text}`t1-gaps`; in best test accuracy over epochs, the
-# paper's metric: {glue:text}`t1-best-gaps` (the paper: {glue:text}`paper-t1-gaps` at
-# {glue:text}`paper-t1-layers` layers).
+# **The verdicts** (the scorecard's rules, applied to the numbers above): {glue:text}`t1-verdict`.
 #
-# **The verdict** (the scorecard's rules, applied to the numbers above): {glue:text}`t1-verdict`.
-#
-# **What this shows.** The authors' model, initialization, loss and step sizes (up to the chosen
-# multiple), trained on every training sentence as long as this profile affords, next to a
-# bag-of-words baseline, with a paired comparison of the methods. Whether the models reached the
-# regime the paper's claim is about reads off two numbers: how many runs reached the stop rule, and
-# whether their test accuracy clears the baseline's floor. A run stopped by the epoch cap is not in
-# that regime, and the verdict says "not measured" rather than read a difference there. The
-# movement figure shows what each optimizer changed. **What it does not show.** The paper's scale:
-# 25,000 long IMDb reviews, width 384, 3 / 4 / 6 layers and 10 seeds (the `paper` profile, a GPU).
-# Nor is "best test accuracy over epochs", the paper's metric, an unbiased estimate: it selects the
-# epoch on the test set, with an upward bias that differs between methods that train for different
-# numbers of epochs; we show it for comparison and judge the accuracy at the stop rule.
+# **What this shows.** Whether $\ell_{1.1}$ trains this model to a higher test accuracy than GD when
+# both are trained to the paper's stop rule from the authors' setup with one factor changed (the
+# embeddings' scale), with step sizes chosen alike on validation and enough paired seeds that the
+# interval can tell the paper's gap ({glue:text}`paper-t1-gaps` points) from none; the verdict says which of holds, differs,
+# smaller than the paper's or inconclusive, with the smallest gap the seeds can detect. Next to it,
+# the authors' setup exactly, with its direction, and a bag-of-words baseline that says the models
+# generalize. The movement figures show what each optimizer changed in each setup.
+# **What it does not show.** The paper's scale: 25,000 long IMDb reviews, width 384, 3 / 4 / 6 layers
+# and 10 seeds (the `paper` profile, a GPU). Nor the authors' setup in the judged regime: a verdict
+# on the variation is a verdict on the variation, and the two setups move different parameters (the
+# movement figures). Nor is "best test accuracy over epochs", the paper's metric, an unbiased
+# estimate: it selects the epoch on the test set, with an upward bias that differs between methods
+# that train for different numbers of epochs; we show it for comparison and judge the accuracy at the
+# stop rule.
 #
 # ## Notes: how the default was sized
 #
-# The default must run offline on a 2-core CPU within the book's budget (chapters 04-06 in about 40
-# minutes). Pilots of the authors' setup on Rotten Tomatoes (3 layers, seed 0, batch 100, two runs
-# sharing the 2 cores, length pools of 50 batches; 2026-11-30 and 2026-12-01; training / test accuracy
-# at the epochs shown):
+# The default must run offline on a 2-core CPU within the book's budget. Pilots of the authors'
+# setup on Rotten Tomatoes (3 layers, width 24, seed 0, batch 100, two runs sharing the 2 cores,
+# length pools; 2026-11-30 and 2026-12-01; training / test accuracy at the epochs shown):
 #
 # | training set, width | method, step (× paper) | epochs | training acc. | test acc. | s / epoch |
 # |---|---|---|---|---|---|
@@ -311,15 +357,31 @@ glue("t1-verdict", scorecard.verdicts("04_sentiment"), display=False)
 # | 8,455, 48 | $\ell_{1.1}$, 3× | 50 | 0.898 | 0.68 | 5.1 |
 # | 8,455, 48 | GD, 10× | 50 | 0.837 | 0.60 | 4.9 |
 #
-# The training step itself was made faster first (dropout masks and attention on the CPU, about
-# 1.3× per step: `python -m mdlib bench training`). What the pilots say: a thousand sentences reach
-# the stop rule but do not generalize (60 % against a 70 % baseline); the whole training split
-# generalizes (about 70 % against 77 %) but under the authors' initialization the stop rule is out
-# of reach there: GD at 10× its paper step had not reached it after 400 epochs (about 22 minutes a
-# run), and $\ell_{1.1}$ at 3× peaked at 0.93 and then collapsed; width 48 fits faster and
-# generalizes worse; larger steps diverge. No configuration we tried reaches the stop rule with
-# models that generalize within the budget. So the default trains on the whole split at width 24
-# with the largest stable multiples, three seeds of $\ell_{1.1}$ and GD and one of $\ell_3$, for
-# the epochs the budget affords, and says plainly that its Table 1 is not measured in the regime of
-# the paper's claim; the ablation from the modern initialization, which does reach the stop rule,
-# gets a verdict of its own.
+# A thousand sentences reach the stop rule but do not generalize (60 % against a 70 % baseline); the
+# whole training split generalizes (about 70 % against 77 %) but under the authors' initialization
+# the stop rule is out of reach there: GD at 10× its paper step had not reached it after 400 epochs
+# (about 22 minutes a run), and $\ell_{1.1}$ at 3× peaked at 0.93 and then collapsed; larger steps
+# diverge. Making the step faster does not buy it (the step is per-element work; a vectorized
+# ensemble of seeds measured 1.05-1.4× per model). The movement of the replication's models pointed
+# at the embeddings' scale: under $N(0, 1)$ tables $\ell_{1.1}$ moves the embeddings several times as
+# far as GD. So we piloted the single-factor change first, the authors' setup with embeddings
+# $N(0, 0.02^2)$ (all 8,455 sentences, width 24, 3 layers, two runs sharing the cores, 2026-12-02;
+# `data/sentiment_pilots.csv`):
+
+# %% tags=["hide-input"]
+pilots = sentiment.pilots()
+glue("table-sentiment-pilots", sentiment.pilots_view(pilots).style.hide(axis="index"), display=False)
+
+# %% [markdown]
+# ```{glue:figure} table-sentiment-pilots
+# :name: table-sentiment-pilots
+#
+# Pilots of the single-factor variation (measured once, on one machine; not recomputed by this
+# page): epochs to the stop rule (or the cap), training accuracy of the last epoch, test and
+# validation accuracy at the end, seconds an epoch with two runs sharing the cores.
+# ```
+#
+# It reaches the stop rule in tens of epochs, above the baseline, for both methods: the judged
+# variation. (The fully "modern" initialization, Glorot matrices and a classifier bias besides,
+# reached it too, in 57-103 epochs, but changes three factors.) The replication keeps the authors'
+# setup at the largest stable multiples for the epochs left in the budget.

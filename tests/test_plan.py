@@ -86,14 +86,14 @@ def test_the_counted_runs_are_the_runs_the_grid_trains(monkeypatch, tmp_path):
 @pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
 def test_the_chapters_grids_are_the_configs_the_notebooks_built(profile):
     p = profiles.executed_parameters("04_sentiment", profile)
-    table1, ablation = sentiment.chapter_grids(**p)
+    table1, variation = sentiment.chapter_grids(**p)
     built = dict(dataset=p["dataset"], max_length=p["max_length"], train_size=p["train_size"], width=p["width"],
                  setup=p["setup"], epochs=p["epochs"], layers=p["layers"], methods=p["methods"], seeds=p["seeds"],
                  multiples=p["step_multiples"])
     assert table1.to_dict() == sentiment.SentimentGrid.of(built).to_dict()
-    assert ablation.to_dict() == sentiment.SentimentGrid.of(dict(
-        built, layers=p["layers"][:1], methods=p["ablation_methods"], seeds=p["ablation_seeds"],
-        epochs=p["ablation_epochs"], multiples=p["ablation_multiples"], setup=p["ablation_setup"])).to_dict()
+    assert variation.to_dict() == sentiment.SentimentGrid.of(dict(
+        built, layers=p["layers"][:1], methods=p["variation_methods"], seeds=p["variation_seeds"],
+        epochs=p["variation_epochs"], multiples=p["variation_multiples"], setup=p["variation_setup"])).to_dict()
     v = profiles.executed_parameters("07_vision", profile)
     swept, at_paper = vision.chapter_grids(**v)
     methods = ["adam"] + [method_keys.method_key("md", float(x)) for x in v["ps"]]
@@ -105,13 +105,16 @@ def test_the_chapters_grids_are_the_configs_the_notebooks_built(profile):
     assert swept.to_dict() == vision.VisionGrid.of(built).to_dict()
     assert at_paper.to_dict() == vision.VisionGrid.of(dict(built, methods=list(vision.PAPER_STEP_SIZES), step_sizes={
         k: [x] for k, x in vision.PAPER_STEP_SIZES.items()})).to_dict()
-    assert sentiment.chapter_grids(**dict(p, ablation_setup=""))[1] is None
+    with pytest.raises(ValueError, match="variation_setup='authors' is the replication's own setup"):
+        sentiment.chapter_grids(**dict(p, variation_setup=p["setup"]))
+    with pytest.raises(ValueError, match="analysed='both': choose one of replication, variation"):
+        sentiment.chapter_grids(**dict(p, analysed="both"))
 
 
 def test_the_paper_plan_counts_the_papers_runs():
     stages = {(s.notebook, s.what): s for s in plan.plan("paper")}
     assert [n for n in profiles.chapters()] == list(dict.fromkeys(n for n, _ in stages))
-    table1 = stages["04_sentiment", "Table 1 grid"]
+    table1 = stages["04_sentiment", "Table 1 grid (replication)"]
     assert table1.runs == 3 * 3 * 10  # layers x methods x seeds
     expected = sum(10 * paper.EPOCHS_TO_STOP[L][k] for L in (3, 4, 6) for k in ("1.1", "2", "3"))
     assert table1.steps == 225 * expected and table1.steps_cap == 225 * 1000 * 90
@@ -164,7 +167,7 @@ def test_plan_of_the_paper_profile_runs_without_apt_or_data(tmp_path):
     assert done.returncode == 0, done.stderr
     for name in profiles.chapters():
         assert re.search(rf"^{name}\s", done.stdout, re.M), name
-    assert re.search(r"^04_sentiment\s+Table 1 grid\s+90\s+\d+ \(<= 1,000\)\s+2\.1 M", done.stdout, re.M)
+    assert re.search(r"^04_sentiment\s+Table 1 grid \(replication\)\s+90\s+\d+ \(<= 1,000\)\s+2\.1 M", done.stdout, re.M)
     assert re.search(r"^total\s+150\s+<= [\d,.]+\s+<= [\d,.]+$", done.stdout, re.M)
     assert list(data.iterdir()) == [] and not (tmp_path / "b").exists()  # nothing fetched, nothing written
 

@@ -31,11 +31,12 @@ def build_dir(tmp_path, monkeypatch):
 
 def runs() -> pd.DataFrame:
     """A good table-sentiment-runs: two chosen runs, and a diverged candidate (its accuracies missing)."""
+    grid = {"grid": "variation", "setup": "small-embeddings", "analysed": True}
     return pd.DataFrame([
-        {"layers": 3, "method": "1.1", "multiple": 1, "lr": 1e-3, "seed": s, "diverged": False, "epochs": 10,
+        {**grid, "layers": 3, "method": "1.1", "multiple": 1, "lr": 1e-3, "seed": s, "diverged": False, "epochs": 10,
          "train_accuracy": 0.99, "reached": True, "best_test": 0.71, "last_test": 0.7, "validation": 0.69,
          "chosen": True} for s in (0, 1)] + [
-        {"layers": 3, "method": "1.1", "multiple": 3, "lr": 3e-3, "seed": 0, "diverged": True, "epochs": np.nan,
+        {**grid, "layers": 3, "method": "1.1", "multiple": 3, "lr": 3e-3, "seed": 0, "diverged": True, "epochs": np.nan,
          "train_accuracy": np.nan, "reached": False, "best_test": np.nan, "last_test": np.nan, "validation": np.nan,
          "chosen": False}])
 
@@ -51,7 +52,8 @@ BROKEN = {  # name: (how the good table breaks, the message)
     "a fractional count": (lambda f: f.assign(epochs=2.5), "row 2: epochs 2.5 is not an integer"),
     "a flag that is not one": (lambda f: f.assign(chosen="yes"), "row 2: chosen 'yes' is not True or False"),
     "a duplicated run": (lambda f: pd.concat([f, f.iloc[[1]]], ignore_index=True),
-                         "row 5 repeats row 3: the same layers, method, multiple, seed (3, 1.1, 1, 1); "
+                         "row 5 repeats row 3: the same grid, layers, method, multiple, seed (variation, 3, 1.1, 1, "
+                         "1); "
                          "one row per run"),
     "a column lacking": (lambda f: f.drop(columns=["seed", "chosen"]), "table-sentiment-runs.csv lacks seed, chosen"),
 }

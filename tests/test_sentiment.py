@@ -248,7 +248,8 @@ def test_cell_table_and_paired_gaps():
     from scipy import stats as scipy_stats
 
     table = runs_table()
-    cells = sentiment.cell_table(table)
+    cells = sentiment.cell_table(table, "authors")
+    assert set(cells.setup) == {"authors"}
     assert list(zip(cells.method, cells.runs, cells.reached)) == [("1.1", 3, 2), ("2", 3, 3), ("3", 1, 0)]
     assert cells.test.tolist() == pytest.approx([0.70, 0.6733333, 0.58]) and np.isnan(cells.test_std.iloc[2])
     assert cells.best.iloc[0] == pytest.approx(0.72) and cells.paper.iloc[0] == 83.47 and cells.paper_epochs.iloc[1] == 80

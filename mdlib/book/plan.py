@@ -254,23 +254,23 @@ def _e8(p: Mapping[str, Any]) -> tuple[int, float]:
 def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
     from mdlib.experiments import sentiment
 
-    table1, ablation = sentiment.chapter_grids(**values)
-    stages = [_runs_stage(notebook, "Table 1 grid", workload.grid_runs([table1.design()]), data, costs)]
-    if ablation is not None:
-        ablation_runs = workload.grid_runs([ablation.design()])
-        for key in workload.grid_runs([table1.design()]):
-            ablation_runs.pop(key, None)
-        stages.append(_runs_stage(notebook, f"ablation ({ablation.setup} initialization)", ablation_runs, data, costs))
-    return stages
+    table1, variation = sentiment.chapter_grids(**values)
+    variation_runs = workload.grid_runs([variation.design()])
+    for key in workload.grid_runs([table1.design()]):
+        variation_runs.pop(key, None)
+    return [_runs_stage(notebook, "Table 1 grid (replication)", workload.grid_runs([table1.design()]), data, costs),
+            _runs_stage(notebook, f"Table 1, variation ({variation.setup})", variation_runs, data, costs)]
 
 
 def _table1(profile: str, values: Mapping[str, Any]):
-    """The Table 1 grid chapter 04 builds at the profile 05 and 06 read (``table1``, else theirs)."""
+    """The grid chapter 04 builds for 05 and 06 (its parameter ``analysed``) at the profile they read
+    (``table1``, else theirs)."""
     from mdlib.experiments import sentiment
 
     source = values.get("table1") or profile
-    table1, _ = sentiment.chapter_grids(**profiles.executed_parameters("04_sentiment", source))
-    return table1
+    chapter = profiles.executed_parameters("04_sentiment", source)
+    grids = dict(zip(sentiment.GRIDS, sentiment.chapter_grids(**chapter)))
+    return grids[chapter["analysed"]]
 
 
 def _analysis(what: str, per_model: Callable[[Mapping[str, Any], Any], float]):

@@ -87,6 +87,10 @@ TIMING = Column("number", 0, timing=True)  #: a time, or a number derived from o
 _RUN = {"layers": Column("integer", 1), "method": LABEL, "multiple": NONNEGATIVE, "lr": NONNEGATIVE,
         "seed": COUNT, "diverged": FLAG, "epochs": maybe(COUNT), "train_accuracy": maybe(SHARE), "reached": FLAG,
         "best_test": maybe(SHARE), "last_test": maybe(SHARE), "validation": maybe(SHARE), "chosen": FLAG}
+_CELL = {"setup": LABEL, "layers": Column("integer", 1), "method": LABEL, "runs": COUNT, "reached": COUNT,
+         "epochs": NONNEGATIVE, "test": SHARE, "test_std": maybe(NONNEGATIVE), "best": SHARE,
+         "best_std": maybe(NONNEGATIVE), "validation": SHARE, "multiple": NONNEGATIVE, "lr": NONNEGATIVE,
+         "paper": maybe(PERCENT), "paper_epochs": maybe(COUNT)}
 
 TABLES: dict[str, Table] = {
     # 01-03: the synthetic paths
@@ -99,14 +103,11 @@ TABLES: dict[str, Table] = {
     "table-e3-final": Table({"p": EXPONENT, "steps": COUNT, "selected": LABEL, "W_divergence": NONNEGATIVE,
                              "v_divergence": NONNEGATIVE, "final_loss": NONNEGATIVE}, ("p",), "exponent"),
     # 04: sentiment
-    "table-1": Table({"layers": Column("integer", 1), "method": LABEL, "runs": COUNT, "reached": COUNT,
-                      "epochs": NONNEGATIVE, "test": SHARE, "test_std": maybe(NONNEGATIVE), "best": SHARE,
-                      "best_std": maybe(NONNEGATIVE), "validation": SHARE, "multiple": NONNEGATIVE,
-                      "lr": NONNEGATIVE, "paper": maybe(PERCENT), "paper_epochs": maybe(COUNT)},
-                     ("layers", "method"), "cell"),
-    "table-sentiment-runs": Table(_RUN, ("layers", "method", "multiple", "seed"), "run"),
-    "table-sentiment-ablation": Table({**_RUN, "setup": LABEL}, ("setup", "layers", "method", "multiple", "seed"),
-                                      "run"),
+    "table-1": Table(_CELL, ("layers", "method"), "cell"),
+    "table-1-variation": Table(_CELL, ("layers", "method"), "cell"),
+    "table-sentiment-runs": Table({"grid": Column("label", pattern="replication|variation"), "setup": LABEL,
+                                   "analysed": FLAG, **_RUN},
+                                  ("grid", "layers", "method", "multiple", "seed"), "run"),
     "table-sentiment-baseline": Table({"baseline": LABEL, "description": LABEL, "C": maybe(NONNEGATIVE),
                                        "validation_accuracy": SHARE, "test_accuracy": SHARE, "train_size": COUNT},
                                       ("baseline",), "baseline", ({"baseline": "naive_bayes"},)),

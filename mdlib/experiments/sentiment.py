@@ -37,7 +37,7 @@ from mdlib.experiments import analysis, data, methods, paper, paths, pool, store
 from mdlib.experiments import grid as grid_engine
 from mdlib.experiments.grid import Optimizer
 from mdlib.experiments.methods import method, method_key
-from mdlib.models import EncoderClassifier, check_setup
+from mdlib.models import SETUPS, EncoderClassifier, check_setup
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -45,10 +45,10 @@ if TYPE_CHECKING:
 __all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "Grid", "KIND", "PAPER_STEP_SIZES", "TokenizedDataset",
            "attention_scores", "authors_sentences", "baseline", "baseline_view", "build", "built_grid", "by_length", "cell_table",
-           "chapter_grids", "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
+           "chapter_grids", "chapter_runs", "GRIDS", "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
            "grid_name", "initial_model", "lexicon_pivots", "movement", "paired_gaps", "pad", "paper_table1_view",
-           "pivotal_sentences", "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
-           "seeds_of", "setups_table", "setups_view", "steps_view", "splits",
+           "pilots", "pilots_view", "pivotal_sentences", "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
+           "seeds_of", "steps_view", "splits",
            "sweep", "tokens", "train_grids", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
 
 KIND = store.kind("e4-sentiment", __name__)
@@ -365,21 +365,42 @@ class SentimentGrid(store.Config):
             train_runs=train_runs, summarise_finals=True)
 
 
+#: Chapter 04's grids: the authors' setup (the replication) and one named variation of it.
+GRIDS = ("replication", "variation")
+
+
 def chapter_grids(*, dataset: str, max_length: int, train_size: int | None, width: int, setup: str, epochs: int,
                   layers: list[int], methods: list[str], seeds: int | Mapping[str, int],
-                  step_multiples: Mapping[str, list[float]], ablation_setup: str, ablation_methods: list[str],
-                  ablation_seeds: int, ablation_epochs: int, ablation_multiples: Mapping[str, list[float]],
-                  **_: Any) -> tuple[SentimentGrid, SentimentGrid | None]:
-    """Chapter 04's grids from its parameters (other parameters are ignored): Table 1's, and the
-    ablation's at the first depth with ``ablation_setup``'s initialization (None when it is "")."""
+                  step_multiples: Mapping[str, list[float]], variation_setup: str, variation_methods: list[str],
+                  variation_seeds: int | Mapping[str, int], variation_epochs: int,
+                  variation_multiples: Mapping[str, list[float]], analysed: str = "variation",
+                  **_: Any) -> tuple[SentimentGrid, SentimentGrid]:
+    """Chapter 04's grids from its parameters (other parameters are ignored): the replication's (Table 1 in
+    ``setup``), and the variation's at the first depth with ``variation_setup``'s initialization, which
+    must differ from ``setup``. ``analysed`` (the grid chapters 05 and 06 read) must name one of GRIDS."""
+    if analysed not in GRIDS:
+        raise ValueError(f"analysed={analysed!r}: choose one of {', '.join(GRIDS)}")
+    if variation_setup == setup:
+        raise ValueError(f"variation_setup={variation_setup!r} is the replication's own setup: choose another one "
+                         f"of {', '.join(s for s in SETUPS if s != setup)}")
     table1 = SentimentGrid(dataset=dataset, max_length=max_length, train_size=train_size, width=width, setup=setup,
                            epochs=epochs, layers=list(layers), methods=list(methods), seeds=seeds,
                            multiples=step_multiples)
-    if not ablation_setup:
-        return table1, None
     return table1, SentimentGrid(dataset=dataset, max_length=max_length, train_size=train_size, width=width,
-                                 setup=ablation_setup, epochs=ablation_epochs, layers=list(layers[:1]),
-                                 methods=list(ablation_methods), seeds=ablation_seeds, multiples=ablation_multiples)
+                                 setup=variation_setup, epochs=variation_epochs, layers=list(layers[:1]),
+                                 methods=list(variation_methods), seeds=variation_seeds,
+                                 multiples=variation_multiples)
+
+
+def chapter_runs(grids: Mapping[str, "Grid"], analysed: str) -> pd.DataFrame:
+    """The runs of chapter 04's grids ({name in GRIDS: Grid}) in one table (``Grid.runs``' columns), led by
+    ``grid``, ``setup`` and ``analysed`` (the runs of the grid chapters 05 and 06 analyse)."""
+    if analysed not in grids:
+        raise ValueError(f"analysed={analysed!r} names no grid of this chapter: choose one of {sorted(grids)}")
+    frames = [g.runs.assign(grid=name, setup=g.config["setup"], analysed=name == analysed) for name, g in grids.items()]
+    runs = pd.concat(frames, ignore_index=True)
+    lead = ["grid", "setup", "analysed"]
+    return runs[lead + [c for c in runs.columns if c not in lead]]
 
 
 def seeds_of(config: SentimentGrid | Mapping[str, Any], key: str) -> int:
@@ -428,9 +449,9 @@ def grid(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progres
                 built.configs, built.results)
 
 
-def cell_table(runs_table: pd.DataFrame) -> pd.DataFrame:
-    """Table 1 from a grid's runs (``Grid.runs``): one row per cell (layers, method) of the chosen runs,
-    in the grid's order: runs, reached (how many met the stop rule), epochs (mean), the test accuracy
+def cell_table(runs_table: pd.DataFrame, setup: str) -> pd.DataFrame:
+    """Table 1 from a grid's runs (``Grid.runs``) in ``setup``: one row per cell (layers, method) of the
+    chosen runs, in the grid's order: the setup, runs, reached (how many met the stop rule), epochs (mean), the test accuracy
     at the last epoch, the stop rule's epoch where it was reached (``test``: mean, ``test_std``), the best
     test accuracy over epochs (``best``, ``best_std``: the paper's metric, selected on the test set),
     the validation accuracy at the end, the chosen multiple and step, and the paper's value and epochs."""
@@ -442,6 +463,7 @@ def cell_table(runs_table: pd.DataFrame) -> pd.DataFrame:
         lr=("lr", "first")).reset_index()
     cells["paper"] = [paper.TABLE_1.get(L, {}).get(k, np.nan) for L, k in zip(cells.layers, cells.method)]
     cells["paper_epochs"] = [paper.EPOCHS_TO_STOP.get(L, {}).get(k, np.nan) for L, k in zip(cells.layers, cells.method)]
+    cells.insert(0, "setup", setup)
     return cells
 
 
@@ -483,8 +505,9 @@ def _method_name(key: str) -> str:
 
 
 def steps_view(steps: pd.DataFrame) -> pd.DataFrame:
-    """The step-size table of a grid's seed-0 runs, as the book shows it."""
-    return pd.DataFrame({
+    """The step-size table of grids' seed-0 runs (with their ``setup`` when given), as the book shows it."""
+    lead = {"setup": steps.setup} if "setup" in steps else {}
+    return pd.DataFrame(lead | {
         "layers": steps.layers, "method": [_method_name(k) for k in steps.method],
         "× paper": [f"{m:g}" for m in steps.multiple], "lr": [f"{lr:.3g}" for lr in steps.lr],
         "epochs": ["diverged" if d else f"{e:.0f}" + ("" if r else " (cap)")
@@ -532,27 +555,9 @@ def gaps_text(gaps: pd.DataFrame, per_depth: bool = True) -> str:
     return "; ".join(parts) or "not measured"
 
 
-def setups_table(grids: Mapping[str, "Grid"], layers: int, methods: list[str]) -> pd.DataFrame:
-    """The chosen runs of several grids at one depth, one row per run with the grid's ``setup``: the
-    ablation's table."""
-    frames = [g.runs[g.runs.chosen & (g.runs.layers == layers) & g.runs.method.isin(methods)].assign(setup=name)
-              for name, g in grids.items()]
-    return pd.concat(frames, ignore_index=True)
-
-
-def setups_view(both: pd.DataFrame) -> pd.DataFrame:
-    """``setups_table`` as the book shows it: one row per (initialization, method)."""
-    cells = cell_table(both.assign(layers=both.setup)).rename(columns={"layers": "setup"})
-    return pd.DataFrame({
-        "initialization": cells.setup, "method": [_method_name(k) for k in cells.method],
-        "× paper step": [f"{m:g}" for m in cells.multiple],
-        "test acc. at the stop (%)": [_mean_std(m, s) for m, s in zip(cells.test, cells.test_std)],
-        "best over epochs (%)": [_mean_std(m, s) for m, s in zip(cells.best, cells.best_std)],
-        "epochs (reached / runs)": [f"{e:.0f} ({r}/{n})" for e, r, n in zip(cells.epochs, cells.reached, cells.runs)]})
-
-
 def grid_name(profile: str) -> str:
-    """The name chapter 04 records its Table 1 grid under when it builds it at ``profile``."""
+    """The name chapter 04 records the grid chapters 05 and 06 analyse under when it builds it at
+    ``profile`` (its parameter ``analysed``: the replication's or the variation's)."""
     return f"table1.{profile}"
 
 
@@ -637,6 +642,25 @@ def _baselines(dataset: str, split_seed: int, max_length: int, train_size: int |
 
 
 # --- token selection (E5) -------------------------------------------------------------------------
+
+
+def pilots() -> pd.DataFrame:
+    """The pilots that sized chapter 04's default (data/sentiment_pilots.csv, measured once): one row per
+    run: setup, method, multiple (of the paper's step), seed, epochs, reached, train_accuracy,
+    test_accuracy and validation_accuracy at the end, seconds an epoch (two runs sharing 2 cores)."""
+    return pd.read_csv(paths.data_file("sentiment_pilots.csv"), dtype={"method": str})
+
+
+def pilots_view(table: pd.DataFrame) -> pd.DataFrame:
+    """``pilots`` as the book shows them."""
+    return pd.DataFrame({
+        "setup": table.setup.map(lambda s: paper.SETUP_NAMES.get(s, s)), "method": [_method_name(k) for k in table.method],
+        "× paper": table.multiple.map("{:g}".format), "seed": table.seed,
+        "epochs": [f"{e}" + ("" if r else " (cap)") for e, r in zip(table.epochs, table.reached)],
+        "training acc.": table.train_accuracy.map("{:.1%}".format),
+        "test acc.": table.test_accuracy.map("{:.1%}".format),
+        "validation acc.": table.validation_accuracy.map("{:.1%}".format),
+        "s / epoch": table.seconds_per_epoch.map("{:.1f}".format)})
 
 
 def pivotal_sentences() -> pd.DataFrame:
