@@ -75,3 +75,33 @@ def test_clustered_rate_takes_the_cluster_as_the_unit():
         stats.clustered_rate([0, 0], [0, 0])
     with pytest.raises(ValueError, match="counts"):
         stats.clustered_rate([1, -1], [0, 2])
+
+
+def test_the_detectable_effect_is_the_one_a_paired_t_test_sees_with_80_percent_power():
+    """Against scipy's noncentral t: a true mean equal to the detectable effect is rejected by the
+    two-sided 5 % t test with probability close to 0.8 (the formula is the usual approximation)."""
+    from scipy.stats import nct, t
+
+    rng = np.random.default_rng(0)
+    for n in (4, 8, 12, 30):
+        x = rng.normal(size=n)
+        effect = stats.detectable_effect(x)
+        s = x.std(ddof=1)
+        assert effect == pytest.approx((t.ppf(0.975, n - 1) + t.ppf(0.8, n - 1)) * s / np.sqrt(n))
+        shift = effect / (s / np.sqrt(n))  # the noncentrality of the test statistic at that true mean
+        critical = t.ppf(0.975, n - 1)
+        power = nct.sf(critical, n - 1, shift) + nct.cdf(-critical, n - 1, shift)
+        assert 0.76 <= power <= 0.81, (n, power)
+    assert np.isnan(stats.detectable_effect([1.0])) and np.isnan(stats.detectable_effect([2.0, 2.0]))
+    assert stats.detectable_effect([0, 1, 2], power=0.5) < stats.detectable_effect([0, 1, 2])
+
+
+def test_seeds_for_half_width_is_the_fewest_that_fit():
+    from scipy.stats import t
+
+    for sd, width in ((1.0, 0.9), (1.3, 0.9), (2.0, 0.5)):
+        n = stats.seeds_for_half_width(sd, width)
+        assert t.ppf(0.975, n - 1) * sd / np.sqrt(n) <= width < t.ppf(0.975, n - 2) * sd / np.sqrt(n - 1)
+    assert stats.seeds_for_half_width(0.0, 0.1) == 2
+    with pytest.raises(ValueError, match="half_width > 0"):
+        stats.seeds_for_half_width(1.0, 0.0)
