@@ -27,9 +27,10 @@
 # for a quantitative evaluation: 40 sentences and one model per optimizer cannot tell that split from
 # chance.
 #
-# **What we run.** The trained models of the Table 1 chapter at one depth: the grid chapter 04 built
-# at this page's profile (or the one the parameter `table1` names), read back from the results store
-# and never retrained. Each seed gives one $\ell_{1.1}$ model and one GD model from the same
+# **What we run.** The trained models of the Table 1 chapter at one depth: the grid chapter 04 names
+# for analysis (its parameter `analysed`: at the default, the judged variation, whose runs reach the
+# stop rule; at the paper's scale, the authors' setup) at this page's profile (or the one the
+# parameter `table1` names), read back from the results store and never retrained. Each seed gives one $\ell_{1.1}$ model and one GD model from the same
 # initialization, so a seed is a pair, and the sentences are shared by every pair: the comparisons
 # cluster by seed, and the intervals below take the seed as the unit. Four measurements:
 #

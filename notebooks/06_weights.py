@@ -22,15 +22,17 @@
 # above a threshold is not a sparsity result: it depends on the scale of the weights, which follows
 # the step size and the length of training, and nothing is removed.
 #
-# **What we run.** The trained models of the Table 1 chapter at one depth: the grid chapter 04 built
-# at this page's profile (or the one the parameter `table1` names), read back from the results store,
-# nothing retrained. We repeat the paper's count, with the count at initialization as the reference
+# **What we run.** The trained models of the Table 1 chapter at one depth: the grid chapter 04 names
+# for analysis (its parameter `analysed`: at the default, the judged variation, whose runs reach the
+# stop rule; at the paper's scale, the authors' setup) at this page's profile (or the one the
+# parameter `table1` names), read back from the results store, nothing retrained. We repeat the paper's count, with the count at initialization as the reference
 # it needs; then measure what training changed, $\Delta W = W - W(0)$, with scale-free measures that
 # no threshold or step size sets (the verdict); then prune: global magnitude pruning of the
 # attention, MLP and classifier matrices (the smallest $|w|$ set to zero, from 0 to 95 % of their
 # entries, without retraining), and the test accuracy that survives. The embedding tables are left
-# out of the pruning: their $N(0, 1)$ entries are most of the model's weights and larger than any
-# matrix entry, so a threshold over both would remove every matrix first.
+# out of the pruning: they are most of the model's weights, and on their own scale ($N(0, 1)$ in the
+# authors' setup, larger than any matrix entry; $N(0, 0.02^2)$ in the variation, smaller than most),
+# so a threshold over both would remove one kind first, whatever the training did.
 
 # %% tags=["parameters"]
 profile = "default"  # the params/ profile that produced this page (set by the pipeline)
@@ -189,8 +191,8 @@ glue("w-gate", selection.gate_text(grid, depth), display=False)
 # {glue:text}`w-gate`.
 #
 # **The count.** The share of K, Q and V entries above the scaled threshold is {glue:text}`w-shares`
-# (initialization, then {glue:text}`w-methods`). With the authors' initialization no entry starts
-# above it (uniform within $\pm 1/\sqrt{\text{width}}$), so, as in the paper, the count measures how
+# (initialization, then {glue:text}`w-methods`). With the authors' matrices (kept by the variation)
+# no entry starts above it (uniform within $\pm 1/\sqrt{\text{width}}$), so, as in the paper, the count measures how
 # many weights training pushed past it. It also grows with the step size and the length of
 # training, not only with the geometry: the methods here train with different step sizes, so the
 # count is shown, not judged. **The change itself.** The scale-free measures of $W - W(0)$ do not

@@ -288,7 +288,8 @@ PRUNE_AT = 0.5
 
 @_rule("Pruning", f"Not a claim of the paper: the hypothesis its sparsity reading suggests. Per seed, the test "
                   f"accuracy after global magnitude pruning of {PRUNE_AT:.0%} of the attention, MLP and classifier "
-                  f"matrices (not the embedding tables, whose N(0, 1) entries would take every matrix first), "
+                  f"matrices (not the embedding tables: most of the weights, on a scale of their own, they would be "
+                  f"taken first or last whatever the training did), "
                   f"without retraining; ℓ1.1 minus GD, seed by seed, with the paired 95 % t interval. Holds when it "
                   f"lies above 0, differs when below, inconclusive when it contains 0 (no paper effect). "
                   + _gates(accuracy="mean test accuracy at the stop rule (unpruned)") + " " + _DETECTABLE)
