@@ -312,3 +312,18 @@ def test_authors_sentences_keep_whole_token_pivots(cache, monkeypatch):
     assert len(everything) == 44 and len(shown) == sentiment.AUTHORS_SHOWN == 40
     assert not {12, 25, 28, 30, 34, 49} & set(everything.number)  # the six their notebook skips
     assert shown.number.tolist() == everything.number.tolist()[:40]
+
+
+def test_chapter_runs_put_both_grids_in_one_table_and_mark_the_analysed_one():
+    def grid(setup: str) -> sentiment.Grid:
+        return sentiment.Grid({"setup": setup}, runs_table(), pd.DataFrame(), {}, {}, {})
+
+    grids = {"replication": grid("authors"), "variation": grid("small-embeddings")}
+    runs = sentiment.chapter_runs(grids, "variation")
+    assert list(runs.columns[:3]) == ["grid", "setup", "analysed"] and len(runs) == 2 * len(runs_table())
+    assert set(runs[runs.analysed].grid) == {"variation"} and set(runs[runs.analysed].setup) == {"small-embeddings"}
+    assert set(runs[~runs.analysed].setup) == {"authors"}
+    with pytest.raises(ValueError, match="analysed='ablation' names no grid of this chapter"):
+        sentiment.chapter_runs(grids, "ablation")
+    view = sentiment.steps_view(runs[runs.seed == 0])
+    assert list(view.columns[:2]) == ["setup", "layers"]
