@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
@@ -1051,7 +1052,7 @@ def forest(table: list[Row], target: Path | str) -> Path | None:
         ax.set_yticks([])
         ax.tick_params(axis="x", labelsize=7, pad=1)
         ax.set_xlabel(e.unit, fontsize=7, labelpad=1)
-        ax.text(-0.01, 0.5, r.short, transform=ax.transAxes, ha="right", va="center", fontsize=8)
+        ax.text(-0.01, 0.5, textwrap.fill(r.short, 42), transform=ax.transAxes, ha="right", va="center", fontsize=8)
         ax.text(1.01, 0.5, _SHORT_OUTCOME.get(r.verdict.outcome, r.verdict.outcome), transform=ax.transAxes,
                 ha="left", va="center", fontsize=8, color=colour, fontweight="bold")
         for side in ("top", "right", "left"):
@@ -1125,7 +1126,7 @@ def _paper_short(r: Row) -> str:
     if e is not None and math.isfinite(e.paper):
         value = f"{e.paper:+.3g}".replace("-", "−") if e.null == (0.0, 0.0) else f"{e.paper:.3g}"
         return f"{value} ({e.unit})"
-    return r.paper if len(r.paper) <= 80 else r.paper[:77].rstrip() + "…"
+    return r.paper if len(r.paper) <= 120 else r.paper[:117].rstrip() + "…"
 
 
 def _detectable_text(e: Effect) -> str:
