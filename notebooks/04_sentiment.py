@@ -71,7 +71,7 @@ variation_setup = "small-embeddings"  # the judged variation's initialization: o
 variation_methods = ["1.1", "2", "3"]  # methods of the variation (at the first depth of layers)
 variation_seeds = {"1.1": 12, "2": 12, "3": 2}  # the variation's runs per method (l_1.1 and GD paired by seed)
 variation_epochs = 150  # most epochs of a variation run
-variation_multiples = {"1.1": [1, 3], "2": [1, 3], "3": [100, 300]}  # the variation's candidate steps (x paper), chosen on validation
+variation_multiples = {"1.1": [1], "2": [3], "3": [300]}  # the variation's steps (x paper), chosen on validation in the pilots (notes); more than one: chosen here on seed 0
 analysed = "variation"  # the grid whose models chapters 05 and 06 analyse: "variation" or "replication"
 workers = 2  # runs trained at once: CPU processes of one thread each, or one process per GPU when several are visible
 
@@ -97,11 +97,9 @@ grids = {name: sentiment.grid(c, workers=workers, name=sentiment.grid_name(profi
          for name, c in configs.items()}  # the analysed grid is recorded for chapters 05 and 06
 runs = sentiment.chapter_runs(grids, analysed)
 replication, variation = grids["replication"], grids["variation"]
-changed = paper.SETUP_NAMES[variation_setup]
 print(f"profile={profile}: {dataset}, width {width}; replication ({setup}) seeds {seeds}; variation "
       f"({variation_setup}) seeds {variation_seeds}; chapters 05-06 analyse the {analysed}")
 text = {key: plots.method_text(*method_keys.method(key)) for key in dict.fromkeys(methods + variation_methods)}
-glue("t1v-changed", changed, display=False)
 
 # %% [markdown]
 # ## The baseline
@@ -133,11 +131,16 @@ glue("t1-floor", f"{floor:.1%}", display=False)
 #
 # ## Step sizes
 #
-# One rule for every method of the judged variation: the candidates are the paper's step for that
-# method times each multiple of `variation_multiples` (the same multiples, 1× and 3×, for
-# $\ell_{1.1}$ and GD); seed 0 trains at each, and the candidate kept is the one that reached the
-# stop rule with the best validation accuracy (ties: the smaller step). The test split plays no part.
-# The replication keeps the multiples its pilots found stable (one candidate each, notes at the end).
+# One rule for every method of the judged variation, applied in the pilots (notes at the end,
+# `data/sentiment_pilots.csv`): the candidates were the paper's step for that method times 1 and 3
+# (GD also 10, $\ell_3$ 100 and 300); a candidate counts only when every seed it was trained with
+# reached the stop rule, and among those the best validation accuracy at seed 0 is kept. The test
+# split plays no part. Seed 0 alone is not enough: $\ell_{1.1}$ at 3× had the best validation
+# accuracy at seed 0 (by one sentence) but, at seeds 1-11, 2 runs collapsed to chance and 4 overflowed
+# the mirror map; at 1× all three pilot seeds reached the rule. So the variation trains
+# $\ell_{1.1}$ at 1×, GD at 3× and $\ell_3$ at 300× (`variation_multiples`; with several candidates
+# the grid chooses on seed 0 as the replication does). The replication keeps the multiples its
+# pilots found stable.
 # Saved as `_build/results/table-sentiment-steps.csv`.
 
 # %% tags=["hide-input"]
@@ -382,6 +385,7 @@ glue("table-sentiment-pilots", sentiment.pilots_view(pilots).style.hide(axis="in
 # ```
 #
 # It reaches the stop rule in tens of epochs, above the baseline, for both methods: the judged
-# variation. (The fully "modern" initialization, Glorot matrices and a classifier bias besides,
+# variation. The rows at seeds 1-11 come from a first default build that had chosen $\ell_{1.1}$ at
+# 3× on seed 0 alone; 4 more of its runs (seeds 3, 5, 8 and 11) overflowed and are not listed. (The fully "modern" initialization, Glorot matrices and a classifier bias besides,
 # reached it too, in 57-103 epochs, but changes three factors.) The replication keeps the authors'
 # setup at the largest stable multiples for the epochs left in the budget.
