@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("paper_profile")]
 
 #: What the dry runs cut, per notebook (everything else is the paper profile's).
 DRY = {
-    "04_sentiment": {"epochs": 1, "seeds": {"1.1": 1, "2": 1, "3": 1}, "ablation_seeds": 1, "ablation_epochs": 1},
+    "04_sentiment": {"epochs": 1, "seeds": {"1.1": 1, "2": 1, "3": 1}, "variation_seeds": {"1.1": 1, "2": 1},
+                     "variation_epochs": 1},
     "05_token_selection": {},
     "06_weights": {},
     "07_vision": {"epochs": 1, "sweep_epochs": 1, "seeds": 1, "batch_size": 20, "validation": 20,
@@ -100,7 +101,9 @@ def test_paper_profile_04_sentiment(paper_data, monkeypatch, tmp_path):
     assert parameters["max_length"] == 512 and parameters["train_size"] is None
     assert all(m == [1] for m in parameters["step_multiples"].values())  # the paper's step sizes
     runs = pd.read_csv(paper_data[1] / "results" / "table-sentiment-runs.csv")
-    assert sorted(set(runs.layers)) == [3, 4, 6] and len(runs) == 9 and not runs.diverged.any()
+    replication = runs[runs.grid == "replication"]  # and the variation: l_1.1 and GD at the first depth
+    assert sorted(set(replication.layers)) == [3, 4, 6] and len(replication) == 9 and not runs.diverged.any()
+    assert len(runs[runs.grid == "variation"]) == 2 and set(runs[runs.analysed].grid) == {"replication"}
     expected = {(3, "1.1"): 8e-4, (4, "2"): 4e-4, (6, "3"): 1e-5}
     for (layers, method), lr in expected.items():
         assert runs[(runs.layers == layers) & (runs.method.astype(float) == float(method))].lr.iloc[0] == lr
