@@ -547,13 +547,14 @@ def _e3(r: _Results):
 
 
 class _Pairs(NamedTuple):
-    """A paired comparison: the mean difference, its 95 % t interval, the pairs, and the smallest
-    difference the design detects (``stats.detectable_effect``)."""
+    """A paired comparison: the mean difference, its 95 % t interval, the pairs, the smallest
+    difference the design detects (``stats.detectable_effect``) and the differences' standard deviation."""
     difference: float
     low: float
     high: float
     pairs: int
     detectable: float
+    sd: float = math.nan
 
 
 def _paired(frame: pd.DataFrame, first, second, value: str, by: str = "method", unit: str = "seed") -> _Pairs:
@@ -566,7 +567,9 @@ def _paired(frame: pd.DataFrame, first, second, value: str, by: str = "method", 
     if wide.empty:
         return _Pairs(math.nan, math.nan, math.nan, 0, math.nan)
     d, low, high = paired_interval(wide[first], wide[second])
-    return _Pairs(d, low, high, len(wide), detectable_effect(wide[first] - wide[second]))
+    differences = wide[first] - wide[second]
+    return _Pairs(d, low, high, len(wide), detectable_effect(differences),
+                  float(differences.std(ddof=1)) if len(wide) > 1 else math.nan)
 
 
 def _chosen_runs(r: _Results, grid: str | None = None, extra=()) -> pd.DataFrame:
@@ -607,9 +610,8 @@ def _unreached(runs: pd.DataFrame) -> int:
     return int((~runs[runs.method.isin(["1.1", "2"])].reached.astype(bool)).sum())
 
 
-def _effect(pairs: _Pairs, unit: str, null=(0.0, 0.0), direction=1, scale=1.0, paper=math.nan) -> Effect:
-    return Effect(scale * pairs.difference, scale * pairs.low, scale * pairs.high, null, direction, unit, paper,
-                  scale * pairs.detectable)
+def _effect(pairs: _Pairs, unit: str, null=(0.0, 0.0), direction=1, paper=math.nan) -> Effect:
+    return Effect(pairs.difference, pairs.low, pairs.high, null, direction, unit, paper, pairs.detectable)
 
 
 def _detectable(pairs: _Pairs, digits: int = 2, unit: str = "") -> str:
@@ -784,7 +786,7 @@ def _pruning(r: _Results):
 _DATASETS = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 
 
-def _parity_power(pairs: _Pairs, sd: float) -> str:
+def _parity_power(pairs: _Pairs) -> str:
     """What a parity interval can say: its half-width against the margin, and the seeds that would put
     the interval inside ±PARITY_MARGIN at this spread and estimate."""
     if pairs.low != pairs.low:
@@ -793,7 +795,7 @@ def _parity_power(pairs: _Pairs, sd: float) -> str:
     room = PARITY_MARGIN - abs(pairs.difference)
     if room <= 0:
         return f"half-width {half:.2f}; the estimate lies outside ±{PARITY_MARGIN:g}: no number of seeds shows parity"
-    return f"half-width {half:.2f}; ±{PARITY_MARGIN:g} would need n ≥ {seeds_for_half_width(sd, room)} seeds here"
+    return f"half-width {half:.2f}; ±{PARITY_MARGIN:g} would need n ≥ {seeds_for_half_width(pairs.sd, room)} seeds here"
 
 
 def _vit_parity(r: _Results):
@@ -810,15 +812,13 @@ def _vit_parity(r: _Results):
             out.append(_Part(name, "no Adam runs", _not_measured("no Adam runs")))
             continue
         compared, parts = [], [f"{shown['adam']} {frame[frame.key == 'adam'].points.mean():.2f}"]
-        wide = frame.pivot_table(index="seed", columns="key", values="points")
         for key in shown:
             if key == "adam":
                 continue
             pairs = _paired(frame, key, "adam", "points", by="key")
-            sd = float((wide[key] - wide["adam"]).dropna().std(ddof=1)) if pairs.pairs > 1 else math.nan
             compared.append(pairs)
             parts.append(f"{shown[key]}: {_interval(pairs.difference, pairs.low, pairs.high)} "
-                         f"({_parity_power(pairs, sd)})")
+                         f"({_parity_power(pairs)})")
         levelled = _levelled(table, name)
         seeds = min(p.pairs for p in compared) if compared else 0
         ours = (f"{name}, final test accuracy (%), MD minus Adam, paired by seed: " + "; ".join(parts)
