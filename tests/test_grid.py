@@ -82,12 +82,13 @@ def test_the_sentiment_sweep_trains_each_candidate_once_and_the_seeds_at_the_cho
     assert built.chosen == {(3, "1.1"): 3.0, (3, "2"): 10.0}
     trained = [(key_of(c), multiple_of(c), c["fit"]["seed"]) for c in fake.trained]
     assert len(trained) == len(set(trained))  # nothing trained twice
-    assert sorted(t for t in trained if t[2] == 0) == [("1.1", 1, 0), ("1.1", 3, 0), ("2", 3, 0), ("2", 10, 0)]
-    assert sorted(t for t in trained if t[2] > 0) == [("1.1", 3, 1), ("1.1", 3, 2), ("2", 10, 1), ("2", 10, 2)]
+    swept = [(k, m, s) for k, m in [("1.1", 1), ("1.1", 3), ("2", 3), ("2", 10)] for s in (0, 1)]  # 10x diverged
+    assert sorted(t for t in trained if t[2] < sentiment.SWEEP_SEEDS) == swept  # every candidate at seeds 0, 1
+    assert sorted(t for t in trained if t[2] >= sentiment.SWEEP_SEEDS) == [("1.1", 3, 2), ("2", 10, 2)]
     assert {(k, s): multiple_of(c) for (_, k, s), c in built.configs.items()} == {
         ("1.1", s): 3 for s in range(3)} | {("2", s): 10 for s in range(3)}
     diverged = built.runs[built.runs.diverged]
-    assert list(zip(diverged.method, diverged.multiple)) == [("1.1", 10)] and not diverged.chosen.any()
+    assert list(zip(diverged.method, diverged.multiple)) == [("1.1", 10)] * 2 and not diverged.chosen.any()
 
 
 def test_the_choice_never_reads_the_test_set(monkeypatch, tmp_path):

@@ -78,8 +78,8 @@ def test_the_counted_runs_are_the_runs_the_grid_trains(monkeypatch, tmp_path):
     counted = workload.grid_runs([config.design()])
     sentiment.grid(config)
     trained = {store.config_key(sentiment.KIND, c) for c in fake.trained}
-    assert len(fake.trained) == len(trained) == len(counted) == 3 + 2 + 2 * 2  # candidates, then seeds 1, 2
-    sweep = {key for key, (_, c) in counted.items() if c["fit"]["seed"] == 0}  # every candidate at seed 0
+    assert len(fake.trained) == len(trained) == len(counted) == 2 * (3 + 2) + 2  # candidates at seeds 0, 1; then seed 2
+    sweep = {key for key, (_, c) in counted.items() if c["fit"]["seed"] < sentiment.SWEEP_SEEDS}  # every candidate
     assert sweep <= trained  # the finals differ only by which candidate the sweep chose
 
 

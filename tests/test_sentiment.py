@@ -97,14 +97,17 @@ def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):
         assert torch.equal(mine, theirs), name
 
 
-def test_choose_prefers_the_stop_rule_then_validation_then_the_smaller_step():
-    rows = pd.DataFrame({"layers": 3, "method": "2", "multiple": [1.0, 3.0, 10.0, 30.0],
-                         "lr": [1.0, 3.0, 10.0, 30.0], "diverged": [False, False, False, True],
-                         "reached": [False, True, True, False], "validation": [0.9, 0.6, 0.6, np.nan]})
-    assert sentiment.choose(rows) == 3.0  # 1x did not reach the rule; 3x and 10x tie: the smaller
-    assert sentiment.choose(rows.assign(reached=False)) == 1.0  # none reached: the best validation
+def test_choose_needs_the_stop_rule_at_every_sweep_seed_then_validation_then_the_smaller_step():
+    rows = pd.DataFrame({"layers": 3, "method": "2", "multiple": [1.0, 1.0, 3.0, 3.0, 10.0, 10.0, 30.0, 30.0],
+                         "lr": [1.0, 1.0, 3.0, 3.0, 10.0, 10.0, 30.0, 30.0], "seed": [0, 1] * 4,
+                         "diverged": [False] * 7 + [True], "reached": [True, True, True, False, True, True, True, False],
+                         "validation": [0.70, 0.72, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan]})
+    assert sentiment.choose(rows) == 1.0  # 3x missed the rule at seed 1; 1x and 10x tie (0.71): the smaller
+    assert sentiment.choose(rows.assign(validation=[0.70, 0.70, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan])) == 10.0
+    assert sentiment.choose(rows.assign(reached=False)) == 1.0  # none reached: the best mean validation
+    assert sentiment.choose(rows[rows.seed == 0]) == 30.0  # seed 0 alone would pick 30x, which overflows at seed 1
     with pytest.raises(ValueError, match=r"every candidate step size diverged for 2 at 3 layers"):
-        sentiment.choose(rows.assign(diverged=True))
+        sentiment.choose(rows.assign(diverged=[False, True] * 4))
 
 
 def test_reference_steps_are_the_papers():
@@ -119,10 +122,13 @@ def grid_config(**overrides):
                 layers=[3], methods=["1.1", "2"], seeds=3, multiples={"1.1": [1, 3], "2": [3, 10]}) | overrides
 
 
-def test_grid_chooses_on_seed_zero_then_runs_the_other_seeds(monkeypatch, tmp_path):
-    """Fake runs: accuracies keyed by (method, multiple, seed); the choice never looks at test."""
+def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_diverged_one(monkeypatch, tmp_path):
+    """Fake runs: (training, validation, test) accuracies keyed by (method, multiple) or (method,
+    multiple, seed), None: diverged; the choice never looks at test."""
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
-    outcome = {("1.1", 1): (0.99, 0.70, 0.60), ("1.1", 3): (1.0, 0.65, 0.90), ("2", 3): None, ("2", 10): (1.0, 0.6, 0.5)}
+    assert sentiment.SWEEP_SEEDS == 2
+    outcome = {("1.1", 1): (0.99, 0.70, 0.60), ("1.1", 3): (1.0, 0.65, 0.90), ("2", 3): (1.0, 0.8, 0.5),
+               ("2", 3, 1): None, ("2", 10): (1.0, 0.6, 0.5), ("2", 10, 2): None}
     calls = []
 
     def fake_runs(configs, workers=1, progress=True, skip=()):
@@ -132,8 +138,10 @@ def test_grid_chooses_on_seed_zero_then_runs_the_other_seeds(monkeypatch, tmp_pa
         for c in configs:
             key = methods.method_key(c["optimizer"]["name"], c["optimizer"]["p"])
             multiple = round(c["optimizer"]["lr"] / sentiment.reference_step(3, key))
-            values = outcome[key, multiple]
+            values = outcome.get((key, multiple, c["fit"]["seed"]), outcome[key, multiple])
             if values is None:
+                if not skip:
+                    raise FloatingPointError("overflow")
                 out.append(None)
                 continue
             train_acc, validation, test = values
@@ -144,21 +152,21 @@ def test_grid_chooses_on_seed_zero_then_runs_the_other_seeds(monkeypatch, tmp_pa
 
     monkeypatch.setattr(sentiment, "train_runs", fake_runs)
     grid = sentiment.grid(grid_config(), name=sentiment.grid_name("test"))
-    assert grid.chosen == {(3, "1.1"): 3.0, (3, "2"): 10.0}  # 1x missed the rule despite its validation
-    assert calls[0] == [("1.1", 0), ("1.1", 0), ("2", 0), ("2", 0)]
-    assert calls[1] == [("1.1", 1), ("1.1", 2), ("2", 1), ("2", 2)]
-    assert calls[2] == [("1.1", 0), ("1.1", 1), ("1.1", 2), ("2", 0), ("2", 1), ("2", 2)]  # the chosen runs
+    assert grid.chosen == {(3, "1.1"): 3.0, (3, "2"): 10.0}  # 1x missed the rule, GD 3x overflowed at seed 1
+    assert calls[0] == [("1.1", 0), ("1.1", 1)] * 2 + [("2", 0), ("2", 1)] * 2
+    assert calls[1] == [("1.1", 2), ("2", 2)]  # GD's seed 2 overflows: recorded, never trained again
+    assert calls[2] == [("1.1", 0), ("1.1", 1), ("1.1", 2), ("2", 0), ("2", 1)]  # the chosen runs that finished
+    table = grid.runs
+    assert list(zip(table.method, table.seed, table.multiple)) == [
+        ("1.1", 0, 1.0), ("1.1", 0, 3.0), ("1.1", 1, 1.0), ("1.1", 1, 3.0), ("1.1", 2, 3.0),
+        ("2", 0, 3.0), ("2", 0, 10.0), ("2", 1, 3.0), ("2", 1, 10.0), ("2", 2, 10.0)]
+    assert table.chosen.tolist() == [False, True, False, True, True, False, True, False, True, True]
+    assert table.diverged.tolist() == [False] * 7 + [True, False, True] and not table.reached.iloc[-1]
+    assert len(grid.configs) == 5 and set(grid.history.seed) == {0, 1, 2}
     calls.clear()
     single = sentiment.grid(grid_config(seeds=2, multiples={"1.1": [3], "2": [3, 10]}))
-    assert calls[:2] == [[("1.1", 0), ("1.1", 1), ("2", 0), ("2", 0)], [("2", 1)]]  # nothing to choose: no waiting
-    assert single.runs.chosen.tolist() == [True, True, False, True, True]
-    table = grid.runs
-    assert list(zip(table.method, table.seed, table.multiple)) == [("1.1", 0, 1.0), ("1.1", 0, 3.0), ("1.1", 1, 3.0),
-                                                                ("1.1", 2, 3.0), ("2", 0, 3.0), ("2", 0, 10.0),
-                                                                ("2", 1, 10.0), ("2", 2, 10.0)]
-    assert table.chosen.tolist() == [False, True, True, True, False, True, True, True]
-    assert table.diverged.tolist()[4] and not table.reached.tolist()[4]
-    assert len(grid.configs) == 6 and set(grid.history.seed) == {0, 1, 2}
+    assert calls[:2] == [[("1.1", 0), ("1.1", 1)] + [("2", 0), ("2", 1)] * 2, []]  # the sweep seeds are every seed
+    assert single.runs.chosen.tolist() == [True, True, False, True, False, True]
     with pytest.raises(ValueError, match=r"no step-size multiples for \['3'\]"):
         sentiment.grid(grid_config(methods=["3"], multiples={}))
     with pytest.raises(ValueError, match=r"missing \['seeds'\], unknown \['workers'\]"):

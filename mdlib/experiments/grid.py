@@ -11,7 +11,7 @@ then runs it through the chapter's ``train_runs`` (``pool.run_many``) and the re
 2. the choice: ``choose(rows of the cell)`` for every cell the sweep trained, the only candidate of a
    cell it did not;
 3. the final runs: every seed of every cell at its chosen candidate (a final run whose config is a
-   sweep run's is that run, read back);
+   sweep run's is that run, read back), a diverged one recorded as such, never trained again;
 4. the grid's entry, kept by the store under the chapter's grid kind and config (so its fingerprint is
    the code of the chapter that declared the kind): the sweep table (``chosen`` marks each cell's
    choice), the chosen candidates, the diverged final runs and (``summarise_finals``) the summary rows
@@ -60,7 +60,6 @@ class Design:
     ``reduce``: the sweep's rows -> one row per (cell, candidate) (None: the rows as they are).
     ``choose(rows)``: the chosen candidate among a cell's reduced rows; it must never read the test
     set. ``train_runs(configs, workers, progress, skip)``: the chapter's runs (``pool.run_many``).
-    ``keep_diverged``: a diverged final run is recorded (else its FloatingPointError propagates).
     ``summarise_finals``: the entry keeps the summary rows of the final runs the sweep did not train.
     ``kind``: the store kind of the grid's entry and ``run_kind`` that of its runs, both declared by
     the chapter's module; ``config``: the grid's config, as the store keeps it."""
@@ -80,7 +79,6 @@ class Design:
     choose: Callable[[pd.DataFrame], float]
     train_runs: TrainRuns
     reduce: Callable[[pd.DataFrame], pd.DataFrame] | None = None
-    keep_diverged: bool = False
     summarise_finals: bool = False
 
     def sweep_items(self) -> list[Item]:
@@ -127,9 +125,15 @@ def _mark(design: Design, table: pd.DataFrame, chosen: Mapping[Cell, float]) -> 
 def sweep(design: Design, *, workers: int = 1, progress: bool = True) -> tuple[pd.DataFrame, dict[Cell, float]]:
     """Train the sweep (diverged runs: NaN rows) and choose: (the reduced sweep table with ``chosen``,
     {cell: chosen candidate})."""
+    return _swept(design, workers, progress)[:2]
+
+
+def _swept(design: Design, workers: int, progress: bool) -> tuple[pd.DataFrame, dict[Cell, float], list[Item]]:
+    """``sweep``, and the items of the sweep runs that diverged."""
     items = design.sweep_items()
     configs = [design.sweep_config(*item) for item in items]
     results = design.train_runs(configs, workers, progress, skip=DIVERGED)
+    diverged = [item for item, result in zip(items, results) if result is None]
     table = _table(design, items, configs, results)
     if design.reduce is not None:
         table = design.reduce(table)
@@ -145,21 +149,22 @@ def sweep(design: Design, *, workers: int = 1, progress: bool = True) -> tuple[p
                 raise ValueError(f"cell {cell} has {len(only)} candidates but no sweep seeds: give it sweep seeds "
                                  "or a single candidate")
             chosen[cell] = float(only[0])
-    return _mark(design, table, chosen), chosen
+    return _mark(design, table, chosen), chosen, diverged
 
 
 def _entry(design: Design, workers: int, progress: bool) -> dict[str, Any]:
-    """What the store keeps of a grid: the sweep, the choices, the diverged finals and (optionally) the
-    summaries of the final runs the sweep did not train."""
-    table, chosen = sweep(design, workers=workers, progress=progress)
+    """What the store keeps of a grid: the sweep, the choices, the diverged finals (a sweep run at its
+    cell's choice among them) and (optionally) the summaries of the final runs the sweep did not train."""
+    table, chosen, swept_diverged = _swept(design, workers, progress)
     swept = {store.canonical_json(c) for c in sweep_configs(design)}
     items = design.final_items(chosen)
     fresh = [(item, c) for item, c in zip(items, (design.final_config(*item) for item in items))
              if store.canonical_json(c) not in swept]
     results = design.train_runs([c for _, c in fresh], workers, progress,
-                                skip=DIVERGED if design.keep_diverged else ())
+                                skip=DIVERGED)
     entry = {"sweep": table, "chosen": [[*cell, value] for cell, value in chosen.items()],
-             "diverged": [[*cell, seed] for ((cell, _, seed), _), result in zip(fresh, results) if result is None]}
+             "diverged": [[*cell, seed] for cell, value, seed in swept_diverged if chosen[cell] == value]
+             + [[*cell, seed] for ((cell, _, seed), _), result in zip(fresh, results) if result is None]}
     if design.summarise_finals:
         finals = _table(design, [i for i, _ in fresh], [c for _, c in fresh], results)
         entry["finals"] = _mark(design, finals, chosen) if len(finals) else table.iloc[:0]

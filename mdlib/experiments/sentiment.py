@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "Grid", "KIND", "PAPER_STEP_SIZES", "TokenizedDataset",
            "attention_scores", "authors_sentences", "baseline", "baseline_view", "build", "built_grid", "by_length", "cell_table",
-           "chapter_grids", "chapter_runs", "GRIDS", "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
+           "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
            "grid_name", "initial_model", "lexicon_pivots", "movement", "paired_gaps", "pad", "paper_table1_view",
            "pilots", "pilots_view", "pivotal_sentences", "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
            "seeds_of", "steps_view", "splits",
@@ -247,8 +247,8 @@ def reference_step(layers: int, key: str) -> float:
 
 @dataclass
 class Grid:
-    """The runs of a Table 1 grid (``grid``): every candidate step size at seed 0, the chosen one at
-    every seed.
+    """The runs of a Table 1 grid (``grid``): every candidate step size at the sweep seeds, the chosen
+    one at every seed.
 
     ``config``: the grid's config (``grid``). ``runs``: one row per run: layers, method, multiple (of
     the reference step), lr, seed, epochs, reached (training accuracy >= the stop rule), train_accuracy
@@ -285,17 +285,25 @@ def _summary(cell: tuple[int, str], multiple: float, seed: int, config: Mapping[
                   "validation": float(result["validation_accuracy"])}
 
 
+#: The seeds (0..n-1) a grid's sweep trains at each candidate step of a cell with several: a step that
+#: reaches the stop rule at one seed may collapse or overflow at the next (the pilots).
+SWEEP_SEEDS = 2
+
+
 def choose(candidates: pd.DataFrame) -> float:
-    """The chosen multiple among one cell's seed-0 candidates (``Table.runs`` rows): runs that reached
-    the stop rule before those that did not, then the higher validation accuracy at the end, then the
-    smaller step. Diverged candidates are never chosen."""
-    finished = candidates[~candidates.diverged]
+    """The chosen multiple among one cell's sweep runs (``Grid.runs`` rows, every sweep seed of every
+    candidate): candidates whose runs all reached the stop rule before the others, then the higher mean
+    validation accuracy at the end, then the smaller step. A candidate with a diverged run is never
+    chosen. The test split plays no part."""
+    per = candidates.groupby("multiple").agg(diverged=("diverged", "any"), reached=("reached", "all"),
+                                             validation=("validation", "mean"), lr=("lr", "first"))
+    finished = per[~per.diverged]
     if finished.empty:
         cell = candidates.iloc[0]
         raise ValueError(f"every candidate step size diverged for {cell.method} at {cell.layers} layers "
-                         f"(multiples {sorted(candidates.multiple)}): try smaller ones")
+                         f"(multiples {sorted(candidates.multiple.unique())}): try smaller ones")
     ranked = finished.sort_values(["reached", "validation", "lr"], ascending=[False, False, True])
-    return float(ranked.multiple.iloc[0])
+    return float(ranked.index[0])
 
 
 GRID_KIND = store.kind("e4-grid", __name__)
@@ -350,18 +358,19 @@ class SentimentGrid(store.Config):
                           width=self.width, setup=self.setup, epochs=self.epochs)
 
     def design(self) -> grid_engine.Design:
-        """The grid as a ``grid.Design``: seed 0 of every cell at each candidate (every seed of a cell with
-        one candidate: nothing to choose there), the sweep's seed-0 runs being final runs too; the choice
-        by ``choose`` on the seed-0 rows; a final run that diverges stops the grid."""
+        """The grid as a ``grid.Design``: seeds 0..SWEEP_SEEDS-1 of every cell at each candidate (every seed
+        of a cell with one candidate: nothing to choose there), the sweep's runs being final runs too; the
+        choice by ``choose``; a final run that diverges is recorded (``diverged``), never trained again."""
         def sweep_seeds(cell: tuple[int, str]) -> range:
-            return range(self.seeds_of(cell[1]) if len(self.multiples[cell[1]]) == 1 else 1)
+            seeds = self.seeds_of(cell[1])
+            return range(seeds if len(self.multiples[cell[1]]) == 1 else min(SWEEP_SEEDS, seeds))
 
         return grid_engine.Design(
             kind=GRID_KIND, run_kind=KIND, config=self.to_dict(),
             cells=[(L, key) for L in self.layers for key in self.methods],
             candidates=lambda cell: self.multiples[cell[1]], seeds=lambda cell: self.seeds_of(cell[1]),
             sweep_seeds=sweep_seeds, sweep_config=self.run, final_config=self.run, summary=_summary,
-            columns=("layers", "method"), candidate="multiple", choose=lambda rows: choose(rows[rows.seed == 0]),
+            columns=("layers", "method"), candidate="multiple", choose=choose,
             train_runs=train_runs, summarise_finals=True)
 
 
@@ -418,17 +427,17 @@ def train_grids(configs: list[SentimentGrid | Mapping[str, Any]], *, workers: in
 
 
 def sweep(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> pd.DataFrame:
-    """The step-size sweep of a grid (``grid``'s config): seed 0 of every cell at each candidate step
-    ``multiples[method]`` times the reference step (``reference_step``), and every seed of a cell with a
-    single candidate (nothing to choose there). One row per run (``Grid.runs``' columns, with
+    """The step-size sweep of a grid (``grid``'s config): seeds 0..SWEEP_SEEDS-1 of every cell at each
+    candidate step ``multiples[method]`` times the reference step (``reference_step``), and every seed
+    of a cell with a single candidate (nothing to choose there). One row per run (``Grid.runs``' columns, with
     ``chosen``: the candidate ``choose`` picks, by the validation split at the stop rule)."""
     return grid_engine.sweep(SentimentGrid.of(config).design(), workers=workers, progress=progress)[0]
 
 
 def grid(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progress: bool = True,
          name: str | None = None, stored_only: bool = False, missing_hint: str = "") -> Grid:
-    """Table 1's runs: ``sweep`` chooses a step per cell (layers, method), then seeds 1..seeds-1 train at
-    the chosen step. Every run evaluates the test split after each epoch (the paper's "best test
+    """Table 1's runs: ``sweep`` chooses a step per cell (layers, method), then the remaining seeds train
+    at the chosen step. Every run evaluates the test split after each epoch (the paper's "best test
     accuracy over epochs") and the validation split once, at the end; the test split plays no part in
     the choice.
 
@@ -505,7 +514,7 @@ def _method_name(key: str) -> str:
 
 
 def steps_view(steps: pd.DataFrame) -> pd.DataFrame:
-    """The step-size table of grids' seed-0 runs (with their ``setup`` when given), as the book shows it."""
+    """The step-size table of grids' sweep runs (with their ``setup`` when given), as the book shows it."""
     lead = {"setup": steps.setup} if "setup" in steps else {}
     return pd.DataFrame(lead | {
         "layers": steps.layers, "method": [_method_name(k) for k in steps.method],

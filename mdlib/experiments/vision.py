@@ -282,7 +282,7 @@ class VisionGrid(store.Config):
             sweep_seeds=lambda cell: range(self.sweep_seeds if len(self.step_sizes[cell[1]]) > 1 else 0),
             sweep_config=lambda cell, lr, seed: self.run(cell, lr, seed, sweep=True), final_config=self.run,
             summary=self._summary, columns=("dataset", "method"), candidate="lr", choose=choose,
-            train_runs=train_runs, reduce=_mean_over_seeds, keep_diverged=True)
+            train_runs=train_runs, reduce=_mean_over_seeds)
 
 
 def chapter_grids(*, datasets: list[str], image_size: int, train_size: int | None, validation: int,
