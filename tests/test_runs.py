@@ -164,6 +164,50 @@ def test_corrupt_entry_is_recomputed(build_dir):
     assert sorted(p.name for p in third.path.parent.iterdir()) == [third.path.name]
 
 
+def _edit_parquet(path, column, scale):
+    frame = pd.read_parquet(path)
+    frame[column] = frame[column] * scale
+    frame.to_parquet(path)  # still a valid parquet file
+
+
+@pytest.mark.parametrize("edit", ["a float in a parquet", "another run's parquet", "a value in meta.json",
+                                  "a planted file", "a file removed"])
+def test_an_entry_whose_content_changed_is_recomputed_never_served(build_dir, edit):
+    """The store keeps the sha256 of an entry's content: an edit that leaves every file valid is caught."""
+    def compute(value):
+        return lambda: {"t": pd.DataFrame({"mean": [value]}), "x": np.arange(3.0), "note": {"mean": value}}
+
+    first = store.load_or_run("c", {"a": 1}, compute(0.168))
+    other = store.load_or_run("c", {"a": 2}, compute(0.5))
+    if edit == "a float in a parquet":
+        _edit_parquet(first.path / "t.parquet", "mean", 10)
+    elif edit == "another run's parquet":
+        (first.path / "t.parquet").write_bytes((other.path / "t.parquet").read_bytes())
+    elif edit == "a value in meta.json":
+        meta = json.loads((first.path / "meta.json").read_text())
+        meta["values"]["note"]["mean"] = 1.68
+        (first.path / "meta.json").write_text(json.dumps(meta))
+    elif edit == "a planted file":
+        (first.path / "extra.parquet").write_bytes((other.path / "t.parquet").read_bytes())
+    else:
+        (first.path / "arrays.npz").unlink()
+    with pytest.warns(store.StoreWarning, match="content is not what was stored"):
+        assert store.load("c", {"a": 1}) is None
+    calls = []
+    again = store.load_or_run("c", {"a": 1}, lambda: calls.append(1) or compute(0.168)())
+    assert calls == [1] and again.cached is False
+    assert store.load("c", {"a": 1})["t"]["mean"].tolist() == [0.168] and store.load("c", {"a": 2}).cached
+
+
+def test_an_entry_of_the_previous_format_is_recomputed(build_dir):
+    first = store.load_or_run("c", {"a": 1}, lambda: {"x": np.arange(3.0)})
+    meta = json.loads((first.path / "meta.json").read_text())
+    del meta["sha256"]
+    (first.path / "meta.json").write_text(json.dumps(meta | {"format": store.FORMAT - 1}))
+    with pytest.warns(store.StoreWarning, match="format or kind mismatch"):
+        assert store.load("c", {"a": 1}) is None
+
+
 def test_bad_results_are_rejected():
     with pytest.raises(TypeError, match="dict"):
         store.load_or_run("r", {"a": 1}, lambda: [1, 2])

@@ -12,11 +12,13 @@ the entries of other fingerprints stay on disk unused until :func:`prune` (``pyt
     config.json      the config, canonical JSON
     arrays.npz       the numpy arrays of the result
     <name>.parquet   one file per DataFrame (or Series)
-    meta.json        kind, key, code fingerprint, what each name is, JSON values, creation time, seconds
+    meta.json        kind, key, code fingerprint, what each name is, JSON values, creation time, seconds,
+                     and the sha256 of every other file and of meta.json's own other fields
 
 An entry is written into a temporary folder and moved into place with one ``os.replace``, so it is
-either complete or absent; an entry that does not read back completely (corrupt, partial, edited) is
-ignored, recomputed and replaced. The temporary folders (``.tmp-*``, ``.trash-*``) are named after the
+either complete or absent; an entry that does not read back completely (corrupt, partial) or whose
+content is not what was written (a file or a value edited, another entry's file copied in: its sha256
+differs) is ignored, recomputed and replaced. The temporary folders (``.tmp-*``, ``.trash-*``) are named after the
 writing process (``<pid>@<host>``); one left behind by a killed write is removed by the first ``load``
 or ``save`` of that kind in a later process, when its writer is no longer running on this host or it
 is older than ``STALE_SECONDS`` (a write takes seconds; the age covers other hosts and reused pids).
@@ -69,7 +71,7 @@ __all__ = ["Config", "RunResult", "StoreWarning", "as_dict", "busy", "canonical_
            "entries", "entry_dir", "kind", "load", "load_or_run", "prune", "save"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-FORMAT = 2
+FORMAT = 3  #: 3: meta.json holds the sha256 of the entry's content
 STALE_SECONDS = 3600  #: a temporary folder this old is removed whoever wrote it
 _WRITER_RE = re.compile(r"^\.(?:tmp|trash)-(?:[0-9a-f]{16}-)?([0-9]+)@([A-Za-z0-9_]*)-")
 LOCK_TIMEOUT_ENV = "MDLIB_LOCK_TIMEOUT"  #: minutes without a heartbeat after which a run's lock is taken over
@@ -280,11 +282,12 @@ def _read(path: Path, kind: str, config: Mapping[str, Any]) -> RunResult | None:
         return None
     try:
         meta = json.loads((path / "meta.json").read_text("utf-8"))
-        stored_config = json.loads((path / "config.json").read_text("utf-8"))
         if meta.get("format") != FORMAT or meta.get("kind") != kind:
             raise ValueError("format or kind mismatch")
         if meta.get("code") != code_of(kind):
             raise ValueError("computed by other code (its fingerprint differs)")
+        _check_content(path, meta)
+        stored_config = json.loads((path / "config.json").read_text("utf-8"))
         if canonical_json(stored_config) != canonical_json(config):
             raise ValueError("stored config differs from the requested one")
         entries: dict[str, str] = meta["entries"]
@@ -310,6 +313,33 @@ def _read(path: Path, kind: str, config: Mapping[str, Any]) -> RunResult | None:
                       StoreWarning, stacklevel=3)
         return None
     return RunResult(values, key=path.name, path=path, cached=True, meta=meta)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _meta_digest(meta: Mapping[str, Any]) -> str:
+    """The sha256 of meta.json's fields other than ``sha256`` itself (sorted keys, no whitespace)."""
+    rest = {k: v for k, v in meta.items() if k != "sha256"}
+    return _sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _content(folder: Path, meta: Mapping[str, Any]) -> dict[str, str]:
+    """{file name: sha256} of every file of an entry but meta.json, and ``meta.json``: ``_meta_digest``."""
+    files = {f.name: _sha256(f.read_bytes()) for f in sorted(folder.iterdir()) if f.name != "meta.json"}
+    return files | {"meta.json": _meta_digest(meta)}
+
+
+def _check_content(folder: Path, meta: Mapping[str, Any]) -> None:
+    """Raise ValueError unless the entry's files and meta.json's fields are those its writer hashed."""
+    written = meta.get("sha256")
+    if not isinstance(written, dict):
+        raise ValueError("meta.json holds no sha256 of the entry's content")
+    found = _content(folder, meta)
+    changed = sorted(set(found) ^ set(written) | {n for n in found.keys() & written.keys() if found[n] != written[n]})
+    if changed:
+        raise ValueError(f"its content is not what was stored (edited or replaced: {', '.join(changed)})")
 
 
 def load(kind: str, config: Mapping[str, Any]) -> RunResult | None:
@@ -473,6 +503,7 @@ def _write_entry(folder: Path, kind: str, key: str, config: Mapping[str, Any], r
         "code": code_of(kind),
         "mdlib_version": __version__,
     }
+    meta["sha256"] = _content(folder, meta)
     # meta.json last: an entry without it is never read back as complete.
     (folder / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", "utf-8")
 
