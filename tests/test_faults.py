@@ -264,3 +264,24 @@ def test_failed_and_partial_notebooks_are_ignored_by_git_and_the_book():
     names = ["notebooks/03_joint_training.failed.ipynb", "notebooks/.03_joint_training.12.executing.ipynb"]
     ignored = subprocess.run(["git", "check-ignore", *names], cwd=paths.root(), capture_output=True, text=True)
     assert ignored.stdout.split() == names
+
+
+def test_an_entry_the_kernel_recomputed_is_named_on_the_terminal(build_dir, tmp_path, capsys):
+    """The store's warning, as a kernel prints it in a cell's stderr, becomes one line on the terminal."""
+    import warnings
+
+    import numpy as np
+
+    first = store.load_or_run("c", {"a": 1}, lambda: {"x": np.arange(3.0)})
+    (first.path / "arrays.npz").write_bytes(b"edited")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert store.load("c", {"a": 1}) is None
+    text = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", outputs=[
+        nbformat.v4.new_output("stream", name="stderr", text="some other line\n" + text)])])
+    nbformat.write(nb, str(tmp_path / "n.ipynb"))
+    execute._echo_store_warnings(tmp_path / "n.ipynb", "04_sentiment")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"  04_sentiment: ignoring unreadable run entry {first.path} ")
+    assert "content is not what was stored (edited or replaced: arrays.npz)" in err[0]

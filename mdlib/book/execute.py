@@ -225,6 +225,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
                     extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
                 )
             _record_portable_paths(partial, path, output)
+            _echo_store_warnings(partial, nb_name)
         except BaseException:
             if partial.exists():
                 with contextlib.suppress(Exception):  # a notebook papermill could not finish writing
@@ -332,6 +333,23 @@ def _record_portable_paths(ipynb: Path, source: Path, output: Path) -> None:
     for key, where in (("input_path", source), ("output_path", output)):
         record[key] = _project_relative(where) or Path(where).name
     nbformat.write(nb, str(ipynb))
+
+
+#: What the store warns when it recomputes an entry instead of serving it (``store._read``).
+STORE_WARNING = re.compile(r"StoreWarning: (ignoring unreadable run entry .*)$")
+
+
+def _echo_store_warnings(ipynb: Path, nb_name: str) -> None:
+    """Print on the terminal, one line each, the store entries the kernel ignored and recomputed (its
+    warnings are otherwise only in the notebook's outputs)."""
+    import nbformat
+
+    for cell in nbformat.read(ipynb, as_version=4).cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                for line in out.get("text", "").splitlines():
+                    if found := STORE_WARNING.search(line):
+                        print(f"  {nb_name}: {found.group(1)}", file=sys.stderr, flush=True)
 
 
 def _artifact_folders(folder: Path | None = None) -> dict[str, Path]:
