@@ -123,6 +123,38 @@ def test_cluster_lock_of_another_host_is_waited_for_until_its_heartbeat_is_old(m
     assert f"{holder} (since 2026-01-01T00:00:00+00:00); waiting" in capsys.readouterr().err
 
 
+def _within(seconds: float, call) -> tuple[object, float]:
+    """(call(), its duration), failing when it does not return within ``seconds`` (a wait that hangs)."""
+    import threading
+
+    out, start = [], time.monotonic()
+    worker = threading.Thread(target=lambda: out.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert out, f"still waiting after {seconds} s"
+    return out[0], time.monotonic() - start
+
+
+@pytest.mark.parametrize("text", ["", "{\"host\": \"a"])
+def test_cluster_lock_without_a_readable_record_is_taken_over_within_seconds(monkeypatch, capsys, text):
+    """A writer killed between creating its lock and writing it (or an emptied lock): not 10 minutes."""
+    _lock().parent.mkdir(parents=True)
+    _lock().write_text(text)
+    result, seconds = _within(30, lambda: store.load_or_run("race", {"a": 1}, lambda: {"value": 1}))
+    assert result["value"] == 1 and seconds < 3 * store.UNREADABLE_LOCK_SECONDS and not _lock().exists()
+    assert f"the lock {_lock()} holds no readable record; waiting at most 5 s" in capsys.readouterr().err
+
+
+def test_cluster_lock_with_a_heartbeat_in_the_future_is_taken_over_after_the_timeout(monkeypatch, capsys):
+    """A lock of another host whose clock runs a day ahead: its age counts from when it was seen."""
+    monkeypatch.setenv(store.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
+    _foreign_lock(age=-86400)
+    result, seconds = _within(30, lambda: store.load_or_run("race", {"a": 1}, lambda: {"value": 1}))
+    assert result["value"] == 1 and 1.0 <= seconds < 10
+    assert ("another-host:1 (since 2026-01-01T00:00:00+00:00); waiting for it, and taking it over if its "
+            "heartbeat stops for 0.02 minutes") in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("text", ["0", "-1", "ten", "inf"])
 def test_cluster_lock_timeout_must_be_positive_minutes(monkeypatch, text):
     monkeypatch.setenv(store.LOCK_TIMEOUT_ENV, text)

@@ -33,9 +33,11 @@ folder over NFS) compute it once: ``load_or_run`` takes the run's lock, ``<build
 <key>.lock``, created with ``O_CREAT | O_EXCL`` (atomic on NFS) and holding the holder's host, pid and
 start time; the holder touches it every few seconds while it computes (its heartbeat). The other
 process says once that it waits for ``host:pid``, polls, and reads the stored entry when the lock goes.
-A lock is taken over when its holder is no longer running on this host, or when its heartbeat is older
-than ``$MDLIB_LOCK_TIMEOUT`` minutes (default 10; a holder on another host that died); the run's
-checkpoint lets the next holder resume where the last one stopped.
+A lock is taken over when its holder is no longer running on this host, when its heartbeat is older
+than ``$MDLIB_LOCK_TIMEOUT`` minutes (default 10; a holder on another host that died; a heartbeat in the
+future, a clock ahead, ages from when the waiter first saw it), or when it holds no readable record
+``UNREADABLE_LOCK_SECONDS`` after it appeared (a holder killed before writing it); the waiter says which
+and for how long it waits. The run's checkpoint lets the next holder resume where the last one stopped.
 
 Training runs of the real-data chapters fill it through ``mdlib.experiments.pool``. The store imports
 neither torch nor the trainer: the scorecard and the provenance records read it without them.
@@ -76,6 +78,9 @@ STALE_SECONDS = 3600  #: a temporary folder this old is removed whoever wrote it
 _WRITER_RE = re.compile(r"^\.(?:tmp|trash)-(?:[0-9a-f]{16}-)?([0-9]+)@([A-Za-z0-9_]*)-")
 LOCK_TIMEOUT_ENV = "MDLIB_LOCK_TIMEOUT"  #: minutes without a heartbeat after which a run's lock is taken over
 LOCK_TIMEOUT_MINUTES = 10.0
+#: A lock file without a readable record this many seconds old is stale: its writer creates it and
+#: writes the record at once, so it was killed in between (or the file was emptied).
+UNREADABLE_LOCK_SECONDS = 5.0
 _cleaned: set[Path] = set()
 _used: dict[str, None] = {}  # "kind/key" of the runs loaded or stored by this process, in first-use order
 
@@ -542,10 +547,11 @@ def _lock_path(kind: str, key: str) -> Path:
 
 
 def _holder(path: Path) -> tuple[dict[str, Any] | None, float] | None:
-    """(what the lock file holds, or None while its holder is still writing it; its age in seconds), or
-    None when there is no lock file."""
+    """(what the lock file holds, or None while its holder is still writing it or when it cannot be read;
+    its age in seconds, a modification time in the future counting as now), or None when there is no
+    lock file."""
     try:
-        age = time.time() - path.stat().st_mtime
+        age = max(0.0, time.time() - path.stat().st_mtime)
         text = path.read_text("utf-8")
     except FileNotFoundError:
         return None
@@ -566,9 +572,12 @@ def _pid_namespace() -> str:
 
 
 def _stale(record: dict[str, Any] | None, age: float, timeout: float) -> bool:
-    """Whether a lock is abandoned: its holder is not running on this host (same host name and pid
-    namespace), or its heartbeat (the file's modification time) is older than ``timeout`` seconds."""
-    if record is not None and (record.get("host"), record.get("pids")) == (_host(), _pid_namespace()):
+    """Whether a lock is abandoned: it holds no readable record ``UNREADABLE_LOCK_SECONDS`` after it was
+    written, its holder is not running on this host (same host name and pid namespace), or its heartbeat
+    (the file's modification time) is older than ``timeout`` seconds."""
+    if record is None:
+        return age > min(UNREADABLE_LOCK_SECONDS, timeout)
+    if (record.get("host"), record.get("pids")) == (_host(), _pid_namespace()):
         if isinstance(record.get("pid"), int) and not _alive(record["pid"]):
             return True
     return age > timeout
@@ -624,6 +633,7 @@ def _run_lock(kind: str, key: str) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     token = f"{_host()}:{os.getpid()}:{uuid.uuid4().hex}"
     poll, waited = min(1.0, timeout / 8), False
+    seen: dict[float, float] = {}  # the lock's modification times, when this process first saw each
     while True:
         try:
             descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -633,14 +643,21 @@ def _run_lock(kind: str, key: str) -> Iterator[None]:
         if held is None:
             continue
         record, age = held
+        with contextlib.suppress(FileNotFoundError):  # unchanged this long: a clock ahead cannot hide it
+            age = max(age, time.monotonic() - seen.setdefault(path.stat().st_mtime, time.monotonic()))
         if _stale(record, age, timeout):
             log.info("taking over the stale lock %s (%s)", path, record)
             _break(path, (record or {}).get("token"), timeout)
             continue
-        if not waited and record is not None:
+        if not waited:
             waited = True
-            message = (f"run {kind}/{key[:12]} is being computed by {record.get('host')}:{record.get('pid')} "
-                       f"(since {record.get('started')}); waiting for it")
+            if record is None:
+                message = (f"the lock {path} holds no readable record; waiting at most "
+                           f"{min(UNREADABLE_LOCK_SECONDS, timeout):g} s for its writer, then taking it over")
+            else:
+                message = (f"run {kind}/{key[:12]} is being computed by {record.get('host')}:{record.get('pid')} "
+                           f"(since {record.get('started')}); waiting for it, and taking it over if its "
+                           f"heartbeat stops for {timeout / 60:g} minutes")
             log.info(message)
             print(message, file=sys.stderr, flush=True)
         time.sleep(poll)
