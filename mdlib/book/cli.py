@@ -310,7 +310,7 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         costs = plan.measured_costs() if args.measure else plan.default_costs()
         stages = plan.plan(args.profile, costs)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:  # a profile's value of the wrong type is a TypeError
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print((plan.markdown if args.markdown else plan.text)(stages, args.profile, costs), end="")
