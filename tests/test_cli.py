@@ -81,6 +81,8 @@ def test_non_finite_values_are_refused(fixture_repo, capsys, name, value):
     ("01_fixture:\n  seeds: 2\n01_fixture:\n  lr: 0.1\n", r"line 3, column 1: duplicate key '01_fixture'"),
     ("01_fixture:\n  lr: .nan\n", r"'lr' from params/smoke.yaml is nan: nan and infinity are not accepted"),
     ("01_fixture:\n  lr: inf\n", r"'lr' from params/smoke.yaml is inf"),  # YAML's string, made a number
+    ("01_fixtur:\n  seeds: 2\n", r"params/smoke.yaml has a section '01_fixtur', which is not a notebook \(did you "
+                                  r"mean '01_fixture'\?\)"),
 ])
 def test_broken_profile_file_is_named_with_its_line(fixture_repo, tmp_path, monkeypatch, capsys, text, expected):
     params = tmp_path / "params"

@@ -17,6 +17,7 @@ rejected before anything runs.
 from __future__ import annotations
 
 import ast
+import difflib
 import io
 import math
 import os
@@ -301,7 +302,15 @@ def resolve_parameters(name: str, profile: str = "default", overrides: Mapping[s
     profile; validated against the notebook's parameters cell (names and types)."""
     path = resolve_notebook(name, notebooks_dir)
     nb_name = path.stem
-    profile_values = load_profile(profile, params_dir).get(nb_name, {})
+    sections = load_profile(profile, params_dir)
+    notebooks = list_notebooks(path.parent)
+    for section in sections:
+        if section not in notebooks:
+            near = difflib.get_close_matches(section, notebooks, n=1)
+            raise ValueError(f"params/{profile}.yaml has a section {section!r}, which is not a notebook"
+                             + (f" (did you mean {near[0]!r}?)" if near else "") + f"; the notebooks are: "
+                             f"{', '.join(notebooks)}")
+    profile_values = sections.get(nb_name, {})
     declared = notebook_parameters(path)
     valid = ", ".join(declared) or "(none)"
     if "profile" not in declared:
