@@ -169,6 +169,22 @@ def test_text_is_compared_exactly_and_numbers_by_value(tmp_path):
     assert one(report, "table-y").details == "row 2, method: A Adam, B adam (1 cell differs)"
 
 
+def test_integers_are_compared_exactly(tmp_path):
+    a = results(tmp_path / "a", table_x=f"run,count\n0,{2 ** 53}\n1,3\n")
+    b = results(tmp_path / "b", table_x=f"run,count\n0,{2 ** 53 + 1}\n1,3.0\n")
+    entry = one(compare(a, b), "table-x")
+    assert entry.details == f"row 2, count: A {2 ** 53}, B {2 ** 53 + 1} (1 cell differs)", entry.details
+
+
+def test_a_folder_named_like_a_table_is_an_error_not_skipped(a, tmp_path, capsys):
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    (b / "table-x.csv").mkdir()
+    assert cli.main(["compare", str(a), str(b)]) == 1
+    assert capsys.readouterr().err == (f"error: B {b} holds table-x.csv, named like a table but not a file: "
+                                       "move it away\n")
+
+
 def test_a_file_that_is_no_table_differs_saying_why(a, tmp_path):
     b = results(tmp_path / "b", fig_vit_accuracy="", table_cost_training=COST + "ViT (07),MD p = 2,1.0\n")
     report = compare(a, b)

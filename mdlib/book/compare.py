@@ -117,7 +117,10 @@ def _csvs(folder: Path, side: str) -> dict[str, Path]:
         raise FolderError(f"{side} {folder} does not exist")
     if not folder.is_dir():
         raise FolderError(f"{side} {folder} is not a folder")
-    found = {path.stem: path for path in folder.glob("*.csv") if path.is_file()}
+    odd = sorted(path.name for path in folder.glob("*.csv") if not path.is_file())
+    if odd:
+        raise FolderError(f"{side} {folder} holds {', '.join(odd)}, named like a table but not a file: move it away")
+    found = {path.stem: path for path in folder.glob("*.csv")}
     if not found:
         raise FolderError(f"{side} {folder} holds no .csv file: give a results folder, e.g. _build/results")
     return found
@@ -236,11 +239,18 @@ def _match(a: str, b: str, rtol: float, atol: float) -> str:
         return "differs"
     if x == y or (math.isnan(x) and math.isnan(y)):
         return "equal"
+    if not (rtol or atol):
+        return "differs"  # exactly: integers too (2**53 + 1 is not 2**53, as floats would have it)
     return "near" if math.isclose(x, y, rel_tol=rtol, abs_tol=atol) else "differs"
 
 
-def _number(text: str) -> float | None:
-    """The number a cell holds (NaN for an empty cell); None for text that is no number."""
+def _number(text: str) -> int | float | None:
+    """The number a cell holds, an integer exactly (NaN for an empty cell); None for text that is no
+    number."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
     try:
         return float(text) if text else math.nan
     except ValueError:
