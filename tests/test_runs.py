@@ -225,6 +225,8 @@ def test_a_name_points_at_the_run_recorded_last(build_dir):
     assert [p.name for p in (build_dir / "runs" / "_names").iterdir()] == ["table1.default.json"]  # no temporaries
     with pytest.raises(ValueError, match="invalid run name 'a/b'"):
         store.set_name("a/b", "e4-grid", {})
+    with pytest.raises(ValueError, match=r"invalid run name 'tttttttt.*'\.\.\. \(5000 characters\): use at most 128"):
+        store.named("t" * 5000)  # chapter 05's -p table1 of 5,000 characters: not "File name too long"
 
 
 def test_check_keys_names_what_is_missing_and_unknown():

@@ -73,6 +73,7 @@ __all__ = ["Config", "RunResult", "StoreWarning", "as_dict", "busy", "canonical_
            "entries", "entry_dir", "kind", "load", "load_or_run", "prune", "save"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+MAX_NAME = 128  #: the most characters of a kind, run name or result name
 FORMAT = 3  #: 3: meta.json holds the sha256 of the entry's content
 STALE_SECONDS = 3600  #: a temporary folder this old is removed whoever wrote it
 _WRITER_RE = re.compile(r"^\.(?:tmp|trash)-(?:[0-9a-f]{16}-)?([0-9]+)@([A-Za-z0-9_]*)-")
@@ -143,6 +144,8 @@ def canonical_json(obj: Any) -> str:
 def _check_name(name: str, what: str) -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise ValueError(f"invalid {what} {name!r}: use letters, digits, '-', '_' or '.'")
+    if len(name) > MAX_NAME:  # a file name: most file systems stop at 255 bytes
+        raise ValueError(f"invalid {what} {name[:32]!r}... ({len(name)} characters): use at most {MAX_NAME}")
     return name
 
 
