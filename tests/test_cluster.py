@@ -115,8 +115,8 @@ def test_cluster_lock_of_another_host_is_waited_for_until_its_heartbeat_is_old(m
     else:  # a container sharing this host's name: its pid means nothing here
         dead = subprocess.Popen([sys.executable, "-c", ""])
         dead.wait()
-        _foreign_lock(age=0, host=store._host(), pid=dead.pid, pids="pid:[1]")
-        holder = f"{store._host()}:{dead.pid}"
+        _foreign_lock(age=0, host=paths.host(), pid=dead.pid, pids="pid:[1]")
+        holder = f"{paths.host()}:{dead.pid}"
     start = time.monotonic()
     result = store.load_or_run("race", {"a": 1}, lambda: {"value": 1})
     assert time.monotonic() - start >= 1.0 and result["value"] == 1

@@ -129,6 +129,22 @@ KILLED_WRITE = textwrap.dedent("""
 """)
 
 
+def test_the_temporary_file_of_a_killed_writer_is_removed_by_the_next_write(tmp_path):
+    """``.<stem>.<pid>@<host>.<tag><suffix>`` of a writer killed mid-write (an executing notebook) used to
+    pile up; the next write of that file removes those whose pid no longer runs on this host."""
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    target = tmp_path / "03_joint_training.ipynb"
+    left = tmp_path / f".03_joint_training.{dead.pid}@{paths.host()}.executing.ipynb"
+    live = tmp_path / f".03_joint_training.{os.getppid()}@{paths.host()}.executing.ipynb"  # a write in progress
+    elsewhere = tmp_path / f".03_joint_training.{dead.pid}@another_host.executing.ipynb"  # its pid means nothing here
+    for path in (left, live, elsewhere):
+        path.write_text("{}")
+    paths.atomic_write(target, lambda tmp: tmp.write_text("done"), tag="executing")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, live.name, elsewhere.name])
+    assert target.read_text() == "done"
+
+
 def test_a_killed_store_write_is_cleaned_up_by_the_next_load(build_dir, tmp_path):
     script = tmp_path / "write.py"
     script.write_text(KILLED_WRITE)
@@ -139,7 +155,7 @@ def test_a_killed_store_write_is_cleaned_up_by_the_next_load(build_dir, tmp_path
     (left,) = folder.glob(".tmp-*")
     proc.kill()
     proc.wait()
-    live = folder / f".tmp-{'0' * 16}-{os.getpid()}@{store._host()}-x"  # a write in progress (this process)
+    live = folder / f".tmp-{'0' * 16}-{os.getpid()}@{paths.host()}-x"  # a write in progress (this process)
     live.mkdir()
     old = folder / ".tmp-0123456789abcdef-x"  # no writer named: removed by age
     old.mkdir()
@@ -261,7 +277,7 @@ def test_the_book_refuses_failed_or_unfinished_notebooks_naming_them(tmp_path):
 def test_failed_and_partial_notebooks_are_ignored_by_git_and_the_book():
     config = yaml.safe_load((paths.root() / "_config.yml").read_text())
     assert {"**.failed.ipynb", "**/.*.executing.ipynb"} <= set(config["exclude_patterns"])
-    names = ["notebooks/03_joint_training.failed.ipynb", "notebooks/.03_joint_training.12.executing.ipynb"]
+    names = ["notebooks/03_joint_training.failed.ipynb", "notebooks/.03_joint_training.12@host.executing.ipynb"]
     ignored = subprocess.run(["git", "check-ignore", *names], cwd=paths.root(), capture_output=True, text=True)
     assert ignored.stdout.split() == names
 

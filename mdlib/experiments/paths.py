@@ -54,7 +54,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import socket
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -233,18 +235,40 @@ def jupyter_book_output() -> Path:
     return build.parent if build.name == "_build" else build
 
 
+def host() -> str:
+    """This machine's name, as file names and lock records hold it (letters, digits, '_')."""
+    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40]
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        pass
+    return True
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], *, tag: str = "tmp") -> Path:
-    """Call ``write(tmp)`` on the temporary sibling ``.<stem>.<pid>.<tag><suffix>`` of ``path`` (same
-    folder, same suffix), flush it to disk, then move it over ``path`` with one ``os.replace``; returns
-    ``path``.
+    """Call ``write(tmp)`` on the temporary sibling ``.<stem>.<pid>@<host>.<tag><suffix>`` of ``path``
+    (same folder, same suffix), flush it to disk, then move it over ``path`` with one ``os.replace``;
+    returns ``path``.
 
     ``path`` is either the previous file or the complete new one. If ``write`` raises, the temporary
     file is removed (unless ``write`` moved it elsewhere first, e.g. to keep a failed output) and the
-    error propagates; the parent folder is created when missing.
+    error propagates; the parent folder is created when missing. The temporary siblings that killed
+    writers on this host left (their pid no longer runs) are removed first.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{tag}{path.suffix}")
+    leftover = re.compile(rf"\.{re.escape(path.stem)}\.([0-9]+)@{re.escape(host())}\.{re.escape(tag)}"
+                          rf"{re.escape(path.suffix)}")
+    for sibling in path.parent.iterdir():
+        if (found := leftover.fullmatch(sibling.name)) and not alive(int(found.group(1))):
+            sibling.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}@{host()}.{tag}{path.suffix}")
     try:
         write(tmp)
         with open(tmp, "r+b") as handle:

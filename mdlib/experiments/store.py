@@ -54,7 +54,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -226,23 +225,9 @@ def entry_dir(kind: str, config: Mapping[str, Any]) -> Path:
 # temporary folders
 
 
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40]
-
-
 def _temp_prefix(kind: str, key: str = "") -> str:
     """The name prefix of this process's temporary folders: ``.<kind>-[<key16>-]<pid>@<host>-``."""
-    return f".{kind}-{key[:16] + '-' if key else ''}{os.getpid()}@{_host()}-"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        pass
-    return True
+    return f".{kind}-{key[:16] + '-' if key else ''}{os.getpid()}@{paths.host()}-"
 
 
 def _lock_timeout() -> float:
@@ -273,7 +258,7 @@ def _clean_stale(folder: Path) -> None:
             old = now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS
         except FileNotFoundError:
             continue
-        dead = match is not None and match.group(2) == _host() and not _alive(int(match.group(1)))
+        dead = match is not None and match.group(2) == paths.host() and not paths.alive(int(match.group(1)))
         if old or dead:
             shutil.rmtree(entry.path, ignore_errors=True)
 
@@ -580,8 +565,8 @@ def _stale(record: dict[str, Any] | None, age: float, timeout: float) -> bool:
     (the file's modification time) is older than ``timeout`` seconds."""
     if record is None:
         return age > min(UNREADABLE_LOCK_SECONDS, timeout)
-    if (record.get("host"), record.get("pids")) == (_host(), _pid_namespace()):
-        if isinstance(record.get("pid"), int) and not _alive(record["pid"]):
+    if (record.get("host"), record.get("pids")) == (paths.host(), _pid_namespace()):
+        if isinstance(record.get("pid"), int) and not paths.alive(record["pid"]):
             return True
     return age > timeout
 
@@ -602,7 +587,7 @@ def _break(path: Path, token: str | None, timeout: float) -> None:
     try:
         now = _holder(path)
         if now is not None and (now[0] or {}).get("token") == token:
-            aside = path.with_name(f"{path.name}.stale-{os.getpid()}@{_host()}-{uuid.uuid4().hex[:8]}")
+            aside = path.with_name(f"{path.name}.stale-{os.getpid()}@{paths.host()}-{uuid.uuid4().hex[:8]}")
             os.replace(path, aside)
             aside.unlink()
     finally:
@@ -634,7 +619,7 @@ def _run_lock(kind: str, key: str) -> Iterator[None]:
     timeout = _lock_timeout()
     path = _lock_path(kind, key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    token = f"{_host()}:{os.getpid()}:{uuid.uuid4().hex}"
+    token = f"{paths.host()}:{os.getpid()}:{uuid.uuid4().hex}"
     poll, waited = min(1.0, timeout / 8), False
     seen: dict[float, float] = {}  # the lock's modification times, when this process first saw each
     while True:
@@ -664,7 +649,7 @@ def _run_lock(kind: str, key: str) -> Iterator[None]:
             log.info(message)
             print(message, file=sys.stderr, flush=True)
         time.sleep(poll)
-    record = {"host": _host(), "pid": os.getpid(), "pids": _pid_namespace(), "token": token,
+    record = {"host": paths.host(), "pid": os.getpid(), "pids": _pid_namespace(), "token": token,
               "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
