@@ -1,6 +1,7 @@
 """Data readers on tiny fixtures in the real files' on-disk formats (no network)."""
 
 import hashlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,22 @@ def test_cifar_reads_torchvision_layout(tmp_path, name):
     np.testing.assert_allclose(test[1][0][2].numpy().ravel(), raw[b"data"][1, 2048:] / 255, rtol=1e-6)
     with pytest.raises(fetch.DataError, match="download=True"):
         data.cifar(name, "test", tmp_path / "empty")
+
+
+def test_a_planted_cifar_batch_is_refused_before_it_runs_code(tmp_path):
+    import pickle
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'ran'}",))
+
+    folder, _, test_file, _ = data._CIFAR["cifar10"]
+    (tmp_path / folder).mkdir()
+    for protocol in (2, 5):
+        (tmp_path / folder / test_file).write_bytes(pickle.dumps({b"data": Payload(), b"labels": [1]}, protocol))
+        with pytest.raises(fetch.DataError, match=r"is not a CIFAR batch: its pickle names posix\.system"):
+            data.cifar("cifar10", "test", tmp_path)
+        assert not (tmp_path / "ran").exists()
 
 
 @pytest.mark.parametrize("name, size", [("cifar10", 48), ("fashion_mnist", None), ("fashion_mnist", 36)])

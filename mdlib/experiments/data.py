@@ -254,12 +254,34 @@ def fashion_mnist(split: str, transform: Callable[[Tensor], Tensor] | None = Non
     return ImageDataset(images, labels, transform)
 
 
-def cifar(name: str, split: str, root: str | os.PathLike, transform: Callable[[Tensor], Tensor] | None = None,
-          download: bool = False) -> ImageDataset:
-    """CIFAR-10 / CIFAR-100 from torchvision's on-disk format under ``root`` (the python pickles);
-    ``download=True`` first fetches them with torchvision (internet; it checks their md5)."""
+#: What a CIFAR batch's pickle may name: numpy's array and dtype (as numpy 1 and 2 pickle them), and
+#: the bytes constructor of pickle protocol 2 written by Python 3.
+_CIFAR_GLOBALS = {(module, name) for module in ("numpy.core.multiarray", "numpy._core.multiarray")
+                  for name in ("_reconstruct", "scalar")} | {
+    (module, "_frombuffer") for module in ("numpy.core.numeric", "numpy._core.numeric")} | {
+    ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+
+
+def _cifar_batch(path: Path) -> dict:
+    """A CIFAR batch (a pickled dict of lists and numpy arrays), unpickled with nothing but numpy's array
+    constructors: a planted file that names any other global (code to run) is refused unread."""
     import pickle
 
+    class Batch(pickle.Unpickler):
+        def find_class(self, module: str, name: str):
+            if (module, name) not in _CIFAR_GLOBALS:
+                raise DataError(f"{path} is not a CIFAR batch: its pickle names {module}.{name}; delete it and "
+                                "download CIFAR again (cifar(..., download=True) checks the files' md5)")
+            return super().find_class(module, name)
+
+    with open(path, "rb") as handle:
+        return Batch(handle, encoding="bytes").load()
+
+
+def cifar(name: str, split: str, root: str | os.PathLike, transform: Callable[[Tensor], Tensor] | None = None,
+          download: bool = False) -> ImageDataset:
+    """CIFAR-10 / CIFAR-100 from torchvision's on-disk format under ``root`` (the python pickles, read by
+    ``_cifar_batch``); ``download=True`` first fetches them with torchvision (internet; it checks their md5)."""
     if name not in _CIFAR or split not in ("train", "test"):
         raise ValueError(f"need name in {list(_CIFAR)} and split 'train' or 'test', got {name!r}, {split!r}")
     folder, train_files, test_file, label_key = _CIFAR[name]
@@ -278,8 +300,7 @@ def cifar(name: str, split: str, root: str | os.PathLike, transform: Callable[[T
         path = Path(root) / folder / file
         if not path.is_file():
             raise DataError(f"{path} is missing: call cifar(..., download=True) with internet access")
-        with open(path, "rb") as handle:
-            batch = pickle.load(handle, encoding="bytes")
+        batch = _cifar_batch(path)
         images.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
         labels.extend(batch[label_key])
     return ImageDataset(np.concatenate(images), np.asarray(labels), transform)
