@@ -1,6 +1,7 @@
-"""A chapter commits all or nothing: a failed, interrupted or killed execution leaves every earlier
-figure and table byte for byte, and a book is rendered only from a notebook and artifacts of one
-execution, for its own build folder."""
+"""A chapter commits all or nothing, and only its own files: a failed, interrupted or killed execution
+leaves every earlier figure and table byte for byte, its own chapter's and the others', two executions
+of one chapter into one folder never run at once, and a book is rendered only from a notebook and
+artifacts of one execution, for its own build folder."""
 
 from __future__ import annotations
 
@@ -26,50 +27,133 @@ def write(path: Path, text: str) -> None:
     paths.atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
-@pytest.fixture
-def folders(tmp_path):
-    out = {"figures": tmp_path / "figures", "results": tmp_path / "results"}
-    write(out["figures"] / "a.png", "old a")
-    write(out["results"] / "a.csv", "old table")
-    write(out["results"] / "sub" / "b.csv", "old b")
-    return out
+def record(folder: Path, label: str, notebook: str, execution: str) -> None:
+    """A figure of ``notebook`` with its provenance record, as a chapter's execution leaves it."""
+    write(folder / "figures" / f"{label}.png", f"{label} of {execution}")
+    write(folder / "figures" / f"{label}.json", json.dumps({"label": label, "notebook": notebook,
+                                                            "execution": execution,
+                                                            "files": [f"figures/{label}.png"]}))
 
 
-def test_a_failed_block_leaves_every_file_as_it_was(tmp_path, folders):
-    before = tree(tmp_path)
-    with pytest.raises(RuntimeError, match="cell 6"):
-        with paths.all_or_nothing(folders, tmp_path / ".rollback" / "ch"):
-            write(folders["figures"] / "a.png", "new a")  # replaced
-            write(folders["figures"] / "new.png", "new")  # added
-            (folders["results"] / "sub" / "b.csv").unlink()  # removed
-            raise RuntimeError("cell 6 failed")
-    assert tree(tmp_path) == before
+def test_a_killed_unfinished_execution_is_discarded_touching_no_other_chapter(tmp_path):
+    """Issue: one chapter's journal used to roll back every chapter's files."""
+    record(tmp_path, "fig-one", "01_one", "first")
+    staged = execute._staging("03_three", tmp_path)
+    record(staged, "fig-three", "03_three", "killed")  # what the killed execution had written
+    before = tree(tmp_path / "figures")
+    record(tmp_path, "fig-one", "01_one", "second")  # chapter 01 re-executed meanwhile
+    after_01 = tree(tmp_path / "figures")
+    assert after_01 != before
+    with execute._chapter_lock("03_three", tmp_path):
+        assert "discarded" in execute._recover("03_three", tmp_path)
+    assert tree(tmp_path / "figures") == after_01 and not staged.exists()
+    assert execute._recover("03_three", tmp_path) is None  # nothing left to settle
 
 
-def test_a_finished_block_keeps_its_writes_and_no_journal(tmp_path, folders):
-    with paths.all_or_nothing(folders, tmp_path / ".rollback" / "ch"):
-        write(folders["figures"] / "a.png", "new a")
-        write(folders["figures"] / "new.png", "new")
-    assert tree(tmp_path) == {"figures/a.png": b"new a", "figures/new.png": b"new", "results/a.csv": b"old table",
-                              "results/sub/b.csv": b"old b"}
+def test_a_commit_killed_half_way_is_completed_by_the_next_recovery(tmp_path):
+    record(tmp_path, "fig-one", "01_one", "first")
+    record(tmp_path, "fig-gone", "03_three", "earlier")  # the chapter's earlier execution wrote it, this one not
+    committing = execute._staging("03_three", tmp_path).with_name("03_three" + execute.COMMITTING)
+    record(committing, "fig-three", "03_three", "new")
+    write(committing / "03_three.ipynb", "the executed notebook")
+    write(committing / execute.COMMIT, json.dumps({"execution": "new", "notebook": str(tmp_path / "03_three.ipynb")}))
+    (committing / "figures" / "fig-three.png").replace(tmp_path / "figures" / "fig-three.png")  # moved before the kill
+    one = tree(tmp_path / "figures")["fig-one.png"]
+    assert "completed" in execute._recover("03_three", tmp_path)
+    figures = tree(tmp_path / "figures")
+    assert sorted(figures) == ["fig-one.json", "fig-one.png", "fig-three.json", "fig-three.png"]
+    assert figures["fig-one.png"] == one and (tmp_path / "03_three.ipynb").read_text() == "the executed notebook"
+    assert not committing.exists()
 
 
-def test_the_writes_of_a_killed_process_are_undone_by_the_next(tmp_path, folders):
-    before = tree(tmp_path)
-    script = f"""
-import os
-from pathlib import Path
-from mdlib.experiments import paths
-folders = {{k: Path(v) for k, v in {({k: str(v) for k, v in folders.items()})!r}.items()}}
-with paths.all_or_nothing(folders, Path({str(tmp_path / '.rollback' / 'ch')!r})):
-    paths.atomic_write(folders["figures"] / "a.png", lambda t: t.write_text("half"))
-    os._exit(9)  # killed mid-chapter: no cleanup runs
+def test_a_second_execution_of_a_running_chapter_is_refused_by_name(tmp_path):
+    with execute._chapter_lock("03_three", tmp_path):
+        with pytest.raises(execute.BookError, match=r"03_three is being executed into .* by \S+:\d+ \(since"):
+            with execute._chapter_lock("03_three", tmp_path):
+                pass
+        with execute._chapter_lock("01_one", tmp_path):  # another chapter at once: fine
+            pass
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    lock = execute._staging("03_three", tmp_path).with_name("03_three.lock")
+    write(lock, json.dumps({"host": paths.host(), "pid": dead.pid, "since": "then"}))
+    with execute._chapter_lock("03_three", tmp_path):  # its holder is gone: taken over
+        assert json.loads(lock.read_text())["pid"] != dead.pid
+
+
+SLEEPER = """# %% tags=["parameters"]
+profile = "default"  # profile
+
+# %%
+import time
+
+import matplotlib.pyplot as plt
+
+from mdlib.book import plots
+
+plots.save_figure(plt.subplots()[0], "fig-sleeper")
+time.sleep(300)
 """
-    assert subprocess.run([sys.executable, "-c", script], timeout=120).returncode == 9
-    assert (folders["figures"] / "a.png").read_text() == "half"
-    assert paths.recover(tmp_path / ".rollback" / "ch", folders)
-    assert tree(tmp_path) == before
-    assert not paths.recover(tmp_path / ".rollback" / "ch", folders)  # nothing left to undo
+
+
+def _project(tmp_path: Path) -> Path:
+    """A book project with the fixture chapter (01) and a chapter that saves a figure, then sleeps (02)."""
+    import shutil
+
+    root = tmp_path / "project"
+    (root / "notebooks").mkdir(parents=True)
+    shutil.copy(FIXTURES / "notebooks" / "01_fixture.py", root / "notebooks")
+    (root / "notebooks" / "02_sleeper.py").write_text(SLEEPER)
+    shutil.copytree(FIXTURES / "params", root / "params")
+    (root / "_config.yml").write_text("title: t\n")
+    return root
+
+
+def _start(root: Path, *argv: str) -> subprocess.Popen:
+    import os
+
+    script = f"import sys; from mdlib.book import cli; sys.exit(cli.main(['--root', {str(root)!r}, *{list(argv)!r}]))"
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(paths.PACKAGE_DIR.parent)},
+                            start_new_session=True)
+
+
+def _wait_for(path: Path, process: subprocess.Popen) -> None:
+    import time
+
+    deadline = time.monotonic() + 180
+    while not path.exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_killing_one_chapter_and_running_another_keeps_both_chapters_files(tmp_path):
+    """The issue's replay: kill 02 mid-run, re-run 01, run 02's recovery: 01's new files stay."""
+    import os
+    import signal
+
+    root = _project(tmp_path)
+    build = root / "_build"
+    assert subprocess.run([sys.executable, "-m", "mdlib", "--root", str(root), "run", "01_fixture"],
+                          capture_output=True, env={**os.environ, "PYTHONPATH": str(paths.PACKAGE_DIR.parent)}
+                          ).returncode == 0
+    sleeper = _start(root, "run", "02_sleeper")
+    _wait_for(execute._staging("02_sleeper", build) / "figures" / "fig-sleeper.png", sleeper)
+    second = _start(root, "run", "02_sleeper")  # two executions of one chapter at once
+    assert second.wait(120) == 1
+    assert "02_sleeper is being executed into" in second.communicate()[1]
+    os.killpg(sleeper.pid, signal.SIGKILL)
+    sleeper.wait()
+    first = tree(build / "figures")
+    assert subprocess.run([sys.executable, "-m", "mdlib", "--root", str(root), "run", "01_fixture"],
+                          capture_output=True, env={**os.environ, "PYTHONPATH": str(paths.PACKAGE_DIR.parent)}
+                          ).returncode == 0
+    figures = tree(build / "figures")
+    assert figures["fig-fixture.json"] != first["fig-fixture.json"]  # 01's second execution
+    with execute._chapter_lock("02_sleeper", build):
+        assert "discarded" in execute._recover("02_sleeper", build)
+    assert tree(build / "figures") == figures and "fig-sleeper.png" not in figures
 
 
 @pytest.mark.slow

@@ -161,8 +161,9 @@ def test_ctrl_c_during_execution_keeps_the_notebook_and_prints_one_line(tmp_path
     proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(paths.PACKAGE_DIR.parent)})
     deadline = time.monotonic() + 120
-    while not list(nbs.glob(".01_sleep.*.executing.ipynb")) and time.monotonic() < deadline:
-        time.sleep(0.2)  # papermill writes the temporary notebook when the kernel has started
+    staged = tmp_path / "_build" / ".staging" / "01_sleep" / "01_sleep.ipynb"
+    while not staged.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)  # papermill writes the staged notebook when the kernel has started
     time.sleep(2)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)

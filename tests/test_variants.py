@@ -50,14 +50,17 @@ def project(tmp_path, monkeypatch):
 
 @pytest.fixture
 def executions(monkeypatch):
-    """papermill replaced by a recorder of what the kernel would get: its run, its output directory and
-    the notebook it writes (no kernel: fast)."""
+    """papermill replaced by a recorder of what the kernel would get: its run, the folder its figures and
+    results are committed to (it writes them into that folder's ``.staging/<notebook>``) and the
+    notebook it writes (no kernel: fast)."""
     import papermill
 
     seen = []
 
     def fake_papermill(nb, output_path, **kwargs):
-        seen.append({"run": json.loads(os.environ[provenance.ENV]), "output": Path(os.environ[paths.OUTPUT_ENV])})
+        staging = Path(os.environ[paths.OUTPUT_ENV])
+        assert staging.parent.name == ".staging" and staging.name == json.loads(os.environ[provenance.ENV])["notebook"]
+        seen.append({"run": json.loads(os.environ[provenance.ENV]), "output": staging.parent.parent})
         nbformat.write(nbformat.from_dict(nb), output_path)
 
     monkeypatch.setattr(papermill, "execute_notebook", fake_papermill)

@@ -176,13 +176,16 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     ``artifacts_dir`` is. A record's command names ``artifacts_dir`` (``--output-dir``) unless it is
     the folder that command writes into anyway (:func:`default_output_dir`).
 
-    The kernel (``python3``) runs in the notebooks folder. The chapter commits all or nothing: the
-    notebook is executed into a temporary file beside the output and renamed over it only on success,
-    and the figures and results it writes are kept only then (``paths.all_or_nothing``), so a failed,
-    interrupted or killed execution leaves the previous notebook and every previous artifact byte for
-    byte; the failed notebook, with its traceback, is saved as ``<name>.failed.ipynb`` and a failing
-    cell raises ``NotebookError`` naming the notebook and cell. On success the chapter's artifacts of
-    earlier executions that this one did not write again are removed. Every artifact's record and the
+    The kernel (``python3``) runs in the notebooks folder. The chapter commits all or nothing, and
+    only its own files: the notebook executes into ``<artifacts_dir>/.staging/<name>/`` (the executed
+    notebook, and its figures and results: the kernel's ``MDLIB_OUTPUT_DIR``) while it holds the
+    chapter's lock (a second execution of it into the same folder is refused by name), and only a
+    finished execution is moved into place (``_commit``), so a failed, interrupted or killed execution
+    leaves the previous notebook and every artifact byte for byte, its own and other chapters'; a kill
+    during the move is completed by the chapter's next execution or the book's check. The failed
+    notebook, with its traceback, is saved as ``<name>.failed.ipynb`` and a failing cell raises
+    ``NotebookError`` naming the notebook and cell. On success the chapter's artifacts of earlier
+    executions that this one did not write again are removed. Every artifact's record and the
     executed notebook's metadata (``mdlib``) carry one execution id, which :func:`check_consistent`
     compares before a book is rendered.
     """
@@ -213,37 +216,128 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
         print(f"executing {nb_name} ({shown})", file=sys.stderr, flush=True)
     start = time.perf_counter()
     kept: list[Path] = []  # this run's failed notebook, once saved
-
-    def execute(partial: Path) -> None:
+    with _chapter_lock(nb_name, artifacts):
+        _recover(nb_name, artifacts)
+        staging = _staging(nb_name, artifacts)
+        staged = staging / output.name
         try:
-            with _kernel_environment(run, artifacts, executor):
+            staging.mkdir(parents=True)
+            with _kernel_environment(run, staging, executor):
                 # The kernel's own log (a TCP warning at start, a traceback when Ctrl-C stops it mid-cell)
                 # says nothing about the notebook: a cell's error is in the notebook and raised here.
                 papermill.execute_notebook(
-                    nb, str(partial), parameters=parameters, kernel_name=KERNEL, language="python",
+                    nb, str(staged), parameters=parameters, kernel_name=KERNEL, language="python",
                     cwd=str(path.parent), progress_bar=progress, start_timeout=300, log_output=False,
                     extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
                 )
-            _record_portable_paths(partial, path, output)
-            _echo_store_warnings(partial, nb_name)
-        except BaseException:
-            if partial.exists():
+            _record_portable_paths(staged, path, output)
+            _echo_store_warnings(staged, nb_name)
+        except BaseException as exc:
+            if staged.exists():
                 with contextlib.suppress(Exception):  # a notebook papermill could not finish writing
-                    _record_portable_paths(partial, path, failed)
-                os.replace(partial, failed)
+                    _record_portable_paths(staged, path, failed)
+                _move(staged, failed)
                 kept.append(failed)
-            raise
-
-    try:
-        with paths.all_or_nothing(_artifact_folders(artifacts), _journal(nb_name, artifacts)):
-            paths.atomic_write(output, execute, tag="executing")
-            _drop_earlier_artifacts(nb_name, execution, artifacts)
-    except BaseException as exc:
-        _raise_notebook_error(exc, nb_name, profile, output, kept)
+            shutil.rmtree(staging, ignore_errors=True)
+            _raise_notebook_error(exc, nb_name, profile, output, kept)
+        (staging / COMMIT).write_text(json.dumps({"execution": execution, "notebook": str(output)}), "utf-8")
+        committing = staging.with_name(staging.name + COMMITTING)
+        os.replace(staging, committing)  # from here on the execution counts: a kill is finished by _recover
+        _commit(nb_name, committing, artifacts)
     failed.unlink(missing_ok=True)  # a failure of an earlier run, now superseded
     if progress:
         print(f"  {nb_name}: {time.perf_counter() - start:.1f} s -> {output}", file=sys.stderr, flush=True)
     return output
+
+
+#: The file of a staged execution that says where its executed notebook goes and its execution id.
+COMMIT = "commit.json"
+#: The suffix of a staged execution that finished and is being moved into place.
+COMMITTING = ".commit"
+
+
+def _staging(nb_name: str, artifacts: Path) -> Path:
+    """Where an execution of ``nb_name`` stages its executed notebook and its ``figures/`` and
+    ``results/`` (the kernel's ``MDLIB_OUTPUT_DIR``): ``<artifacts>/.staging/<nb_name>``."""
+    return artifacts / ".staging" / nb_name
+
+
+def _move(source: Path, target: Path) -> None:
+    """Put the file ``source`` at ``target`` (atomically, across file systems too), then remove ``source``."""
+    paths.atomic_write(target, lambda tmp: shutil.copyfile(source, tmp), tag="executing")
+    source.unlink()
+
+
+def _commit(nb_name: str, committing: Path, artifacts: Path) -> None:
+    """Move a finished execution's files into place: its figures and results into ``artifacts`` file by
+    file, then the removal of the chapter's artifacts that earlier executions wrote and this one did
+    not, then its executed notebook, then the staging folder. Each step can be repeated, so a commit
+    that was killed is finished by running it again (``_recover``)."""
+    plan = json.loads((committing / COMMIT).read_text("utf-8"))
+    for folder in ("figures", "results"):
+        for staged in sorted((committing / folder).rglob("*")) if (committing / folder).is_dir() else []:
+            if staged.is_file():
+                target = artifacts / staged.relative_to(committing)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staged, target)
+    _drop_earlier_artifacts(nb_name, plan["execution"], artifacts)
+    notebook = committing / Path(plan["notebook"]).name
+    if notebook.exists():
+        _move(notebook, Path(plan["notebook"]))
+    shutil.rmtree(committing)
+
+
+def _recover(nb_name: str, artifacts: Path) -> str | None:
+    """Settle an execution of ``nb_name`` into ``artifacts`` that was killed (the chapter's lock held):
+    one that had finished is committed, one that had not is discarded; what was done, or None. Nothing
+    outside the chapter's staging folder is touched but the files its commit puts in place."""
+    staging = _staging(nb_name, artifacts)
+    committing = staging.with_name(staging.name + COMMITTING)
+    if committing.is_dir():
+        _commit(nb_name, committing, artifacts)
+        return "an execution that had finished was killed while it was put in place; its commit was completed"
+    if staging.exists():
+        shutil.rmtree(staging)
+        return "an execution was killed before it finished; what it had written was discarded"
+    return None
+
+
+@contextlib.contextmanager
+def _chapter_lock(nb_name: str, artifacts: Path) -> Iterator[None]:
+    """Hold ``<artifacts>/.staging/<nb_name>.lock`` for the block: one execution of a chapter into one
+    folder at a time. A lock whose holder no longer runs on this host (or left it unreadable) is taken
+    over; one held by a live process, or by another host, is refused by name (BookError)."""
+    lock = _staging(nb_name, artifacts).with_name(f"{nb_name}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    record = {"host": paths.host(), "pid": os.getpid(),
+              "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())}
+    for _ in range(3):
+        try:
+            descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            break
+        except FileExistsError:
+            try:
+                holder = json.loads(lock.read_text("utf-8"))
+            except (OSError, ValueError):
+                holder = None
+            if not isinstance(holder, dict):  # written at creation: unreadable means its writer was killed
+                if time.time() - lock.stat().st_mtime < 5:
+                    time.sleep(5)
+                    continue
+            elif holder.get("host") != paths.host() or paths.alive(int(holder.get("pid", 0))):
+                raise BookError(f"{nb_name} is being executed into {artifacts} by {holder.get('host')}:"
+                                f"{holder.get('pid')} (since {holder.get('since')}): wait until it finishes, or "
+                                f"execute into another folder (MDLIB_BUILD_DIR or --output-dir); if no such "
+                                f"process runs, delete {lock}")
+            lock.unlink(missing_ok=True)
+    else:
+        raise BookError(f"could not take the lock {lock}: delete it if no execution of {nb_name} runs")
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(record))
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 def _raise_notebook_error(exc: BaseException, nb_name: str, profile: str, output: Path, kept: list[Path]) -> NoReturn:
@@ -352,16 +446,6 @@ def _echo_store_warnings(ipynb: Path, nb_name: str) -> None:
                         print(f"  {nb_name}: {found.group(1)}", file=sys.stderr, flush=True)
 
 
-def _artifact_folders(folder: Path | None = None) -> dict[str, Path]:
-    """The figures and results folders of ``folder`` (the build directory by default)."""
-    folder = folder if folder is not None else paths.build_dir()
-    return {"figures": folder / "figures", "results": folder / "results"}
-
-
-def _journal(nb_name: str, folder: Path | None = None) -> Path:
-    return (folder if folder is not None else paths.build_dir()) / ".rollback" / nb_name
-
-
 def _drop_earlier_artifacts(nb_name: str, execution: str, folder: Path) -> None:
     """Remove the figures and tables of ``nb_name`` in ``folder`` that earlier executions wrote and this
     one did not."""
@@ -385,9 +469,9 @@ def check_consistent(names: list[str], notebooks_dir: Path | None = None) -> Non
 
     folder = Path(notebooks_dir or paths.notebooks_dir())
     for name in names:
-        if paths.recover(_journal(name), _artifact_folders()):
-            print(f"{name}: an execution was killed before it finished; its figures and results were set back "
-                  "to those before it", file=sys.stderr)
+        with _chapter_lock(name, paths.build_dir()):
+            if (done := _recover(name, paths.build_dir())) is not None:
+                print(f"{name}: {done}", file=sys.stderr)
     build, problems = _build_label(), {}
     executions = {}
     for name in names:

@@ -46,8 +46,7 @@ checkpoints (``runs/``, ``checkpoints/``) are the build directory's for every ex
 keyed by their configuration, so a variant reuses the runs it shares with the book and overwrites none.
 
 Every file mdlib writes goes through ``atomic_write``: a reader (or a killed writer) sees the old file
-or the complete new one, never half of it; ``all_or_nothing`` extends that to every file a block of
-work writes into some folders (a chapter's figures and results).
+or the complete new one, never half of it (a chapter's files as a whole: ``mdlib.book.execute``).
 """
 
 from __future__ import annotations
@@ -55,7 +54,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import socket
 from pathlib import Path
 from typing import Callable, Iterator
@@ -277,64 +275,3 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], *, ta
     finally:
         tmp.unlink(missing_ok=True)
     return path
-
-
-def _files(folder: Path) -> dict[str, Path]:
-    return {path.relative_to(folder).as_posix(): path for path in folder.rglob("*") if path.is_file()} \
-        if folder.is_dir() else {}
-
-
-def _roll_back(journal: Path, folders: dict[str, Path]) -> None:
-    """Put every file of ``folders`` back as the snapshot in ``journal`` holds it, then drop the journal."""
-    for name, folder in folders.items():
-        saved, now = _files(journal / name), _files(folder)
-        for rel, path in now.items():
-            if rel not in saved:
-                path.unlink()
-        for rel, old in saved.items():
-            target = folder / rel
-            if rel not in now or not os.path.samefile(old, target):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(old, target)
-    shutil.rmtree(journal)
-
-
-def recover(journal: Path, folders: dict[str, Path]) -> bool:
-    """Undo the writes of a block of ``all_or_nothing(folders, journal)`` whose process was killed;
-    returns whether there was one."""
-    journal = Path(journal)
-    partial = journal.with_name(journal.name + ".partial")
-    if partial.exists():  # killed while taking the snapshot: nothing was written yet
-        shutil.rmtree(partial)
-    if not journal.exists():
-        return False
-    _roll_back(journal, folders)
-    return True
-
-
-@contextlib.contextmanager
-def all_or_nothing(folders: dict[str, Path], journal: Path) -> Iterator[None]:
-    """Keep what the block writes into ``folders`` (name -> folder) only if it finishes: if it raises,
-    every file there is put back byte for byte as it was on entry and the files it added are removed.
-
-    On entry the files are hard-linked into the snapshot ``journal`` (no copy, so it works on a full
-    disk; sound because mdlib replaces files with ``atomic_write`` instead of editing them in place).
-    A journal left by a killed process is rolled back on the next entry, so its half-written outputs
-    never outlive it. Returns, on success, with the journal removed.
-    """
-    journal = Path(journal)
-    recover(journal, folders)
-    partial = journal.with_name(journal.name + ".partial")
-    for name, folder in folders.items():
-        for rel, path in _files(folder).items():
-            link = partial / name / rel
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.link(path, link)
-    partial.mkdir(parents=True, exist_ok=True)
-    os.replace(partial, journal)
-    try:
-        yield
-    except BaseException:
-        _roll_back(journal, folders)
-        raise
-    shutil.rmtree(journal)
