@@ -126,6 +126,19 @@ def test_run_writes_the_book_without_overrides_and_a_variant_with_them(project, 
     assert execute.default_output_dir(args.notebook, args.profile, again) == variant
 
 
+@pytest.mark.parametrize("where,what", [("_build", "the build folder"), ("notebooks", "the notebooks folder"),
+                                        ("book", "the book's pages folder"), (".", "the project's root"),
+                                        ("copy", "a folder that holds the book's 01_fixture.ipynb")])
+def test_an_output_dir_that_would_land_on_the_book_is_refused(project, executions, capsys, where, what):
+    """--output-dir _build used to make a variant the book's chapter; notebooks/ replaced its notebook."""
+    (project / "copy").mkdir()
+    (project / "copy" / "01_fixture.ipynb").write_text("{}")
+    folder = (project / where).resolve()
+    assert cli.main(["run", "01_fixture", "--output-dir", str(project / where)]) == 1
+    assert capsys.readouterr().err.startswith(f"error: --output-dir {folder} is {what}: a variant goes elsewhere")
+    assert executions == []
+
+
 def test_an_output_dir_is_the_variants_folder_and_in_its_command(project, executions, tmp_path):
     chosen = tmp_path / "mine"
     assert cli.main(["run", "01_fixture", "--output-dir", str(chosen)]) == 0

@@ -323,6 +323,8 @@ def _run(args: argparse.Namespace) -> None:
     from mdlib.experiments import paths
 
     given = overrides(args.notebook, args.parameter)
+    if args.output_dir:
+        _check_output_dir(Path(args.output_dir).expanduser().resolve())
     folder = Path(args.output_dir).expanduser().resolve() if args.output_dir else \
         execute.default_output_dir(args.notebook, args.profile, given)
     if folder == paths.build_dir():  # the book's own chapter (no overrides, or only where runs train)
@@ -330,6 +332,23 @@ def _run(args: argparse.Namespace) -> None:
     else:
         print(f"variant: the executed notebook, its figures and results go to {folder}", file=sys.stderr, flush=True)
     execute.run_notebook(args.notebook, profile=args.profile, overrides=given, output_dir=folder, artifacts_dir=folder)
+
+
+def _check_output_dir(folder: Path) -> None:
+    """Refuse an ``--output-dir`` where a variant would become or overwrite part of the book: the build
+    folder itself, ``notebooks/``, the book's pages folder, the project's root, or any folder that holds
+    a chapter (its source or executed notebook)."""
+    from mdlib.book import profiles
+    from mdlib.experiments import paths
+
+    book = {paths.build_dir().resolve(): "the build folder", paths.notebooks_dir().resolve(): "the notebooks folder",
+            paths.book_dir().resolve(): "the book's pages folder", paths.root().resolve(): "the project's root"}
+    chapters = profiles.chapters()
+    held = [f.name for name in chapters for f in (folder / f"{name}.py", folder / f"{name}.ipynb") if f.is_file()]
+    what = book.get(folder) or (f"a folder that holds the book's {', '.join(held)}" if held else None)
+    if what is not None:
+        raise ValueError(f"--output-dir {folder} is {what}: a variant goes elsewhere (leave --output-dir out for "
+                         f"its own folder under {paths.build_dir() / 'variants'})")
 
 
 @contextlib.contextmanager
