@@ -79,7 +79,7 @@ workers = 2  # runs trained at once: CPU processes of one thread each, or one pr
 import pandas as pd
 from myst_nb import glue
 
-from mdlib.book import plots, scorecard
+from mdlib.book import plots, provenance, scorecard
 from mdlib.experiments import methods as method_keys
 from mdlib.experiments import paper, sentiment, train
 
@@ -93,7 +93,9 @@ configs = dict(zip(sentiment.GRIDS, sentiment.chapter_grids(  # the replication'
     variation_methods=variation_methods, variation_seeds=variation_seeds, variation_epochs=variation_epochs,
     variation_multiples=variation_multiples, analysed=analysed)))
 sentiment.train_grids(list(configs.values()), workers=workers)  # both sweeps in one pool
-grids = {name: sentiment.grid(c, workers=workers, name=sentiment.grid_name(profile) if name == analysed else None)
+variant = provenance.notebook_run()["variant"]  # a variant records its own grid name, never the book's
+grids = {name: sentiment.grid(c, workers=workers,
+                              name=sentiment.grid_name(profile, variant) if name == analysed else None)
          for name, c in configs.items()}  # the analysed grid is recorded for chapters 05 and 06
 runs = sentiment.chapter_runs(grids, analysed)
 replication, variation = grids["replication"], grids["variation"]

@@ -56,12 +56,12 @@ deletion_seed = 0  # seeds the random token of the deletion control
 # %% tags=["remove-stderr"]
 from myst_nb import glue
 
-from mdlib.book import plots, scorecard
+from mdlib.book import plots, provenance, scorecard
 from mdlib.experiments import selection, sentiment
 
 plots.set_theme()
 plots.glue_paper()
-grid = sentiment.built_grid(table1 or profile, depth)
+grid = sentiment.built_grid(table1 or profile, depth, provenance.notebook_run()["variant"])
 dataset, max_length, width, methods = map(grid.config.get, ("dataset", "max_length", "width", "methods"))
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
 pairs = sorted({seed for key, seed in models if key == "1.1"} & {seed for key, seed in models if key == "2"})

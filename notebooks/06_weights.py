@@ -47,13 +47,13 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from myst_nb import glue
 
-from mdlib.book import plots, scorecard
+from mdlib.book import plots, provenance, scorecard
 from mdlib.experiments import methods as method_keys
 from mdlib.experiments import analysis, paper, selection, sentiment, sparsity, stats, train
 
 plots.set_theme()
 plots.glue_paper()
-grid = sentiment.built_grid(table1 or profile, depth)
+grid = sentiment.built_grid(table1 or profile, depth, provenance.notebook_run()["variant"])
 dataset, max_length, width, methods = map(grid.config.get, ("dataset", "max_length", "width", "methods"))
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
 initial = {seed: sentiment.initial_model(grid.configs[depth, key, seed]).eval() for key, seed in models}

@@ -166,8 +166,8 @@ def test_outside_the_pipeline_the_record_says_so_and_lands_in_scratch(build_dir,
     plots.save_table(pd.DataFrame({"a": [1]}), "table-x", glue=False)
     assert not (build_dir / "results").exists()
     record = json.loads((build_dir / "scratch" / "results" / "table-x.json").read_text())
-    fields = ("notebook", "profile", "execution", "parameters", "overrides", "output_dir")
-    assert [record[k] for k in fields + ("command",)] == [None] * 7
+    fields = ("notebook", "profile", "execution", "parameters", "overrides", "output_dir", "variant")
+    assert [record[k] for k in fields + ("command",)] == [None] * 8
     assert record["executed_by"] == provenance.OUTSIDE and record["files"] == ["results/table-x.csv"]
     monkeypatch.setenv(provenance.ENV, "{not json")
     assert provenance.notebook_run() == dict.fromkeys(fields)

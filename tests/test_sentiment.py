@@ -181,6 +181,15 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
                                           r"--profile paper"):
         sentiment.built_grid("paper")
 
+    # a variant of chapter 04 records its grid under its own name: the book's chapters still read the book's
+    store.set_name(sentiment.grid_name("test", "ab12cd34"), sentiment.GRID_KIND, grid_config(seeds=2))
+    assert store.named(sentiment.grid_name("test"))[1] == grid_config()
+    read = []
+    monkeypatch.setattr(sentiment, "grid", lambda config, **_: read.append(config["seeds"]))
+    for variant in ("ab12cd34", "ffffffff", None):  # the variant's own; another variant's folder; the book
+        sentiment.built_grid("test", variant=variant)
+    assert read == [2, 3, 3]
+
 
 def test_lexicon_designates_the_strongest_whole_word(fixture_data):
     vocab = {t: i for i, t in enumerate((FIXTURES / "vocab.txt").read_text().split())}

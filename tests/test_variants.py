@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -109,13 +110,14 @@ def test_run_writes_the_book_without_overrides_and_a_variant_with_them(project, 
     build = project / "_build"
     assert cli.main(["run", "01_fixture", "--profile", "smoke"]) == 0
     book = executions[-1]
-    assert book["output"] == build and book["run"]["output_dir"] is None
+    assert book["output"] == build and book["run"]["output_dir"] is None and book["run"]["variant"] is None
     assert (project / "notebooks" / "01_fixture.ipynb").is_file()
     assert "variant" not in capsys.readouterr().err
 
     assert cli.main(["run", "01_fixture", "--profile", "smoke", "-p", "seeds", "3"]) == 0
     variant = execute.default_output_dir("01_fixture", "smoke", {"seeds": 3})
     assert executions[-1]["output"] == variant and executions[-1]["run"]["output_dir"] is None
+    assert re.fullmatch(r"[0-9a-f]{8}", executions[-1]["run"]["variant"])  # chapter 04 names its grid by it
     assert (variant / "01_fixture.ipynb").is_file()
     assert f"go to {variant}" in capsys.readouterr().err
     # the recorded command, run again, writes into the same folder

@@ -202,7 +202,8 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     executed = profiles.executed_parameters(nb_name, profile, overrides, notebooks_dir=path.parent, params_dir=params_dir)
     run = {"notebook": nb_name, "profile": profile, "execution": execution, "parameters": executed,
            "overrides": {key: parameters[key] for key in overrides or {}},
-           "output_dir": None if artifacts == implied else str(artifacts)}
+           "output_dir": None if artifacts == implied else str(artifacts),
+           "variant": None if artifacts == paths.build_dir() else hashlib.sha256(str(artifacts).encode()).hexdigest()[:8]}
     executor = profiles.profile_executor(profile, params_dir)
     nb = _prepared(path, profile, execution)
     out_dir = Path(output_dir) if output_dir is not None else path.parent

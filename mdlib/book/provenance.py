@@ -68,11 +68,12 @@ OUTSIDE = ("outside python -m mdlib run (papermill's own command, Jupyter or a s
 
 
 def notebook_run() -> dict[str, Any]:
-    """``{notebook, profile, execution, parameters, overrides, output_dir}`` from :data:`ENV` (all None
-    when it is unset or unreadable: a notebook run outside ``mdlib.book.execute.run_notebook``);
+    """``{notebook, profile, execution, parameters, overrides, output_dir, variant}`` from :data:`ENV` (all
+    None when it is unset or unreadable: a notebook run outside ``mdlib.book.execute.run_notebook``);
     ``execution`` is the id of one execution of the notebook, which its executed ``.ipynb`` carries too;
-    ``output_dir`` is the folder a command must name with ``--output-dir`` to write there again, or None."""
-    empty = dict.fromkeys(("notebook", "profile", "execution", "parameters", "overrides", "output_dir"))
+    ``output_dir`` is the folder a command must name with ``--output-dir`` to write there again, or None;
+    ``variant`` names the folder a variant writes into (8 hex digits), None for the book's own chapter."""
+    empty = dict.fromkeys(("notebook", "profile", "execution", "parameters", "overrides", "output_dir", "variant"))
     try:
         value = json.loads(os.environ.get(ENV) or "null")
     except ValueError:

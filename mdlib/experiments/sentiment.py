@@ -564,18 +564,22 @@ def gaps_text(gaps: pd.DataFrame, per_depth: bool = True) -> str:
     return "; ".join(parts) or "not measured"
 
 
-def grid_name(profile: str) -> str:
+def grid_name(profile: str, variant: str | None = None) -> str:
     """The name chapter 04 records the grid chapters 05 and 06 analyse under when it builds it at
-    ``profile`` (its parameter ``analysed``: the replication's or the variation's)."""
-    return f"table1.{profile}"
+    ``profile`` (its parameter ``analysed``: the replication's or the variation's): the book's own, or,
+    for an execution into a variant's folder (``variant``: its id), that variant's, so a variant never
+    changes the grid the book's chapters read."""
+    return f"table1.{profile}" + (f".{variant}" if variant else "")
 
 
-def built_grid(profile: str, depth: int | None = None) -> Grid:
+def built_grid(profile: str, depth: int | None = None, variant: str | None = None) -> Grid:
     """The Table 1 grid chapter 04 last built at ``profile`` (``grid_name``), read from the results
-    store and never trained; LookupError, naming the command that builds it, when it is not there.
-    ``depth``: the number of layers the caller reads, checked to be one of the grid's."""
+    store and never trained: the one chapter 04 built into the folder of ``variant`` when there is one
+    (a variant of 04 and 05 executed into one ``--output-dir``), else the book's; LookupError, naming
+    the command that builds it, when it is not there. ``depth``: the number of layers the caller reads,
+    checked to be one of the grid's."""
     hint = f"Build it with `python -m mdlib run 04_sentiment --profile {profile}`."
-    record = store.named(grid_name(profile))
+    record = (variant and store.named(grid_name(profile, variant))) or store.named(grid_name(profile))
     if record is None or record[0] != GRID_KIND:
         raise LookupError(f"chapter 04 has not built a Table 1 grid at profile {profile!r} in {paths.runs_dir()}. "
                           f"{hint}")
