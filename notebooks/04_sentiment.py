@@ -93,9 +93,8 @@ configs = dict(zip(sentiment.GRIDS, sentiment.chapter_grids(  # the replication'
     variation_methods=variation_methods, variation_seeds=variation_seeds, variation_epochs=variation_epochs,
     variation_multiples=variation_multiples, analysed=analysed)))
 sentiment.train_grids(list(configs.values()), workers=workers)  # both sweeps in one pool
-variant = provenance.notebook_run()["variant"]  # a variant records its own grid name, never the book's
-grids = {name: sentiment.grid(c, workers=workers,
-                              name=sentiment.grid_name(profile, variant) if name == analysed else None)
+recorded = sentiment.grid_name(profile, provenance.notebook_run()["variant"])  # a variant's own, never the book's
+grids = {name: sentiment.grid(c, workers=workers, name=recorded if name == analysed else None)
          for name, c in configs.items()}  # the analysed grid is recorded for chapters 05 and 06
 runs = sentiment.chapter_runs(grids, analysed)
 replication, variation = grids["replication"], grids["variation"]
