@@ -69,7 +69,7 @@ epochs = 30  # most epochs of a replication run; a run stops at 99.5 % training 
 step_multiples = {"1.1": [3], "2": [10], "3": [300]}  # the replication's candidate steps, multiples of the paper's (Adam: of 1e-3); more than one: chosen on validation
 variation_setup = "small-embeddings"  # the judged variation's initialization: one factor of the authors' changed
 variation_methods = ["1.1", "2", "3"]  # methods of the variation (at the first depth of layers)
-variation_seeds = {"1.1": 12, "2": 12, "3": 2}  # the variation's runs per method (l_1.1 and GD paired by seed)
+variation_seeds = {"1.1": 11, "2": 11, "3": 2}  # the variation's runs per method (l_1.1 and GD paired by seed)
 variation_epochs = 100  # most epochs of a variation run
 variation_multiples = {"1.1": [1, 3], "2": [1, 3], "3": [100, 300]}  # the variation's candidate steps (x paper), chosen on validation at the sweep seeds
 analysed = "variation"  # the grid whose models chapters 05 and 06 analyse: "variation" or "replication"
@@ -390,6 +390,18 @@ glue("table-sentiment-pilots", sentiment.pilots_view(pilots).style.hide(axis="in
 #
 # It reaches the stop rule in tens of epochs, above the baseline, for both methods: the judged
 # variation. The rows at seeds 1-11 come from a first default build that had chosen $\ell_{1.1}$ at
-# 3× on seed 0 alone; 4 more of its runs (seeds 3, 5, 8 and 11) overflowed and are not listed. (The fully "modern" initialization, Glorot matrices and a classifier bias besides,
-# reached it too, in 57-103 epochs, but changes three factors.) The replication keeps the authors'
-# setup at the largest stable multiples for the epochs left in the budget.
+# 3× on seed 0 alone; 4 more of its runs (seeds 3, 5, 8 and 11) overflowed and are not listed. (The
+# fully "modern" initialization, Glorot matrices and a classifier bias besides, reached it too, in
+# 57-103 epochs, but changes three factors.) The replication keeps the authors' setup at the largest
+# stable multiples for the epochs left in the budget.
+#
+# **Seeds and the budget.** The seeds are sized so that the paired 95 % interval of $\ell_{1.1}$ minus
+# GD is at most ±0.9 points, half the paper's 1.81-point gap. The first build of this design, at 12
+# paired seeds with both methods at 1× (2026-12-03, one machine), measured a paired standard deviation
+# of 0.95 points and an interval of ±0.60. At 11 seeds the interval is ±2.23 σ/√11: ±0.64 at that σ,
+# and at most ±0.9 for any σ up to 1.34 points, the margin left for another machine's seeds. The
+# twelfth seed went to the budget (about two minutes of the book's hour), as did the size of the
+# replication (2 / 2 / 1 seeds, 30 epochs: direction only) and of $\ell_3$ (2 seeds: its mean is
+# shown next to the others; only $\ell_{1.1}$ against GD is judged). A candidate step that collapses, as $\ell_{1.1}$
+# at 3× did at seed 1, costs its full cap of epochs; it stays in the candidate set because the rule
+# must see it fail at the sweep's seeds rather than have us drop it by hand.
