@@ -399,9 +399,16 @@ glue("table-sentiment-pilots", sentiment.pilots_view(pilots).style.hide(axis="in
 # GD is at most ±0.9 points, half the paper's 1.81-point gap. The first build of this design, at 12
 # paired seeds with both methods at 1× (2026-12-03, one machine), measured a paired standard deviation
 # of 0.95 points and an interval of ±0.60. At 11 seeds the interval is ±2.23 σ/√11: ±0.64 at that σ,
-# and at most ±0.9 for any σ up to 1.34 points, the margin left for another machine's seeds. The
-# twelfth seed went to the budget (about two minutes of the book's hour), as did the size of the
-# replication (2 / 2 / 1 seeds, 30 epochs: direction only) and of $\ell_3$ (2 seeds: its mean is
-# shown next to the others; only $\ell_{1.1}$ against GD is judged). A candidate step that collapses, as $\ell_{1.1}$
-# at 3× did at seed 1, costs its full cap of epochs; it stays in the candidate set because the rule
-# must see it fail at the sweep's seeds rather than have us drop it by hand.
+# and at most ±0.9 for any σ up to 1.34 points, the margin left for another machine's seeds.
+#
+# The book's budget is an hour on two idle cores; power came first. With 11 seeds the default built in
+# 65 minutes (2026-12-03, a fresh clone on 2 idle cores; 68 with the package install), this chapter
+# in 44 of them, nearly all of it training: 35 runs, about 1,650 epochs at about 3 s an epoch with two
+# runs sharing the cores. What was traded for it: the twelfth seed (about two minutes), the
+# replication's size (2 / 2 / 1 seeds, 30 epochs: direction only), and $\ell_3$'s seeds (2: its mean
+# is shown next to the others; only $\ell_{1.1}$ against GD is judged). Nine seeds would fit the
+# hour, but would hold the interval under ±0.9 only for σ up to 1.17, too little margin over the
+# measured 0.95 for another machine's seeds. A candidate step that collapses, as $\ell_{1.1}$ at 3×
+# did at seed 1, costs its full cap of epochs (100, about 6 minutes of one core); it stays in the
+# candidate set because the rule must see it fail at the sweep's seeds rather than have us drop it by
+# hand.
