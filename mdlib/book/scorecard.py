@@ -84,6 +84,12 @@ class Row:
     effect: Effect | None = None
     short: str = ""  #: the claim's name without its statement, e.g. "Table 1 (3 layers)"
     headline: str = ""  #: ours in a few words (the short table's cell)
+    seeds_left_out: str = ""  #: what leaving out one seed does to the verdict ("" where not checked)
+
+    @property
+    def hinges(self) -> bool:
+        """Whether leaving out one seed changes the verdict (a seed's number differs between machines)."""
+        return self.seeds_left_out.startswith("leaving out")
 
 
 def _rule(name: str, sentence: str):
@@ -358,10 +364,12 @@ class _Results:
     only runs of a kind an earlier one's record lists among them. A label ``folder`` lacks is read from
     ``also`` when given (a variant's own results, then the book's for the chapters it builds on)."""
 
-    def __init__(self, folder: Path, profile: str | None, also: Path | None = None):
+    def __init__(self, folder: Path, profile: str | None, also: Path | None = None, without_seed: int | None = None):
         self.folders = list(dict.fromkeys(Path(f) for f in (folder, also) if f is not None))
         self.profile = profile
         self.records: dict[str, dict] = {}  # label -> record, of the CSVs read so far
+        self.without_seed = without_seed  # leave this seed's rows out of every table with a seed column
+        self.seeds: set[int] = set()  # the seeds of the tables read so far
 
     def csv(self, label: str, columns=(), where: str | None = None) -> pd.DataFrame:
         """The table ``label``, vouched for by its record and kept to its rules (only the rows where the
@@ -380,6 +388,9 @@ class _Results:
             raise _Unmeasured(str(error)) from None
         if schema.placeholder(frame):
             raise _Unmeasured(f"{path.name}: " + "; ".join(frame.note.astype(str)))
+        if "seed" in frame:
+            self.seeds.update(int(seed) for seed in frame.seed.dropna())
+            frame = frame[frame.seed != self.without_seed] if self.without_seed is not None else frame
         return _complete(frame if where is None else frame[frame[where].astype(bool)], label, columns)
 
     def _vouch(self, label: str, path: Path) -> None:
@@ -977,12 +988,41 @@ def rows(results_dir: Path | str, *, profile: str | None = None, link: Callable[
                            short=_short(claim.claim), headline="–"))
             continue
         shown = results.shown()  # the profile every record of the claim names
+        left_out = _leave_one_seed_out(claim, built, results)
         for part in built:
             name = claim.claim if part.part is None else f"{claim.claim} ({part.part})"
             short = _short(claim.claim) + ("" if part.part is None else f" ({part.part})")
             out.append(Row(name, part.paper or claim.paper, part.ours, shown, part.verdict, target, part.effect, short,
-                           part.headline or part.ours))
+                           part.headline or part.ours, left_out.get(part.part, "")))
     return out
+
+
+LEAVE_OUT_SEEDS = 30  #: the most seeds a comparative claim is rebuilt without, one at a time
+
+
+def _leave_one_seed_out(claim: "_Claim", built: list[_Part], results: _Results) -> dict[str | None, str]:
+    """Per comparative part of ``claim`` (one with an effect, judged on 3 to ``LEAVE_OUT_SEEDS`` seeds),
+    what its verdict becomes when the claim is rebuilt from its results without one seed, each seed in
+    turn: a seed's numbers differ between machines, so a verdict that changes without one of them
+    would not be reproduced elsewhere."""
+    parts = {p.part: p.verdict.outcome for p in built if p.effect is not None and p.verdict.outcome != NOT_MEASURED}
+    if not parts or not 3 <= len(results.seeds) <= LEAVE_OUT_SEEDS:
+        return {}
+    changed: dict[str | None, list[str]] = {part: [] for part in parts}
+    for seed in sorted(results.seeds):
+        without = _Results(results.folders[0], results.profile, results.folders[-1], without_seed=seed)
+        try:
+            again = {p.part: p.verdict.outcome for p in claim.build(without)}
+        except _Unmeasured:
+            again = {}
+        for part, outcome in parts.items():
+            if again.get(part, NOT_MEASURED) != outcome:
+                changed[part].append(f"seed {seed}: {again.get(part, NOT_MEASURED)}")
+    n = len(results.seeds)
+    return {part: f"leaving out {'; '.join(moves)} (of {n} seeds): this verdict hinges on one seed's numbers, "
+                  "which differ between machines" if moves else
+                  f"the verdict stays when any one of the {n} seeds is left out"
+            for part, moves in changed.items()}
 
 
 def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:
@@ -997,7 +1037,7 @@ def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:
     found = rows(results_dir or paths.output_dir() / "results", also=None if results_dir else paths.results_dir(),
                  profile=provenance.notebook_run()["profile"], notebook=notebook)
     return "; ".join(f"{r.short}: {r.verdict.outcome}" + (f" ({r.verdict.why})" if r.verdict.why else "")
-                     for r in found)
+                     + (" (hinges on one seed)" if r.hinges else "") for r in found)
 
 
 def _short(claim: str) -> str:
@@ -1088,7 +1128,10 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
         "table. A verdict is computed by the rule stated at the end, never typed: **holds**, **differs**, "
         f"**{SMALLER}** (the interval contains no effect but excludes the paper's), **inconclusive** (the "
         "interval contains both), or **not measured at this profile** (a result is missing, the run did not "
-        "reach the regime the claim is about, or the models do not generalize; the details say which). Our "
+        "reach the regime the claim is about, or the models do not generalize; the details say which). A "
+        "comparative verdict is also recomputed with each seed left out in turn; one that changes is marked "
+        "*hinges on one seed*, since a seed's numbers differ between machines and such a verdict may not be "
+        "reproduced on another. Our "
         "real data are smaller stand-ins for the paper's (see each chapter), so accuracies are not comparable "
         "in level, only in the direction and size of a difference.",
     ]
@@ -1105,7 +1148,8 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
                       f'<a href="{archive_link}" download>artifacts.zip</a>.']
     lines += ["", "| Claim | Paper | Ours | Verdict |", "|---|---|---|---|"]
     lines += ["| " + " | ".join([md_text(r.short or r.claim), md_text(_paper_short(r)), md_text(r.headline or r.ours),
-                                 f"**{md_text(r.verdict.outcome)}**"]) + " |" for r in table]
+                                 f"**{md_text(r.verdict.outcome)}**" + (" (hinges on one seed)" if r.hinges else "")])
+              + " |" for r in table]
     lines += ["", "## Details", ""]
     for r in table:
         lines += [f":::{{dropdown}} {md_text(r.short or r.claim)}: {md_text(r.verdict.outcome)}",
@@ -1113,7 +1157,8 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
                   f"**Paper.** {md_text(r.paper)}", "",
                   f"**Ours** (profile {md_text(r.profile)}). {md_text(r.ours)}", "",
                   f"**Verdict.** {md_text(str(r.verdict))}"
-                  + (f" Smallest detectable effect: {_detectable_text(r.effect)}." if r.effect else ""), "",
+                  + (f" Smallest detectable effect: {_detectable_text(r.effect)}." if r.effect else "")
+                  + (f" One seed left out: {md_text(r.seeds_left_out)}." if r.seeds_left_out else ""), "",
                   f"**From** {r.link}.", ":::", ""]
     lines += ["## The verdict rules", ""]
     lines += [f"- **{rule.rule_name}.** {rule.sentence}" for rule in RULES]
