@@ -84,12 +84,33 @@ class Row:
     effect: Effect | None = None
     short: str = ""  #: the claim's name without its statement, e.g. "Table 1 (3 layers)"
     headline: str = ""  #: ours in a few words (the short table's cell)
-    seeds_left_out: str = ""  #: what leaving out one seed does to the verdict ("" where not checked)
+    left_out: "LeftOut | None" = None  #: the verdict rebuilt without each seed in turn (None: not checked)
 
     @property
     def hinges(self) -> bool:
-        """Whether leaving out one seed changes the verdict (a seed's number differs between machines)."""
-        return self.seeds_left_out.startswith("leaving out")
+        """Whether leaving out one seed changes the verdict (a seed's numbers differ between machines)."""
+        return bool(self.left_out and self.left_out.changes)
+
+    @property
+    def seeds_left_out(self) -> str:
+        """What leaving out one seed does to the verdict, in words ("" where not checked)."""
+        if self.left_out is None:
+            return ""
+        n, changes = self.left_out
+        if not changes:
+            return f"the verdict stays when any one of the {n} seeds is left out"
+        moves = "; ".join(f"seed {seed}: {outcome}" for seed, outcome in changes)
+        return f"leaving out {moves} (of {n} seeds): this verdict {HINGES}'s numbers, which differ between machines"
+
+
+class LeftOut(NamedTuple):
+    """A comparative verdict rebuilt without each of its ``seeds`` in turn: the (seed, outcome) pairs
+    whose outcome differs from the verdict with every seed."""
+    seeds: int
+    changes: tuple[tuple[int, str], ...]
+
+
+HINGES = "hinges on one seed"  #: the mark of a verdict that leaving out one seed changes
 
 
 def _rule(name: str, sentence: str):
@@ -370,6 +391,10 @@ class _Results:
         self.records: dict[str, dict] = {}  # label -> record, of the CSVs read so far
         self.without_seed = without_seed  # leave this seed's rows out of every table with a seed column
         self.seeds: set[int] = set()  # the seeds of the tables read so far
+
+    def without(self, seed: int) -> "_Results":
+        """The same results, read afresh with ``seed``'s rows left out of every table with a seed column."""
+        return _Results(self.folders[0], self.profile, self.folders[-1], without_seed=seed)
 
     def csv(self, label: str, columns=(), where: str | None = None) -> pd.DataFrame:
         """The table ``label``, vouched for by its record and kept to its rules (only the rows where the
@@ -993,14 +1018,14 @@ def rows(results_dir: Path | str, *, profile: str | None = None, link: Callable[
             name = claim.claim if part.part is None else f"{claim.claim} ({part.part})"
             short = _short(claim.claim) + ("" if part.part is None else f" ({part.part})")
             out.append(Row(name, part.paper or claim.paper, part.ours, shown, part.verdict, target, part.effect, short,
-                           part.headline or part.ours, left_out.get(part.part, "")))
+                           part.headline or part.ours, left_out.get(part.part)))
     return out
 
 
 LEAVE_OUT_SEEDS = 30  #: the most seeds a comparative claim is rebuilt without, one at a time
 
 
-def _leave_one_seed_out(claim: "_Claim", built: list[_Part], results: _Results) -> dict[str | None, str]:
+def _leave_one_seed_out(claim: "_Claim", built: list[_Part], results: _Results) -> dict[str | None, LeftOut]:
     """Per comparative part of ``claim`` (one with an effect, judged on 3 to ``LEAVE_OUT_SEEDS`` seeds),
     what its verdict becomes when the claim is rebuilt from its results without one seed, each seed in
     turn: a seed's numbers differ between machines, so a verdict that changes without one of them
@@ -1008,21 +1033,16 @@ def _leave_one_seed_out(claim: "_Claim", built: list[_Part], results: _Results) 
     parts = {p.part: p.verdict.outcome for p in built if p.effect is not None and p.verdict.outcome != NOT_MEASURED}
     if not parts or not 3 <= len(results.seeds) <= LEAVE_OUT_SEEDS:
         return {}
-    changed: dict[str | None, list[str]] = {part: [] for part in parts}
+    changes: dict[str | None, list[tuple[int, str]]] = {part: [] for part in parts}
     for seed in sorted(results.seeds):
-        without = _Results(results.folders[0], results.profile, results.folders[-1], without_seed=seed)
         try:
-            again = {p.part: p.verdict.outcome for p in claim.build(without)}
+            again = {p.part: p.verdict.outcome for p in claim.build(results.without(seed))}
         except _Unmeasured:
             again = {}
         for part, outcome in parts.items():
             if again.get(part, NOT_MEASURED) != outcome:
-                changed[part].append(f"seed {seed}: {again.get(part, NOT_MEASURED)}")
-    n = len(results.seeds)
-    return {part: f"leaving out {'; '.join(moves)} (of {n} seeds): this verdict hinges on one seed's numbers, "
-                  "which differ between machines" if moves else
-                  f"the verdict stays when any one of the {n} seeds is left out"
-            for part, moves in changed.items()}
+                changes[part].append((seed, again.get(part, NOT_MEASURED)))
+    return {part: LeftOut(len(results.seeds), tuple(moves)) for part, moves in changes.items()}
 
 
 def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:
@@ -1037,7 +1057,7 @@ def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:
     found = rows(results_dir or paths.output_dir() / "results", also=None if results_dir else paths.results_dir(),
                  profile=provenance.notebook_run()["profile"], notebook=notebook)
     return "; ".join(f"{r.short}: {r.verdict.outcome}" + (f" ({r.verdict.why})" if r.verdict.why else "")
-                     + (" (hinges on one seed)" if r.hinges else "") for r in found)
+                     + (f" ({HINGES})" if r.hinges else "") for r in found)
 
 
 def _short(claim: str) -> str:
@@ -1130,7 +1150,7 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
         "interval contains both), or **not measured at this profile** (a result is missing, the run did not "
         "reach the regime the claim is about, or the models do not generalize; the details say which). A "
         "comparative verdict is also recomputed with each seed left out in turn; one that changes is marked "
-        "*hinges on one seed*, since a seed's numbers differ between machines and such a verdict may not be "
+        f"*{HINGES}*, since a seed's numbers differ between machines and such a verdict may not be "
         "reproduced on another. Our "
         "real data are smaller stand-ins for the paper's (see each chapter), so accuracies are not comparable "
         "in level, only in the direction and size of a difference.",
@@ -1148,7 +1168,7 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
                       f'<a href="{archive_link}" download>artifacts.zip</a>.']
     lines += ["", "| Claim | Paper | Ours | Verdict |", "|---|---|---|---|"]
     lines += ["| " + " | ".join([md_text(r.short or r.claim), md_text(_paper_short(r)), md_text(r.headline or r.ours),
-                                 f"**{md_text(r.verdict.outcome)}**" + (" (hinges on one seed)" if r.hinges else "")])
+                                 f"**{md_text(r.verdict.outcome)}**" + (f" ({HINGES})" if r.hinges else "")])
               + " |" for r in table]
     lines += ["", "## Details", ""]
     for r in table:
