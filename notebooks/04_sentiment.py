@@ -200,8 +200,8 @@ glue_table1(variation, "table-1-variation", "t1v")
 # dropout stream), in points of test accuracy at the stop rule, with a paired 95 % t interval:
 # {glue:text}`t1v-gaps`; in best test accuracy over epochs, the paper's metric:
 # {glue:text}`t1v-best-gaps` (the paper: {glue:text}`paper-t1-gaps` at {glue:text}`paper-t1-layers`
-# layers). The scorecard judges the first; its row also gives the smallest gap these seeds can
-# detect.
+# layers). The scorecard judges the first; its verdict (at the end of the chapter) also gives the
+# smallest gap these seeds can detect.
 
 # %% tags=["hide-input"]
 plots.save_figure(plots.training_curves(variation.history, variation_methods), "fig-sentiment-curves-variation",

@@ -537,7 +537,9 @@ def test_a_verdict_that_one_seed_decides_is_marked_on_the_page(results):
     page = scorecard.page(results)
     assert f"**{INCONCLUSIVE}** (hinges on one seed)" in page and "One seed left out: leaving out seed 4" in page
     with chapter():  # what the chapter prints says it too
-        assert f"Table 1 (3 layers): {INCONCLUSIVE} (hinges on one seed)" in scorecard.verdicts("04_sentiment", results)
+        printed = scorecard.verdicts("04_sentiment", results)
+    assert f"Table 1 (3 layers): {INCONCLUSIVE} (hinges on one seed) [smallest detectable effect ±" in printed
+    assert f"[smallest detectable effect {scorecard._detectable_text(row.effect)}]" in printed
     sentiment_runs(results, first, close)
     row = next(r for r in scorecard.rows(results) if r.short == "Table 1 (3 layers)")
     assert row.verdict.outcome == HOLDS and not row.hinges

@@ -1050,14 +1050,16 @@ def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:
     results the chapter has just written (``<output>/results``, ``paths.output_dir``: the book's own, a
     variant's or the scratch folder; the book's ``paths.results_dir`` for the earlier chapters' tables a
     claim also reads), at its own profile (``provenance.notebook_run``; outside the pipeline its results
-    have none, so each claim reads not measured): a chapter prints these, so that it and the scorecard
-    cannot disagree."""
+    have none, so each claim reads not measured), each comparative one with the smallest effect its design
+    detects: a chapter prints these, so that it and the scorecard cannot disagree."""
     from mdlib.experiments import paths
 
     found = rows(results_dir or paths.output_dir() / "results", also=None if results_dir else paths.results_dir(),
                  profile=provenance.notebook_run()["profile"], notebook=notebook)
     return "; ".join(f"{r.short}: {r.verdict.outcome}" + (f" ({r.verdict.why})" if r.verdict.why else "")
-                     + (f" ({HINGES})" if r.hinges else "") for r in found)
+                     + (f" ({HINGES})" if r.hinges else "")
+                     + (f" [smallest detectable effect {_detectable_text(r.effect)}]" if r.effect else "")
+                     for r in found)
 
 
 def _short(claim: str) -> str:
