@@ -398,11 +398,13 @@ glue("table-sentiment-pilots", sentiment.pilots_view(pilots).style.hide(axis="in
 # 57-103 epochs, but changes three factors.) The replication keeps the authors' setup at the largest
 # stable multiples for the epochs left in the budget.
 #
-# **Seeds and the budget.** The seeds are sized so that the paired 95 % interval of $\ell_{1.1}$ minus
-# GD is at most ±0.9 points, half the paper's gap ({glue:text}`paper-t1-gaps`). The first build of
-# this design, at 12 paired seeds with both methods at 1× (2026-12-03, one machine), measured a
-# paired standard deviation of 0.95 points and an interval of ±0.60. At 11 seeds the interval is ±2.23 σ/√11: ±0.64 at that σ,
-# and at most ±0.9 for any σ up to 1.34 points, the margin left for another machine's seeds.
+# **Seeds and the budget.** The seeds are sized so that the paired 95 % interval of $\ell_{1.1}$
+# minus GD is at most ±0.9 points, half the paper's gap at 3 layers (the paper:
+# {glue:text}`paper-t1-gaps` at {glue:text}`paper-t1-layers` layers). The first build of this design,
+# at 12 paired seeds with both methods at 1× (2026-12-03, one machine), measured a paired standard
+# deviation of 0.95 points and an interval of ±0.60. At 11 seeds the interval is ±2.23 σ/√11: ±0.64
+# at that σ, and at most ±0.9 for any σ up to 1.34 points, the margin left for another machine's
+# seeds.
 #
 # The book's budget is an hour on two idle cores; power came first. With 11 seeds the default built in
 # 65 minutes (2026-12-03, a fresh clone on 2 idle cores; 68 with the package install), this chapter
