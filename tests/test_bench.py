@@ -199,3 +199,26 @@ def test_training_benchmark_speedups_are_reference_over_fast_time(monkeypatch):
     md, gd = out["speedup_vs_reference_kernels"]["md_p1.1"], out["speedup_vs_reference_kernels"]["gd"]
     assert md == {"median_speedup": 2.5, "ci95": [2.0, 3.0], "target": 2.0, "met": True}
     assert gd["median_speedup"] == 1.5 and not gd["met"] and out["all_targets_met"] is False
+
+
+def test_store_bench_times_every_current_kinds_reads_and_their_content_check(tmp_path, monkeypatch, capsys):
+    """``python -m mdlib bench store``: per kind, the entries read back whole and their sha256 check alone;
+    an empty store and an entry that no longer reads back are one-line errors."""
+    import pandas as pd
+
+    from mdlib.book import cli
+    from mdlib.experiments import store
+
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+    assert cli.main(["bench", "store"]) == 1
+    assert "no stored runs from today's code" in capsys.readouterr().err
+    for a in (1, 2):
+        store.load_or_run("c", {"a": a}, lambda: {"t": pd.DataFrame({"x": np.arange(1000.0)}), "y": np.arange(1e5)})
+    report = bench.store(SimpleNamespace(repeats=3))
+    row = report["kinds"]["c"]
+    assert report["benchmark"] == "store" and set(report["kinds"]) == {"c"} and row["entries"] == 2
+    assert row["read_ms"] > 0 and row["check_ms"] > 0 and row["check_share"] > 0
+    entry = next((tmp_path / "build" / "runs" / "c").iterdir())
+    (entry / "t.parquet").write_bytes((entry / "t.parquet").read_bytes() + b" ")
+    with pytest.raises(ValueError, match="a c entry does not read back"):
+        bench.store(SimpleNamespace(repeats=1))

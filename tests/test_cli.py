@@ -113,7 +113,7 @@ def test_a_profile_is_a_name_in_params_never_a_path(fixture_repo, tmp_path, monk
     (["bench", "synthetic", "--seeds", "0"], "argument --seeds: must be an integer >= 1, got '0'"),
     (["bench", "optimizer", "--repeats", "-1"], "argument --repeats: must be an integer >= 1, got '-1'"),
     (["bench", "svm", "--repeats", "many"], "argument --repeats: must be an integer >= 1, got 'many'"),
-    (["bench", "svn"], "invalid choice: 'svn' (choose from 'optimizer', 'svm', 'synthetic', 'training')"),
+    (["bench", "svn"], "invalid choice: 'svn' (choose from 'optimizer', 'svm', 'synthetic', 'training', 'store')"),
     (["fetch", "mnist"], "invalid choice: 'mnist' (choose from 'rotten_tomatoes', 'wordpiece_vocab'"),
 ])
 def test_bad_arguments_get_argparse_two_lines(capsys, argv, problem):

@@ -6,6 +6,7 @@ and reports medians and ratios measured side by side in one run.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import statistics
@@ -310,6 +311,40 @@ def training(args: argparse.Namespace) -> dict:
             "threads": 1, "repeats": repeats,
             "step_ms_median": {k: round(1e3 * statistics.median(v), 2) for k, v in rounds.items()},
             "speedup_vs_reference_kernels": speedups, "all_targets_met": all(v["met"] for v in speedups.values())}
+
+
+def store(args: argparse.Namespace) -> dict:
+    """What checking a stored run's content costs on reads: per run kind of the build's results store, its
+    entries from today's code (``python -m mdlib store`` lists them) read back whole (``store._read``,
+    which hashes every file) and their content check alone (``store._check_content``), interleaved over
+    ``--repeats`` rounds (default 7); medians of the rounds' totals, in milliseconds."""
+    from mdlib.experiments import paths
+    from mdlib.experiments import store as results
+
+    found = [e for e in results.entries() if e.current]
+    if not found:
+        raise ValueError(f"no stored runs from today's code in {paths.runs_dir()}: build a chapter first "
+                         "(python -m mdlib run 04_sentiment)")
+    out = {}
+    for kind in sorted({e.kind for e in found}):
+        of = [e.path for e in found if e.kind == kind]
+        config = {path: json.loads((path / "config.json").read_text("utf-8")) for path in of}
+        meta = {path: json.loads((path / "meta.json").read_text("utf-8")) for path in of}
+
+        def read_all(of=of, config=config, kind=kind):
+            if any(results._read(path, kind, config[path]) is None for path in of):
+                raise ValueError(f"a {kind} entry does not read back: python -m mdlib store --prune")
+
+        def check_all(of=of, meta=meta):
+            for path in of:
+                results._check_content(path, meta[path])
+
+        rounds = interleaved_rounds({"read": read_all, "check": check_all}, args.repeats or 7, seed=0, warmup=1)
+        read_ms, check_ms = (1e3 * statistics.median(rounds[name]) for name in ("read", "check"))
+        out[kind] = {"entries": len(of), "mb": round(sum(e.bytes for e in found if e.kind == kind) / 1e6, 1),
+                     "read_ms": round(read_ms, 1), "check_ms": round(check_ms, 1),
+                     "check_share": round(check_ms / read_ms, 3)}
+    return {"benchmark": "store", "runs": str(paths.runs_dir()), "repeats": args.repeats or 7, "kinds": out}
 
 
 def median_interval(values: ArrayLike, confidence: float = 0.95, resamples: int = 2000,

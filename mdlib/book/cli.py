@@ -5,7 +5,7 @@
     python -m mdlib book --profile default
     python -m mdlib book --profile paper --executor dask:tcp://node7:8786
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist|imdb|cifar10|cifar100
-    python -m mdlib bench optimizer|svm|synthetic|training [--seeds N]
+    python -m mdlib bench optimizer|svm|synthetic|training|store [--seeds N]
     python -m mdlib store [--prune]
     python -m mdlib compare A B [--rtol X] [--atol X] [--added-columns]
     python -m mdlib plan --profile paper [--measure] [--markdown]
@@ -191,8 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("name", nargs="+", choices=NAMES, metavar="NAME", help=" | ".join(NAMES))
 
     bench = add_parser("bench", help="benchmarks (print one JSON line)")
-    bench.add_argument("what", choices=["optimizer", "svm", "synthetic", "training"], metavar="WHAT",
-                       help="optimizer | svm | synthetic | training")
+    bench.add_argument("what", choices=["optimizer", "svm", "synthetic", "training", "store"], metavar="WHAT",
+                       help="optimizer | svm | synthetic | training | store (the content check's cost on reads)")
     bench.add_argument("--seeds", type=_positive_int, default=100, metavar="N",
                        help="synthetic: seeds per training p (>= 1)")
     bench.add_argument("--repeats", type=_positive_int, default=None, metavar="N",
@@ -285,7 +285,13 @@ def _fetch(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from mdlib.book import bench
 
-    result = getattr(bench, args.what)(args)
+    if args.what == "store":
+        _declare_run_kinds()
+    try:
+        result = getattr(bench, args.what)(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps(result))
     sys.stdout.flush()
     return 0
@@ -366,18 +372,24 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
             os.environ[name] = previous
 
 
-def _store(args: argparse.Namespace) -> int:
-    """Per run kind: the entries computed by the code it runs now and by other code (older or newer
-    edits), with their sizes; ``--prune``: remove the latter."""
+def _declare_run_kinds() -> None:
+    """Import every module of mdlib: each declares its run kinds (and their code) on import."""
     import importlib
     import pkgutil
 
     import mdlib
-    from mdlib.experiments import paths, store
 
-    for info in pkgutil.walk_packages(mdlib.__path__, "mdlib."):  # every module declares its run kinds on import
+    for info in pkgutil.walk_packages(mdlib.__path__, "mdlib."):
         if info.name != "mdlib.__main__":
             importlib.import_module(info.name)
+
+
+def _store(args: argparse.Namespace) -> int:
+    """Per run kind: the entries computed by the code it runs now and by other code (older or newer
+    edits), with their sizes; ``--prune``: remove the latter."""
+    from mdlib.experiments import paths, store
+
+    _declare_run_kinds()
     found = store.entries()
     print(f"results store {paths.runs_dir()}: {len(found)} entries")
     for kind in sorted({e.kind for e in found}):
