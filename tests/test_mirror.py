@@ -141,6 +141,57 @@ def test_mirror_step_errors():
             mirror.mirror_step(w, w, bad_lr, 2.0)
 
 
+@pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
+@pytest.mark.parametrize("scale", [0.02, 0.3, 1.0, 5.0])
+def test_matched_lr_moves_an_entry_as_far_as_sgd_to_first_order(p, scale):
+    """One mirror step at matched_lr(sgd_lr, p, scale) moves entries of magnitude ``scale`` (either sign,
+    gradients of either sign) as far as SGD at sgd_lr: the relative error of the movement shrinks in
+    proportion to sgd_lr (first order) and is below 1e-3 for small steps. Checked on mirror_step and on
+    an independent numpy float64 step m^-1(m(w) - lr g)."""
+    w = np.array([scale, -scale, scale, -scale])
+    g = np.array([1.0, 1.0, -0.5, -2.0])
+    errors = []
+    for sgd_lr in [1e-2 * scale, 1e-4 * scale, 1e-6 * scale]:
+        lr = mirror.matched_lr(sgd_lr, p, scale)
+        reference = np_mirror(np_mirror(w, p) - lr * g, p / (p - 1)) - w
+        moved = (mirror.mirror_step(torch.from_numpy(w), torch.from_numpy(g), lr, p).numpy() - w)
+        np.testing.assert_allclose(moved, reference, rtol=1e-6)
+        errors.append(np.max(np.abs(reference / (-sgd_lr * g) - 1)))
+    assert errors[-1] < 1e-3 and errors[1] < 1e-2, errors
+    assert errors[1] < 0.03 * errors[0] + 1e-12 and errors[2] < 0.03 * errors[1] + 1e-9, errors  # ~100x per 100x
+
+
+def test_matched_lr_values_and_errors():
+    assert mirror.matched_lr(0.1, 2.0, 0.37) == 0.1  # p = 2 is SGD at any scale
+    assert mirror.matched_lr(0.1, 3.0, 0.02) == pytest.approx(0.1 * 2 * 0.02)
+    assert mirror.matched_lr(0.1, 1.1, 1.0) == pytest.approx(0.01)
+    assert mirror.matched_lr(0.0, 1.75, 0.5) == 0.0
+    for bad_p in [1.0, 0.5, float("inf"), float("nan")]:
+        with pytest.raises(ValueError, match="exponent"):
+            mirror.matched_lr(0.1, bad_p, 1.0)
+    for bad_scale in [0.0, -1.0, float("inf"), float("nan")]:
+        with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+            mirror.matched_lr(0.1, 1.75, bad_scale)
+    for bad_lr in [-1e-3, float("inf"), float("nan")]:
+        with pytest.raises(ValueError, match="sgd_lr must be a finite number >= 0"):
+            mirror.matched_lr(bad_lr, 1.75, 1.0)
+    with pytest.raises(TypeError, match="real numbers"):
+        mirror.matched_lr("0.1x", 1.75, 1.0)
+    with pytest.raises(ValueError, match="overflows"):
+        mirror.matched_lr(1e300, 1.1, 1e-300)
+    with pytest.raises(ValueError, match="overflows"):
+        mirror.matched_lr(1.0, 4.0, 1e200)
+
+
+@pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
+def test_a_zero_entry_moves_by_a_power_of_the_step_not_in_proportion(p):
+    """What matched_lr's docstring says of scale 0: from w = 0 one step moves by (lr |g|)^(1/(p-1))."""
+    for step in [1e-1, 1e-3]:
+        moved = mirror.mirror_step(torch.zeros(2, dtype=torch.float64), torch.tensor([-1.0, 1.0], dtype=torch.float64),
+                                   step, p).numpy()
+        np.testing.assert_allclose(moved, [step ** (1 / (p - 1)), -step ** (1 / (p - 1))], rtol=1e-12)
+
+
 @pytest.mark.parametrize("p", [1.75, 1.6, 1.375])  # r = 4/3, 5/3, 8/3: the cube-root Newton branch
 def test_fused_power_cube_root_branch_matches_float64(p):
     r = 1.0 / (p - 1.0)
