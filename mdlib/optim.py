@@ -23,8 +23,22 @@ Conventions (those of torch's optimizers, and where this one differs):
   older checkpoints). ``load_state_dict`` keeps this optimizer's ``foreach``/``fused``: they say how
   this process runs the step, so a state saved with one implementation loads into another.
   ``lazy_check`` is an attribute for the same reason.
-- p = 2 (without normalization) performs ``param.add_(grad, alpha=-lr)``: bit for bit
-  ``torch.optim.SGD(lr=lr, maximize=...)`` (its single-tensor or foreach path), no per-parameter state.
+- SGD's options (``momentum``, ``dampening``, ``weight_decay``, ``nesterov``), validated as SGD validates
+  them, act on the gradient as in ``torch.optim.SGD`` and their result on the dual: mirror descent on the
+  loss plus weight_decay/2 ||w||_2^2, with heavy-ball or Nesterov momentum in the dual space. The momentum
+  buffer is ``state[param]["momentum_buffer"]`` (saved, restored by a refused step).
+- p = 2 (without normalization) is ``torch.optim.SGD`` bit for bit with every option, in each
+  implementation (single-tensor, foreach; fused is torch's fused SGD); it keeps no state but SGD's
+  momentum buffer.
+- Complex parameters step as their ``torch.view_as_real`` (torch's convention; the dual is real). A
+  sparse gradient (``nn.Embedding(sparse=True)``) updates only the entries it holds: a zero gradient
+  leaves the dual, so the other rows keep their value exactly and the inverse map runs on the touched
+  rows only (p = 2: as SGD; p != 2: without momentum, weight decay, normalize or fused, which would
+  make the step dense, and refused there).
+- A param-group key is refused when it would be silently ignored: a misspelt option (``momentun``),
+  another torch optimizer's option (``betas``) or an attribute of this one (``lazy_check``); other keys
+  (metadata such as ``name``) are kept with a warning; torch's own (``initial_lr``, ``max_lr``, ...)
+  silently. ``differentiable=True`` is refused (a step is checked on the host and undone in place).
 - The dual variable u = m(w) is optimizer state (``state[param]["dual"]``), so the float round trip
   w -> m(w) -> m^-1 is not repeated every step (float32 weights would drift ~1e-4 relative per 1000
   steps at p = 1.75). Low-precision parameters (fp16/bf16) keep u in float32, also through
@@ -33,11 +47,11 @@ Conventions (those of torch's optimizers, and where this one differs):
   ``torch.nn.utils.vector_to_parameters``), which torch's version counter does not see: every step
   first verifies, bit for bit, that each parameter is still what the optimizer last wrote (the copy an
   immediately checked step keeps in its spare buffer, else m^-1(u) by the same implementation) and
-  re-derives u = m(w) for the entries that are not. Without edits, nothing changes bit for bit. Cost
-  per step (one CPU thread, 1M float32 parameters, median over rounds, against the step without the
-  check): 1.2-1.4x immediately checked (a copy and a comparison; fused 1.6x); 2.2-4.4x lazily checked
-  eager steps, which compute m^-1(u) and m(w) every step (the fused kernel does both in its one pass:
-  2.5x on a CPU, where the extra powers cost compute; on a GPU the kernel's memory traffic grows 1.5x).
+  re-derives u = m(w) for the entries that are not. Without edits, nothing changes bit for bit. Its
+  cost is the step's "-unchecked" modes in ``python -m mdlib bench optimizer``. ``check_edits=False``
+  (an attribute) skips it: the same steps bit for bit, faster, but an edit made outside the optimizer
+  is then overwritten from the dual at the next step unless :meth:`LpMirrorDescent.resync` is called
+  after it. Keep the default unless the training loop never touches the parameters.
 - A refused step changes nothing. The new dual is written into a spare buffer (u and the spare swap
   roles once the step is accepted: u plus one spare, the memory of Adam's two moments) and the new
   parameter in place, with a per-tensor flag of whether it is finite. A non-finite gradient or an
@@ -54,24 +68,28 @@ Conventions (those of torch's optimizers, and where this one differs):
   step (``mdlib.experiments.train.fit`` does after every epoch). ``zero_grad()`` does not settle it: that would make
   the host wait for the device at every iteration. p = 2 checks the gradient before the step (SGD keeps
   no second copy to roll back to), which reads it on the host.
-- Not supported, by design: complex parameters (an error at construction says to optimize
-  ``torch.view_as_real(param)``), sparse gradients, ``weight_decay``/momentum, ``differentiable``.
+- State of one optimizer is its own: the fused kernels' lr tensors and compile failure live on the
+  instance; the compiled kernels are shared, keyed by layout (pure functions of their arguments).
 
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
 import numbers
 import types
 import warnings
 from itertools import chain
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
+from torch.optim.sgd import sgd as _torch_sgd  # torch's functional SGD: the step at p = 2
 
 try:  # torch's lists of the devices with foreach and fused optimizer kernels (private helpers, torch >= 2.1)
     from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices, _get_fused_kernels_supported_devices
@@ -98,13 +116,24 @@ _LEGACY = ("version", "exact")
 
 
 def _dual_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of a parameter's dual: float32 for fp16/bf16 parameters, else the parameter's."""
+    """The dtype of a parameter's dual: float32 for fp16/bf16 parameters, the real dtype of a complex
+    parameter (its dual is that of its ``view_as_real``), else the parameter's."""
+    if dtype.is_complex:
+        return torch.empty((), dtype=dtype).real.dtype
     return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def _real(t: Tensor) -> Tensor:
+    """A dense real tensor of the entries of ``t``: its ``view_as_real`` if complex, its values if sparse."""
+    if t.is_sparse:
+        t = t.coalesce().values()
+    return torch.view_as_real(t) if t.is_complex() else t
 
 
 def _finite(tensors: list[Tensor]) -> Tensor:
     """Whether each tensor is all finite (one min/max pass each: NaN and infinities propagate), as a
-    bool tensor on the tensors' device (no host read)."""
+    bool tensor on the tensors' device (no host read). Complex and sparse tensors: their real entries."""
+    tensors = [_real(t) for t in tensors]
     extremes = torch.stack([m for t in tensors for m in (t.aminmax() if t.numel() else (t.new_zeros(()),) * 2)])
     return torch.isfinite(extremes.reshape(-1, 2).double()).all(dim=1)
 
@@ -131,25 +160,50 @@ def _by_device_and_dtype(*lists: list[Tensor]) -> list[list[int]]:
 
 
 def _single_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                                   spares: list[Tensor], *, lr: float, p: float, maximize: bool) -> Tensor | None:
+                                   spares: list[Tensor], *, lr: float, p: float, maximize: bool,
+                                   sgd: dict[str, Any] | None = None) -> Tensor | None:
     """s <- u - lr g (u + lr g when maximizing) and w <- m^-1(s), tensor by tensor; the finite flags.
-    p = 2: ``w.add_(g, alpha=-lr)``, SGD's single-tensor step (and None)."""
+    p = 2: ``w.add_(g, alpha=-lr)``, SGD's single-tensor step (and None); with SGD's options (``sgd``,
+    the momentum buffers in ``duals``), torch's own single-tensor SGD."""
     alpha = lr if maximize else -lr  # (-lr)(-g) = lr g exactly: SGD's maximize, without negating g
+    if p == 2.0 and sgd is not None:
+        _torch_sgd(params, grads, duals, foreach=False, fused=False, lr=lr, maximize=maximize, **sgd)
+        return None
     if p == 2.0:
         for w, g in zip(params, grads):
             w.add_(g, alpha=alpha)
         return None
     r = 1.0 / (p - 1.0)
     for w, g, u, s in zip(params, grads, duals, spares):
-        torch.add(u, g, alpha=alpha, out=s)
-        _signed_power_into(s, r, w)
+        if g.is_sparse:
+            _sparse_rows_step(w, g, u, s, alpha, r)
+        else:
+            torch.add(u, g, alpha=alpha, out=s)
+            _signed_power_into(s, r, w)
     return _finite(params)
 
 
+def _sparse_rows_step(w: Tensor, g: Tensor, u: Tensor, s: Tensor, alpha: float, r: float) -> None:
+    """The step of a sparse gradient: s <- u, then, at the entries it holds (rows of an embedding),
+    s <- u + alpha g and w <- m^-1(s). Elsewhere w is left as it is: a zero gradient leaves u, so
+    m^-1(u) = w there, and the inverse map (the step's cost) runs on the touched entries only."""
+    g = g.coalesce()
+    index = tuple(g.indices())
+    s.copy_(u)
+    rows = torch.add(u[index], g.values(), alpha=alpha)
+    s[index] = rows
+    w[index] = _signed_power(rows, r).to(w.dtype)
+
+
 def _multi_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                                  spares: list[Tensor], *, lr: float, p: float, maximize: bool) -> Tensor | None:
-    """The same update with foreach kernels, per device and dtype. p = 2: SGD's foreach step."""
+                                  spares: list[Tensor], *, lr: float, p: float, maximize: bool,
+                                  sgd: dict[str, Any] | None = None) -> Tensor | None:
+    """The same update with foreach kernels, per device and dtype. p = 2: SGD's foreach step (with its
+    options, torch's own)."""
     alpha = lr if maximize else -lr
+    if p == 2.0 and sgd is not None:
+        _torch_sgd(params, grads, duals, foreach=True, fused=False, lr=lr, maximize=maximize, **sgd)
+        return None
     if p == 2.0:
         torch._foreach_add_(params, grads, alpha=alpha)
         return None
@@ -160,6 +214,59 @@ def _multi_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], dua
         torch._foreach_add_(ss, gs, alpha=alpha)
         _foreach_signed_power_into(ss, r, ws)
     return _finite(params)
+
+
+def _sgd_direction(params: list[Tensor], grads: list[Tensor], buffers: list[Tensor | None], *,
+                   weight_decay: float, momentum: float, dampening: float, nesterov: bool, maximize: bool,
+                   foreach: bool) -> tuple[list[Tensor], list[Tensor | None]]:
+    """SGD's direction d from the gradients, as ``torch.optim.SGD`` computes it before its update::
+
+        g <- -g (maximize);  g <- g + weight_decay w;
+        b <- g (first step), else momentum b + (1 - dampening) g;  d <- g + momentum b (nesterov), else b
+
+    Out of place: the new momentum buffers are new tensors, so a refused step returns to the old ones.
+    Returns (directions, buffers); foreach kernels per device and dtype with ``foreach``."""
+    if foreach:
+        out, new = list(grads), list(buffers)
+        for index in _by_device_and_dtype(params, grads):
+            ws, gs = [params[i] for i in index], [grads[i] for i in index]
+            bs = [buffers[i] for i in index]
+            ds, bs = _foreach_sgd_direction(ws, gs, bs, weight_decay, momentum, dampening, nesterov, maximize)
+            for i, d, b in zip(index, ds, bs):
+                out[i], new[i] = d, b
+        return out, new
+    out, new = [], []
+    for w, g, b in zip(params, grads, buffers):
+        d = -g if maximize else g
+        if weight_decay:
+            d = d.add(w, alpha=weight_decay)
+        if momentum:
+            b = d.clone() if b is None else b.mul(momentum).add_(d, alpha=1.0 - dampening)
+            d = d.add(b, alpha=momentum) if nesterov else b
+        out.append(d)
+        new.append(b)
+    return out, new
+
+
+def _foreach_sgd_direction(ws: list[Tensor], gs: list[Tensor], bs: list[Tensor | None], weight_decay: float,
+                           momentum: float, dampening: float, nesterov: bool,
+                           maximize: bool) -> tuple[list[Tensor], list[Tensor | None]]:
+    """:func:`_sgd_direction` for tensors of one device and dtype, with foreach kernels."""
+    ds = torch._foreach_neg(gs) if maximize else list(gs)
+    if weight_decay:
+        ds = torch._foreach_add(ds, ws, alpha=weight_decay)
+    if not momentum:
+        return ds, bs
+    old = [i for i, b in enumerate(bs) if b is not None]
+    new: list[Tensor | None] = [d.clone() if b is None else None for d, b in zip(ds, bs)]
+    if old:
+        moved = torch._foreach_mul([bs[i] for i in old], momentum)
+        torch._foreach_add_(moved, [ds[i] for i in old], alpha=1.0 - dampening)
+        for i, b in zip(old, moved):
+            new[i] = b
+    if nesterov:
+        return torch._foreach_add(ds, new, alpha=momentum), new
+    return list(new), new
 
 
 def _fused_update(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spares: list[Tensor],
@@ -186,12 +293,19 @@ def _fused_update(params: list[Tensor], grads: list[Tensor], duals: list[Tensor]
 
 
 #: Compiled kernels by the layout they were compiled for (shapes, strides, dtypes, devices, r, check):
-#: one code object each, so a kernel is compiled once and never recompiled or shared across layouts.
+#: one code object each, so a kernel is compiled once and never recompiled or shared across layouts. The
+#: kernels are pure (the step size is an argument), so optimizers that share one cannot interfere.
 _KERNELS: dict[tuple, Callable] = {}
-#: Why the fused implementation is off in this process (set by the first failure to compile), or None.
-_FUSED_FAILURE: str | None = None
-#: The fused kernels' step size, one 0-dim tensor per device (a tensor, so a new lr does not recompile).
-_LR: dict[torch.device, Tensor] = {}
+
+
+class _Fused:
+    """What the fused implementation keeps for one optimizer: its step size as a 0-dim float64 tensor per
+    device (a kernel argument, so a new lr does not recompile; each optimizer has its own) and why
+    compiling failed, if it did (then the optimizer runs the eager implementations, warned once)."""
+
+    def __init__(self) -> None:
+        self.lr: dict[torch.device, Tensor] = {}
+        self.failure: str | None = None
 
 
 def _kernel(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spares: list[Tensor], lr: Tensor,
@@ -211,16 +325,18 @@ def _kernel(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spar
 
 
 def _fused_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spares: list[Tensor],
-                           *, lr: float | Tensor, p: float, maximize: bool, check: bool = False) -> Tensor | None:
-    """The compiled update (p != 2), or None if torch.compile fails (warned once; the caller then runs
-    another implementation). A kernel fails when it is compiled, before it writes anything."""
-    global _FUSED_FAILURE
-    if _FUSED_FAILURE is not None:
+                           *, lr: float | Tensor, p: float, maximize: bool, check: bool = False,
+                           fused: _Fused | None = None) -> Tensor | None:
+    """The compiled update (p != 2), or None if torch.compile fails (warned once per ``fused`` state; the
+    caller then runs another implementation). A kernel fails when it is compiled, before it writes
+    anything."""
+    fused = _Fused() if fused is None else fused
+    if fused.failure is not None:
         return None
     device = duals[0].device
-    lr_t = _LR.get(device)
+    lr_t = fused.lr.get(device)
     if lr_t is None:
-        lr_t = _LR[device] = torch.zeros((), dtype=torch.float64, device=device)
+        lr_t = fused.lr[device] = torch.zeros((), dtype=torch.float64, device=device)
     if isinstance(lr, Tensor):
         lr_t.copy_(lr.detach().reshape(()))  # a kernel argument: no host read of a device lr
     else:
@@ -232,10 +348,9 @@ def _fused_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: lis
         return _kernel(params, grads, duals, spares, lr_t, r, q, check)(params, grads, duals, spares, lr_t, r, q,
                                                                         check)
     except Exception as error:  # noqa: BLE001  (any failure to compile or run the kernel: fall back)
-        _FUSED_FAILURE = f"{type(error).__name__}: {first_line(error)}"
-        warnings.warn(f"LpMirrorDescent(fused=True): torch.compile failed ({_FUSED_FAILURE}); using the "
-                      "foreach/single-tensor implementation in this process instead (same update, slower)",
-                      UserWarning, stacklevel=4)
+        fused.failure = f"{type(error).__name__}: {first_line(error)}"
+        warnings.warn(f"LpMirrorDescent(fused=True): torch.compile failed ({fused.failure}); using the "
+                      "foreach/single-tensor implementation instead (same update, slower)", UserWarning, stacklevel=4)
         return None
 
 
@@ -302,12 +417,14 @@ def lp_mirror_descent(params: list[Tensor], grads: list[Tensor], duals: list[Ten
 
 
 class _Pending:
-    """One param group's step awaiting its finiteness check: what undoing it needs."""
+    """One param group's step awaiting its finiteness check: what undoing it needs (``keys``: the
+    parameters as ``state`` knows them; ``params``: the real tensors the step wrote, their
+    ``view_as_real`` for complex ones)."""
 
-    def __init__(self, params: list[Tensor], labels: list[str], states: list[dict], old_duals: list[Tensor],
-                 new_duals: list[Tensor], backups: list[Tensor | None], flags: Tensor, lr: float | Tensor,
-                 p: float, implementation: tuple[bool, bool]):
-        self.params, self.labels, self.states = params, labels, states
+    def __init__(self, keys: list[Tensor], params: list[Tensor], labels: list[str], states: list[dict],
+                 old_duals: list[Tensor], new_duals: list[Tensor], backups: list[Tensor | None], flags: Tensor,
+                 lr: float | Tensor, p: float, implementation: tuple[bool, bool]):
+        self.keys, self.params, self.labels, self.states = keys, params, labels, states
         self.old_duals, self.new_duals, self.backups, self.lr, self.p = old_duals, new_duals, backups, lr, p
         self.implementation = implementation  # (foreach, fused) as the step ran
         if isinstance(flags, Tensor) and flags.is_cuda:  # to pinned host memory without waiting; read after the event
@@ -338,6 +455,83 @@ def _check_lr(lr: object) -> None:
         raise ValueError(f"Invalid learning rate: {lr!r} ({_LR_RULE})")
 
 
+class _Job(NamedTuple):
+    """One param group's share of a step: the group, its p, the parameters with a gradient as ``state``
+    knows them (``keys``) and as the step writes them (``params``: real views of complex ones), their
+    gradients (real views likewise) and their names for messages."""
+
+    group: dict[str, Any]
+    p: float
+    keys: list[Tensor]
+    params: list[Tensor]
+    grads: list[Tensor]
+    labels: list[str]
+
+
+def _exponent(state: dict[str, Any], default: float | None) -> float | None:
+    """The exponent recorded in a parameter's state (``state["p"]``, a 0-dim tensor), or ``default``."""
+    return state["p"].item() if "p" in state else default
+
+
+def _check_sparse(group: dict[str, Any], p: float, param: Tensor, name: str) -> None:
+    """Refuse a sparse gradient where its step would not be sparse or is not implemented (p = 2 takes
+    what ``torch.optim.SGD`` takes)."""
+    if group["fused"]:
+        raise RuntimeError(f"`fused` does not support sparse gradients ({name}): use fused=False")
+    if group["normalize"]:
+        raise RuntimeError(f"normalize=True needs the dense gradient of {name}: use a dense gradient "
+                           "(e.g. nn.Embedding(..., sparse=False))")
+    if p != 2.0 and (group["weight_decay"] or group["momentum"]):
+        raise RuntimeError(f"a sparse gradient ({name}) with weight_decay or momentum makes the step dense: use "
+                           "a dense gradient, or put the sparse parameters in a group without them")
+    if p != 2.0 and param.is_complex():
+        raise RuntimeError(f"a sparse gradient of a complex parameter ({name}) is supported at p = 2 only")
+
+
+#: The param-group options that checkpoints of earlier versions may lack, with their defaults.
+_GROUP_DEFAULTS = dict(momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, normalize=False, eps=1e-12,
+                       maximize=False, foreach=None, differentiable=False, fused=None)
+#: Keys that torch itself puts into param groups (named parameters, lr schedulers, SWA): accepted as they are.
+_TORCH_GROUP_KEYS = frozenset(("params", "param_names", "initial_lr", "max_lr", "min_lr", "base_lr", "max_momentum",
+                               "base_momentum", "swa_lr"))
+#: This optimizer's options that are attributes, not param-group entries.
+_ATTRIBUTES = ("lazy_check", "check_edits")
+
+
+@functools.cache
+def _other_optimizers_options() -> frozenset[str]:
+    """The hyperparameters of torch's other optimizers (their constructors' keywords), e.g. ``betas``."""
+    names: set[str] = set()
+    for value in vars(torch.optim).values():
+        if isinstance(value, type) and issubclass(value, Optimizer) and value is not Optimizer:
+            names.update(inspect.signature(value.__init__).parameters)
+    return frozenset(names - {"self", "params", "args", "kwargs"})
+
+
+def _check_group_keys(group: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Refuse a param-group key that would be silently ignored: a misspelling of an option (``momentun``),
+    another optimizer's hyperparameter (``betas``) or an attribute of this one (``lazy_check``); warn about
+    any other key this optimizer does not read. Not every unknown key is refused because torch and the
+    code around it store their own entries in param groups (schedulers, names, tags)."""
+    for key in group:
+        if key in defaults or key in _TORCH_GROUP_KEYS:
+            continue
+        if not isinstance(key, str):
+            raise ValueError(f"param group keys must be strings, got {key!r}")
+        if key in _ATTRIBUTES:
+            raise ValueError(f"{key!r} is an LpMirrorDescent attribute, not a param-group entry: pass "
+                             f"{key}=... to the constructor")
+        close = difflib.get_close_matches(key, list(defaults), n=1, cutoff=0.75)
+        if close:
+            raise ValueError(f"unknown param-group option {key!r}: did you mean {close[0]!r}? (LpMirrorDescent "
+                             f"reads {', '.join(sorted(defaults))})")
+        if key in _other_optimizers_options():
+            raise ValueError(f"param-group option {key!r} belongs to another torch optimizer; LpMirrorDescent would "
+                             f"ignore it (it reads {', '.join(sorted(defaults))})")
+        warnings.warn(f"LpMirrorDescent ignores the param-group entry {key!r} (not one of its options: "
+                      f"{', '.join(sorted(defaults))})", UserWarning, stacklevel=4)
+
+
 class LpMirrorDescent(Optimizer):
     r""":math:`\ell_p` mirror descent with the entrywise potential :math:`\psi(w) = \|w\|_p^p / p`.
 
@@ -346,23 +540,29 @@ class LpMirrorDescent(Optimizer):
 
         g   <- g / (||g||_q + eps),   q = p / (p - 1)      (only with normalize=True)
         g   <- -g                                          (only with maximize=True)
+        g   <- g + weight_decay * w_{t-1}
+        b_t <- g (t = 1), else momentum * b_{t-1} + (1 - dampening) * g      (only with momentum > 0)
+        g   <- g + momentum * b_t (nesterov), else b_t                       (only with momentum > 0)
         u_t <- u_{t-1} - lr * g
         w_t <- m^-1(u_t) = sign(u_t) |u_t|^(1 / (p - 1))
 
-    with the mirror map :math:`m(w) = \operatorname{sign}(w)\,|w|^{p-1}`, entrywise. p = 2 is gradient
-    descent (bit for bit ``torch.optim.SGD``). No momentum or weight decay; torch lr schedulers act on
-    ``lr``. A step that would make a parameter non-finite (a non-finite gradient or lr, or an inverse
+    with the mirror map :math:`m(w) = \operatorname{sign}(w)\,|w|^{p-1}`, entrywise. p = 2 is
+    ``torch.optim.SGD`` bit for bit, with every option; torch lr schedulers act on ``lr`` (and
+    ``OneCycleLR``/``CyclicLR`` on ``momentum``). A step that would make a parameter non-finite (a non-finite gradient or lr, or an inverse
     map beyond the float range) is undone and raises FloatingPointError naming the parameters. A
     parameter changed outside the optimizer (in place, through ``.data``, by ``load_state_dict``) is
     stepped from its new value.
     The module docstring states the conventions in full.
 
     Args:
-        params: parameters or param groups (each group may set its own ``lr``, ``p``, ``normalize``,
-            ``eps``, ``maximize``, ``foreach``, ``fused``); ``model.named_parameters()`` gives error
-            messages with names. Complex parameters are refused: optimize ``torch.view_as_real(param)``.
-        lr: step size >= 0, a number or a 1-element tensor (default 1e-3, as SGD).
+        params: parameters or param groups (each group may set its own value of every option below but
+            ``lazy_check`` and ``check_edits``); ``model.named_parameters()`` gives error messages with
+            names. Complex parameters step as their ``torch.view_as_real``.
+        lr: step size >= 0, a number or a 1-element tensor (default 1e-3, as SGD). An entry moves by
+            about ``lr |g| |w|^(2-p) / (p - 1)``: good steps differ by orders of magnitude across p (the
+            book's page on step sizes; ``mdlib.mirror`` has the rule of thumb).
         p: the l_p exponent, p > 1 (p = 2 is SGD). The paper uses 1.1, 1.75, 2 and 3.
+        momentum, dampening, weight_decay, nesterov: ``torch.optim.SGD``'s, on the gradient (above).
         normalize: divide each tensor's gradient by its dual norm :math:`\|g\|_q` (+ ``eps``).
         eps: added to the dual norm when normalizing.
         maximize: maximize the objective (step along +g).
@@ -376,49 +576,68 @@ class LpMirrorDescent(Optimizer):
             ``state_dict()``, pickling) rather than at once, so the host does not wait for the device
             every step; a refused step is then undone and reported there. None (default): lazily when
             the parameters are not on CPU. An attribute, not a param-group entry.
+        check_edits: verify every step that the parameters are what the optimizer last wrote (default
+            True). False: faster; an edit outside the optimizer then needs :meth:`resync`. An attribute.
+        differentiable: must be False (torch's flag; refused when True).
 
-    ``state[param]`` holds ``"dual"`` (saved by ``state_dict``) and, between steps, the spare buffer
-    (``"spare"``, or ``"copy"`` with ``"p"``), which ``state_dict`` leaves out.
+    ``state[param]`` holds ``"dual"`` and, with momentum, ``"momentum_buffer"`` (saved by ``state_dict``)
+    and, between steps, the spare buffer (``"spare"``, or ``"copy"`` with ``"p"``), which ``state_dict``
+    leaves out.
     """
 
-    def __init__(self, params: Iterable[Any], lr: float | Tensor = 1e-3, p: float = 2.0, *, normalize: bool = False,
-                 eps: float = 1e-12, maximize: bool = False, foreach: bool | None = None, fused: bool | None = None,
-                 lazy_check: bool | None = None):
-        defaults = dict(lr=lr, p=p, normalize=normalize, eps=eps, maximize=maximize, foreach=foreach, fused=fused)
+    def __init__(self, params: Iterable[Any], lr: float | Tensor = 1e-3, p: float = 2.0, momentum: float = 0.0,
+                 dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False, *, normalize: bool = False,
+                 eps: float = 1e-12, maximize: bool = False, foreach: bool | None = None,
+                 differentiable: bool = False, fused: bool | None = None, lazy_check: bool | None = None,
+                 check_edits: bool = True):
+        defaults = dict(lr=lr, p=p, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                        nesterov=nesterov, normalize=normalize, eps=eps, maximize=maximize, foreach=foreach,
+                        differentiable=differentiable, fused=fused)
         self._validate(defaults)
-        if lazy_check is not None and not isinstance(lazy_check, bool):
-            raise ValueError(f"lazy_check must be None, True or False, got {lazy_check!r}")
-        self.lazy_check = lazy_check
+        for name, value in (("lazy_check", lazy_check), ("check_edits", check_edits)):
+            if value is not None and not isinstance(value, bool) or name == "check_edits" and value is None:
+                raise ValueError(f"{name} must be {'None, ' if name == 'lazy_check' else ''}True or False, "
+                                 f"got {value!r}")
+        self.lazy_check, self.check_edits = lazy_check, check_edits
         self._pending: list[_Pending] = []  # the last step's groups, while their check is outstanding
+        self._fused = _Fused()  # the fused kernels' lr tensors and failure: this optimizer's own
         super().__init__(params, defaults)
 
     @staticmethod
     def _validate(group: dict[str, Any], params: Iterable[object] = ()) -> None:
-        """Refuse a bad hyperparameter or parameter of ``group`` (ValueError, RuntimeError); normalize p."""
+        """Refuse a bad hyperparameter or parameter of ``group`` (ValueError, RuntimeError); normalize p.
+        SGD's options are checked as ``torch.optim.SGD`` checks them, with its messages."""
         _check_lr(group["lr"])
         group["p"] = check_p(group["p"])
-        eps = group["eps"]
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 <= eps < math.inf:
-            raise ValueError(f"eps must be a finite number >= 0, got eps={eps!r}")
-        for key in ("normalize", "maximize"):
+        for key in ("eps", "momentum", "dampening", "weight_decay"):
+            value = group[key]
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+                raise ValueError(f"Invalid {key} value: {value!r} (a finite number >= 0)")
+        for key in ("normalize", "maximize", "nesterov", "differentiable"):
             if not isinstance(group[key], bool):
                 raise ValueError(f"{key} must be True or False, got {key}={group[key]!r}")
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        if group["differentiable"]:
+            raise ValueError("LpMirrorDescent does not support differentiable=True: a step is checked on the host "
+                             "and a refused step is undone in place, which autograd cannot follow; differentiate "
+                             "through mdlib.mirror.mirror_step (a pure function) instead")
         for key in ("foreach", "fused"):
             if group[key] is not None and not isinstance(group[key], bool):
                 raise ValueError(f"{key} must be None, True or False, got {key}={group[key]!r}")
         if group["foreach"] and group["fused"]:
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
         for param in params:
-            if isinstance(param, Tensor) and param.is_complex():
-                raise ValueError(f"LpMirrorDescent does not support complex parameters (got {param.dtype}): the "
-                                 "entrywise l_p geometry is over real numbers; optimize torch.view_as_real(param) "
-                                 "(a real view of its real and imaginary parts) instead")
+            if isinstance(param, Tensor) and param.is_complex() and group["fused"]:
+                raise RuntimeError("`fused=True` requires all the params to be floating point Tensors: "
+                                   f"got {param.dtype}; use fused=False for complex parameters")
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """torch's ``add_param_group``, after validating the group as it will be (defaults filled in): a
-        refused group (bad lr, p <= 1, complex parameters, ...) leaves the optimizer as it was."""
+        refused group (bad lr, p <= 1, an unknown option, ...) leaves the optimizer as it was."""
         if not isinstance(param_group, dict):
             raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+        _check_group_keys(param_group, self.defaults)
         params = param_group["params"]
         if isinstance(params, Tensor):
             params = [params]
@@ -431,20 +650,19 @@ class LpMirrorDescent(Optimizer):
         self.param_groups[-1]["p"] = group["p"]
 
     def __getstate__(self) -> dict[str, Any]:
-        """torch's pickled state, plus ``lazy_check``; a lazily checked step is settled first."""
+        """torch's pickled state, plus ``lazy_check`` and ``check_edits``; a lazily checked step is settled
+        first. The fused kernels' lr tensors and failure are this process's: not pickled."""
         self.check()
-        return {**super().__getstate__(), "lazy_check": self.lazy_check}
+        return {**super().__getstate__(), "lazy_check": self.lazy_check, "check_edits": self.check_edits}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.__dict__.setdefault("lazy_check", None)
-        self._pending = []
+        self.__dict__.setdefault("check_edits", True)
+        self._pending, self._fused = [], _Fused()
         for group in self.param_groups:  # checkpoints and pickles of earlier versions lack these
-            group.setdefault("normalize", False)
-            group.setdefault("eps", 1e-12)
-            group.setdefault("maximize", False)
-            group.setdefault("foreach", None)
-            group.setdefault("fused", None)
+            for key, value in _GROUP_DEFAULTS.items():
+                group.setdefault(key, value)
 
     @staticmethod
     def _process_value_according_to_param_policy(param: Tensor, value: Tensor, param_id: int | None,
@@ -513,43 +731,46 @@ class LpMirrorDescent(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        # everything that can refuse, before any update
-        work = [job for index, group in enumerate(self.param_groups)
-                if (job := self._prepare_group(index, group)) is not None]
+        work = []  # everything that can refuse, before any update
+        for index, group in enumerate(self.param_groups):
+            job = self._prepare_group(index, group)
+            if job is not None:
+                work.append(job)
         lazy = self._lazy()
         try:
-            for group, p, params, grads, labels in work:
-                if p != 2.0:
-                    self._mirror_step(params, grads, group, p, labels, lazy)
+            for job in work:
+                if job.p != 2.0:
+                    self._mirror_step(job, lazy)
         except BaseException:
             self._undo_pending()  # the groups this step already updated
             raise
         if not lazy:
-            self._settle(keep_copies=True)
+            self._settle(keep_copies=self.check_edits)
         # p = 2 last: SGD's update has no dual to return to (with lazy_check it is not undone with the
         # mirror-descent groups of a step refused later)
-        for group, p, params, grads, labels in work:
-            if p == 2.0:
-                foreach = self._foreach(group, params)
-                _eager(foreach or bool(group["fused"]))(params, grads, None, None, lr=float(group["lr"]), p=2.0,
-                                                         maximize=group["maximize"])
+        for job in work:
+            if job.p == 2.0:
+                self._sgd_step(job)
         return loss
 
-    def _prepare_group(self, index: int, group: dict[str, Any]) -> tuple | None:
+    def _prepare_group(self, index: int, group: dict[str, Any]) -> _Job | None:
         """Validate param group ``index`` before any update (sparse gradients, fused support, a finite lr;
-        p = 2 also checks its gradients, SGD keeping no dual to return to) and return its work
-        (group, p, params, grads, labels) for the parameters with a gradient, or None if it has none."""
+        p = 2 also checks its gradients, SGD keeping no dual to return to) and return its work for the
+        parameters with a gradient, or None if it has none. For p != 2 a complex parameter and its
+        gradient are stepped as their ``view_as_real``."""
         p = check_p(group["p"])
         names = group.get("param_names") or [
             f"param_groups[{index}]['params'][{j}]" for j in range(len(group["params"]))]
-        live = [(w, name) for w, name in zip(group["params"], names) if w.grad is not None]
-        if not live:
+        keys, labels = [], []
+        for w, name in zip(group["params"], names):
+            if w.grad is not None:
+                keys.append(w)
+                labels.append(name)
+        if not keys:
             return None
-        params, labels = [w for w, _ in live], [name for _, name in live]
-        for w, name in live:
+        for w, name in zip(keys, labels):
             if w.grad.is_sparse:
-                raise RuntimeError(f"LpMirrorDescent does not support sparse gradients ({name}); "
-                                   "use dense gradients (e.g. nn.Embedding(..., sparse=False))")
+                _check_sparse(group, p, w, name)
             if group["fused"]:
                 _check_fused_param(w)
         lr = group["lr"]
@@ -557,7 +778,7 @@ class LpMirrorDescent(Optimizer):
         if not fused_lr and not math.isfinite(float(lr)):
             raise FloatingPointError(f"lr is not finite ({float(lr)}) in param_groups[{index}]: parameters "
                                      "left unchanged")
-        grads = [w.grad for w in params]
+        grads = [w.grad for w in keys]
         if p == 2.0:  # SGD: the gradient is checked before the step
             if group["normalize"]:
                 grads = _normalized(grads, 2.0, group["eps"])
@@ -565,7 +786,33 @@ class LpMirrorDescent(Optimizer):
             if bad:
                 raise FloatingPointError(f"non-finite gradient in {', '.join(bad)}: parameters left unchanged; "
                                          f"check the loss or reduce lr (now {float(lr)})")
-        return group, p, params, grads, labels
+            return _Job(group, p, keys, keys, grads, labels)
+        params = [torch.view_as_real(w) if w.is_complex() else w for w in keys]
+        grads = [torch.view_as_real(g) if g.is_complex() else g for g in grads]
+        return _Job(group, p, keys, params, grads, labels)
+
+    def _sgd_step(self, job: _Job) -> None:
+        """p = 2: ``torch.optim.SGD``'s step, by the p = 2 case of the single-tensor or foreach
+        implementation (with momentum or weight decay: torch's own SGD, its momentum buffers in
+        ``state[param]["momentum_buffer"]`` as SGD keeps them); fused: torch's fused SGD."""
+        group, params = job.group, job.params
+        momentum, sparse = group["momentum"], any(g.is_sparse for g in job.grads)
+        buffers = [self.state[w].get("momentum_buffer") for w in params] if momentum else [None] * len(params)
+        sgd = None
+        if momentum or group["weight_decay"]:
+            sgd = dict(has_sparse_grad=sparse, weight_decay=group["weight_decay"], momentum=momentum,
+                       dampening=group["dampening"], nesterov=group["nesterov"])
+        if group["fused"]:
+            _torch_sgd(params, job.grads, buffers, fused=True, lr=group["lr"], maximize=group["maximize"],
+                       **(sgd or dict(has_sparse_grad=sparse, weight_decay=0.0, momentum=0.0, dampening=0.0,
+                                      nesterov=False)))
+        else:
+            foreach = self._foreach(group, params) and not sparse
+            _eager(foreach)(params, job.grads, buffers, None, lr=float(group["lr"]), p=2.0,
+                            maximize=group["maximize"], sgd=sgd)
+        if momentum:
+            for w, buffer in zip(params, buffers):
+                self.state[w]["momentum_buffer"] = buffer
 
     def _lazy(self) -> bool:
         if self.lazy_check is not None:
@@ -577,16 +824,16 @@ class LpMirrorDescent(Optimizer):
         """Whether the group's eager implementation is foreach: its ``foreach``, else torch's default."""
         return _default_foreach(params) if group["foreach"] is None else bool(group["foreach"])
 
-    def _duals(self, params: list[Tensor], p: float) -> tuple[list[Tensor], list[bool]]:
-        """Each parameter's dual (created as m(w), in the dual's dtype, for a parameter that has none or
-        whose shape changed; moved to the parameter's device and dtype if it is elsewhere), and whether
-        it was created now."""
+    def _duals(self, keys: list[Tensor], params: list[Tensor], p: float) -> tuple[list[Tensor], list[bool]]:
+        """Each parameter's dual (created as m(w), in the dual's dtype, for a parameter that has none, whose
+        shape changed or, when edits are not checked, whose dual was made with another p; moved to the
+        parameter's device and dtype if it is elsewhere), and whether it was created now."""
         duals, fresh = [], []
-        for w in params:
-            state = self.state[w]
+        for key, w in zip(keys, params):
+            state = self.state[key]
             dtype = _dual_dtype(w.dtype)
             u = state.get("dual")
-            new = u is None or u.shape != w.shape
+            new = u is None or u.shape != w.shape or not self.check_edits and _exponent(state, p) != p
             if new:
                 u = mirror_map(w.detach().to(dtype), p)
             elif u.dtype != dtype or u.device != w.device:
@@ -596,15 +843,15 @@ class LpMirrorDescent(Optimizer):
             fresh.append(new)
         return duals, fresh
 
-    def _spares(self, params: list[Tensor], duals: list[Tensor], p: float) -> tuple[list[Tensor], list[bool]]:
+    def _spares(self, keys: list[Tensor], duals: list[Tensor], p: float) -> tuple[list[Tensor], list[bool]]:
         """Each parameter's spare dual buffer (allocated on first use, like the dual; ``state["spare"]``),
         and whether it holds a copy of the parameter as the last immediately checked step, with this p,
         left it."""
         spares, copies = [], []
-        for w, u in zip(params, duals):
-            state = self.state[w]
+        for key, u in zip(keys, duals):
+            state = self.state[key]
             s = state.pop("copy", None)
-            copy = s is not None and "p" in state and state["p"].item() == p
+            copy = s is not None and _exponent(state, None) == p
             if s is None:
                 s = state.pop("spare", None)
             if s is None or s.shape != u.shape or s.dtype != u.dtype or s.device != u.device or s is u:
@@ -632,7 +879,8 @@ class LpMirrorDescent(Optimizer):
         if probed and fused:
             targets = [torch.empty_like(params[i]) for i in probed]
             if _fused_lpmirrordescent(targets, [torch.zeros_like(t) for t in targets], [duals[i] for i in probed],
-                                      [spares[i] for i in probed], lr=1.0, p=p, maximize=False) is None:
+                                      [spares[i] for i in probed], lr=1.0, p=p, maximize=False,
+                                      fused=self._fused) is None:
                 fused = False
             else:
                 refs.update(zip(probed, targets))
@@ -659,49 +907,76 @@ class LpMirrorDescent(Optimizer):
                 out[i] = torch.where(refs[i] == w, u, mirror_map(w.detach().to(u.dtype), p))
         return out, fused
 
-    def _mirror_step(self, params: list[Tensor], grads: list[Tensor], group: dict[str, Any], p: float,
-                     labels: list[str], lazy: bool) -> None:
+    def _direction(self, job: _Job, grads: list[Tensor], foreach: bool) -> tuple[list[Tensor], bool]:
+        """The gradients after SGD's weight decay and momentum (:func:`_sgd_direction`; the new momentum
+        buffers go into the state, which a refused step restores), and whether the update still has to
+        maximize (the direction has done it)."""
+        group = job.group
+        if not group["weight_decay"] and not group["momentum"]:
+            return grads, group["maximize"]
+        buffers = [self.state[key].get("momentum_buffer") for key in job.keys]
+        direction, buffers = _sgd_direction(job.params, grads, buffers, weight_decay=group["weight_decay"],
+                                            momentum=group["momentum"], dampening=group["dampening"],
+                                            nesterov=group["nesterov"], maximize=group["maximize"], foreach=foreach)
+        if group["momentum"]:
+            for key, buffer in zip(job.keys, buffers):
+                self.state[key]["momentum_buffer"] = buffer
+        return direction, False
+
+    def _mirror_step(self, job: _Job, lazy: bool) -> None:
         """One pass into the spare duals; the step is accepted (duals and spares swap) pending its check."""
-        lr, maximize = group["lr"], group["maximize"]
-        states = [dict(self.state[w]) for w in params]  # what a refusal restores (the tensors stay untouched)
-        duals, fresh = self._duals(params, p)
-        spares, copies = self._spares(params, duals, p)
+        group, p, keys, params = job.group, job.p, job.keys, job.params
+        lr = group["lr"]
+        states = [dict(self.state[key]) for key in keys]  # what a refusal restores (the tensors stay untouched)
+        duals, fresh = self._duals(keys, params, p)
+        spares, copies = self._spares(keys, duals, p)
         backups: list[Tensor | None] = [w.detach().clone() if new else None for w, new in zip(params, fresh)]
+        grads = job.grads
         if group["normalize"]:
             grads = _normalized(grads, p, group["eps"])
-        foreach, fused = self._foreach(group, params), bool(group["fused"]) and _FUSED_FAILURE is None
+        foreach = self._foreach(group, params) and not any(g.is_sparse for g in grads)
+        grads, maximize = self._direction(job, grads, foreach)
+        fused = bool(group["fused"]) and self._fused.failure is None
         flags = None
         if fused and lazy:  # the kernel verifies the parameters itself, on the device
             flags = _fused_lpmirrordescent(params, grads, duals, spares, lr=lr, p=p, maximize=maximize,
-                                           check=not all(fresh))
+                                           check=self.check_edits and not all(fresh), fused=self._fused)
             fused = flags is not None
         if flags is None:
-            start, fused = self._synchronize(params, duals, spares, fresh, copies, backups, p, foreach, fused, lazy)
+            start = duals
+            if self.check_edits:
+                start, fused = self._synchronize(params, duals, spares, fresh, copies, backups, p, foreach, fused,
+                                                 lazy)
             if fused:
-                flags = _fused_lpmirrordescent(params, grads, start, spares, lr=lr, p=p, maximize=maximize)
+                flags = _fused_lpmirrordescent(params, grads, start, spares, lr=lr, p=p, maximize=maximize,
+                                               fused=self._fused)
                 fused = flags is not None
             if flags is None:
                 flags = _eager(foreach)(params, grads, start, spares, lr=float(lr), p=p, maximize=maximize)
-        self._pending.append(_Pending(params, labels, states, duals, spares, backups, flags, lr, p, (foreach, fused)))
-        for w, s in zip(params, spares):
-            state = self.state[w]
+        self._pending.append(_Pending(keys, params, job.labels, states, duals, spares, backups, flags, lr, p,
+                                      (foreach, fused)))
+        for key, s in zip(keys, spares):
+            state = self.state[key]
             state["spare"], state["dual"] = state["dual"], s
+            if not self.check_edits and _exponent(state, None) != p:  # the dual's exponent, edits not checked
+                state["p"] = torch.tensor(p, dtype=torch.float64)  # a new tensor: a refusal restores the old
 
     @torch.no_grad()
     def _undo_pending(self) -> None:
         """Undo the pending groups' steps: duals back, parameters rebuilt from them (or from backups)."""
         pending, self._pending = self._pending, []
         for entry in reversed(pending):
-            _inverse_into(entry.params, entry.old_duals, entry.new_duals, entry.p, *entry.implementation)
-            for w, state, backup in zip(entry.params, entry.states, entry.backups):
+            _inverse_into(entry.params, entry.old_duals, entry.new_duals, entry.p, *entry.implementation,
+                          fused_state=self._fused)
+            for key, w, state, backup in zip(entry.keys, entry.params, entry.states, entry.backups):
                 if backup is not None:
                     w.copy_(backup)
                 if state:
                     if "copy" in state:  # its buffer received the refused dual: a spare again
                         state["spare"] = state.pop("copy")
-                    self.state[w] = state
+                    self.state[key] = state
                 else:  # the step had created it
-                    del self.state[w]
+                    del self.state[key]
 
     @torch.no_grad()
     def _settle(self, keep_copies: bool) -> None:
@@ -714,7 +989,7 @@ class LpMirrorDescent(Optimizer):
             pending, self._pending = self._pending, []
             if keep_copies:
                 for entry in pending:
-                    self._keep_copies(entry.params, entry.p, entry.implementation[0])
+                    self._keep_copies(entry.keys, entry.params, entry.p, entry.implementation[0])
             return
         gradient, overflow, lr, p = [], [], None, None
         for entry, finite in verdicts:
@@ -734,11 +1009,11 @@ class LpMirrorDescent(Optimizer):
             f"the inverse mirror map overflowed in {', '.join(overflow)}{where} (|u|^{r:.3g} exceeds the float "
             f"range): parameters left unchanged; reduce lr (now {lr}, p={p})")
 
-    def _keep_copies(self, params: list[Tensor], p: float, foreach: bool) -> None:
+    def _keep_copies(self, keys: list[Tensor], params: list[Tensor], p: float, foreach: bool) -> None:
         """Copy each parameter into its spare buffer (``state["copy"]``, made with exponent ``state["p"]``)."""
         spares = []
-        for w in params:
-            state = self.state[w]
+        for key in keys:
+            state = self.state[key]
             spares.append(state.pop("spare"))
             state["copy"] = spares[-1]
             if "p" in state:
@@ -751,6 +1026,14 @@ class LpMirrorDescent(Optimizer):
         else:
             for s, w in zip(spares, params):
                 s.copy_(w)
+
+    def resync(self) -> None:
+        """Re-derive every dual from its parameter at the next step (u = m(w)): what to call after editing
+        parameters outside the optimizer when ``check_edits=False``."""
+        self.check()
+        for state in self.state.values():
+            for key in ("dual", "copy", "p"):
+                state.pop(key, None)
 
     def check(self) -> None:
         """Settle the last step if its finiteness check is outstanding (``lazy_check``): if a new
@@ -770,11 +1053,12 @@ def _inverse(duals: list[Tensor], outs: list[Tensor], r: float, foreach: bool) -
 
 
 def _inverse_into(targets: list[Tensor], duals: list[Tensor], work: list[Tensor], p: float, foreach: bool,
-                  fused: bool) -> None:
+                  fused: bool, fused_state: _Fused | None = None) -> None:
     """targets <- m^-1(u) by the very computation of a step (a zero gradient, the same implementation):
     bit for bit the parameters a step that ended at these duals wrote. ``work`` receives copies of u."""
     zeros = [torch.zeros_like(w) for w in targets]
-    if fused and _fused_lpmirrordescent(targets, zeros, duals, work, lr=1.0, p=p, maximize=False) is not None:
+    if fused and _fused_lpmirrordescent(targets, zeros, duals, work, lr=1.0, p=p, maximize=False,
+                                        fused=fused_state) is not None:
         return
     _eager(foreach)(targets, zeros, duals, work, lr=1.0, p=p, maximize=False)
 

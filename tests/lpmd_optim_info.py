@@ -29,13 +29,19 @@ __all__ = ["LPMD_INFO", "SKIPS", "optim_inputs_func_lpmd", "optim_error_inputs_f
 
 
 def optim_inputs_func_lpmd(device: str | torch.device, dtype: torch.dtype | None = None) -> list[OptimizerInput]:
-    """The constructor configs (no ``foreach``/``fused``: the tests add those): p = 2 (SGD) with torch's
-    usual variations, and the paper's exponents 1.1, 1.75 and 3 with a tensor lr, maximize, normalize."""
+    """The constructor configs (no ``foreach``/``fused``: the tests add those): p = 2 with torch SGD's own
+    option sets (momentum, dampening, weight decay, nesterov, maximize), the same options in the mirror
+    geometry at p = 1.75 and 3, and the paper's exponents 1.1, 1.75 and 3 with a tensor lr, maximize,
+    normalize."""
     return [
         OptimizerInput(params=None, kwargs={}, desc="default (p = 2: SGD)"),
         OptimizerInput(params=None, kwargs={"lr": 1e-2}, desc="non-default lr"),
         OptimizerInput(params=None, kwargs={"lr": torch.tensor(0.001)}, desc="tensor lr"),
         OptimizerInput(params=None, kwargs={"maximize": True}, desc="maximize"),
+    ] + [
+        OptimizerInput(params=None, kwargs={**options, "p": p}, desc=f"p = {p:g}, {desc}")
+        for p in (2.0, 1.75, 3.0) for options, desc in SGD_OPTIONS
+    ] + [
         OptimizerInput(params=None, kwargs={"p": 1.75}, desc="p = 1.75"),
         OptimizerInput(params=None, kwargs={"p": 1.75, "lr": torch.tensor(0.002), "maximize": True},
                        desc="p = 1.75, tensor lr, maximize"),
@@ -44,13 +50,23 @@ def optim_inputs_func_lpmd(device: str | torch.device, dtype: torch.dtype | None
     ]
 
 
+#: torch.optim.SGD's option sets (its OptimizerInfo's), each with a description.
+SGD_OPTIONS = (
+    (dict(momentum=0.9), "momentum"),
+    (dict(momentum=0.9, dampening=0.5), "dampening"),
+    (dict(momentum=0.9, weight_decay=0.1), "weight_decay"),
+    (dict(weight_decay=0.1, maximize=True), "weight_decay, maximize"),
+    (dict(momentum=0.9, nesterov=True, weight_decay=0.1), "nesterov"),
+    (dict(lr=torch.tensor(0.001), momentum=0.9, weight_decay=0.1, maximize=True), "tensor lr, all, maximize"),
+)
+
+
 def optim_error_inputs_func_lpmd(device: str | torch.device, dtype: torch.dtype) -> list[ErrorOptimizerInput]:
     """torch's error inputs for every optimizer, and LpMirrorDescent's own refusals."""
     error_inputs = get_error_inputs_for_all_optims(device, dtype)
     if _get_device_type(device) != "cpu":
         return error_inputs
     param = Parameter(torch.randn(1, 1, device=device, dtype=dtype))
-    complex_param = Parameter(torch.randn(2, dtype=torch.complex64, device=device))
 
     def construction(kwargs: dict, desc: str, error_type: type, error_regex: str, params=None) -> ErrorOptimizerInput:
         return ErrorOptimizerInput(OptimizerInput(params=[param] if params is None else params, kwargs=kwargs,
@@ -63,11 +79,22 @@ def optim_error_inputs_func_lpmd(device: str | torch.device, dtype: torch.dtype)
         construction(dict(lr=float("nan")), "lr must be finite", ValueError, "Invalid learning rate: nan"),
         construction(dict(lr=torch.tensor(-1.0)), "a tensor lr must be >= 0", ValueError, "Invalid learning rate"),
         construction(dict(p=1.0), "p must be > 1", ValueError, "exponent must be a finite number > 1"),
-        construction(dict(eps=-1.0), "eps must be >= 0", ValueError, "eps must be a finite number >= 0"),
+        construction(dict(eps=-1.0), "eps must be >= 0", ValueError, "Invalid eps value: -1.0"),
+        construction(dict(momentum=-0.5), "momentum must be >= 0", ValueError, "Invalid momentum value: -0.5"),
+        construction(dict(weight_decay=-0.5), "weight_decay must be >= 0", ValueError,
+                     "Invalid weight_decay value: -0.5"),
+        construction(dict(nesterov=True), "nesterov needs momentum", ValueError,
+                     "Nesterov momentum requires a momentum and zero dampening"),
+        construction(dict(momentum=0.9, dampening=0.1, nesterov=True), "nesterov needs zero dampening", ValueError,
+                     "Nesterov momentum requires a momentum and zero dampening"),
+        construction(dict(differentiable=True), "differentiable is refused", ValueError,
+                     "does not support differentiable=True"),
         construction(dict(foreach=True, fused=True), "one implementation", RuntimeError,
                      "`fused` and `foreach` cannot be `True` together"),
-        construction({}, "complex parameters: a clear error", ValueError,
-                     "does not support complex parameters.*torch.view_as_real", params=[complex_param]),
+        construction({}, "a misspelt group option is refused", ValueError, "did you mean 'momentum'",
+                     params=[{"params": [param], "momentun": 0.9}]),
+        construction({}, "another optimizer's option is refused", ValueError, "belongs to another torch optimizer",
+                     params=[{"params": [param], "betas": (0.9, 0.99)}]),
     ]
 
 
@@ -77,9 +104,6 @@ def _skip(reason: str, test: str, **kwargs) -> DecorateInfo:
 
 #: The by-design differences, as named skips of torch's TestOptimRenewed tests.
 SKIPS = (
-    _skip("no weight_decay (nor momentum, dampening, nesterov): the update is plain mirror descent in the "
-          "l_p geometry, whose regularizer would be the potential, not an L2 penalty",
-          "test_param_groups_weight_decay"),
     _skip("no AMP grad_scale/found_inf protocol: a non-finite gradient is refused with FloatingPointError "
           "(parameters left unchanged) where torch's optimizers propagate NaN or skip by found_inf",
           "test_fused_does_not_step_if_foundinf"),
@@ -106,8 +130,8 @@ LPMD_INFO = OptimizerInfo(
     scheduler_inputs=SCHEDULER_INPUTS,
     supported_impls=("foreach", "fused"),
     not_og_supported_flags=("foreach", "fused", "maximize"),
-    supports_sparse=False,
-    supports_complex=False,  # refused at construction with a clear error: optimize torch.view_as_real(param)
+    supports_sparse=True,  # p = 2 as SGD; p != 2 without momentum or weight decay (rows it touches only)
+    supports_complex=True,  # stepped as its torch.view_as_real, torch's convention
     supports_fused_on=("cpu", "cuda"),
     skips=SKIPS,
 )

@@ -333,14 +333,6 @@ def test_an_empty_parameter_is_fine(p, path):
     torch.testing.assert_close(w.detach(), mirror.mirror_step(torch.ones(2), torch.ones(2), 0.1, p))
 
 
-def test_sparse_gradient_is_refused():
-    emb = torch.nn.Embedding(10, 3, sparse=True)
-    opt = LpMirrorDescent(emb.parameters(), lr=0.1, p=1.5)
-    emb(torch.tensor([1, 2])).sum().backward()
-    with pytest.raises(RuntimeError, match="sparse"):
-        opt.step()
-
-
 @every_path
 @pytest.mark.parametrize("p", [1.1, 1.75, 3.0])
 def test_no_drift_over_1000_zero_gradient_steps(p, path):
@@ -389,7 +381,6 @@ def failing_compile(fn, **kwargs):
 
 
 def test_fused_falls_back_with_one_warning_when_compiling_fails(monkeypatch):
-    monkeypatch.setattr(optim, "_FUSED_FAILURE", None)
     monkeypatch.setattr(optim, "_KERNELS", {})
     monkeypatch.setattr(torch, "compile", failing_compile)
     fused, single = make_model(), make_model()
@@ -397,9 +388,10 @@ def test_fused_falls_back_with_one_warning_when_compiling_fails(monkeypatch):
     with pytest.warns(UserWarning, match="torch.compile failed.*No working C\\+\\+ compiler"):
         train(fused, opt, 1)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # once per process, not per step or per optimizer
+        warnings.simplefilter("error")  # once per optimizer, not per step
         train(fused, opt, 4, start=1)
-        other = make_model()
+    other = make_model()
+    with pytest.warns(UserWarning, match="torch.compile failed"):  # the failure is that optimizer's own
         train(other, LpMirrorDescent(other.parameters(), lr=0.01, p=1.75, fused=True), 1)
     train(single, LpMirrorDescent(single.parameters(), lr=0.01, p=1.75), 5)
     for x, y in zip(fused.parameters(), single.parameters()):
@@ -410,7 +402,6 @@ def test_fused_falls_back_with_one_warning_when_compiling_fails(monkeypatch):
 def test_fused_failing_halfway_leaves_the_fallback_a_clean_start(monkeypatch):
     """A kernel that dies after writing some outputs: the fallback recomputes every output from the
     untouched duals and gradients, so the step is exactly the single-tensor one."""
-    monkeypatch.setattr(optim, "_FUSED_FAILURE", None)
 
     def half_written(*tensors, **kwargs):
         def run(params, grads, duals, spares, lr, *static):
@@ -445,7 +436,6 @@ def test_fused_finiteness_flag_sees_one_bad_entry_anywhere():
                 grads[k][position] = bad
                 flags = lp_mirror_descent(params, grads, duals, spares, lr=1e-3, p=1.1, fused=True)
                 assert flags.tolist() == [j != k for j in range(len(sizes))], (bad, n, position)
-    assert optim._FUSED_FAILURE is None
 
 
 def test_make_optimizer_by_name():

@@ -481,7 +481,8 @@ def test_loaded_duals_are_copies_in_the_dual_dtype():
 
 @pytest.mark.parametrize("group", [
     dict(lr=-0.1), dict(lr=torch.tensor([0.1, 0.1])), dict(p=1.0), dict(eps=-1.0), dict(maximize="yes"),
-    dict(foreach=True, fused=True), dict(complex=True), dict(duplicate=True)])
+    dict(foreach=True, fused=True), dict(complex=True, fused=True), dict(duplicate=True), dict(momentun=0.9),
+    dict(betas=(0.9, 0.999)), dict(nesterov=True), dict(momentum=-0.1), dict(differentiable=True)])
 def test_a_refused_param_group_changes_nothing(group):
     model = make_model()
     opt = LpMirrorDescent(model[0].parameters(), lr=0.05, p=1.5)
@@ -513,17 +514,19 @@ def test_add_param_group_after_construction_trains_with_its_own_settings():
         torch.testing.assert_close(w.detach(), mirror.mirror_step(b, g, lr, p), rtol=1e-12, atol=1e-15)
 
 
-def test_complex_parameters_get_a_clear_error():
+def test_complex_parameters_step_as_their_real_view_and_fused_refuses_them():
     z = torch.nn.Parameter(torch.randn(3, dtype=torch.complex64))
-    with pytest.raises(ValueError, match=r"complex parameters.*torch\.view_as_real"):
-        LpMirrorDescent([z], lr=0.1, p=1.5)
+    real = torch.nn.Parameter(torch.view_as_real(z).detach().clone())
     opt = LpMirrorDescent(make_model().parameters(), lr=0.1, p=1.5)
-    with pytest.raises(ValueError, match=r"complex parameters.*torch\.view_as_real"):
-        opt.add_param_group({"params": [z]})
-    real = torch.view_as_real(z.detach()).clone().requires_grad_()  # what the message says to do
-    opt = LpMirrorDescent([real], lr=0.1, p=1.5)
-    real.grad = torch.ones_like(real)
+    opt.add_param_group({"params": [z]})
+    twin = LpMirrorDescent([real], lr=0.1, p=1.5)
+    z.grad = torch.randn_like(z)
+    real.grad = torch.view_as_real(z.grad).clone()
     opt.step()
+    twin.step()
+    assert torch.equal(torch.view_as_real(z), real) and opt.state[z]["dual"].dtype == torch.float32
+    with pytest.raises(RuntimeError, match="floating point Tensors.*complex"):
+        LpMirrorDescent([z], lr=0.1, p=1.5, fused=True)
 
 
 # --- 10. fused refusals ----------------------------------------------------------------------------

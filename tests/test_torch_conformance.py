@@ -58,6 +58,10 @@ def weight_bias(dtype=torch.float32, contiguous=True, shape=(10, 5)):
             Parameter(torch.randn((shape[0], 2), dtype=dtype)[..., 0]))
 
 
+def assert_bitwise(a, b):
+    assert torch.equal(a, b), (a - b).abs().max()
+
+
 def fwd_bwd(optimizer, weight, bias, inpt):
     optimizer.zero_grad()
     loss = (weight.mv(inpt) + bias).pow(2).sum()
@@ -144,16 +148,57 @@ def test_tensor_lr(kwargs):
         torch.testing.assert_close(bias_c, bias)
 
 
-def test_complex():
-    """torch's test_complex/test_complex_2d compare complex parameters with their view_as_real: here a
-    complex parameter is refused with a clear error, and its view_as_real trains."""
-    z = torch.randn(10, 5, dtype=torch.complex64, requires_grad=True)
-    with pytest.raises(ValueError, match=r"complex.*view_as_real"):
-        OPTIM([z, torch.randn(3, requires_grad=True)], p=1.75)
-    real = torch.view_as_real(z).detach().clone().requires_grad_()
-    optimizer = OPTIM([real], p=1.75)
-    real.grad = torch.randn_like(real)
-    optimizer.step()
+@pytest.mark.parametrize("kwargs", [c for c in configs() if not c.values[0].get("fused")])
+def test_complex(kwargs):
+    """torch's test_complex: a complex parameter steps exactly as its view_as_real (a real tensor of
+    its real and imaginary parts) would, state included, beside a real parameter."""
+    torch.manual_seed(0)
+    z = Parameter(torch.randn(10, 5, dtype=torch.complex64))
+    x = Parameter(torch.randn(3))
+    real = Parameter(torch.view_as_real(z).detach().clone())
+    x_twin = Parameter(x.detach().clone())
+    optimizer, twin = OPTIM([z, x], **fresh(kwargs)), OPTIM([real, x_twin], **fresh(kwargs))
+    # p != 2 steps the real view itself: bit for bit; p = 2 is SGD's complex arithmetic, which rounds
+    # differently from the real view's (torch's own test compares within its default tolerance)
+    same = assert_bitwise if kwargs.get("p", 2.0) != 2.0 else torch.testing.assert_close
+    for _ in range(4):
+        z.grad, x.grad = torch.randn_like(z), torch.randn_like(x)
+        real.grad, x_twin.grad = torch.view_as_real(z.grad).clone(), x.grad.clone()
+        optimizer.step()
+        twin.step()
+        same(torch.view_as_real(z), real)
+        assert torch.equal(x, x_twin)
+    assert optimizer.state[z].keys() == twin.state[real].keys()
+    for key, value in twin.state[real].items():
+        mine = optimizer.state[z][key]
+        same(torch.view_as_real(mine) if mine.is_complex() else mine, value)
+
+
+@pytest.mark.parametrize("kwargs", [c for c in configs(torch.float64, plain=True)
+                                    if not c.values[0].get("momentum") and not c.values[0].get("weight_decay")
+                                    and not c.values[0].get("normalize")])
+def test_rosenbrock_sparse(kwargs):
+    """torch's test_rosenbrock_sparse: cyclic coordinate descent with an uncoalesced sparse gradient
+    steps exactly as the dense gradient (p = 2 is SGD; p != 2 updates the entries it touches)."""
+    params = Parameter(torch.tensor([1.5, 1.5], dtype=torch.float64))
+    params_c = Parameter(params.detach().clone())
+    kw = {**fresh(kwargs), "lr": 1e-4}
+    optimizer, optimizer_c = OPTIM([params], **kw), OPTIM([params_c], **fresh(kw))
+    for i in range(20 if kw.get("maximize") else 300):  # uphill it overflows further on
+        w = i % 2
+        for param, opt, sparse in ((params, optimizer, True), (params_c, optimizer_c, False)):
+            opt.zero_grad()
+            rosenbrock(param).backward()
+            value = param.grad[w].item()
+            grad = torch.sparse_coo_tensor(torch.tensor([[w, w]]), torch.tensor([value / 4, value - value / 4],
+                                                                                dtype=torch.float64), (2,))
+            param.grad = grad if sparse else grad.to_dense()
+            opt.step()
+        # not bit for bit: an entry never touched keeps w_0 where the dense step's first update writes
+        # m^-1(m(w_0)), one rounding away; p = 2 is SGD, which adds the uncoalesced entries one by one
+        torch.testing.assert_close(params, params_c, rtol=1e-12, atol=0)
+    assert params.detach().dist(torch.ones(2, dtype=torch.float64)) < math.dist((1.5, 1.5), (1.0, 1.0)) or \
+        kw.get("maximize")
 
 
 def compare_between(models, optimizers, inpt, dtype, copy_back, reduced_precision=False):
@@ -208,7 +253,24 @@ def test_foreach_matches_forloop(kwargs):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kwargs", configs(plain=True))
 def test_fused_matches_forloop(kwargs, dtype):
+    if (dtype == torch.bfloat16 and kwargs.get("p", 2.0) == 2.0 and kwargs.get("momentum")
+            and torch.is_tensor(kwargs.get("lr"))):
+        pytest.skip("p = 2 is torch's own SGD: torch.optim.SGD(fused=True) itself differs from its for-loop "
+                    "here (a bf16 momentum buffer 5 ulps apart with a tensor lr), checked in a test below")
     derived(kwargs, "fused", dtype, copy_back=True)
+
+
+@pytest.mark.slow
+def test_torchs_own_fused_sgd_differs_from_its_forloop_where_ours_is_skipped():
+    """The skip above is torch's behaviour, not ours: the same comparison fails for torch.optim.SGD."""
+    global OPTIM
+    kwargs = dict(lr=torch.tensor(0.001), momentum=0.9, weight_decay=0.1, maximize=True)
+    saved, OPTIM = OPTIM, torch.optim.SGD
+    try:
+        with pytest.raises(AssertionError, match="not close"):
+            derived(kwargs, "fused", torch.bfloat16, copy_back=True)
+    finally:
+        OPTIM = saved
 
 
 @pytest.mark.parametrize("default_dtype", [torch.float64, torch.float16])
@@ -307,7 +369,9 @@ def test_fused_does_not_step_if_grad_not_finite(kwargs):
         optimizer.step()
         optimizer.check()
     assert all(torch.equal(a, b) for a, b in zip(params, params_c))
-    assert all(torch.equal(optimizer.state_dict()["state"][k]["dual"], v["dual"]) for k, v in state["state"].items())
+    now = optimizer.state_dict()["state"]
+    assert now.keys() == state["state"].keys()
+    assert all(torch.equal(now[k][key], value) for k, v in state["state"].items() for key, value in v.items())
 
 
 @pytest.mark.parametrize("kwargs", configs())
@@ -342,7 +406,10 @@ def test_step_is_noop_when_params_have_no_grad(kwargs):
 @pytest.mark.parametrize("kwargs", configs())
 def test_step_is_noop_for_zero_grads(kwargs):
     """torch's: a zero gradient leaves the parameter as it was (within tolerance: the first step builds
-    the dual and maps back); here also bit for bit from the second step on."""
+    the dual and maps back); here also bit for bit from the second step on. As torch's, without weight
+    decay (which moves the parameter whatever the gradient)."""
+    if kwargs.get("weight_decay"):
+        pytest.skip("weight decay moves a parameter with a zero gradient (torch's test skips it too)")
     param = torch.randn((5, 1), requires_grad=True)
     old = param.detach().clone()
     optimizer = OPTIM([param], **fresh(kwargs))
@@ -664,7 +731,7 @@ def test_deepcopy_copies_all_public_attrs(kwargs):
         return {k for k in vars(obj) if not k.startswith("_")}
 
     twin = copy.deepcopy(optimizer)
-    assert public(optimizer) == public(twin) == {"defaults", "state", "param_groups", "lazy_check"}
+    assert public(optimizer) == public(twin) == {"defaults", "state", "param_groups", "lazy_check", "check_edits"}
     again = pickle.loads(pickle.dumps(optimizer))
     for opt in (twin, again):  # and the copies step
         for p in opt.param_groups[0]["params"]:
@@ -682,7 +749,8 @@ def test_non_empty_state(kwargs):
     optimizer.step()
     for state in optimizer.state.values():
         assert len(state) > 0
-    assert (len(optimizer.state) == 0) == (optimizer.param_groups[0]["p"] == 2.0)
+    group = optimizer.param_groups[0]
+    assert (len(optimizer.state) == 0) == (group["p"] == 2.0 and not group["momentum"])  # SGD keeps its momentum
 
 
 def test_defaults_changed_to_foreach():
@@ -722,7 +790,7 @@ def test_rosenbrock(kwargs):
             param.grad[1 - i % 2] = 0.0
         return loss
 
-    for i in range(20 if kw.get("maximize") else 1800):
+    for i in range((8 if kw.get("momentum") else 20) if kw.get("maximize") else 1800):
         optimizer.step(functools.partial(coordinate, params, optimizer, i))
         optimizer_c.step(functools.partial(coordinate, params_c, optimizer_c, i))
         if i % 300 == 0:
