@@ -83,22 +83,31 @@ def test_ratio_entry_is_the_median_of_round_by_round_ratios_against_its_target()
 def test_optimizer_benchmark_reports_the_medians_and_ratios_of_what_it_timed(monkeypatch):
     import torch
 
-    # every torch contender 2 ms then 4 ms; mirror descent 1 ms then 6 ms: ratios 0.5 and 1.5 -> 1.0
+    # every torch contender 2 ms then 4 ms; md default 1 ms then 6 ms (ratios 0.5, 1.5 -> 1.0: met, <= 1.2);
+    # md fused 4 then 6 ms (ratios 2, 1.5 -> 1.75: missed, > 1.3); md foreach as slow, but without a target
     steps = _fake(monkeypatch, bench, "optimizer_step_times", lambda a: {
-        **{name: [2e-3, 4e-3] for name in bench.TORCH_CONTENDERS}, "md_p1.75_default": [1e-3, 6e-3]})
+        **{name: [2e-3, 4e-3] for name in a["torch_contenders"]}, "md_p1.75_default": [1e-3, 6e-3],
+        "md_p1.75_fused": [4e-3, 6e-3], "md_p1.75_foreach": [4e-3, 6e-3]})
     # Adam 10 then 20 ms; md_p1.1 20 and 20 ms (ratios 2, 1 -> 1.5: missed); md_p3 as Adam (1.0: met)
     training = _fake(monkeypatch, bench, "training_step_times", lambda a: {
         "adam": [0.010, 0.020], "md_p1.1": [0.020, 0.020], "md_p3": [0.010, 0.020]})
     out = bench.optimizer(SimpleNamespace(repeats=2))
     json.dumps(out)  # what the CLI prints
 
-    (call,) = steps
-    assert out["params"] == call["total"] == 10_000_000  # the size it asked for is the size it reports
-    assert out["repeats"] == 2 == call["repeats"]
-    assert out["torch"] == torch.__version__ and out["threads"] == torch.get_num_threads()
-    assert out["step_ms_median"] == {**{name: 3.0 for name in bench.TORCH_CONTENDERS}, "md_p1.75_default": 3.5}
-    assert out["step_ratios"] == {"md_p1.75_default": {
-        "vs": "adam_default", "median_ratio": 1.0, "ci95": [0.5, 1.5], "target": 1.0, "met": True}}
+    assert [c["total"] for c in steps] == list(bench.TABLE_SIZES) == [1_000_000, 10_000_000]
+    assert all(c["repeats"] == 2 and c["torch_contenders"] == bench.TABLE_CONTENDERS for c in steps)
+    assert {"sgd_foreach", "sgd-momentum_fused", "adam_foreach", "adamw_fused"} <= set(bench.TABLE_CONTENDERS)
+    assert out["repeats"] == 2 and out["torch"] == torch.__version__ and out["threads"] == torch.get_num_threads()
+    for size in ("1000000", "10000000"):
+        report = out["steps"][size]
+        assert report["step_ms_median"]["adamw_foreach"] == 3.0 and report["step_ms_median"]["md_p1.75_default"] == 3.5
+        assert report["step_ratios"]["md_p1.75_default"] == {
+            "vs": "adamw_foreach", "median_ratio": 1.0, "ci95": [0.5, 1.5], "target": 1.2, "met": True}
+        assert report["step_ratios"]["md_p1.75_fused"]["vs"] == "adamw_fused"
+        assert report["step_ratios"]["md_p1.75_fused"]["met"] is False
+        assert report["step_ratios"]["md_p1.75_foreach"]["target"] is None  # reported, not judged
+    assert "| md_p1.75_default | 3.50 | adamw_foreach | 1.00 [0.50, 1.50] | <= 1.2 (met) |" in out["table"]
+    assert "| md_p1.75_fused | 5.00 | adamw_fused | 1.75 [1.50, 2.00] | <= 1.3 (missed) |" in out["table"]
 
     assert [c["which"] for c in training] == list(bench.TRAINING_MODELS) == list(out["training_steps"])
     assert all(c["repeats"] == 2 for c in training)
@@ -107,7 +116,7 @@ def test_optimizer_benchmark_reports_the_medians_and_ratios_of_what_it_timed(mon
         assert set(report) == {"step_ms_median", "md_p1.1 / adam", "md_p3 / adam"}
         assert report["md_p1.1 / adam"]["median_ratio"] == 1.5 and not report["md_p1.1 / adam"]["met"]
         assert report["md_p3 / adam"] == {"median_ratio": 1.0, "ci95": [1.0, 1.0], "target": 1.10, "met": True}
-    assert out["all_targets_met"] is False  # md_p1.1 misses its training target
+    assert out["all_targets_met"] is False  # fused misses its step target, md_p1.1 its training target
 
 
 def test_svm_benchmark_reports_certified_solutions_and_consistent_speedups():

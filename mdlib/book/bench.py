@@ -11,7 +11,7 @@ import os
 import random
 import statistics
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 if TYPE_CHECKING:
     import argparse
@@ -45,11 +45,25 @@ TORCH_CONTENDERS = {"sgd_default": ("SGD", {}), "sgd_fused": ("SGD", {"fused": T
                     "adam_default": ("Adam", {}), "adam_foreach": ("Adam", {"foreach": True}),
                     "adam_fused": ("Adam", {"fused": True})}
 
-#: LpMirrorDescent's implementations timed, as its arguments.
-MD_MODES = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+#: LpMirrorDescent's implementations timed, as its arguments ("-unchecked": without the per-step check
+#: that parameters were not edited outside the optimizer, ``check_edits=False``).
+MD_MODES = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True},
+            "default-unchecked": {"check_edits": False}, "fused-unchecked": {"fused": True, "check_edits": False}}
 
-#: The issue's targets: (contender pattern, reference, largest median ratio allowed).
+#: Chapter 08's targets (issue 11), per mode: (reference, largest median ratio allowed).
 STEP_TARGETS = {"default": ("adam_default", 1.0), "fused": ("adam_fused", 1.10)}
+
+#: ``bench optimizer``'s table (issue 32): torch's optimizers in their foreach and fused forms, every
+#: LpMirrorDescent mode, at two sizes; each mode against AdamW in the same form, the default and fused
+#: modes with a target (None: reported, no target).
+TABLE_CONTENDERS = {f"{name}_{form}": (cls, {**kw, form: True})
+                    for name, (cls, kw) in {"sgd": ("SGD", {}), "sgd-momentum": ("SGD", {"momentum": 0.9}),
+                                            "adam": ("Adam", {}), "adamw": ("AdamW", {})}.items()
+                    for form in ("foreach", "fused")}
+TABLE_TARGETS = {"default": ("adamw_foreach", 1.2), "foreach": ("adamw_foreach", None),
+                 "default-unchecked": ("adamw_foreach", None), "fused": ("adamw_fused", 1.3),
+                 "fused-unchecked": ("adamw_fused", None)}
+TABLE_SIZES = (1_000_000, 10_000_000)
 TRAINING_TARGET = 1.10
 
 
@@ -64,9 +78,11 @@ def choice(name: str, value: _T, allowed: Iterable[object]) -> _T:
 
 
 def optimizer_step_times(total: int, ps: Iterable[float] = (1.1, 1.75, 3.0), repeats: int = 31,
-                         modes: Sequence[str] = ("default", "fused"), seed: int = 0) -> dict[str, list[float]]:
+                         modes: Sequence[str] = ("default", "fused"), seed: int = 0,
+                         torch_contenders: Mapping[str, tuple[str, dict]] = TORCH_CONTENDERS
+                         ) -> dict[str, list[float]]:
     """Seconds per optimizer step on ``total`` float32 parameters (split as ``TENSOR_SPLIT``), for the
-    torch optimizers of ``TORCH_CONTENDERS`` and LpMirrorDescent at each p in each mode of ``MD_MODES``
+    torch optimizers of ``torch_contenders`` and LpMirrorDescent at each p in each mode of ``MD_MODES``
     (named ``md_p{p}_{mode}``); after two warm-up steps (which also compile), the contenders take one
     step each per round, in a new random order every round (seeded). Returns {contender: [seconds per
     round]}."""
@@ -84,7 +100,7 @@ def optimizer_step_times(total: int, ps: Iterable[float] = (1.1, 1.75, 3.0), rep
         return factory(params)
 
     contenders = {name: make(lambda ps_, cls=cls, kw=kw: getattr(torch.optim, cls)(ps_, lr=1e-3, **kw))
-                  for name, (cls, kw) in TORCH_CONTENDERS.items()}
+                  for name, (cls, kw) in torch_contenders.items()}
     for p in ps:
         for mode in modes:
             contenders[f"md_p{p:g}_{mode}"] = make(
@@ -102,29 +118,31 @@ def optimizer_step_times(total: int, ps: Iterable[float] = (1.1, 1.75, 3.0), rep
     return rounds
 
 
-def step_ratios(rounds: dict[str, list[float]]) -> dict[str, dict]:
-    """For each mirror-descent contender ``md_p{p}_{mode}`` whose mode has a target in ``STEP_TARGETS``:
-    the median over rounds of its time over the reference's in the same round, its 95 % interval, the
-    reference and the target."""
+def step_ratios(rounds: dict[str, list[float]],
+                targets: Mapping[str, tuple[str, float | None]] = STEP_TARGETS) -> dict[str, dict]:
+    """For each mirror-descent contender ``md_p{p}_{mode}`` whose mode is in ``targets``: the median over
+    rounds of its time over the reference's in the same round, its 95 % interval, the reference and the
+    target."""
     out = {}
     for name in rounds:
         mode = name.rsplit("_", 1)[-1]
-        if not name.startswith("md_") or mode not in STEP_TARGETS:
+        if not name.startswith("md_") or mode not in targets:
             continue
-        reference, target = STEP_TARGETS[mode]
+        reference, target = targets[mode]
         out[name] = {"vs": reference, **ratio_entry(rounds[name], rounds[reference], target)}
     return out
 
 
-def ratio_entry(times: list[float], reference: list[float], target: float, *, key: str = "median_ratio",
+def ratio_entry(times: list[float], reference: list[float], target: float | None, *, key: str = "median_ratio",
                 at_least: bool = False) -> dict:
     """The round-by-round ratios times[i] / reference[i] summarised: their median (as ``key``, rounded to
     3 digits), its 95 % interval, the target, and whether the median is met: <= target, or >= target
-    with ``at_least`` (a speedup)."""
+    with ``at_least`` (a speedup); None without a target."""
     ratios = [a / b for a, b in zip(times, reference)]
     median = statistics.median(ratios)
+    met = None if target is None else median >= target if at_least else median <= target
     return {key: round(median, 3), "ci95": [round(x, 3) for x in median_interval(ratios)], "target": target,
-            "met": median >= target if at_least else median <= target}
+            "met": met}
 
 
 def interleaved_rounds(steps: Mapping[str, Callable[[], object]], repeats: int, seed: int, *, warmup: int,
@@ -220,16 +238,25 @@ def training_step_times(which: str, repeats: int = 21, threads: int = 1, seed: i
 
 
 def optimizer(args: argparse.Namespace) -> dict:
-    """The issue-11 benchmark: (1) one optimizer step on 10M float32 parameters, LpMirrorDescent at
-    p = 1.1, 1.75 and 3 with its default implementation against torch's default Adam (target: no
-    slower) and fused against fused Adam (target: within 1.10x); (2) one training step of the sentiment
-    encoder and of the ViT at the default profile's sizes, mirror descent at each p against Adam
-    (target: within 1.10x). Medians over interleaved rounds of side-by-side ratios, with 95 % intervals."""
+    """(1) The optimizer-step table (issue 32): at 1M and 10M float32 parameters, LpMirrorDescent at
+    p = 1.1, 1.75 and 3 in every mode of ``MD_MODES`` beside SGD, SGD with momentum, Adam and AdamW in
+    their foreach and fused forms; each mode against AdamW in the same form (``TABLE_TARGETS``: default
+    within 1.2x of AdamW(foreach), fused within 1.3x of AdamW(fused)); (2) one training step of the
+    sentiment encoder and of the ViT at the default profile's sizes, mirror descent at each p against
+    Adam (target: within 1.10x). Medians over interleaved rounds of side-by-side ratios, with 95 %
+    intervals; ``table`` is the step table as text."""
     import torch
 
     repeats = args.repeats or 31
-    rounds = optimizer_step_times(10_000_000, repeats=repeats)
-    ratios = step_ratios(rounds)
+    steps, lines = {}, []
+    for total in TABLE_SIZES:
+        rounds = optimizer_step_times(total, repeats=repeats, modes=tuple(TABLE_TARGETS),
+                                      torch_contenders=TABLE_CONTENDERS)
+        steps[str(total)] = {"step_ms_median": {k: round(1e3 * statistics.median(v), 2) for k, v in rounds.items()},
+                             "step_ratios": step_ratios(rounds, TABLE_TARGETS)}
+        lines += step_table(total, steps[str(total)])
+    ratios = {f"{total} {name}": entry for total, report in steps.items()
+              for name, entry in report["step_ratios"].items()}
     training = {}
     for which in TRAINING_MODELS:
         times = training_step_times(which, repeats=repeats)
@@ -237,12 +264,34 @@ def optimizer(args: argparse.Namespace) -> dict:
         for name in times:
             if name.startswith("md_"):
                 training[which][f"{name} / adam"] = ratio_entry(times[name], times["adam"], TRAINING_TARGET)
-    met = all(r["met"] for r in ratios.values()) and all(
+    met = all(r["met"] is not False for r in ratios.values()) and all(
         v["met"] for t in training.values() for k, v in t.items() if k.endswith("/ adam"))
-    return {"benchmark": "optimizer", "torch": torch.__version__, "params": 10_000_000,
-            "threads": torch.get_num_threads(), "training_threads": 1, "repeats": repeats,
-            "step_ms_median": {k: round(1e3 * statistics.median(v), 2) for k, v in rounds.items()},
-            "step_ratios": ratios, "training_steps": training, "all_targets_met": met}
+    return {"benchmark": "optimizer", "date": time.strftime("%Y-%m-%d"), "machine": _machine(),
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "training_threads": 1,
+            "repeats": repeats, "steps": steps, "training_steps": training, "all_targets_met": met, "table": lines}
+
+
+def _machine() -> str:
+    import platform
+
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+def step_table(total: int, report: Mapping[str, Any]) -> list[str]:
+    """The rows of one size of the step table as Markdown: every contender's median ms, and for mirror
+    descent its ratio to its reference with the 95 % interval and the target."""
+    lines = [f"{total:,} float32 parameters", "| optimizer | ms | vs | ratio [95 % interval] | target |",
+             "|---|---:|---|---|---|"]
+    for name, ms in report["step_ms_median"].items():
+        entry = report["step_ratios"].get(name)
+        if entry is None:
+            lines.append(f"| {name} | {ms:.2f} | | | |")
+            continue
+        target = "" if entry["target"] is None else f"<= {entry['target']} ({'met' if entry['met'] else 'missed'})"
+        low, high = entry["ci95"]
+        lines.append(f"| {name} | {ms:.2f} | {entry['vs']} | {entry['median_ratio']:.2f} [{low:.2f}, {high:.2f}] "
+                     f"| {target} |")
+    return lines
 
 
 #: The issue-19 target: chapter 04's training step at least this many times faster than before.

@@ -292,6 +292,8 @@ def _bench(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    for line in result.get("table", ()):  # a table for the reader, beside the JSON line
+        print(line, file=sys.stderr)
     print(json.dumps(result))
     sys.stdout.flush()
     return 0
