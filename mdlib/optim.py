@@ -68,6 +68,12 @@ Conventions (those of torch's optimizers, and where this one differs):
   step (``mdlib.experiments.train.fit`` does after every epoch). ``zero_grad()`` does not settle it: that would make
   the host wait for the device at every iteration. p = 2 checks the gradient before the step (SGD keeps
   no second copy to roll back to), which reads it on the host.
+- Under ``torch.compile`` (of ``opt.step`` or of a whole training step) the step is traced without a
+  host read, so without a graph break (``fullgraph=True`` works): the edit check is done on the device
+  (as ``lazy_check`` does), and a step that would make a parameter non-finite is skipped on the device,
+  parameters and state left as they were, and reported by the next eager ``check()``. p = 2 is torch's
+  compiled SGD. A float lr is a constant of the compiled code (torch's rule): give a tensor lr to
+  schedule it without recompiling.
 - State of one optimizer is its own: the fused kernels' lr tensors and compile failure live on the
   instance; the compiled kernels are shared, keyed by layout (pure functions of their arguments).
 
@@ -473,6 +479,14 @@ def _exponent(state: dict[str, Any], default: float | None) -> float | None:
     return state["p"].item() if "p" in state else default
 
 
+def _resync_on_device(w: Tensor, u: Tensor, p: float) -> None:
+    """u <- u where w is m^-1(u) bit for bit (what the optimizer last wrote), else m(w): the edit check
+    as one expression, without a host read (the lazily checked and the traced steps)."""
+    inverse = _fused_signed_power(u, 1.0 / (p - 1.0)).to(w.dtype)
+    bits = _BITS[w.element_size()]
+    u.copy_(torch.where(inverse.view(bits) == w.view(bits), u, _fused_signed_power(w.to(u.dtype), p - 1.0)))
+
+
 def _check_sparse(group: dict[str, Any], p: float, param: Tensor, name: str) -> None:
     """Refuse a sparse gradient where its step would not be sparse or is not implemented (p = 2 takes
     what ``torch.optim.SGD`` takes)."""
@@ -601,6 +615,7 @@ class LpMirrorDescent(Optimizer):
         self.lazy_check, self.check_edits = lazy_check, check_edits
         self._pending: list[_Pending] = []  # the last step's groups, while their check is outstanding
         self._fused = _Fused()  # the fused kernels' lr tensors and failure: this optimizer's own
+        self._refused = torch.zeros((), dtype=torch.int64)  # steps traced by torch.compile and refused
         super().__init__(params, defaults)
 
     @staticmethod
@@ -660,6 +675,7 @@ class LpMirrorDescent(Optimizer):
         self.__dict__.setdefault("lazy_check", None)
         self.__dict__.setdefault("check_edits", True)
         self._pending, self._fused = [], _Fused()
+        self._refused = torch.zeros((), dtype=torch.int64)
         for group in self.param_groups:  # checkpoints and pickles of earlier versions lack these
             for key, value in _GROUP_DEFAULTS.items():
                 group.setdefault(key, value)
@@ -725,7 +741,10 @@ class LpMirrorDescent(Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Perform one mirror-descent step (after settling a lazily checked previous one); returns the
-        closure's loss if a closure is given. Parameters without a gradient are left alone."""
+        closure's loss if a closure is given. Parameters without a gradient are left alone. Under
+        ``torch.compile`` the step is :meth:`_traced_step`."""
+        if torch.compiler.is_compiling():
+            return self._traced_step(closure)
         self.check()
         loss = None
         if closure is not None:
@@ -753,11 +772,91 @@ class LpMirrorDescent(Optimizer):
                 self._sgd_step(job)
         return loss
 
+    def _init_group(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
+                    spares: list[Tensor], buffers: list[Tensor | None]) -> None:
+        """Fill the lists with the group's parameters that have a gradient (real views of complex ones),
+        their gradients, duals (made as m(w) where missing), spare buffers and momentum buffers: the
+        state a traced step reads. ``torch.compile`` runs this method eagerly by its name, as it runs
+        torch's optimizers' (and guards on the state it finds)."""
+        p = group["p"]
+        keys = [w for w in group["params"] if w.grad is not None]
+        for w in keys:
+            if w.grad.is_sparse:
+                raise RuntimeError("LpMirrorDescent under torch.compile takes dense gradients only: use "
+                                   "nn.Embedding(..., sparse=False) or step outside the compiled function")
+            if group["fused"]:
+                _check_fused_param(w)
+        real = [torch.view_as_real(w) if w.is_complex() else w for w in keys]
+        params.extend(real)
+        grads.extend(torch.view_as_real(w.grad) if w.is_complex() else w.grad for w in keys)
+        buffers.extend(self.state[w].get("momentum_buffer") for w in keys)
+        if p == 2.0:
+            return
+        duals.extend(self._duals(keys, real, p)[0])
+        spares.extend(self._spares(keys, duals, p)[0])
+
+    def _traced_step(self, closure: Callable[[], Any] | None) -> Any:
+        """The step as ``torch.compile`` traces it: no host read, so no graph break. Per group with p != 2
+        (with ``check_edits``) u <- u where w = m^-1(u) bit for bit, else m(w), as a lazily checked step
+        does; s = u - lr d (d: the gradient after normalize and SGD's options, :func:`_sgd_direction`);
+        the step is kept only if every new parameter of the group is finite (u <- s, w <- m^-1(s); else u
+        and w stay, and the momentum buffers), decided on the device; a refused step is counted and
+        :meth:`check` (eager) raises FloatingPointError for it. p = 2 is torch's SGD as torch compiles it
+        (without the finiteness check: it would read the host)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params: list[Tensor] = []
+            grads: list[Tensor] = []
+            duals: list[Tensor] = []
+            spares: list[Tensor] = []
+            buffers: list[Tensor | None] = []
+            self._init_group(group, params, grads, duals, spares, buffers)
+            if not params:
+                continue
+            p, momentum = group["p"], group["momentum"]
+            if p == 2.0:
+                _torch_sgd(params, grads, buffers, foreach=group["foreach"], fused=group["fused"],
+                           weight_decay=group["weight_decay"], momentum=momentum, lr=group["lr"],
+                           dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"])
+            else:
+                buffers = self._traced_update(group, params, grads, duals, spares, buffers)
+            if momentum:
+                keys = [w for w in group["params"] if w.grad is not None]
+                for key, buffer in zip(keys, buffers):
+                    self.state[key]["momentum_buffer"] = buffer
+        return loss
+
+    def _traced_update(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
+                       spares: list[Tensor], buffers: list[Tensor | None]) -> list[Tensor | None]:
+        """:meth:`_traced_step` for one group with p != 2; returns the momentum buffers it keeps."""
+        p, lr = group["p"], group["lr"]
+        r = 1.0 / (p - 1.0)
+        if group["normalize"]:
+            grads = _normalized(grads, p, group["eps"])
+        direction, new_buffers = _sgd_direction(params, grads, buffers, weight_decay=group["weight_decay"],
+                                                momentum=group["momentum"], dampening=group["dampening"],
+                                                nesterov=group["nesterov"], maximize=group["maximize"],
+                                                foreach=False)
+        extremes = []
+        for w, d, u, s in zip(params, direction, duals, spares):
+            if self.check_edits:
+                _resync_on_device(w, u, p)
+            s.copy_(u - d.to(u.dtype) * lr)
+            extremes.append(_fused_signed_power(s, r).abs().amax().float() if s.numel() else s.new_zeros(()).float())
+        ok = torch.isfinite(torch.stack(extremes)).all()
+        for w, u, s in zip(params, duals, spares):
+            u.copy_(torch.where(ok, s, u))
+            w.copy_(_fused_signed_power(u, r).to(w.dtype))
+        self._refused.add_((~ok).to(self._refused.dtype))
+        for b_old, b_new in zip(buffers, new_buffers):  # in place: the state keeps its tensors (no recompile)
+            if b_old is not None and b_new is not None:
+                b_old.copy_(torch.where(ok, b_new, b_old))
+        return [b_new if b_old is None else b_old for b_old, b_new in zip(buffers, new_buffers)]
+
     def _prepare_group(self, index: int, group: dict[str, Any]) -> _Job | None:
-        """Validate param group ``index`` before any update (sparse gradients, fused support, a finite lr;
-        p = 2 also checks its gradients, SGD keeping no dual to return to) and return its work for the
-        parameters with a gradient, or None if it has none. For p != 2 a complex parameter and its
-        gradient are stepped as their ``view_as_real``."""
         p = check_p(group["p"])
         names = group.get("param_names") or [
             f"param_groups[{index}]['params'][{j}]" for j in range(len(group["params"]))]
@@ -1038,8 +1137,15 @@ class LpMirrorDescent(Optimizer):
     def check(self) -> None:
         """Settle the last step if its finiteness check is outstanding (``lazy_check``): if a new
         parameter is not finite, undo that step and raise FloatingPointError naming the parameters.
-        ``step()``, ``state_dict()`` and pickling call it; a training loop calls it after its last step."""
+        ``step()``, ``state_dict()`` and pickling call it; a training loop calls it after its last step.
+        Also raises if steps traced by ``torch.compile`` were refused (left undone) since the last call."""
         self._settle(keep_copies=False)
+        refused = int(self._refused.item()) if self._refused.any() else 0
+        if refused:
+            self._refused.zero_()
+            raise FloatingPointError(f"{refused} step(s) under torch.compile would have made a parameter "
+                                     "non-finite and were skipped (parameters and state left as they were); "
+                                     "check the loss or reduce lr")
 
 
 def _inverse(duals: list[Tensor], outs: list[Tensor], r: float, foreach: bool) -> None:
