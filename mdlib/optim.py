@@ -6,7 +6,9 @@ of the same update, named as torch names its own:
 - single-tensor (``_single_tensor_lpmirrordescent``): a loop over the parameters, in-place torch
   operations (the default on CPU);
 - multi-tensor (``_multi_tensor_lpmirrordescent``, ``foreach=True``): torch's ``torch._foreach_*``
-  kernels, one launch per operation for all tensors of a device and dtype (the default on CUDA);
+  kernels, one launch per operation for all tensors of a device and dtype (the default on CUDA). On a
+  CPU, where torch's foreach kernels are a loop over the tensors, it runs the single-tensor loop for
+  those tensors: the same update with fewer passes (``python -m mdlib bench optimizer``);
 - fused (``_fused_lpmirrordescent``, ``fused=True``): the whole update of a tensor, finiteness check
   included, as one expression compiled by ``torch.compile`` (opt-in; if compiling fails, a one-time
   warning and the other implementations).
@@ -216,6 +218,9 @@ def _multi_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], dua
     r = 1.0 / (p - 1.0)
     for index in _by_device_and_dtype(duals, params):
         ws, gs, us, ss = ([x[i] for i in index] for x in (params, grads, duals, spares))
+        if us[0].device.type == "cpu":  # torch's foreach kernels loop over the tensors there: the loop is faster
+            _single_tensor_lpmirrordescent(ws, gs, us, ss, lr=lr, p=p, maximize=maximize)
+            continue
         torch._foreach_copy_(ss, us)
         torch._foreach_add_(ss, gs, alpha=alpha)
         _foreach_signed_power_into(ss, r, ws)
@@ -1150,12 +1155,12 @@ class LpMirrorDescent(Optimizer):
 
 def _inverse(duals: list[Tensor], outs: list[Tensor], r: float, foreach: bool) -> None:
     """outs <- m^-1(u) by the eager implementation's own kernels, in the duals' dtype (``outs`` have it)."""
-    if foreach:
-        for index in _by_device_and_dtype(duals):
+    for index in _by_device_and_dtype(duals):
+        if foreach and duals[index[0]].device.type != "cpu":  # on CPU, as the step: the loop
             _foreach_signed_power_into([duals[i] for i in index], r, [outs[i] for i in index])
-    else:
-        for u, s in zip(duals, outs):
-            _signed_power_into(u, r, s)
+        else:
+            for i in index:
+                _signed_power_into(duals[i], r, outs[i])
 
 
 def _inverse_into(targets: list[Tensor], duals: list[Tensor], work: list[Tensor], p: float, foreach: bool,
