@@ -31,6 +31,11 @@ def test_choice_names_the_parameter_the_value_and_the_allowed_values():
         bench.choice("modes", ["default"], bench.MD_MODES)
 
 
+def test_sparse_embedding_step_times_train_chapter_04s_model_both_ways():
+    rounds = bench.sparse_embedding_step_times(repeats=1)
+    assert set(rounds) == {"dense", "sparse"} and all(len(t) == 1 and t[0] > 0 for t in rounds.values())
+
+
 def test_optimizer_step_times_times_every_contender_each_round():
     rounds = bench.optimizer_step_times(2000, ps=(1.75,), repeats=2, modes=("default", "foreach"))
     assert set(rounds) == {*bench.TORCH_CONTENDERS, "md_p1.75_default", "md_p1.75_foreach"}
@@ -91,9 +96,12 @@ def test_optimizer_benchmark_reports_the_medians_and_ratios_of_what_it_timed(mon
     # Adam 10 then 20 ms; md_p1.1 20 and 20 ms (ratios 2, 1 -> 1.5: missed); md_p3 as Adam (1.0: met)
     training = _fake(monkeypatch, bench, "training_step_times", lambda a: {
         "adam": [0.010, 0.020], "md_p1.1": [0.020, 0.020], "md_p3": [0.010, 0.020]})
+    _fake(monkeypatch, bench, "sparse_embedding_step_times", lambda a: {"dense": [0.010, 0.020],
+                                                                        "sparse": [0.005, 0.020]})
     out = bench.optimizer(SimpleNamespace(repeats=2))
     json.dumps(out)  # what the CLI prints
 
+    assert out["sparse_embedding"]["sparse / dense"]["median_ratio"] == 0.75  # ratios 0.5 and 1
     assert [c["total"] for c in steps] == list(bench.TABLE_SIZES) == [1_000_000, 10_000_000]
     assert all(c["repeats"] == 2 and c["torch_contenders"] == bench.TABLE_CONTENDERS for c in steps)
     assert {"sgd_foreach", "sgd-momentum_fused", "adam_foreach", "adamw_fused"} <= set(bench.TABLE_CONTENDERS)

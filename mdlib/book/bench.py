@@ -237,14 +237,45 @@ def training_step_times(which: str, repeats: int = 21, threads: int = 1, seed: i
         torch.set_num_threads(before)
 
 
+def sparse_embedding_step_times(p: float = 1.1, repeats: int = 21, threads: int = 1, seed: int = 0
+                                ) -> dict[str, list[float]]:
+    """Seconds per training step of chapter 04's model (``training_setup("sentiment")``) with mirror
+    descent at ``p``, its token table's gradient dense (as the chapters train) or sparse
+    (``nn.Embedding.sparse``: the step updates the rows of the batch's tokens only), interleaved round
+    by round after two warm-up steps. Returns {"dense": [...], "sparse": [...]}."""
+    import torch
+
+    from mdlib.experiments import methods
+
+    make, inputs, labels, loss_fn = training_setup("sentiment", seed)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        steps = {}
+        for name in ("dense", "sparse"):
+            model = make()
+            model.token.sparse = name == "sparse"
+            opt = methods.make_optimizer(model.parameters(), "md", 1e-4, p)
+
+            def step(model=model, opt=opt):
+                opt.zero_grad(set_to_none=True)
+                loss_fn(model(**inputs), labels).backward()
+                opt.step()
+            steps[name] = step
+        return interleaved_rounds(steps, repeats, seed, warmup=2)
+    finally:
+        torch.set_num_threads(before)
+
+
 def optimizer(args: argparse.Namespace) -> dict:
     """(1) The optimizer-step table (issue 32): at 1M and 10M float32 parameters, LpMirrorDescent at
     p = 1.1, 1.75 and 3 in every mode of ``MD_MODES`` beside SGD, SGD with momentum, Adam and AdamW in
     their foreach and fused forms; each mode against AdamW in the same form (``TABLE_TARGETS``: default
     within 1.2x of AdamW(foreach), fused within 1.3x of AdamW(fused)); (2) one training step of the
     sentiment encoder and of the ViT at the default profile's sizes, mirror descent at each p against
-    Adam (target: within 1.10x). Medians over interleaved rounds of side-by-side ratios, with 95 %
-    intervals; ``table`` is the step table as text."""
+    Adam (target: within 1.10x); (3) chapter 04's training step with the token table's gradient sparse
+    against dense (``sparse_embedding_step_times``, no target). Medians over interleaved rounds of
+    side-by-side ratios, with 95 % intervals; ``table`` is the step table as text."""
     import torch
 
     repeats = args.repeats or 31
@@ -264,11 +295,15 @@ def optimizer(args: argparse.Namespace) -> dict:
         for name in times:
             if name.startswith("md_"):
                 training[which][f"{name} / adam"] = ratio_entry(times[name], times["adam"], TRAINING_TARGET)
+    sparse = sparse_embedding_step_times(repeats=repeats)
+    sparse_report = {"step_ms_median": {k: round(1e3 * statistics.median(v), 2) for k, v in sparse.items()},
+                     "sparse / dense": ratio_entry(sparse["sparse"], sparse["dense"], None)}
     met = all(r["met"] is not False for r in ratios.values()) and all(
         v["met"] for t in training.values() for k, v in t.items() if k.endswith("/ adam"))
     return {"benchmark": "optimizer", "date": time.strftime("%Y-%m-%d"), "machine": _machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "training_threads": 1,
-            "repeats": repeats, "steps": steps, "training_steps": training, "all_targets_met": met, "table": lines}
+            "repeats": repeats, "steps": steps, "training_steps": training, "sparse_embedding": sparse_report,
+            "all_targets_met": met, "table": lines}
 
 
 def _machine() -> str:
