@@ -38,7 +38,7 @@ def test_config_rejects_bad_settings():
 
 
 def test_method_keys_round_trip():
-    for key in ("1.1", "2", "3", "1.75", "adam"):
+    for key in ("1.1", "2", "3", "1.75", "adam", "adamw"):
         assert methods.method_key(*methods.method(key)) == key
     assert methods.method("2") == ("md", 2.0)
     with pytest.raises(ValueError, match="unknown method 'rmsprop'"):

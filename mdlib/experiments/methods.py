@@ -1,4 +1,4 @@
-"""How the experiments name and build an optimizer: a method key ("1.1", "2", "adam", "sgd"), the
+"""How the experiments name and build an optimizer: a method key ("1.1", "2", "adam", "adamw", "sgd"), the
 optimizer it builds (``make_optimizer``) and how tables and legends write it.
 """
 
@@ -16,12 +16,13 @@ from mdlib.optim import LpMirrorDescent
 
 __all__ = ["OPTIMIZERS", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label"]
 
-OPTIMIZERS = ("md", "adam", "sgd")
+OPTIMIZERS = ("md", "adam", "adamw", "sgd")
 
 
 def make_optimizer(params: Iterable[Any], name: str, lr: float, p: float | None = None) -> torch.optim.Optimizer:
     """The optimizer of a run config: ``"md"`` (``LpMirrorDescent`` with exponent ``p``), ``"adam"``
-    (torch Adam, default betas) or ``"sgd"`` (plain SGD; the same as md with p = 2).
+    (torch Adam, default betas), ``"adamw"`` (torch AdamW, its defaults: betas (0.9, 0.999), weight
+    decay 0.01) or ``"sgd"`` (plain SGD; the same as md with p = 2).
 
     Implementations: torch's defaults (single-tensor on CPU, foreach on CUDA), except that mirror descent
     on CUDA takes its fused step (torch.compile; foreach, with a warning, where that does not compile).
@@ -38,6 +39,8 @@ def make_optimizer(params: Iterable[Any], name: str, lr: float, p: float | None 
         raise ValueError(f"optimizer {name!r} takes no exponent p (got p={p}); p is for 'md'")
     if name == "adam":
         return torch.optim.Adam(params, lr=lr)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
     raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
@@ -48,15 +51,16 @@ _EXPONENT = re.compile(r"[0-9]+(\.[0-9]+)?")  #: an exponent in a method key: "1
 
 def method(key: str | float) -> tuple[str, float | None]:
     """A method key as (optimizer, p): ``"adam"`` -> ("adam", None), ``"1.1"`` -> ("md", 1.1). The keys:
-    "adam", "sgd", and an exponent p > 1 in decimal digits ("1.1", "2") or as a number (a YAML key 1.1)."""
-    if key in ("adam", "sgd"):
+    "adam", "adamw", "sgd", and an exponent p > 1 in decimal digits ("1.1", "2") or as a number (a YAML
+    key 1.1)."""
+    if key in ("adam", "adamw", "sgd"):
         return key, None
     number = isinstance(key, numbers.Real) and not isinstance(key, bool)
     if number or isinstance(key, str) and _EXPONENT.fullmatch(key):
         with contextlib.suppress(ValueError):
             return "md", check_p(key)
     raise ValueError(f"unknown method {key!r}: an l_p exponent p > 1 in decimal digits such as '1.1' or '3', "
-                     "or 'adam' / 'sgd'")
+                     "or 'adam' / 'adamw' / 'sgd'")
 
 
 def method_key(optimizer: str, p: float | None = None) -> str:
@@ -74,7 +78,7 @@ def p_label(p: float) -> str:
 def method_label(optimizer: str, p: float | None = None) -> str:
     """Legend label of a real-data run's optimizer: ``p_label(p)`` for mirror descent ("md"), else
     the optimizer's name ("Adam", "SGD")."""
-    return p_label(p) if optimizer == "md" else {"adam": "Adam", "sgd": "SGD"}.get(optimizer, optimizer)
+    return p_label(p) if optimizer == "md" else {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}.get(optimizer, optimizer)
 
 
 def method_text(optimizer: str, p: float | None = None) -> str:
