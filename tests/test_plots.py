@@ -168,3 +168,32 @@ def test_e3_joint_figure_has_a_row_per_exponent():
     assert len(first.lines) == 4 and max(first.lines[0].get_xdata()) == 3  # the first 3 steps only
     assert first.get_title() == "first 3 steps"
     plt.close(fig)
+
+
+def test_step_size_figure_marks_the_choice_the_diverged_runs_and_the_references():
+    """Chapter 09's figure: a line per p of its finished steps (mean over seeds), a circle on the chosen
+    step, an x for a step that diverged at any seed, AdamW's and SGD's chosen runs as horizontal lines."""
+    rows = []
+    for p, chosen in ((1.1, 1.0), (3.0, 0.1)):
+        for multiple in (0.1, 1.0, 10.0):
+            for seed in (0, 1):
+                diverged = p == 1.1 and multiple == 10.0 and seed == 1
+                rows.append({"method": f"{p:g}", "optimizer": "md", "p": p, "multiple": multiple, "lr": multiple * p,
+                             "sgd_equivalent_lr": multiple, "seed": seed, "diverged": diverged,
+                             "validation_loss": np.nan if diverged else 0.5 + multiple / 100 + seed / 10,
+                             "validation_accuracy": np.nan if diverged else 0.7, "chosen": multiple == chosen})
+    for method, loss in (("adamw", 0.6), ("sgd", 0.55)):
+        rows.append({"method": method, "optimizer": method, "p": np.nan, "multiple": 1.0, "lr": 1e-3,
+                     "sgd_equivalent_lr": np.nan, "seed": 0, "diverged": False, "validation_loss": loss,
+                     "validation_accuracy": 0.7, "chosen": True})
+    fig = plots.step_size_figure(pd.DataFrame(rows))
+    top_left, top_right = fig.axes[0], fig.axes[1]
+    assert len(fig.axes) == 4
+    line, circle, crosses = top_left.lines[:3]  # p = 1.1: its finished steps, the chosen one, the diverged one
+    assert list(line.get_xdata()) == pytest.approx([0.11, 1.1]) and list(circle.get_xdata()) == pytest.approx([1.1])
+    assert list(line.get_ydata()) == pytest.approx([0.551, 0.56])  # means over the two seeds
+    assert list(crosses.get_xdata()) == pytest.approx([11.0])
+    assert list(top_right.lines[0].get_xdata()) == pytest.approx([0.1, 1.0])  # the SGD-equivalent steps
+    flat = [line for line in top_left.lines if list(line.get_ydata()) in ([0.6, 0.6], [0.55, 0.55])]
+    assert len(flat) == 2  # AdamW and SGD
+    plt.close(fig)

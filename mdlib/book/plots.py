@@ -61,7 +61,7 @@ LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # (0 blue, 1 orange, 2 green, 3 vermillion, 4 purple, 5 brown, 6 pink, 7 grey, 8 yellow, 9 sky blue;
 # 1.75 and 3 get orange and purple, which stay apart for colour-blind readers and in greyscale.)
 _PALETTE_SLOTS = {1.1: 0, 1.75: 1, 2.0: 2, 3.0: 4, 1.5: 9, 2.5: 5, 1.25: 6, 4.0: 3}
-_NAMED_SLOTS = {"adam": 7, "sgd": 2, "gd": 2}
+_NAMED_SLOTS = {"adam": 7, "adamw": 7, "sgd": 2, "gd": 2}
 _SPARE_SLOTS = (8, 3, 5, 6, 9)
 
 
@@ -440,6 +440,51 @@ def cost_step_figure(steps: pd.DataFrame) -> Figure:
     right.axhline(1, color="black", lw=0.8)
     left.legend(fontsize=7, ncol=2)
     fig.tight_layout()
+    return fig
+
+
+def step_size_figure(runs: pd.DataFrame, metrics: Sequence[str] = ("validation_loss", "validation_accuracy")) -> Figure:
+    """Chapter 09's sweep (``step_sizes.StepSizes.runs``): one row of panels per metric, the final value
+    (mean over seeds) against the step size, one line per exponent p; left against lr itself, right
+    against the SGD step whose first step moves an entry of the matched scale as far
+    (``sgd_equivalent_lr``: where the curves coincide, ``matched_lr``'s rule holds). A large open circle
+    marks each p's chosen step; an x at the top edge a step at which a run overflowed or ended with a
+    non-finite loss (at any seed). Horizontal lines: AdamW at its chosen step (dashed) and torch's SGD at
+    the chosen step of p = 2 (dotted). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    names = {"validation_loss": "validation loss (final)", "validation_accuracy": "validation accuracy (final)"}
+    md = runs[runs.optimizer == "md"]
+    fig, axes = plt.subplots(len(metrics), 2, figsize=(12, 3.9 * len(metrics)), sharey="row", sharex="col",
+                             squeeze=False)
+    for row, metric in enumerate(metrics):
+        for ax, x in zip(axes[row], ("lr", "sgd_equivalent_lr")):
+            for i, (p, group) in enumerate(md.groupby("p", sort=True)):
+                per = group.groupby("multiple").agg(x=(x, "first"), y=(metric, "mean"), diverged=("diverged", "any"),
+                                                    chosen=("chosen", "any"))
+                ok, bad, color = per[~per.diverged], per[per.diverged], p_color(p)
+                ax.plot(ok.x, ok.y, color=color, marker="o", ms=4, label=p_label(p))
+                ax.plot(ok.x[ok.chosen], ok.y[ok.chosen], ls="none", marker="o", ms=12, mfc="none", mec=color, mew=2)
+                ax.plot(bad.x, [0.96 - 0.045 * i] * len(bad), ls="none", marker="x", ms=7, mew=2, color=color,
+                        transform=ax.get_xaxis_transform())  # one height per p: the right panels share x
+            for key, ls, name in (("adamw", "--", "AdamW, its chosen lr"), ("sgd", ":", "SGD (torch), p = 2's lr")):
+                chosen = runs[(runs.method == key) & runs.chosen.astype(bool) & ~runs.diverged.astype(bool)]
+                if len(chosen):
+                    ax.axhline(chosen[metric].mean(), color=p_color(key), ls=ls, lw=1.4, label=name)
+            ax.set_xscale("log")
+        axes[row, 0].set_ylabel(names.get(metric, metric))
+    axes[-1, 0].set_xlabel("step size lr")
+    axes[-1, 1].set_xlabel("SGD-equivalent step: lr / ((p - 1) scale^(p - 2))")
+    axes[0, 0].set_title("against the step size", fontsize="medium")
+    axes[0, 1].set_title("against the SGD step it is matched to (matched_lr)", fontsize="medium")
+    from matplotlib.lines import Line2D
+
+    handles, labels = axes[0, 1].get_legend_handles_labels()
+    handles += [Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec="0.3", mew=2),
+                Line2D([], [], ls="none", marker="x", ms=7, mew=2, color="0.3")]
+    labels += ["chosen (lowest validation loss)", "diverged (overflow or non-finite loss)"]
+    fig.tight_layout(rect=(0, 0.08 if len(metrics) > 1 else 0.14, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize="small", frameon=False)
     return fig
 
 
