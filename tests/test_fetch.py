@@ -254,8 +254,10 @@ def test_a_corrupt_hub_file_is_refused_and_other_files_are_read_as_given(cache, 
 # --- what each chapter reads ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("profile, expected", [
-    ("default", {"04_sentiment": ["rotten_tomatoes", "wordpiece_vocab"], "07_vision": ["fashion_mnist"]}),
-    ("paper", {"04_sentiment": ["imdb", "wordpiece_vocab"], "07_vision": ["cifar10", "cifar100"]}),
+    ("default", {"04_sentiment": ["rotten_tomatoes", "wordpiece_vocab"], "07_vision": ["fashion_mnist"],
+                 "09_step_sizes": ["rotten_tomatoes", "wordpiece_vocab"]}),
+    ("paper", {"04_sentiment": ["imdb", "wordpiece_vocab"], "07_vision": ["cifar10", "cifar100"],
+               "09_step_sizes": ["rotten_tomatoes", "wordpiece_vocab"]}),
 ])
 def test_each_chapter_needs_what_its_parameters_name(profile, expected, tmp_path, monkeypatch):
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))

@@ -9,8 +9,9 @@ Nothing is trained, fetched or installed: the counts come from the run configs
   V100 ran its vision transformer on CIFAR-10 for 2,000 epochs in 29 hours (Appendix G.7), which
   fixes seconds per FLOP of that model; on a CPU, one core's measured throughput
   (:data:`CPU_SECONDS_PER_TFLOP`, or ``--measure`` on this machine).
-- the synthetic chapters (01-03) and the cost benchmark (08), which run on the CPU: their measured
-  time at the default profile (:data:`MEASURED`), scaled by their steps.
+- the synthetic chapters (01-03), the cost benchmark (08) and the step-size guide (09, whose tiny
+  model's steps cost far more than their FLOPs), which run on the CPU: their measured time at the
+  default profile (:data:`MEASURED`), scaled by their steps.
 
 Hours are one device's (one GPU, or one CPU core): runs trained at once on N GPUs or ``workers`` CPU
 processes divide the wall time by up to N.
@@ -46,12 +47,13 @@ class Measured:
 
 #: The CPU chapters' measured wall times at the default profile: ``python -m mdlib run NAME`` with an
 #: empty results store on the 2-core CPU machine (01-03 on 2026-12-02; 08 within the fresh default
-#: build of 2026-12-01).
+#: build of 2026-12-01; 09 on 2026-12-03, its 28 runs in 2 worker processes).
 MEASURED: Mapping[str, Measured] = {
     "01_fixed_decoder_paths": Measured(76.7, "2026-12-02"),
     "02_single_instance_path": Measured(62.4, "2026-12-02"),
     "03_joint_training": Measured(15.6, "2026-12-02"),
     "08_cost": Measured(287.0, "2026-12-01"),
+    "09_step_sizes": Measured(217.3, "2026-12-03"),
 }
 
 
@@ -251,6 +253,12 @@ def _e8(p: Mapping[str, Any]) -> tuple[int, float]:
     return 0, len(p["ps"]) * len(p["modes"]) * p["repeats"] * len(p["sizes"]) + p["training_repeats"] + p["vit_repeats"]
 
 
+def _e9(p: Mapping[str, Any]) -> tuple[int, float]:
+    from mdlib.experiments import step_sizes
+
+    return step_sizes.work(**p)
+
+
 def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
     from mdlib.experiments import sentiment
 
@@ -316,6 +324,8 @@ CHAPTERS: Mapping[str, Callable[[str, Mapping[str, Any], tuple[str, ...], Costs]
     "07_vision": _vision,
     "08_cost": _synthetic(_e8, "timed steps of the optimizers and the chapters' models", "timed steps",
                           "times its steps on the GPU when there is one, on the CPU here"),
+    "09_step_sizes": _synthetic(_e9, "lr x p sweep of a tiny sentiment encoder", "steps",
+                                "trains on the GPU when there is one, else in `workers` CPU processes"),
 }
 
 

@@ -380,10 +380,10 @@ def needed(notebook: str, parameters: Mapping[str, Any]) -> list[str]:
     04_sentiment: its ``dataset`` and the WordPiece vocabulary. 05_token_selection and 06_weights
     tokenize the data set of the Table 1 grid chapter 04 built at ``table1`` or ``profile`` (known once
     04 has built it: read from the results store), and 05 scores the VADER lexicon, which comes with
-    ``rotten_tomatoes``. 07_vision: its ``datasets``. The other chapters (08_cost times synthetic
-    batches) read none."""
+    ``rotten_tomatoes``. 07_vision: its ``datasets``. 09_step_sizes: its ``dataset`` and the WordPiece
+    vocabulary. The other chapters (08_cost times synthetic batches) read none."""
     names: list[str] = []
-    if notebook == "04_sentiment":
+    if notebook in ("04_sentiment", "09_step_sizes"):
         names = [parameters["dataset"], "wordpiece_vocab"]
     elif notebook in ("05_token_selection", "06_weights"):
         from mdlib.experiments import sentiment, store

@@ -144,6 +144,11 @@ ARTIFACTS: Mapping[str, str | None] = {
     "table-cost-training": None,
     "table-cost": "Appendix G.1 (operations per parameter)",
     "table-cost-vit": "Appendix G.7 (training time)",
+    # 09: a guide to step sizes (no claim of the paper's)
+    "table-steps-first-step": None,
+    "fig-steps-sweep": None,
+    "table-steps-best": None,
+    "table-steps-movement": None,
 }
 
 
