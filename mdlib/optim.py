@@ -49,8 +49,11 @@ Conventions (those of torch's optimizers, and where this one differs):
   ``torch.nn.utils.vector_to_parameters``), which torch's version counter does not see: every step
   first verifies, bit for bit, that each parameter is still what the optimizer last wrote (the copy an
   immediately checked step keeps in its spare buffer, else m^-1(u) by the same implementation) and
-  re-derives u = m(w) for the entries that are not. Without edits, nothing changes bit for bit. Its
-  cost is the step's "-unchecked" modes in ``python -m mdlib bench optimizer``. ``check_edits=False``
+  re-derives u = m(w) for the entries that are not. Without edits, nothing changes bit for bit. It
+  reads the parameter and a copy and writes the copy: four passes over memory beside the step's four.
+  ``python -m mdlib bench optimizer`` (2026-12-03, a 2-core x86_64 CPU, torch 2.14.1, 10M float32
+  parameters, p = 1.1, 1.75, 3): the default step 0.74-1.02x AdamW(foreach)'s time, 0.47-0.74x
+  unchecked; fused 2.3x AdamW(fused)'s, 1.04-1.12x unchecked. ``check_edits=False``
   (an attribute) skips it: the same steps bit for bit, faster, but an edit made outside the optimizer
   is then overwritten from the dual at the next step unless :meth:`LpMirrorDescent.resync` is called
   after it. Keep the default unless the training loop never touches the parameters.
