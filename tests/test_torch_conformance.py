@@ -566,12 +566,20 @@ def stepped_three_times(kwargs, grad=torch.randn_like) -> tuple[list[Parameter],
 def test_load_nontensor_step(kwargs):
     """torch's: a state whose "step" is a Python number loads; this optimizer keeps no step counter, and a
     state with one (an unknown entry) still loads and steps."""
-    _, optimizer = stepped_three_times(kwargs, grad=torch.rand_like)
+    params, optimizer = stepped_three_times(kwargs, grad=torch.rand_like)
+    twin_params = [Parameter(w.detach().clone()) for w in params]
+    for w, v in zip(params, twin_params):
+        v.grad = w.grad.clone()
+    twin = OPTIM(twin_params, **fresh(kwargs))
+    twin.load_state_dict(copy.deepcopy(optimizer.state_dict()))
     state_dict = copy.deepcopy(optimizer.state_dict())
     for entry in state_dict["state"].values():
         entry["step"] = 3.0
     optimizer.load_state_dict(state_dict)
+    assert all(state["step"] == 3.0 for state in optimizer.state.values())  # kept, as torch keeps it
     optimizer.step()
+    twin.step()
+    assert all(torch.equal(w, v) for w, v in zip(params, twin_params))  # and ignored: the step is the same
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
