@@ -84,7 +84,7 @@ config, paper_config = vision.chapter_grids(  # the swept grid, and Adam and l_1
     precision=precision)
 methods = config.methods
 grid = vision.grid(config, workers=workers)
-name = {k: "Adam" if k == "adam" else f"p = {k}" for k in methods}
+name = {k: method_keys.method_text(*method_keys.method(k)) for k in methods}
 swept = [k for k in methods if len(config.step_sizes[k]) > 1]
 print(f"profile={profile}: {len(grid.sweep)} candidate step sizes swept, "
       f"{int(grid.sweep.validation_accuracy.isna().sum())} diverged")

@@ -107,7 +107,7 @@ for which in bench.TRAINING_MODELS:
         ratios = [a / b for a, b in zip(seconds, times["adam"])]
         low, high = bench.median_interval(ratios)
         training.append({"model": {"sentiment": "sentiment encoder (04)", "vit": "ViT (07)"}[which],
-                         "optimizer": "Adam" if name == "adam" else f"MD p = {name[4:]}",
+                         "optimizer": methods.method_text(*bench.TRAINING_OPTIMIZERS[name][::2]),
                          "ms per step": 1e3 * statistics.median(seconds), "vs Adam (median ratio)": statistics.median(ratios),
                          "ci95": f"{low:.2f}-{high:.2f}",
                          "method": methods.method_key(*bench.TRAINING_OPTIMIZERS[name][::2]),

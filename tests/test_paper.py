@@ -82,7 +82,7 @@ def test_scorecard_paper_column_is_generated():
 def test_quotes_are_the_numbers():
     quoted = paper.quotes()
     assert quoted["paper-t1-gaps"] == "+1.81 / +2.31 / +1.43"
-    assert quoted["paper-epochs"] == "72 / 87 / 150 (ℓ1.1), 80 / 88 / 58 (GD), 162 / 135 / 95 (ℓ3)"
+    assert quoted["paper-epochs"] == "ℓ1.1 72 / 87 / 150, ℓ2 (GD) 80 / 88 / 58, ℓ3 162 / 135 / 95"
     assert "18,206 / 13,964 / 7,643 (K / Q / V)" in quoted["paper-kqv"]
     assert all(name.startswith("paper-") for name in quoted)
 

@@ -459,7 +459,7 @@ def test_a_smoke_build_s_results_build_a_page():
     assert verdict_of(verdicts[short_name(2)]) == HOLDS  # E2's rate
     cost = [row for row in rows if row[0].startswith("Cost")]
     assert [verdict_of(row[4]) for row in cost] == [INCONCLUSIVE, HOLDS]
-    assert "p = 1.1: 0.76 [0.71, 0.81]" in cost[0][2]
+    assert "ℓ1.1: 0.76 [0.71, 0.81]" in cost[0][2]
     parity = next(row for row in rows if row[0].startswith("ViT parity"))
     assert "Adam 10.00; p = 1.1: +0.00" in parity[2] and "not levelled off" in parity[4]
 

@@ -29,7 +29,7 @@ import pandas as pd
 
 from mdlib.book import provenance, schema
 from mdlib.book.pages import md_text
-from mdlib.experiments import paper
+from mdlib.experiments import methods, paper
 from mdlib.experiments.stats import (GENERALIZATION, POWER, clustered_rate, detectable_effect, generalization_floor,
                                      paired_interval, seeds_for_half_width)
 from mdlib.experiments.paths import atomic_write
@@ -637,7 +637,7 @@ def _below(runs: pd.DataFrame, floor: float, baseline: float, column: str = "las
 
 def _cell_name(key) -> str:
     parts = key if isinstance(key, tuple) else (key,)
-    return " ".join(f"{p} layers" if isinstance(p, (int, np.integer)) else ("GD" if p == "2" else f"ℓ{p}")
+    return " ".join(f"{p} layers" if isinstance(p, (int, np.integer)) else methods.method_text(*methods.method(p))
                     for p in parts)
 
 
@@ -915,7 +915,7 @@ def _cost(r: _Results):
         md = frame[frame.method != "adam"]
         intervals = list(zip(md.ci_low, md.ci_high))
         ours = "MD step time / Adam's, median [95 %]: " + "; ".join(
-            f"p = {key}: {ratio:.2f} [{low:.2f}, {high:.2f}]"
+            f"{methods.method_text(*methods.method(key))}: {ratio:.2f} [{low:.2f}, {high:.2f}]"
             for key, ratio, (low, high) in zip(md.method, md["vs Adam (median ratio)"], intervals))
         widest = max(intervals, key=lambda lh: max(abs(lh[0] - 1), abs(lh[1] - 1)), default=(math.nan, math.nan))
         out.append(_Part(model, ours, cost_rule(intervals), effect=Effect(

@@ -1,18 +1,17 @@
 """How the experiments name and build an optimizer: a method key ("1.1", "2", "adam", "adamw", "sgd"), the
-optimizer it builds (``make_optimizer``) and how tables and legends write it.
+optimizer it builds (``make_optimizer``) and how tables and legends write it: the one place a method's
+name is written. Importing it imports no torch (the scorecard and ``paper`` use the names).
 """
 
 from __future__ import annotations
 
-import contextlib
+import math
 import numbers
 import re
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import torch
-
-from mdlib.mirror import check_p
-from mdlib.optim import LpMirrorDescent
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["OPTIMIZERS", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label"]
 
@@ -28,6 +27,10 @@ def make_optimizer(params: Iterable[Any], name: str, lr: float, p: float | None 
     on CUDA takes its fused step (torch.compile; foreach, with a warning, where that does not compile).
     On CPU the optimizer is a small part of a chapter's training step (chapter 08): compiling it would
     buy little."""
+    import torch
+
+    from mdlib.optim import LpMirrorDescent
+
     params = [dict(x, params=list(x["params"])) if isinstance(x, dict) else x for x in params]
     tensors = [w for x in params for w in (x["params"] if isinstance(x, dict) else [x])]
     on_gpu = bool(tensors) and all(w.device.type == "cuda" for w in tensors)
@@ -57,8 +60,9 @@ def method(key: str | float) -> tuple[str, float | None]:
         return key, None
     number = isinstance(key, numbers.Real) and not isinstance(key, bool)
     if number or isinstance(key, str) and _EXPONENT.fullmatch(key):
-        with contextlib.suppress(ValueError):
-            return "md", check_p(key)
+        p = float(key)
+        if math.isfinite(p) and p > 1.0:  # mdlib.mirror.check_p's rule, without importing torch
+            return "md", p
     raise ValueError(f"unknown method {key!r}: an l_p exponent p > 1 in decimal digits such as '1.1' or '3', "
                      "or 'adam' / 'adamw' / 'sgd'")
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from mdlib.experiments import methods
+
 __all__ = ["E1_SEEDS", "E1_PLATEAU", "E1_STEPS", "SETUP_NAMES", "STOP_TRAIN_ACCURACY", "TABLE_1", "TABLE_1_GAPS", "TABLE_1_STD", "EPOCHS_TO_STOP", "RERUN_6_LAYERS",
            "SENTIMENT_STEP_SIZES", "TOKEN_SELECTION", "WEIGHT_THRESHOLD", "KQV_ABOVE", "KQV_ENTRIES", "VIT_STEP_SIZES",
            "VIT_ACCURACY", "VIT_EPOCHS", "OPS_PER_PARAMETER", "VIT_HOURS", "ARTIFACTS", "table1_rows", "token_win_rate",
@@ -163,13 +165,11 @@ def token_win_rate() -> float:
     return t["wins"] / (t["wins"] + t["losses"])
 
 
-_NAMES = {"1.1": "ℓ1.1", "2": "GD", "3": "ℓ3"}
-
-
 def _per_method(values: Mapping[int, Mapping[str, float]], fmt: str = "{}") -> str:
-    """"a / b / c (ℓ1.1), ... " over the layers, one group per method."""
-    return ", ".join(" / ".join(fmt.format(values[L][key]) for L in sorted(values)) + f" ({_NAMES[key]})"
-                     for key in _NAMES)
+    """"ℓ1.1 a / b / c, ..." over the layers, one group per method of Table 1 (its keys "1.1", "2", "3")."""
+    keys = list(values[min(values)])
+    return ", ".join(f"{methods.method_text(*methods.method(key))} "
+                     + " / ".join(fmt.format(values[L][key]) for L in sorted(values)) for key in keys)
 
 
 def quotes() -> dict[str, str]:
@@ -181,7 +181,8 @@ def quotes() -> dict[str, str]:
         "paper-t1-gaps": " / ".join(f"+{TABLE_1_GAPS[L]:.2f}" for L in sorted(TABLE_1_GAPS)),
         "paper-t1-layers": " / ".join(str(L) for L in sorted(TABLE_1)),
         "paper-epochs": _per_method(EPOCHS_TO_STOP),
-        "paper-rerun": " / ".join(f"{RERUN_6_LAYERS[key]:.2f}" for key in _NAMES) + " (ℓ1.1 / GD / ℓ3)",
+        "paper-rerun": " / ".join(f"{value:.2f}" for value in RERUN_6_LAYERS.values())
+        + f" ({' / '.join(methods.method_text(*methods.method(key)) for key in RERUN_6_LAYERS)})",
         "paper-tokens": f"ℓ1.1 wins {t['wins']} of {t['sentences']} sentences, GD {t['losses']}, {t['ties']} ties",
         "paper-token-counts": f"{t['wins']} / {t['losses']} / {t['ties']}",
         "paper-token-scores": f"{t['score_1.1']:.2f} / {t['score_2']:.2f} (ℓ1.1 / GD)",
