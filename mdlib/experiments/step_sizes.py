@@ -102,7 +102,8 @@ class StepRun(store.Config):
 
 @dataclass(frozen=True)
 class StepSizeGrid(store.Config):
-    """The sweep's config (the module docstring): the task (data, model, epochs, batch, seeds), the
+    """The sweep's config (the module docstring): the task (data, ``model``: the runs' ``TextModel``,
+    epochs, batch, seeds), the
     exponents ``ps`` (2, SGD, among them: it is the reference of the predictions), the centre ``sgd_lr``
     and the ``scale`` that ``matched_lr`` centres each p's grid with, the grid's ``multiples``, and AdamW's
     centre ``adamw_lr`` and ``adamw_multiples``."""
@@ -112,12 +113,7 @@ class StepSizeGrid(store.Config):
     dataset: str
     max_length: int
     train_size: int
-    width: int
-    layers: int
-    heads: int
-    mlp: int
-    dropout: float
-    setup: str
+    model: TextModel
     epochs: int
     batch_size: int
     seeds: int
@@ -169,7 +165,7 @@ class StepSizeGrid(store.Config):
         """The run config of method ``key`` ("1.1", "adamw", "sgd") at step size ``lr`` with ``seed``."""
         name, p = methods.method(key)
         return StepRun(self.dataset, 0, self.max_length, self.train_size,
-                       TextModel(self.width, self.layers, self.heads, self.mlp, self.dropout, self.setup),
+                       self.model,
                        Optimizer(name, float(lr), p),
                        StepFit(self.epochs, self.batch_size, seed, "binary", "mean", 16)).to_dict()
 
@@ -265,9 +261,10 @@ def chapter_config(*, dataset: str, max_length: int, train_size: int, width: int
     ``matrix_scale`` of the chapter's model, rounded to 2 significant digits."""
     if scale == 0:
         scale = float(f"{matrix_scale(width, layers, heads, mlp, setup, max_length):.2g}")
-    return StepSizeGrid(dataset, max_length, train_size, width, layers, heads, mlp, float(dropout), setup, epochs,
-                        batch_size, seeds, [float(p) for p in ps], float(sgd_lr), float(scale),
-                        [float(m) for m in multiples], float(adamw_lr), [float(m) for m in adamw_multiples])
+    model = TextModel(width, layers, heads, mlp, float(dropout), setup)
+    return StepSizeGrid(dataset, max_length, train_size, model, epochs, batch_size, seeds, [float(p) for p in ps],
+                        float(sgd_lr), float(scale), [float(m) for m in multiples], float(adamw_lr),
+                        [float(m) for m in adamw_multiples])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,8 +506,9 @@ def task_text(grid: StepSizeGrid) -> str:
     available = SPLITS.get(grid.dataset, (None,))[0]
     sentences = (f"all {available:,} training sentences" if available is not None and grid.train_size >= available
                  else f"a seeded, stratified subset of {_count(grid.train_size, 'training sentence')}")
-    return (f"A sentiment encoder (EncoderClassifier) of {_count(grid.layers, 'layer')}, width {grid.width}, "
-            f"{_count(grid.heads, 'head')}, initialization \"{grid.setup}\", dropout {grid.dropout:g}, trained "
+    model = grid.model
+    return (f"A sentiment encoder (EncoderClassifier) of {_count(model.layers, 'layer')}, width {model.width}, "
+            f"{_count(model.heads, 'head')}, initialization \"{model.setup}\", dropout {model.dropout:g}, trained "
             f"{_count(grid.epochs, 'epoch')} on {sentences} of {grid.dataset} in batches of {grid.batch_size} (the "
             f"batch's mean binary cross-entropy), {_count(grid.seeds, 'seed')} per step size, and evaluated once, "
             f"at the end, on the validation split; each p's grid is centred on matched_lr({grid.sgd_lr:g}, p, "
