@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["OPTIMIZERS", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label"]
+__all__ = ["OPTIMIZERS", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label", "DATASET_NAMES", "dataset_text"]
 
 OPTIMIZERS = ("md", "adam", "adamw", "sgd")
 
@@ -90,3 +90,13 @@ def method_text(optimizer: str, p: float | None = None) -> str:
     if optimizer != "md":
         return method_label(optimizer, p)
     return f"ℓ{float(p):g}" + (" (GD)" if float(p) == 2.0 else "")
+
+
+#: How tables, legends and prose name each data set (the data sources' keys, ``fetch.NAMES``).
+DATASET_NAMES = {"rotten_tomatoes": "Rotten Tomatoes", "imdb": "IMDb", "fashion_mnist": "Fashion-MNIST",
+                 "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+
+
+def dataset_text(name: str) -> str:
+    """A data set's name as the book writes it: "CIFAR-10" for "cifar10" (the key itself when unnamed)."""
+    return DATASET_NAMES.get(name, name)

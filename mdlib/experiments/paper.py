@@ -16,7 +16,7 @@ from typing import Mapping
 
 from mdlib.experiments import methods
 
-__all__ = ["E1_SEEDS", "E1_PLATEAU", "E1_STEPS", "SETUP_NAMES", "STOP_TRAIN_ACCURACY", "TABLE_1", "TABLE_1_GAPS", "TABLE_1_STD", "EPOCHS_TO_STOP", "RERUN_6_LAYERS",
+__all__ = ["CLAIMS", "E1_SEEDS", "E1_PLATEAU", "E1_STEPS", "SETUP_NAMES", "STOP_TRAIN_ACCURACY", "TABLE_1", "TABLE_1_GAPS", "TABLE_1_STD", "EPOCHS_TO_STOP", "RERUN_6_LAYERS",
            "SENTIMENT_STEP_SIZES", "TOKEN_SELECTION", "WEIGHT_THRESHOLD", "KQV_ABOVE", "KQV_ENTRIES", "VIT_STEP_SIZES",
            "VIT_ACCURACY", "VIT_EPOCHS", "OPS_PER_PARAMETER", "VIT_HOURS", "ARTIFACTS", "table1_rows", "token_win_rate",
            "quotes"]
@@ -198,3 +198,25 @@ def quotes() -> dict[str, str]:
         "paper-hours": (f"about {VIT_HOURS['cifar10']:g} hours (CIFAR-10) and {VIT_HOURS['cifar100']:g} hours "
                         f"(CIFAR-100) for {VIT_EPOCHS} epochs"),
     }
+
+
+def _claims() -> dict[str, str]:
+    """The paper's side of the scorecard's claims that quote its numbers, by the claim's figure or table."""
+    table1 = ", ".join(f"{' / '.join(f'{row[k]:.2f}' for k in ('1.1', '2', '3'))} (L = {row['layers']})"
+                       for row in table1_rows())
+    gaps = " / ".join(f"{row['gap']:.2f}" for row in table1_rows())
+    t, kqv = TOKEN_SELECTION, {key: " / ".join(map(str, KQV_ABOVE[key])) for key in ("1.1", "2")}
+    return {
+        "table-1": f"{table1}; ℓ1.1 − GD {gaps} (best over epochs)",
+        "table-token-selection": (f"ℓ1.1 wins {t['wins']} of {t['sentences']}, GD {t['losses']}, {t['ties']} ties "
+                                  f"({100 * token_win_rate():.1f} % of non-ties); one model each"),
+        "table-weights-change": f"entries > {WEIGHT_THRESHOLD:g}, K / Q / V: {kqv['1.1']} (ℓ1.1) vs {kqv['2']} (GD)",
+        "table-vit": ", ".join(f"≈ {accuracy:.0f} % ({methods.dataset_text(name)})"
+                               for name, accuracy in VIT_ACCURACY.items()) + " for Adam and every MD exponent",
+        "table-cost-training": (f"ops per parameter {', '.join(f'{name} {n}' for name, n in OPS_PER_PARAMETER.items())}; "
+                                "small time differences between the five methods"),
+    }
+
+
+#: The paper's side of the scorecard's claims that quote its numbers, by the claim's figure or table.
+CLAIMS = _claims()
