@@ -25,7 +25,8 @@ the tiers below it:
   analyses (``stats``, ``analysis``), method names (``methods``), ``paths`` and ``fingerprint``;
 - ``mdlib.book`` (extra ``[book]``): the notebooks' parameters (``profiles``), their execution
   (``execute``), the generated pages and the build (``pages``, ``book``), figures and tables
-  (``plots``, ``schema``), records (``provenance``), the verdicts (``scorecard``, no torch),
+  (``plots``, ``schema``), records (``provenance``), the claims' rules, rows and page
+  (``verdicts``, ``scorecard``, ``scorecard_page``; no torch),
   benchmarks (``bench``), the command line (``cli``: ``python -m mdlib``).
 """
 

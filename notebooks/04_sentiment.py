@@ -81,7 +81,7 @@ from myst_nb import glue
 
 from mdlib.book import plots, provenance, scorecard
 from mdlib.experiments import methods as method_keys
-from mdlib.experiments import paper, sentiment, train
+from mdlib.experiments import estimates, paper, sentiment, train
 
 plots.set_theme()
 glue("paper-table-1", sentiment.paper_table1_view().style.hide(axis="index").set_table_styles(
@@ -175,9 +175,8 @@ def glue_table1(grid, label: str, prefix: str) -> None:
          f"{paper.SETUP_NAMES[grid.config['setup']]}, seeds "
          + ", ".join(f"{text[k]} {sentiment.seeds_of(grid.config, k)}" for k in grid.config["methods"])
          + f", at most {grid.config['epochs']} epochs", display=False)
-    glue(f"{prefix}-gaps", sentiment.gaps_text(sentiment.paired_gaps(grid.runs)), display=False)
-    glue(f"{prefix}-best-gaps", sentiment.gaps_text(sentiment.paired_gaps(grid.runs, metric="best_test")),
-         display=False)
+    glue(f"{prefix}-gaps", estimates.depths_text(estimates.accuracy_gaps(grid.runs)), display=False)
+    glue(f"{prefix}-best-gaps", estimates.depths_text(estimates.accuracy_gaps(grid.runs, "best_test")), display=False)
 
 
 glue_table1(variation, "table-1-variation", "t1v")

@@ -49,7 +49,7 @@ from myst_nb import glue
 
 from mdlib.book import plots, provenance, scorecard
 from mdlib.experiments import methods as method_keys
-from mdlib.experiments import analysis, paper, selection, sentiment, sparsity, stats, train
+from mdlib.experiments import analysis, estimates, paper, selection, sentiment, sparsity, train
 
 plots.set_theme()
 plots.glue_paper()
@@ -102,12 +102,10 @@ summary = change.groupby("method", sort=False)[["top_share", "effective_density"
 plots.save_table(change, "table-weights-change", styled=summary.rename(index=label).reset_index().style.format(
     {"top_share": "{:.3f}", "effective_density": "{:.3f}", "relative_change": "{:.3f}", "epochs": "{:.0f}"})
     .hide(axis="index"))
-pairs = change.pivot_table(index="seed", columns="method", values="effective_density")[["1.1", "2"]].dropna()
-d, low, high = stats.paired_interval(pairs["1.1"], pairs["2"]) if len(pairs) else (float("nan"),) * 3
+gap = estimates.density_gap(change)
 glue("w-density", " / ".join(f"{summary.loc[k, 'effective_density']:.3f}" for k in methods), display=False)
 glue("w-top", " / ".join(f"{summary.loc[k, 'top_share']:.3f}" for k in methods), display=False)
-glue("w-density-gap", f"{d:+.3f}" + ("" if low != low else f" [{low:+.3f}, {high:+.3f}]") + f" ({len(pairs)} pairs)",
-     display=False)
+glue("w-density-gap", f"{gap.text(3)} ({gap.n} pairs)", display=False)
 glue("w-methods", names, display=False)
 
 # %% [markdown]

@@ -599,3 +599,36 @@ def test_provenance_tables_as_tables_and_the_archive(smoke_book):
         assert members <= set(archive.namelist())
     assert (smoke_book.html / "_downloads" / "artifacts.zip").read_bytes() == \
         (smoke_book.build / "artifacts.zip").read_bytes()
+
+
+#: The claims whose chapter glues the estimate the scorecard judges: label -> (chapter, glue names'
+#: prefix, how the estimate is written there).
+GLUED_ESTIMATES = {
+    "table-1": ("04_sentiment", "t1-gaps", lambda e: e.text()),
+    "table-1-variation": ("04_sentiment", "t1v-gaps", lambda e: e.text()),
+    "table-token-selection": ("05_token_selection", "tok-", lambda e: f"{e.value:.1%} [{e.low:.1%}, {e.high:.1%}]"),
+    "fig-token-concentration": ("05_token_selection", "tok-sharp", lambda e: e.text(3)),
+    "table-weights-change": ("06_weights", "w-density-gap", lambda e: e.text(3)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_chapters_glue_the_estimate_the_scorecard_judges(smoke_book):
+    """For each claim whose chapter quotes its estimate, every scorecard row of the claim shows the very
+    numbers the chapter glued (both come from one ``mdlib.experiments.estimates`` call on one table)."""
+    from mdlib.book import scorecard
+    from mdlib.experiments.estimates import Estimate
+
+    rows = scorecard.rows(smoke_book.build / "results", profile="smoke")
+    for label, (chapter, prefix, written) in GLUED_ESTIMATES.items():
+        nb = nbformat.read(smoke_book.root / "notebooks" / f"{chapter}.ipynb", as_version=4)
+        glued = " ".join(o["data"]["text/plain"] for c in nb.cells for o in c.get("outputs", [])
+                         if o.get("metadata", {}).get("scrapbook", {}).get("name", "").startswith(prefix))
+        claim = next(c for c in scorecard.CLAIMS if c.label == label)
+        judged = [r for r in rows if r.claim.startswith(claim.claim) and r.effect is not None]
+        assert glued and judged, (label, "the smoke build glues and judges this estimate")
+        for row in judged:
+            e = row.effect
+            shown = written(Estimate(e.estimate, e.low, e.high, 0))
+            assert shown in glued, (label, row.short, shown, glued)

@@ -194,10 +194,10 @@ NO_TORCH = textwrap.dedent("""
     import sys, pathlib
     sys.modules["torch"] = None
     from mdlib.experiments import store
-    from mdlib.book import scorecard
+    from mdlib.book import scorecard, verdicts
     assert store.load("e1-fixed-decoder", {"seeds": 1}) is None and store.entries() == []
     rows = scorecard.rows(pathlib.Path(sys.argv[1]))
-    assert rows and all(row.verdict.outcome == scorecard.NOT_MEASURED for row in rows), rows
+    assert rows and all(row.verdict.outcome == verdicts.NOT_MEASURED for row in rows), rows
     print("torch" in {name for name, module in sys.modules.items() if module is not None})
 """)
 

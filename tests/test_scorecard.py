@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 from conftest import HTML, raw_html
-from mdlib.book import plots, provenance, scorecard
+from mdlib.book import plots, provenance, scorecard, scorecard_page, verdicts
 from mdlib.experiments import paths
-from mdlib.book.scorecard import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, SMALLER
+from mdlib.book.verdicts import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, SMALLER
 
 RESULTS = Path(__file__).parent / "fixtures" / "results"  #: a smoke build's results (fixtures/make_results.py)
 OUTCOMES = (HOLDS, DIFFERS, INCONCLUSIVE, NOT_MEASURED)
@@ -292,7 +292,7 @@ def test_each_writer_measures_exactly_its_own_claims(results, claim):
     those that share the writer (E2's two claims read one figure)."""
     assert len(WRITERS) == len(scorecard.CLAIMS)
     WRITERS[claim](results, HOLDS)
-    text = scorecard.page(results, profile="smoke")
+    text = scorecard_page.page(results, profile="smoke")
     measured = {i for i in range(len(scorecard.CLAIMS)) if verdict_of(rows_of(text, i)[0][4]) != NOT_MEASURED}
     assert measured == {i for i, writer in enumerate(WRITERS) if writer is WRITERS[claim]}
 
@@ -301,7 +301,7 @@ def test_each_writer_measures_exactly_its_own_claims(results, claim):
 @pytest.mark.parametrize("scenario", OUTCOMES)
 def test_each_rule_flips_between_its_outcomes(results, claim, scenario):
     WRITERS[claim](results, scenario)
-    text = scorecard.page(results, profile="smoke")
+    text = scorecard_page.page(results, profile="smoke")
     rows = rows_of(text, claim)
     assert len(rows) == 1
     assert verdict_of(rows[0][4]) == scenario, rows[0]
@@ -318,18 +318,18 @@ def test_an_interval_that_excludes_the_paper_s_effect_is_smaller_not_inconclusiv
     """The fourth outcome: an interval around no effect that cannot hold the paper's reads "smaller
     than the paper's"; a wider one that holds both stays inconclusive; the paper's effect is drawn."""
     WRITERS[claim](results, SMALLER)
-    row = rows_of(scorecard.page(results, profile="smoke"), claim)[0]
+    row = rows_of(scorecard_page.page(results, profile="smoke"), claim)[0]
     assert verdict_of(row[4]) == SMALLER, row
     assert "detectable effect ±" in row[2]
     effect = next(r.effect for r in scorecard.rows(results, profile="smoke") if r.verdict.outcome == SMALLER)
     assert math.isfinite(effect.paper) and not effect.low <= effect.paper <= effect.high
     assert effect.low <= effect.null[0] <= effect.high and math.isfinite(effect.detectable)
     WRITERS[claim](results, INCONCLUSIVE)
-    assert verdict_of(rows_of(scorecard.page(results, profile="smoke"), claim)[0][4]) == INCONCLUSIVE
+    assert verdict_of(rows_of(scorecard_page.page(results, profile="smoke"), claim)[0][4]) == INCONCLUSIVE
 
 
 def test_interval_rule_s_four_outcomes_on_crafted_numbers():
-    rule = scorecard.interval_rule
+    rule = verdicts.interval_rule
     assert rule(0.2, 1.0, paper=1.81).outcome == HOLDS  # above 0, even when below the paper's effect
     assert rule(-1.0, -0.2, paper=1.81).outcome == DIFFERS
     assert rule(-0.5, 0.9, paper=1.81).outcome == SMALLER
@@ -337,12 +337,12 @@ def test_interval_rule_s_four_outcomes_on_crafted_numbers():
     assert rule(-0.5, 0.9).outcome == INCONCLUSIVE  # no paper effect: nothing to be smaller than
     assert rule(-0.5, 1.81, paper=1.81).outcome == INCONCLUSIVE  # the bound holds the paper's effect
     # token selection: rates against 1/2, the paper's 22 of 38
-    assert scorecard.token_rule(0.45, 0.55, seeds=3, unreached=0, paper_rate=22 / 38).outcome == SMALLER
-    assert scorecard.token_rule(0.45, 0.60, seeds=3, unreached=0, paper_rate=22 / 38).outcome == INCONCLUSIVE
+    assert verdicts.token_rule(0.45, 0.55, seeds=3, unreached=0, paper_rate=22 / 38).outcome == SMALLER
+    assert verdicts.token_rule(0.45, 0.60, seeds=3, unreached=0, paper_rate=22 / 38).outcome == INCONCLUSIVE
     # sparsity: the claim predicts a negative difference; the paper's effect is negative too
-    assert scorecard.sparser_rule(-0.02, 0.03, seeds=3, paper_effect=-0.1).outcome == SMALLER
-    assert scorecard.sparser_rule(-0.12, 0.03, seeds=3, paper_effect=-0.1).outcome == INCONCLUSIVE
-    assert scorecard.sparser_rule(-0.12, -0.03, seeds=3, paper_effect=-0.1).outcome == HOLDS
+    assert verdicts.sparser_rule(-0.02, 0.03, seeds=3, paper_effect=-0.1).outcome == SMALLER
+    assert verdicts.sparser_rule(-0.12, 0.03, seeds=3, paper_effect=-0.1).outcome == INCONCLUSIVE
+    assert verdicts.sparser_rule(-0.12, -0.03, seeds=3, paper_effect=-0.1).outcome == HOLDS
 
 
 def full_folder(folder: Path) -> Path:
@@ -355,7 +355,7 @@ def full_folder(folder: Path) -> Path:
 
 
 def test_page_has_one_row_per_claim_in_paper_order(results):
-    text = scorecard.page(full_folder(results), profile="smoke", archive_link="results.zip")
+    text = scorecard_page.page(full_folder(results), profile="smoke", archive_link="results.zip")
     rows = table_rows(text)
     assert all(len(row) == 6 for row in rows)
     tokens = pytest.importorskip("markdown_it").MarkdownIt("commonmark").enable("table").parse(text)
@@ -368,13 +368,13 @@ def test_page_has_one_row_per_claim_in_paper_order(results):
     assert all(row[3] == "smoke" for row in rows)
     assert '<a href="results.zip" download>artifacts.zip</a>' in text
     assert rows[4][0].endswith("(3 layers)") and rows[4][1].startswith("83.47 / 81.66 / 82.57")
-    assert (results / scorecard.FOREST).exists() is False  # page() draws nothing; write_page does
-    for rule in scorecard.RULES:  # the page prints the rules it applied
+    assert (results / scorecard_page.FOREST).exists() is False  # page() draws nothing; write_page does
+    for rule in verdicts.RULES:  # the page prints the rules it applied
         assert rule.sentence in text
 
 
 def test_missing_results_are_not_measured(results):
-    rows = table_rows(scorecard.page(results))
+    rows = table_rows(scorecard_page.page(results))
     assert len(rows) == len(scorecard.CLAIMS)
     for row in rows:
         assert verdict_of(row[4]) == NOT_MEASURED and ".csv missing" in row[4]
@@ -382,14 +382,14 @@ def test_missing_results_are_not_measured(results):
     # one file of a claim missing is enough
     table1(results, HOLDS)
     (results / "table-sentiment-runs.csv").unlink()
-    row = rows_of(scorecard.page(results), 4)[0]
+    row = rows_of(scorecard_page.page(results), 4)[0]
     assert verdict_of(row[4]) == NOT_MEASURED and "table-sentiment-runs.csv missing" in row[4]
 
 
 def test_a_missing_column_is_not_measured_and_named(results):
     e3(results, HOLDS)
     edit(results, "table-e3-final", lambda frame: frame.drop(columns="v_divergence"))
-    row = rows_of(scorecard.page(results), 3)[0]
+    row = rows_of(scorecard_page.page(results), 3)[0]
     assert verdict_of(row[4]) == NOT_MEASURED and "table-e3-final.csv lacks v_divergence" in row[4]
 
 
@@ -398,11 +398,11 @@ def test_the_profile_is_the_builds_or_else_the_records(results):
     gets each claim at the one profile its records name, shown in the row."""
     e1(results, HOLDS)
     e3(results, HOLDS, profile="paper")
-    rows = table_rows(scorecard.page(results, profile="smoke"))
+    rows = table_rows(scorecard_page.page(results, profile="smoke"))
     assert verdict_of(rows[0][4]) == HOLDS and rows[0][3] == "smoke"
     assert verdict_of(rows[3][4]) == NOT_MEASURED
     assert "table-e3-final.csv was made at profile paper, not smoke" in rows[3][4]
-    rows = table_rows(scorecard.page(results))
+    rows = table_rows(scorecard_page.page(results))
     assert (verdict_of(rows[0][4]), rows[0][3]) == (HOLDS, "smoke")
     assert (verdict_of(rows[3][4]), rows[3][3]) == (HOLDS, "paper")
 
@@ -411,48 +411,48 @@ def test_a_profile_with_html_is_text_on_the_page(results):
     """The profile comes from the caller and from each CSV's record: HTML in it is escaped, not run."""
     e1(results, HOLDS, profile=HTML)
     e3(results, HOLDS, profile=f"{HTML} | & co")
-    target = scorecard.write_page(results / "book" / "scorecard.md", results, profile=HTML)
+    target = scorecard_page.write_page(results / "book" / "scorecard.md", results, profile=HTML)
     text = target.read_text("utf-8")
     assert raw_html(text) == [] and HTML not in text
     rows = table_rows(text)
     assert all(len(row) == 6 for row in rows)
     assert rows[0][3] == "&lt;img src=x onerror=alert(1)&gt;" and verdict_of(rows[0][4]) == HOLDS
     assert "made at profile &lt;img src=x onerror=alert(1)&gt; | &amp; co, not &lt;img" in rows[3][4]
-    rows = table_rows(scorecard.page(results))  # each claim at its records' profile
+    rows = table_rows(scorecard_page.page(results))  # each claim at its records' profile
     assert rows[3][3] == "&lt;img src=x onerror=alert(1)&gt; | &amp; co"
 
 
 def test_links_use_the_given_target(results):
-    default = table_rows(scorecard.page(results))[4][5]
+    default = table_rows(scorecard_page.page(results))[4][5]
     assert default == "{numref}`table-1`"
-    custom = table_rows(scorecard.page(results, link=lambda nb, label: f"[{label}]({nb}.md#{label})"))[4][5]
+    custom = table_rows(scorecard_page.page(results, link=lambda nb, label: f"[{label}]({nb}.md#{label})"))[4][5]
     assert custom == "[table-1](04_sentiment.md#table-1)"
 
 
 def test_write_page(results):
     full_folder(results)
-    target = scorecard.write_page(results / "book" / "scorecard.md", results, profile="smoke")
+    target = scorecard_page.write_page(results / "book" / "scorecard.md", results, profile="smoke")
     text = target.read_text("utf-8")
-    assert text == scorecard.page(results, profile="smoke", forest_image=scorecard.FOREST)
-    assert sorted(p.name for p in target.parent.iterdir()) == [scorecard.FOREST, "scorecard.md"]
-    assert text.index(scorecard.FOREST) < text.index("| Claim |")  # the page leads with the picture
+    assert text == scorecard_page.page(results, profile="smoke", forest_image=scorecard_page.FOREST)
+    assert sorted(p.name for p in target.parent.iterdir()) == [scorecard_page.FOREST, "scorecard.md"]
+    assert text.index(scorecard_page.FOREST) < text.index("| Claim |")  # the page leads with the picture
 
 
 def test_rules_on_edge_numbers():
-    assert scorecard.interval_rule(float("nan"), float("nan")).outcome == NOT_MEASURED  # no interval: no verdict
-    assert scorecard.table1_rule(0.1, 0.2, seeds=1, unreached=0).outcome == NOT_MEASURED
-    assert scorecard.e3_rule([float("nan")]).outcome == DIFFERS
-    assert scorecard.cost_rule([(0.8, 1.25)]).outcome == HOLDS
-    assert scorecard.cost_rule([(0.7, 0.9)]).outcome == INCONCLUSIVE
-    assert scorecard.parity_rule([(-2.5, -1.0)], seeds=3, levelled=True).outcome == INCONCLUSIVE
-    assert scorecard.token_rule(0.6, 0.7, seeds=1, unreached=0).outcome == NOT_MEASURED
-    assert scorecard.token_rule(0.6, 0.7, seeds=3, unreached=0).outcome == HOLDS
+    assert verdicts.interval_rule(float("nan"), float("nan")).outcome == NOT_MEASURED  # no interval: no verdict
+    assert verdicts.table1_rule(0.1, 0.2, seeds=1, unreached=0).outcome == NOT_MEASURED
+    assert verdicts.e3_rule([float("nan")]).outcome == DIFFERS
+    assert verdicts.cost_rule([(0.8, 1.25)]).outcome == HOLDS
+    assert verdicts.cost_rule([(0.7, 0.9)]).outcome == INCONCLUSIVE
+    assert verdicts.parity_rule([(-2.5, -1.0)], seeds=3, levelled=True).outcome == INCONCLUSIVE
+    assert verdicts.token_rule(0.6, 0.7, seeds=1, unreached=0).outcome == NOT_MEASURED
+    assert verdicts.token_rule(0.6, 0.7, seeds=3, unreached=0).outcome == HOLDS
 
 
 def test_a_smoke_build_s_results_build_a_page():
     """Every claim of a real smoke build is judged from its CSVs: the rows read the method keys and
     interval bounds, not the display columns."""
-    rows = table_rows(scorecard.page(RESULTS, profile="smoke"))
+    rows = table_rows(scorecard_page.page(RESULTS, profile="smoke"))
     assert len(rows) >= len(scorecard.CLAIMS)
     assert all(verdict_of(row[4]) in OUTCOMES for row in rows)
     verdicts = {row[0]: row[4] for row in rows}
@@ -469,11 +469,11 @@ def test_the_scorecard_reads_the_interval_bounds_not_the_display(results):
     results.mkdir(parents=True)
     for name in ("table-cost-training.csv", "table-cost-training.json"):
         (results / name).write_bytes((RESULTS / name).read_bytes())
-    before = rows_of(scorecard.page(results, profile="smoke"), 12)
+    before = rows_of(scorecard_page.page(results, profile="smoke"), 12)
     edit(results, "table-cost-training", lambda t: t.assign(ci95="9.00-9.50"))
-    assert rows_of(scorecard.page(results, profile="smoke"), 12) == before
+    assert rows_of(scorecard_page.page(results, profile="smoke"), 12) == before
     edit(results, "table-cost-training", lambda t: t.assign(ci_low=t.ci_low + 1, ci_high=t.ci_high + 1))
-    after = rows_of(scorecard.page(results, profile="smoke"), 12)
+    after = rows_of(scorecard_page.page(results, profile="smoke"), 12)
     assert [verdict_of(row[4]) for row in after] == [DIFFERS, DIFFERS]
 
 
@@ -483,23 +483,23 @@ GATED = {4: table1, 5: variation, 6: tokens, 9: pruning}  # the claims about wha
 @pytest.mark.parametrize("claim", list(GATED), ids=[scorecard.CLAIMS[i].label for i in GATED])
 def test_generalization_gate_flips_a_holding_claim_to_not_measured(results, claim):
     GATED[claim](results, HOLDS)
-    assert verdict_of(rows_of(scorecard.page(results), claim)[0][4]) == HOLDS
+    assert verdict_of(rows_of(scorecard_page.page(results), claim)[0][4]) == HOLDS
     # a baseline of 95 %: the floor is 72.5 %, above every crafted model's test accuracy
     runs = pd.read_csv(results / "table-sentiment-runs.csv")
     baseline(results, 0.95)
-    cell = rows_of(scorecard.page(results), claim)[0][4]
+    cell = rows_of(scorecard_page.page(results), claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "not in a generalizing regime" in cell and "72.5 %" in cell, cell
     # exactly at the floor passes: 50 % + (baseline - 50 %) / 2 = the lowest mean
     lowest = runs[runs.chosen].groupby("method").last_test.mean().min()
     if claim != 5:  # the variation's own runs set its gate
         baseline(results, 2 * lowest - 0.5 - 1e-9)
-        assert verdict_of(rows_of(scorecard.page(results), claim)[0][4]) == HOLDS
+        assert verdict_of(rows_of(scorecard_page.page(results), claim)[0][4]) == HOLDS
 
 
 @pytest.mark.parametrize("claim", list(GATED), ids=[scorecard.CLAIMS[i].label for i in GATED])
 def test_stop_rule_and_seed_gates(results, claim):
     GATED[claim](results, NOT_MEASURED)  # every run short of the stop rule
-    cell = rows_of(scorecard.page(results), claim)[0][4]
+    cell = rows_of(scorecard_page.page(results), claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "did not reach the stop rule" in cell
     GATED[claim](results, HOLDS)
     for label in ("table-sentiment-runs", "table-token-selection-seeds", "fig-pruning"):
@@ -507,14 +507,14 @@ def test_stop_rule_and_seed_gates(results, claim):
         if path.exists() and label != "table-sentiment-runs" or (claim in (4, 5) and label == "table-sentiment-runs"):
             frame = pd.read_csv(path)
             save(results, label, frame[frame.seed == 0])  # one seed: no interval
-    cell = rows_of(scorecard.page(results), claim)[0][4]
+    cell = rows_of(scorecard_page.page(results), claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "seed" in cell, cell
 
 
 def test_no_baseline_is_not_measured(results):
     table1(results, HOLDS)
     (results / "table-sentiment-baseline.csv").unlink()
-    cell = rows_of(scorecard.page(results), 4)[0][4]
+    cell = rows_of(scorecard_page.page(results), 4)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "table-sentiment-baseline.csv missing" in cell
 
 
@@ -524,9 +524,9 @@ def test_paired_not_welch(results):
     first = [0.60, 0.70, 0.80]
     sentiment_runs(results, first, [a - 0.01 for a in first])
     table_1(results, {"1.1": 83.47, "2": 81.66})
-    assert verdict_of(rows_of(scorecard.page(results), 4)[0][4]) == NOT_MEASURED  # no spread: no interval
+    assert verdict_of(rows_of(scorecard_page.page(results), 4)[0][4]) == NOT_MEASURED  # no spread: no interval
     sentiment_runs(results, first, [a - d for a, d in zip(first, (0.01, 0.012, 0.011))])
-    row = rows_of(scorecard.page(results), 4)[0]
+    row = rows_of(scorecard_page.page(results), 4)[0]
     assert verdict_of(row[4]) == HOLDS and "paired, n = 3" in row[2]
 
 
@@ -541,12 +541,12 @@ def test_a_verdict_that_one_seed_decides_is_marked_on_the_page(results):
     row = next(r for r in scorecard.rows(results) if r.short == "Table 1 (3 layers)")
     assert row.verdict.outcome == INCONCLUSIVE and row.hinges
     assert row.seeds_left_out.startswith("leaving out seed 4: holds (of 5 seeds)")
-    page = scorecard.page(results)
+    page = scorecard_page.page(results)
     assert f"**{INCONCLUSIVE}** (hinges on one seed)" in page and "One seed left out: leaving out seed 4" in page
     with chapter():  # what the chapter prints says it too
         printed = scorecard.verdicts("04_sentiment", results)
     assert f"Table 1 (3 layers): {INCONCLUSIVE} (hinges on one seed) [smallest detectable effect ±" in printed
-    assert f"[smallest detectable effect {scorecard._detectable_text(row.effect)}]" in printed
+    assert f"[smallest detectable effect {row.effect.detectable_text()}]" in printed
     sentiment_runs(results, first, close)
     row = next(r for r in scorecard.rows(results) if r.short == "Table 1 (3 layers)")
     assert row.verdict.outcome == HOLDS and not row.hinges
@@ -638,10 +638,10 @@ def test_a_broken_or_foreign_result_is_not_measured_by_name(results, fault):
     claim, inject, says = FAULTS[fault]
     e1(results, HOLDS)  # a claim that reads none of the broken files
     WRITERS[claim](results, HOLDS)
-    before = scorecard.page(results, profile="smoke")
+    before = scorecard_page.page(results, profile="smoke")
     assert verdict_of(rows_of(before, claim)[0][4]) == HOLDS
     inject(results)
-    after = scorecard.page(results, profile="smoke")
+    after = scorecard_page.page(results, profile="smoke")
     cell = rows_of(after, claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and says in cell, cell
     assert len(table_rows(after)) == len(table_rows(before))  # the rest of the page builds
@@ -654,7 +654,7 @@ def test_a_matching_grid_and_a_good_record_are_judged(results):
     for label in (RUNS, "table-sentiment-baseline"):
         amend(results, label, notebook="04_sentiment", runs=["e4-sentiment/a", "e4-sentiment/b", "e4-baseline/c"])
     amend(results, "table-token-selection-seeds", notebook="05_token_selection", runs=["e4-sentiment/a", "other/d"])
-    assert verdict_of(rows_of(scorecard.page(results, profile="smoke"), 6)[0][4]) == HOLDS
+    assert verdict_of(rows_of(scorecard_page.page(results, profile="smoke"), 6)[0][4]) == HOLDS
 
 
 def test_verdicts_judge_at_the_notebooks_own_profile(results):

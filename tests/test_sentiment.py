@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import FIXTURES
-from mdlib.experiments import methods, sentiment, store, train
+from mdlib.experiments import estimates, methods, sentiment, store, train
 from mdlib.models import EncoderClassifier
 
 
@@ -261,7 +261,7 @@ def runs_table():
     return pd.DataFrame(rows)
 
 
-def test_cell_table_and_paired_gaps():
+def test_cell_table_and_accuracy_gaps():
     from scipy import stats as scipy_stats
 
     table = runs_table()
@@ -270,12 +270,12 @@ def test_cell_table_and_paired_gaps():
     assert list(zip(cells.method, cells.runs, cells.reached)) == [("1.1", 3, 2), ("2", 3, 3), ("3", 1, 0)]
     assert cells.test.tolist() == pytest.approx([0.70, 0.6733333, 0.58]) and np.isnan(cells.test_std.iloc[2])
     assert cells.best.iloc[0] == pytest.approx(0.72) and cells.paper.iloc[0] == 83.47 and cells.paper_epochs.iloc[1] == 80
-    gaps = sentiment.paired_gaps(table)
+    gaps = estimates.accuracy_gaps(table)  # the chosen runs only; l1.1 minus GD, seed by seed
     ci = scipy_stats.ttest_rel([70, 69, 71], [66, 67, 69]).confidence_interval(0.95)
-    assert gaps.pairs.tolist() == [3] and gaps.difference.iloc[0] == pytest.approx(8 / 3)
-    assert (gaps.low.iloc[0], gaps.high.iloc[0]) == pytest.approx((ci.low, ci.high))
-    assert sentiment.paired_gaps(table, metric="best_test").difference.iloc[0] == pytest.approx(7 / 3)
-    assert "+2.67 [" in sentiment.gaps_text(gaps) and "(3 pairs) at 3 layers" in sentiment.gaps_text(gaps)
+    assert list(gaps) == [3] and gaps[3].n == 3 and gaps[3].value == pytest.approx(8 / 3)
+    assert (gaps[3].low, gaps[3].high) == pytest.approx((ci.low, ci.high))
+    assert estimates.accuracy_gaps(table, "best_test")[3].value == pytest.approx(7 / 3)
+    assert "+2.67 [" in estimates.depths_text(gaps) and "(3 pairs) at 3 layers" in estimates.depths_text(gaps)
     view = sentiment.table1_view(cells)
     assert view["test acc. at the stop (%)"].tolist()[2] == "58.00" and view["epochs (reached / runs)"][0] == "75 (2/3)"
 

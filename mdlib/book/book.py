@@ -23,11 +23,11 @@ if TYPE_CHECKING:
 
 def write_scorecard_page(target: Path | None = None, profile: str | None = None) -> Path:
     """``book/scorecard.md``: which of the paper's claims hold in this build's results
-    (``mdlib.book.scorecard``), with the link to the archive of every figure and table."""
-    from mdlib.book import provenance, scorecard
+    (``mdlib.book.scorecard_page``), with the link to the archive of every figure and table."""
+    from mdlib.book import provenance, scorecard_page
 
-    return scorecard.write_page(Path(target or paths.book_dir() / "scorecard.md"), paths.results_dir(), profile=profile,
-                                archive_link=provenance.archive_href("book/scorecard"))
+    return scorecard_page.write_page(Path(target or paths.book_dir() / "scorecard.md"), paths.results_dir(),
+                                     profile=profile, archive_link=provenance.archive_href("book/scorecard"))
 
 
 

@@ -6,8 +6,8 @@ designates a pivot in, and every test sentence (no pivot: for the concentration 
 
 Each seed gives one model per method from the same initialization, so a seed is a pair and the
 sentences are shared by every pair: win counts are kept per seed (``win_table``) and their rate is
-summarized with the seed as the unit (``stats.clustered_rate``); concentration is compared seed by
-seed (``stats.paired_interval``).
+summarized with the seed as the unit (``estimates.win_rate``); concentration is compared seed by
+seed (``estimates.entropy_gap``): the numbers the scorecard judges.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib.experiments import analysis, paper, sentiment
-from mdlib.experiments.stats import clustered_rate, mean_interval, paired_interval, wilson_interval
+from mdlib.experiments import analysis, estimates, paper, sentiment
+from mdlib.experiments.stats import mean_interval, wilson_interval
 
 __all__ = ["SentenceSet", "sentence_sets", "scores", "heat_table", "win_table", "summary", "summary_view",
            "summary_text", "concentration_table", "concentration_text", "deletion_table", "deletion_text",
@@ -107,11 +107,10 @@ def summary(per_seed: pd.DataFrame, scored: _Scored, sets: Mapping[str, Sentence
     for name, part in per_seed.groupby("set", sort=False):
         s = sets[name]
         wins, losses, ties = (int(part[c].sum()) for c in ("wins", "losses", "ties"))
-        kept = part[(part.wins + part.losses) > 0]
-        rate, low, high = clustered_rate(kept.wins, kept.losses) if len(kept) else (np.nan,) * 3
+        rate = estimates.win_rate(part)
         pooled_low, pooled_high = wilson_interval(wins, wins + losses) if wins + losses else (np.nan, np.nan)
         row = {"key": name, "sentences": s.title, "n": len(s.ids), "seeds": len(part), "wins": wins, "losses": losses,
-               "ties": ties, "rate": rate, "low": low, "high": high,
+               "ties": ties, "rate": rate.value, "low": rate.low, "high": rate.high,
                "pooled": wins / (wins + losses) if wins + losses else np.nan, "pooled_low": pooled_low,
                "pooled_high": pooled_high}
         for key in methods:  # every seed of the method (l3 may have fewer)
@@ -190,11 +189,8 @@ def concentration_text(table: pd.DataFrame, methods: Sequence[str], pairs: Seque
                      + ("" if lo != lo else f" [{lo:.3f}, {hi:.3f}]") + f", top-token share {part.top_share.mean():.3f}")
     text = "Mean over the test sentences, then over seeds (95 % t interval): " + "; ".join(parts) + "."
     if {"1.1", "2"} <= set(methods) and len(pairs) >= 1:
-        wide = table.pivot_table(index="seed", columns="method", values="entropy").loc[pairs]
-        d, lo, hi = paired_interval(wide["2"], wide["1.1"])
-        text += (f" GD minus ℓ1.1 in normalized entropy, seed by seed: {d:+.3f}"
-                 + ("" if lo != lo else f" [{lo:+.3f}, {hi:+.3f}]")
-                 + " (positive: ℓ1.1's attention is sharper).")
+        gap = estimates.entropy_gap(table[table.seed.isin(pairs)])
+        text += f" GD minus ℓ1.1 in normalized entropy, seed by seed: {gap.text(3)} (positive: ℓ1.1's attention is sharper)."
     return text
 
 
@@ -224,7 +220,7 @@ def deletion_text(drops: pd.DataFrame, methods: Sequence[str]) -> str:
 
 def gate_text(grid: "sentiment.Grid", depth: int) -> str:
     """Whether the compared models are in the claim's regime: stop rule and test accuracy against the
-    bag-of-words baseline's floor (``scorecard.generalization_floor``)."""
+    bag-of-words baseline's floor (``stats.generalization_floor``)."""
     from mdlib.experiments.stats import generalization_floor
 
     runs = grid.runs[grid.runs.chosen & (grid.runs.layers == depth) & grid.runs.method.isin(["1.1", "2"])]

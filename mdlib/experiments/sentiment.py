@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "Grid", "KIND", "PAPER_STEP_SIZES", "TokenizedDataset",
            "attention_scores", "authors_sentences", "baseline", "baseline_view", "build", "built_grid", "by_length", "cell_table",
-           "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "deletion_drops", "designated_positions", "encode", "gaps_text", "grid",
-           "grid_name", "initial_model", "lexicon_pivots", "movement", "paired_gaps", "pad", "paper_table1_view",
+           "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "deletion_drops", "designated_positions", "encode", "grid",
+           "grid_name", "initial_model", "lexicon_pivots", "movement", "pad", "paper_table1_view",
            "pilots", "pilots_view", "pivotal_sentences", "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
            "seeds_of", "steps_view", "splits",
            "sweep", "tokens", "train_grids", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
@@ -476,22 +476,6 @@ def cell_table(runs_table: pd.DataFrame, setup: str) -> pd.DataFrame:
     return cells
 
 
-def paired_gaps(runs_table: pd.DataFrame, first: str = "1.1", second: str = "2", metric: str = "last_test",
-                confidence: float = 0.95) -> pd.DataFrame:
-    """``first`` minus ``second`` per depth, in accuracy points, over the seeds both have (a seed gives both
-    methods the same initialization, data order and dropout stream): one row per depth with the
-    seeds paired, the mean difference and its paired t interval (``stats.paired_interval``)."""
-    from mdlib.experiments.stats import paired_interval
-
-    chosen = runs_table[runs_table.chosen.astype(bool)]
-    rows = []
-    for L, part in chosen.groupby("layers", sort=False):
-        wide = part.pivot_table(index="seed", columns="method", values=metric).dropna(subset=[first, second])
-        d, low, high = paired_interval(100 * wide[first], 100 * wide[second], confidence) if len(wide) else (np.nan,) * 3
-        rows.append({"layers": L, "pairs": len(wide), "metric": metric, "difference": d, "low": low, "high": high})
-    return pd.DataFrame(rows)
-
-
 def movement(grid: "Grid", layers: int | None = None) -> pd.DataFrame:
     """How far training moved each part of each chosen model (``analysis.relative_movement``,
     ||W - W(0)|| / ||W(0)|| per parameter group of ``EncoderClassifier.parameter_groups``), against the
@@ -553,15 +537,6 @@ def table1_view(cells: pd.DataFrame, baseline: float | None = None) -> pd.DataFr
                                                   "test acc. at the stop (%)": f"{100 * baseline:.2f}"}
         view = pd.concat([view, pd.DataFrame([row])], ignore_index=True)
     return view
-
-
-def gaps_text(gaps: pd.DataFrame, per_depth: bool = True) -> str:
-    """``paired_gaps`` in words: "+0.81 [-0.40, +2.02] (3 pairs) at 3 layers; ..."."""
-    parts = []
-    for _, g in gaps.iterrows():
-        value = f"{g.difference:+.2f}" + (f" [{g.low:+.2f}, {g.high:+.2f}]" if g.low == g.low else " (no interval)")
-        parts.append(value + f" ({g.pairs} pairs)" + (f" at {g.layers} layers" if per_depth else ""))
-    return "; ".join(parts) or "not measured"
 
 
 def grid_name(profile: str, variant: str | None = None) -> str:
