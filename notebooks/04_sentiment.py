@@ -81,7 +81,7 @@ from myst_nb import glue
 
 from mdlib.book import plots, provenance, scorecard
 from mdlib.experiments import methods as method_keys
-from mdlib.experiments import estimates, paper, sentiment, train
+from mdlib.experiments import estimates, paper, sentiment, stats, train
 
 plots.set_theme()
 glue("paper-table-1", sentiment.paper_table1_view().style.hide(axis="index").set_table_styles(
@@ -115,7 +115,7 @@ text = {key: plots.method_text(*method_keys.method(key)) for key in dict.fromkey
 # %% tags=["hide-input"]
 baseline = sentiment.baseline(dataset, 0, max_length, train_size)
 nb = float(baseline.set_index("baseline").test_accuracy["naive_bayes"])
-floor = scorecard.generalization_floor(nb)
+floor = stats.generalization_floor(nb)
 plots.save_table(baseline, "table-sentiment-baseline", styled=sentiment.baseline_view(baseline).style.hide(axis="index"))
 glue("t1-baseline", f"{nb:.1%}", display=False)
 glue("t1-floor", f"{floor:.1%}", display=False)
