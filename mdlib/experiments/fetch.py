@@ -13,7 +13,8 @@ reads them. Fashion-MNIST has a second route where apt-get is absent or fails: t
 (internet) into its on-disk layout under ``<data cache>/fashion_mnist``, checked by the sha256 of the
 IDX bytes (``FASHION_MNIST_IDX``), the same by either route. The online sources (``ONLINE``): IMDb, the
 hub's parquet files of ``stanfordnlp/imdb`` at a pinned revision with their sha256 (``IMDB_FILES``), and
-CIFAR-10/100 through torchvision (md5-checked by it); their readers download them at use.
+CIFAR-10/100 through torchvision (md5-checked by it, in the layout ``CIFAR_FILES``); their readers
+download them at use.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any, Callable, Mapping
 from mdlib import first_line
 from mdlib.experiments import paths
 
-__all__ = ["DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "IMDB_FILES", "IMDB_REVISION", "NAMES",
+__all__ = ["CIFAR_FILES", "DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "IMDB_FILES", "IMDB_REVISION", "NAMES",
            "ONLINE", "RegistryFile", "data_dir", "ensure", "fashion_mnist_file", "fetch", "imdb_files", "needed",
            "path_of", "torchvision_download"]
 
@@ -109,6 +110,11 @@ IMDB_FILES = {
     "plain_text/train-00000-of-00001.parquet": "db47d16b5c297cc0dd625e519c81319c24c9149e70e8496de5475f6fa928342c",
     "plain_text/test-00000-of-00001.parquet": "b52e26e2f872d282ffac460bf9770b25ac6f102cda0e6ca7158df98c94e8b3da",
 }
+
+#: CIFAR in torchvision's on-disk layout (under ``<data cache>/cifar`` by default): per data set, its folder,
+#: its training batches, its test batch and the key of the labels in a batch.
+CIFAR_FILES = {"cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", b"labels"),
+               "cifar100": ("cifar-100-python", ["train"], "test", b"fine_labels")}
 
 #: The sources read from the internet at use (not from a registry): what each downloads, with what.
 ONLINE = {"imdb": f"IMDb's two parquet files (41 MB) from the Hugging Face hub ({IMDB_REPO} at {IMDB_REVISION[:12]}, "
@@ -413,7 +419,5 @@ def ensure(names: list[str]) -> None:
 def _online_present(name: str) -> bool:
     if name == "imdb":
         return any((data_dir() / "imdb" / "plain_text").glob("train-*.parquet"))
-    from mdlib.experiments import data
-
-    folder, train_files, test_file, _ = data._CIFAR[name]
+    folder, train_files, test_file, _ = CIFAR_FILES[name]
     return all((data_dir() / "cifar" / folder / file).is_file() for file in [*train_files, test_file])
