@@ -6,7 +6,7 @@ so they travel with the package.
 
     python -m mdlib fetch rotten_tomatoes   # fetch("rotten_tomatoes"); also wordpiece_vocab, fashion_mnist
     path_of("vocab.txt")                    # the verified local file, or a DataError naming that command
-    ensure(needed("04_sentiment", params))  # what a chapter reads at its parameters, fetched when missing
+    ensure(["imdb", "wordpiece_vocab"])     # each fetched where missing (an online one: at use)
 
 ``FILES`` lists every registry file with its archive, members and checksums; ``mdlib.experiments.data``
 reads them. Fashion-MNIST has a second route where apt-get is absent or fails: torchvision's download
@@ -14,7 +14,7 @@ reads them. Fashion-MNIST has a second route where apt-get is absent or fails: t
 IDX bytes (``FASHION_MNIST_IDX``), the same by either route. The online sources (``ONLINE``): IMDb, the
 hub's parquet files of ``stanfordnlp/imdb`` at a pinned revision with their sha256 (``IMDB_FILES``), and
 CIFAR-10/100 through torchvision (md5-checked by it, in the layout ``CIFAR_FILES``); their readers
-download them at use.
+download them at use. Which sources a chapter reads is the book's (``mdlib.book.chapters``).
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from mdlib import first_line
 from mdlib.experiments import paths
 
-__all__ = ["CIFAR_FILES", "DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "IMDB_FILES", "IMDB_REVISION", "NAMES",
-           "ONLINE", "RegistryFile", "data_dir", "ensure", "fashion_mnist_file", "fetch", "imdb_files", "needed",
-           "path_of", "torchvision_download"]
+__all__ = ["CIFAR_FILES", "DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "IMDB_FILES",
+           "IMDB_REVISION", "NAMES", "ONLINE", "RegistryFile", "data_dir", "ensure", "fashion_mnist_file", "fetch",
+           "imdb_files", "path_of", "torchvision_download"]
 
 
 class DataError(RuntimeError):
@@ -375,34 +375,6 @@ def path_of(filename: str) -> Path:
         raise DataError(f"{path} does not match its sha256 (corrupt or edited): delete it and run "
                         f"`python -m mdlib fetch {spec.fetch_as}`")
     return path
-
-
-# --- what each chapter reads --------------------------------------------------------------------------
-
-def needed(notebook: str, parameters: Mapping[str, Any]) -> list[str]:
-    """The data sources (``NAMES``) ``notebook`` reads at ``parameters``, every parameter as it
-    executes (``mdlib.book.profiles.executed_parameters``: its defaults, the profile's values, ``profile``).
-
-    04_sentiment: its ``dataset`` and the WordPiece vocabulary. 05_token_selection and 06_weights
-    tokenize the data set of the Table 1 grid chapter 04 built at ``table1`` or ``profile`` (known once
-    04 has built it: read from the results store), and 05 scores the VADER lexicon, which comes with
-    ``rotten_tomatoes``. 07_vision: its ``datasets``. 09_step_sizes: its ``dataset`` and the WordPiece
-    vocabulary. The other chapters (08_cost times synthetic batches) read none."""
-    names: list[str] = []
-    if notebook in ("04_sentiment", "09_step_sizes"):
-        names = [parameters["dataset"], "wordpiece_vocab"]
-    elif notebook in ("05_token_selection", "06_weights"):
-        from mdlib.experiments import sentiment, store
-
-        grid = store.named(sentiment.grid_name(parameters.get("table1") or parameters["profile"]))
-        names = ([grid[1]["dataset"]] if grid is not None else []) + ["wordpiece_vocab"]
-        names += ["rotten_tomatoes"] if notebook == "05_token_selection" else []
-    elif notebook == "07_vision":
-        names = list(parameters["datasets"])
-    unknown = [name for name in names if name not in NAMES]
-    if unknown:
-        raise ValueError(f"{notebook} reads unknown data {', '.join(map(repr, unknown))}; known: {', '.join(NAMES)}")
-    return list(dict.fromkeys(names))
 
 
 def ensure(names: list[str]) -> None:
