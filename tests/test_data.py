@@ -112,7 +112,7 @@ def test_read_idx_rejects_other_files(tmp_path):
 def test_cifar_reads_torchvision_layout(tmp_path, name):
     import pickle
 
-    folder, train_files, test_file, label_key = data._CIFAR[name]
+    folder, train_files, test_file, label_key = fetch.CIFAR_FILES[name]
     rng = np.random.default_rng(1)
     (tmp_path / folder).mkdir()
     for file, count in [(f, 3) for f in train_files] + [(test_file, 2)]:
@@ -139,7 +139,7 @@ def test_a_planted_cifar_batch_is_refused_before_it_runs_code(tmp_path):
         def __reduce__(self):
             return (os.system, (f"touch {tmp_path / 'ran'}",))
 
-    folder, _, test_file, _ = data._CIFAR["cifar10"]
+    folder, _, test_file, _ = fetch.CIFAR_FILES["cifar10"]
     (tmp_path / folder).mkdir()
     for protocol in (2, 5):
         (tmp_path / folder / test_file).write_bytes(pickle.dumps({b"data": Payload(), b"labels": [1]}, protocol))

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES, idx_bytes
-from mdlib.book import profiles
-from mdlib.experiments import data, fetch, sentiment, store
+from mdlib.book import chapters, profiles
+from mdlib.experiments import data, fetch
 
 
 def fake_sdist() -> bytes:
@@ -251,33 +251,13 @@ def test_a_corrupt_hub_file_is_refused_and_other_files_are_read_as_given(cache, 
     assert f"imdb: reading train-mine.parquet, test-mine.parquet in {plain} as given" in capsys.readouterr().err
 
 
-# --- what each chapter reads ---------------------------------------------------------------------------
-
-@pytest.mark.parametrize("profile, expected", [
-    ("default", {"04_sentiment": ["rotten_tomatoes", "wordpiece_vocab"], "07_vision": ["fashion_mnist"],
-                 "09_step_sizes": ["rotten_tomatoes", "wordpiece_vocab"]}),
-    ("paper", {"04_sentiment": ["imdb", "wordpiece_vocab"], "07_vision": ["cifar10", "cifar100"],
-               "09_step_sizes": ["rotten_tomatoes", "wordpiece_vocab"]}),
-])
-def test_each_chapter_needs_what_its_parameters_name(profile, expected, tmp_path, monkeypatch):
-    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
-    for notebook in profiles.chapters():
-        parameters = profiles.executed_parameters(notebook, profile)
-        later = {"05_token_selection": ["wordpiece_vocab", "rotten_tomatoes"], "06_weights": ["wordpiece_vocab"]}
-        assert fetch.needed(notebook, parameters) == {**later, **expected}.get(notebook, []), notebook
-    store.set_name(sentiment.grid_name(profile), sentiment.GRID_KIND, {"dataset": expected["04_sentiment"][0]})
-    for notebook, names in later.items():  # once chapter 04 has built its grid: its data set too
-        with_grid = list(dict.fromkeys(expected["04_sentiment"][:1] + names))
-        assert fetch.needed(notebook, profiles.executed_parameters(notebook, profile)) == with_grid
-    with pytest.raises(ValueError, match="07_vision reads unknown data 'mnist'"):
-        fetch.needed("07_vision", {"datasets": ["mnist"], "profile": profile})
-
+# --- what the chapters read (the chapters' data: tests/test_chapters.py) ------------------------------
 
 def test_the_paper_profile_fetches_per_chapter_without_apt(fixture_data, no_apt, monkeypatch, capsys):
     commands = []
     monkeypatch.setattr(fetch.subprocess, "run", lambda command, **kw: commands.append(command))
-    for notebook in profiles.chapters():
-        fetch.ensure(fetch.needed(notebook, profiles.executed_parameters(notebook, "paper")))
+    for chapter in chapters.CHAPTERS:
+        fetch.ensure(chapter.needed(profiles.executed_parameters(chapter.name, "paper")))
     assert commands == []  # the registry files are cached; nothing else is fetched ahead, apt never runs
     told = capsys.readouterr().err.splitlines()
     assert [line.split(":")[0] for line in told] == ["imdb", "cifar10", "cifar100"]

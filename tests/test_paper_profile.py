@@ -48,7 +48,7 @@ def _imdb_stand_in(folder, snippets: pd.DataFrame) -> None:
 def _cifar_stand_in(folder) -> None:
     """40 training and 20 test images of CIFAR-10 and CIFAR-100 in torchvision's pickle layout."""
     rng = np.random.default_rng(0)
-    for name, (sub, train_files, test_file, label_key) in data._CIFAR.items():
+    for name, (sub, train_files, test_file, label_key) in fetch.CIFAR_FILES.items():
         classes = 10 if name == "cifar10" else 100
         (folder / "cifar" / sub).mkdir(parents=True)
         counts = {f: 40 // len(train_files) for f in train_files} | {test_file: 20}

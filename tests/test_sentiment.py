@@ -177,8 +177,8 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
     again = sentiment.built_grid("test")
     assert again.config == grid_config() and again.chosen == grid.chosen and calls == []
     pd.testing.assert_frame_equal(again.runs, grid.runs)
-    with pytest.raises(LookupError, match=r"not built a Table 1 grid at profile 'paper'.*mdlib run 04_sentiment "
-                                          r"--profile paper"):
+    with pytest.raises(LookupError, match=r"not built a Table 1 grid at profile 'paper'.*running chapter 04 at that "
+                                          r"profile \(`python -m mdlib run` with `--profile paper`\)"):
         sentiment.built_grid("paper")
 
     # a variant of chapter 04 records its grid under its own name: the book's chapters still read the book's

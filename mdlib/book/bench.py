@@ -408,7 +408,7 @@ def store(args: argparse.Namespace) -> dict:
     found = [e for e in results.entries() if e.current]
     if not found:
         raise ValueError(f"no stored runs from today's code in {paths.runs_dir()}: build a chapter first "
-                         "(python -m mdlib run 04_sentiment)")
+                         "(python -m mdlib run NOTEBOOK)")
     out = {}
     for kind in sorted({e.kind for e in found}):
         of = [e.path for e in found if e.kind == kind]

@@ -1,7 +1,7 @@
 """Command line: ``python -m mdlib run|notebook|book|plan|fetch|bench|store|compare``.
 
-    python -m mdlib run 01_fixed_decoder_paths --profile smoke -p seeds 3 [--output-dir DIR]
-    python -m mdlib notebook 01_fixed_decoder_paths [-o 01.ipynb] [--force]
+    python -m mdlib run NOTEBOOK --profile smoke -p seeds 3 [--output-dir DIR]
+    python -m mdlib notebook NOTEBOOK [-o 01.ipynb] [--force]
     python -m mdlib book --profile default
     python -m mdlib book --profile paper --executor dask:tcp://node7:8786
     python -m mdlib fetch rotten_tomatoes|wordpiece_vocab|fashion_mnist|imdb|cifar10|cifar100
@@ -12,7 +12,8 @@
 
 The book's commands work on a checkout of the book (``_config.yml``, ``notebooks/``, ``params/``):
 ``--root DIR``, else ``$MDLIB_ROOT``, else the checkout mdlib is imported from, else the working
-directory or a parent of it (``mdlib.experiments.paths.root``). ``compare`` reads only the two results
+directory or a parent of it (``mdlib.experiments.paths.root``). ``NOTEBOOK``: a chapter's name
+(``mdlib.book.chapters.NAMES``), with or without ``.py``. ``compare`` reads only the two results
 folders it is given (``mdlib.book.compare``) and needs no checkout. Installed, the command is also
 ``mdlib ...``.
 """
@@ -27,6 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+from mdlib.book import chapters
+
+#: The help of a command's NOTEBOOK argument.
+NOTEBOOK_NAME = f"notebook name, e.g. {chapters.NAMES[0]} (with or without .py)"
 
 #: What each command keeps when Ctrl-C stops it (printed as the one line of an interrupted command).
 INTERRUPTED = {
@@ -161,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kwargs)
 
     run = add_parser("run", help="execute one notebook with papermill at a profile", description=RUN_HELP)
-    run.add_argument("notebook", help="notebook name, e.g. 01_fixed_decoder_paths (with or without .py)")
+    run.add_argument("notebook", help=NOTEBOOK_NAME)
     run.add_argument("--profile", default="default", help="smoke | default | paper (params/<profile>.yaml)")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                      help="override one parameter (value parsed as YAML); repeatable; the outputs then go to "
@@ -173,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     notebook = add_parser("notebook", help="write a notebook's .ipynb from its source, for papermill or Jupyter",
                           description=NOTEBOOK_HELP)
-    notebook.add_argument("notebook", help="notebook name, e.g. 01_fixed_decoder_paths (with or without .py)")
+    notebook.add_argument("notebook", help=NOTEBOOK_NAME)
     notebook.add_argument("-o", "--output", metavar="PATH", default=None,
                           help="the .ipynb to write (default: <notebook>.ipynb in the working directory)")
     notebook.add_argument("--force", action="store_true",

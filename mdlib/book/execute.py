@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NoReturn
 
 from mdlib import first_line
 from mdlib.experiments import paths
-from mdlib.book import profiles
+from mdlib.book import chapters, profiles
 
 if TYPE_CHECKING:
     pass
@@ -31,20 +31,19 @@ KERNEL = "python3"
 FAILED_SUFFIX = ".failed.ipynb"  #: a failed execution is kept beside the executed notebook for inspection
 
 
-#: The chapters the paper profile trains at the paper's scale, and what they train there.
-AT_SCALE = {"04_sentiment": "about a hundred encoder runs of up to 1,000 epochs on IMDb",
-            "07_vision": "vision-transformer runs of up to 2,000 epochs on CIFAR-10 and CIFAR-100"}
 TORCH_HELP = ("choose a CUDA build of torch that matches the driver with TORCH= (README, \"Choosing a torch "
               "wheel\"), e.g. make book TORCH='torch==2.14.1+cu126 torchvision==0.29.1+cu126 "
               "--extra-index-url https://download.pytorch.org/whl/cu126'")
 
 
 def gpu_warning(notebook: str, profile: str) -> str | None:
-    """The one-line warning for a chapter of ``AT_SCALE`` run at the paper profile where torch sees no
-    CUDA GPU (None otherwise): what the profile trains, and, when ``nvidia-smi`` lists GPUs that this
-    torch cannot use, the driver's CUDA version against the one torch was built for. Imports torch only
-    for those chapters at that profile."""
-    if profile != "paper" or notebook not in AT_SCALE:
+    """The one-line warning for a chapter the paper profile trains at the paper's scale (its
+    ``at_scale`` in ``mdlib.book.chapters``) run at that profile where torch sees no CUDA GPU (None
+    otherwise): what the profile trains, and, when ``nvidia-smi`` lists GPUs that this torch cannot
+    use, the driver's CUDA version against the one torch was built for. Imports torch only for those
+    chapters at that profile."""
+    at_scale = chapters.chapter(notebook).at_scale if notebook in chapters.NAMES else None
+    if profile != "paper" or at_scale is None:
         return None
     try:
         import torch
@@ -52,7 +51,7 @@ def gpu_warning(notebook: str, profile: str) -> str | None:
         return None
     if torch.cuda.is_available():
         return None
-    cost = f"warning: {notebook} at the paper profile trains {AT_SCALE[notebook]}"
+    cost = f"warning: {notebook} at the paper profile trains {at_scale}"
     gpus, driver_cuda = _driver_gpus()
     if not gpus:
         return (f"{cost}, and torch sees no CUDA GPU: on this CPU that takes months; see `python -m mdlib plan "
@@ -168,7 +167,8 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
                  notebooks_dir: Path | None = None, params_dir: Path | None = None, progress: bool = True) -> Path:
     """Execute ``notebooks/<name>.py`` with papermill at ``profile`` (plus ``overrides``) and write the
     executed notebook ``<output_dir or notebooks/>/<name>.ipynb``; returns its path. The data the
-    notebook reads at these parameters is fetched first where missing (``fetch.ensure``).
+    chapter reads at these parameters (``mdlib.book.chapters``) is fetched first where missing
+    (``fetch.ensure``).
 
     Its figures, results and provenance records go to ``<artifacts_dir>/figures`` and ``/results``
     (``artifacts_dir``: the build directory by default, the book's own; the kernel gets it as
@@ -212,7 +212,8 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     shown = ", ".join(f"{k}={v!r}" for k, v in parameters.items())
     if (warning := gpu_warning(nb_name, profile)) is not None:
         print(warning, file=sys.stderr, flush=True)
-    fetch.ensure(fetch.needed(nb_name, executed))  # the data it reads at these parameters, when missing
+    if nb_name in chapters.NAMES:  # the data it reads at these parameters, when missing (a test's notebook reads none)
+        fetch.ensure(chapters.chapter(nb_name).needed(executed))
     if progress:
         print(f"executing {nb_name} ({shown})", file=sys.stderr, flush=True)
     start = time.perf_counter()

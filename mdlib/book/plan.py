@@ -11,7 +11,10 @@ Nothing is trained, fetched or installed: the counts come from the run configs
   (:data:`CPU_SECONDS_PER_TFLOP`, or ``--measure`` on this machine).
 - the synthetic chapters (01-03), the cost benchmark (08) and the step-size guide (09, whose tiny
   model's steps cost far more than their FLOPs), which run on the CPU: their measured time at the
-  default profile (:data:`MEASURED`), scaled by their steps.
+  default profile (``mdlib.book.chapters.OnCpu``), scaled by their steps.
+
+What each chapter runs, its data and its measured time are the registry's (``mdlib.book.chapters``);
+this module turns them into counts and hours.
 
 Hours are one device's (one GPU, or one CPU core): runs trained at once on N GPUs or ``workers`` CPU
 processes divide the wall time by up to N.
@@ -24,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from mdlib.experiments import paper, workload
-from mdlib.book import profiles
+from mdlib.book import chapters, profiles
 
-__all__ = ["CPU_SECONDS_PER_TFLOP", "Costs", "FlopRate", "MEASURED", "Stage", "StepTimer", "default_costs",
+__all__ = ["CPU_SECONDS_PER_TFLOP", "Costs", "FlopRate", "Stage", "StepTimer", "default_costs",
            "gpu_seconds_per_tflop", "markdown", "measure_cpu", "measured_costs", "plan", "text"]
 
 #: Seconds per 10^12 training FLOPs on one core of this project's 2-core CPU machine (torch 2.14.1,
@@ -34,27 +37,6 @@ __all__ = ["CPU_SECONDS_PER_TFLOP", "Costs", "FlopRate", "MEASURED", "Stage", "S
 #: beside another busy process (2026-12-02).
 CPU_SECONDS_PER_TFLOP = 14.6
 CPU_SOURCE = "one core of a 2-core CPU at its measured throughput (2026-12-02), by FLOPs"
-
-
-@dataclass(frozen=True)
-class Measured:
-    """A notebook's wall time at the default profile on the 2-core CPU machine: ``seconds``, on the
-    date ``when``."""
-
-    seconds: float
-    when: str
-
-
-#: The CPU chapters' measured wall times at the default profile: ``python -m mdlib run NAME`` with an
-#: empty results store on the 2-core CPU machine (01-03 on 2026-12-02; 08 within the fresh default
-#: build of 2026-12-01; 09 on 2026-12-03, its 28 runs in 2 worker processes).
-MEASURED: Mapping[str, Measured] = {
-    "01_fixed_decoder_paths": Measured(76.7, "2026-12-02"),
-    "02_single_instance_path": Measured(62.4, "2026-12-02"),
-    "03_joint_training": Measured(15.6, "2026-12-02"),
-    "08_cost": Measured(287.0, "2026-12-01"),
-    "09_step_sizes": Measured(217.3, "2026-12-03"),
-}
 
 
 def gpu_seconds_per_tflop() -> float:
@@ -221,42 +203,16 @@ def _evaluation_stage(notebook: str, what: str, kind: str, config: Mapping[str, 
                  costs.cpu.forward_seconds(kind, config, examples) / 3600, "forward passes only")
 
 
-def _synthetic(steps: Callable[[Mapping[str, Any]], tuple[int, float]], what: str, unit: str = "trial steps",
-               where: str = "runs on the CPU"):
+def _on_cpu(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
     """A CPU chapter's stage: (trials, steps) from its parameters, its time scaled from its measured
     time at the default profile."""
-    def stage(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
-        trials, count = steps(values)
-        _, default_count = steps(profiles.executed_parameters(notebook, "default"))
-        measured = MEASURED[notebook]
-        hours = measured.seconds * count / default_count / 3600
-        return [Stage(notebook, what, trials, None, None, count, count, unit, data, None, hours,
-                      f"{where}; scaled from its measured {measured.seconds:.0f} s at the default profile "
-                      f"({measured.when})")]
-    return stage
-
-
-def _e1(p: Mapping[str, Any]) -> tuple[int, float]:
-    trials = (p["seeds"] + p["stall_seeds"]) * len(p["train_ps"])
-    return trials, (p["seeds"] + p["stall_seeds"]) * sum(p["steps"])
-
-
-def _e2(p: Mapping[str, Any]) -> tuple[int, float]:
-    return 2 * len(p["ps"]), len(p["ps"]) * (p["normalized_steps"] + p["plain_steps"])
-
-
-def _e3(p: Mapping[str, Any]) -> tuple[int, float]:
-    return len(p["ps"]), sum(p["steps"])
-
-
-def _e8(p: Mapping[str, Any]) -> tuple[int, float]:
-    return 0, len(p["ps"]) * len(p["modes"]) * p["repeats"] * len(p["sizes"]) + p["training_repeats"] + p["vit_repeats"]
-
-
-def _e9(p: Mapping[str, Any]) -> tuple[int, float]:
-    from mdlib.experiments import step_sizes
-
-    return step_sizes.work(**p)
+    work = chapters.chapter(notebook).work
+    trials, count = work.count(values)
+    _, default_count = work.count(profiles.executed_parameters(notebook, "default"))
+    hours = work.measured.seconds * count / default_count / 3600
+    return [Stage(notebook, work.what, trials, None, None, count, count, work.unit, data, None, hours,
+                  f"{work.where}; scaled from its measured {work.measured.seconds:.0f} s at the default profile "
+                  f"({work.measured.when})")]
 
 
 def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
@@ -270,29 +226,29 @@ def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], 
             _runs_stage(notebook, f"Table 1, variation ({variation.setup})", variation_runs, data, costs)]
 
 
-def _table1(profile: str, values: Mapping[str, Any]):
-    """The grid chapter 04 builds for 05 and 06 (its parameter ``analysed``) at the profile they read
-    (``table1``, else theirs)."""
+def _read_grid(notebook: str, values: Mapping[str, Any]):
+    """The grid a reading chapter analyses: the one the chapter it reads builds for it (its parameter
+    ``analysed``) at the profile it reads (``table1``, else its own), from that chapter's parameters."""
     from mdlib.experiments import sentiment
 
-    source = values.get("table1") or profile
-    chapter = profiles.executed_parameters("04_sentiment", source)
-    grids = dict(zip(sentiment.GRIDS, sentiment.chapter_grids(**chapter)))
-    return grids[chapter["analysed"]]
+    (builder,) = chapters.chapter(notebook).reads
+    built = profiles.executed_parameters(builder, values.get("table1") or values["profile"])
+    grids = dict(zip(sentiment.GRIDS, sentiment.chapter_grids(**built)))
+    return grids[built["analysed"]]
 
 
-def _analysis(what: str, per_model: Callable[[Mapping[str, Any], Any], float]):
-    """05 and 06: forward passes through chapter 04's models at ``depth`` (no training)."""
-    def stage(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
-        table1 = _table1(values["profile"], values)
-        runs = [config for _, config in workload.grid_runs([table1.design()]).values()
-                if config["model"]["layers"] == values["depth"]]
-        if not runs:
-            return [Stage(notebook, what, 0, None, None, 0, 0, "evaluated examples", data, 0.0, 0.0,
-                          f"no models of depth {values['depth']} in chapter 04's grid")]
-        examples = len(runs) * per_model(values, workload.SPLITS[table1.dataset])
-        return [_evaluation_stage(notebook, what, "e4-sentiment", runs[0], examples, data, costs)]
-    return stage
+def _evaluates(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
+    """Forward passes through the models at ``depth`` of the grid the chapter reads (no training)."""
+    chapter = chapters.chapter(notebook)
+    work = chapter.work
+    grid = _read_grid(notebook, values)
+    runs = [config for _, config in workload.grid_runs([grid.design()]).values()
+            if config["model"]["layers"] == values["depth"]]
+    if not runs:
+        return [Stage(notebook, work.what, 0, None, None, 0, 0, "evaluated examples", data, 0.0, 0.0,
+                      f"no models of depth {values['depth']} in the grid of {', '.join(chapter.reads)}")]
+    examples = len(runs) * work.per_model(values, workload.SPLITS[grid.dataset])
+    return [_evaluation_stage(notebook, work.what, "e4-sentiment", runs[0], examples, data, costs)]
 
 
 def _vision(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
@@ -310,41 +266,25 @@ def _vision(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], cos
     return stages
 
 
-#: The chapters that analyze the Table 1 grid chapter 04 builds (at their ``table1`` profile).
-READ_TABLE1 = ("05_token_selection", "06_weights")
-
-CHAPTERS: Mapping[str, Callable[[str, Mapping[str, Any], tuple[str, ...], Costs], list[Stage]]] = {
-    "01_fixed_decoder_paths": _synthetic(_e1, "fixed-decoder paths (trials)"),
-    "02_single_instance_path": _synthetic(_e2, "single-instance paths (normalized and plain)"),
-    "03_joint_training": _synthetic(_e3, "joint training of W and v"),
-    "04_sentiment": _sentiment,
-    # 05: attention on the lexicon-pivot sentences and on every test sentence, then two deletions each
-    "05_token_selection": _analysis("attention of chapter 04's models", lambda p, splits: 4 * splits[2]),
-    "06_weights": _analysis("pruning curves of chapter 04's models", lambda p, splits: len(p["sparsities"]) * splits[2]),
-    "07_vision": _vision,
-    "08_cost": _synthetic(_e8, "timed steps of the optimizers and the chapters' models", "timed steps",
-                          "times its steps on the GPU when there is one, on the CPU here"),
-    "09_step_sizes": _synthetic(_e9, "lr x p sweep of a tiny sentiment encoder", "steps",
-                                "trains on the GPU when there is one, else in `workers` CPU processes"),
-}
+#: How the plan costs each kind of chapter work (``mdlib.book.chapters``).
+STAGES: Mapping[type, Callable[[str, Mapping[str, Any], tuple[str, ...], Costs], list[Stage]]] = {
+    chapters.OnCpu: _on_cpu, chapters.SentimentGrids: _sentiment, chapters.VisionGrids: _vision,
+    chapters.Evaluates: _evaluates}
 
 
 def plan(profile: str, costs: Costs | None = None) -> list[Stage]:
     """Every chapter's stages at ``profile`` (``params/<profile>.yaml``), in the book's order, costed
     by ``costs`` (default: ``default_costs()``)."""
-    from mdlib.experiments import fetch
-
     profiles.load_profile(profile)
     costs = costs or default_costs()
     stages: list[Stage] = []
     for name in profiles.chapters():
-        if name not in CHAPTERS:
-            raise ValueError(f"no plan for notebook {name}: add it to mdlib.book.plan.CHAPTERS")
+        chapter = chapters.chapter(name)
         values = profiles.executed_parameters(name, profile)
-        data = fetch.needed(name, values)
-        if name in READ_TABLE1:  # before 04 has run, fetch.needed cannot see the data set of its grid
-            data = [_table1(profile, values).dataset] + data
-        stages += CHAPTERS[name](name, values, tuple(dict.fromkeys(data)), costs)
+        data = chapter.needed(values)
+        if chapter.reads:  # before the chapter it reads has run, the store cannot name its grid's data set
+            data = [_read_grid(name, values).dataset] + data
+        stages += STAGES[type(chapter.work)](name, values, tuple(dict.fromkeys(data)), costs)
     return stages
 
 

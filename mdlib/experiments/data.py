@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from mdlib.experiments.fetch import (DataError, data_dir, fashion_mnist_file, fetch, imdb_files, path_of,
-                                   torchvision_download)
+from mdlib.experiments.fetch import (CIFAR_FILES, DataError, data_dir, fashion_mnist_file, fetch, imdb_files,
+                                   path_of, torchvision_download)
 
 if TYPE_CHECKING:  # datasets, tokenizers and torch load lazily, in the readers that need them
     from datasets import DatasetDict
@@ -144,8 +144,6 @@ def sentiment_lexicon() -> dict[str, float]:
 NORMALIZATION = {"cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
                  "cifar100": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
                  "fashion_mnist": ((0.2860,), (0.3530,))}
-_CIFAR = {"cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", b"labels"),
-          "cifar100": ("cifar-100-python", ["train"], "test", b"fine_labels")}
 
 
 class ImageDataset:
@@ -282,9 +280,9 @@ def cifar(name: str, split: str, root: str | os.PathLike, transform: Callable[[T
           download: bool = False) -> ImageDataset:
     """CIFAR-10 / CIFAR-100 from torchvision's on-disk format under ``root`` (the python pickles, read by
     ``_cifar_batch``); ``download=True`` first fetches them with torchvision (internet; it checks their md5)."""
-    if name not in _CIFAR or split not in ("train", "test"):
-        raise ValueError(f"need name in {list(_CIFAR)} and split 'train' or 'test', got {name!r}, {split!r}")
-    folder, train_files, test_file, label_key = _CIFAR[name]
+    if name not in CIFAR_FILES or split not in ("train", "test"):
+        raise ValueError(f"need name in {list(CIFAR_FILES)} and split 'train' or 'test', got {name!r}, {split!r}")
+    folder, train_files, test_file, label_key = CIFAR_FILES[name]
     files = train_files if split == "train" else [test_file]
     if download and not all((Path(root) / folder / file).is_file() for file in files):
         try:

@@ -6,14 +6,15 @@ so they travel with the package.
 
     python -m mdlib fetch rotten_tomatoes   # fetch("rotten_tomatoes"); also wordpiece_vocab, fashion_mnist
     path_of("vocab.txt")                    # the verified local file, or a DataError naming that command
-    ensure(needed("04_sentiment", params))  # what a chapter reads at its parameters, fetched when missing
+    ensure(["imdb", "wordpiece_vocab"])     # each fetched where missing (an online one: at use)
 
 ``FILES`` lists every registry file with its archive, members and checksums; ``mdlib.experiments.data``
 reads them. Fashion-MNIST has a second route where apt-get is absent or fails: torchvision's download
 (internet) into its on-disk layout under ``<data cache>/fashion_mnist``, checked by the sha256 of the
 IDX bytes (``FASHION_MNIST_IDX``), the same by either route. The online sources (``ONLINE``): IMDb, the
 hub's parquet files of ``stanfordnlp/imdb`` at a pinned revision with their sha256 (``IMDB_FILES``), and
-CIFAR-10/100 through torchvision (md5-checked by it); their readers download them at use.
+CIFAR-10/100 through torchvision (md5-checked by it, in the layout ``CIFAR_FILES``); their readers
+download them at use. Which sources a chapter reads is the book's (``mdlib.book.chapters``).
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from mdlib import first_line
 from mdlib.experiments import paths
 
-__all__ = ["DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "IMDB_FILES", "IMDB_REVISION", "NAMES",
-           "ONLINE", "RegistryFile", "data_dir", "ensure", "fashion_mnist_file", "fetch", "imdb_files", "needed",
-           "path_of", "torchvision_download"]
+__all__ = ["CIFAR_FILES", "DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "IMDB_FILES",
+           "IMDB_REVISION", "NAMES", "ONLINE", "RegistryFile", "data_dir", "ensure", "fashion_mnist_file", "fetch",
+           "imdb_files", "path_of", "torchvision_download"]
 
 
 class DataError(RuntimeError):
@@ -109,6 +110,11 @@ IMDB_FILES = {
     "plain_text/train-00000-of-00001.parquet": "db47d16b5c297cc0dd625e519c81319c24c9149e70e8496de5475f6fa928342c",
     "plain_text/test-00000-of-00001.parquet": "b52e26e2f872d282ffac460bf9770b25ac6f102cda0e6ca7158df98c94e8b3da",
 }
+
+#: CIFAR in torchvision's on-disk layout (under ``<data cache>/cifar`` by default): per data set, its folder,
+#: its training batches, its test batch and the key of the labels in a batch.
+CIFAR_FILES = {"cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", b"labels"),
+               "cifar100": ("cifar-100-python", ["train"], "test", b"fine_labels")}
 
 #: The sources read from the internet at use (not from a registry): what each downloads, with what.
 ONLINE = {"imdb": f"IMDb's two parquet files (41 MB) from the Hugging Face hub ({IMDB_REPO} at {IMDB_REVISION[:12]}, "
@@ -371,34 +377,6 @@ def path_of(filename: str) -> Path:
     return path
 
 
-# --- what each chapter reads --------------------------------------------------------------------------
-
-def needed(notebook: str, parameters: Mapping[str, Any]) -> list[str]:
-    """The data sources (``NAMES``) ``notebook`` reads at ``parameters``, every parameter as it
-    executes (``mdlib.book.profiles.executed_parameters``: its defaults, the profile's values, ``profile``).
-
-    04_sentiment: its ``dataset`` and the WordPiece vocabulary. 05_token_selection and 06_weights
-    tokenize the data set of the Table 1 grid chapter 04 built at ``table1`` or ``profile`` (known once
-    04 has built it: read from the results store), and 05 scores the VADER lexicon, which comes with
-    ``rotten_tomatoes``. 07_vision: its ``datasets``. 09_step_sizes: its ``dataset`` and the WordPiece
-    vocabulary. The other chapters (08_cost times synthetic batches) read none."""
-    names: list[str] = []
-    if notebook in ("04_sentiment", "09_step_sizes"):
-        names = [parameters["dataset"], "wordpiece_vocab"]
-    elif notebook in ("05_token_selection", "06_weights"):
-        from mdlib.experiments import sentiment, store
-
-        grid = store.named(sentiment.grid_name(parameters.get("table1") or parameters["profile"]))
-        names = ([grid[1]["dataset"]] if grid is not None else []) + ["wordpiece_vocab"]
-        names += ["rotten_tomatoes"] if notebook == "05_token_selection" else []
-    elif notebook == "07_vision":
-        names = list(parameters["datasets"])
-    unknown = [name for name in names if name not in NAMES]
-    if unknown:
-        raise ValueError(f"{notebook} reads unknown data {', '.join(map(repr, unknown))}; known: {', '.join(NAMES)}")
-    return list(dict.fromkeys(names))
-
-
 def ensure(names: list[str]) -> None:
     """Fetch the registry sources among ``names`` that are missing (a no-op once cached; Fashion-MNIST
     may fall back to torchvision's download). The online ones are left to their readers, which
@@ -413,7 +391,5 @@ def ensure(names: list[str]) -> None:
 def _online_present(name: str) -> bool:
     if name == "imdb":
         return any((data_dir() / "imdb" / "plain_text").glob("train-*.parquet"))
-    from mdlib.experiments import data
-
-    folder, train_files, test_file, _ = data._CIFAR[name]
+    folder, train_files, test_file, _ = CIFAR_FILES[name]
     return all((data_dir() / "cifar" / folder / file).is_file() for file in [*train_files, test_file])

@@ -1,0 +1,196 @@
+"""The book's chapters, each in one place: :data:`CHAPTERS`, in the book's order (``_toc.yml``'s), one
+:class:`Chapter` per notebook ``notebooks/<name>.py``, with
+
+- ``reads``: the chapters whose outputs it analyses (05 and 06 read the Table 1 grid 04 builds);
+- ``data``: the data sources (``mdlib.experiments.fetch.NAMES``) it reads, from its parameters as it
+  executes (``Chapter.needed``; ``execute.run_notebook`` fetches them first, the plan lists them);
+- ``claims``: the labels of the figures and tables its scorecard claims judge (``chapter_of_claim``);
+- ``work``: what it runs, which ``mdlib.book.plan`` costs: on the CPU (``OnCpu``: its steps and its
+  measured time), transformer grids (``SentimentGrids``, ``VisionGrids``), or forward passes through the
+  models of a chapter it reads (``Evaluates``);
+- ``at_scale``: what the paper profile trains at the paper's scale, for the chapters that need a GPU
+  there (``execute.gpu_warning``).
+
+No other module of mdlib types a chapter's name: each looks its chapter up here (``chapter``). A test
+holds the list to ``_toc.yml``, to ``notebooks/`` and to every profile's sections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+__all__ = ["BY_CLAIM", "CHAPTERS", "Chapter", "Evaluates", "Measured", "NAMES", "OnCpu", "SentimentGrids",
+           "VisionGrids", "chapter", "chapter_of_claim"]
+
+Parameters = Mapping[str, Any]  #: every parameter as the notebook executes (``profiles.executed_parameters``)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A notebook's wall time at the default profile on the 2-core CPU machine: ``seconds``, on the
+    date ``when`` (``python -m mdlib run NAME`` with an empty results store)."""
+
+    seconds: float
+    when: str
+
+
+@dataclass(frozen=True)
+class OnCpu:
+    """A chapter that runs on the CPU: ``count(parameters)`` gives (trials, steps in ``unit``); the plan
+    scales its wall time ``measured`` at the default profile by its steps. ``what`` and ``where`` are
+    the plan's words for it."""
+
+    what: str
+    count: Callable[[Parameters], tuple[int, float]]
+    measured: Measured
+    unit: str = "trial steps"
+    where: str = "runs on the CPU"
+
+
+@dataclass(frozen=True)
+class SentimentGrids:
+    """A chapter that trains the sentiment grids ``sentiment.chapter_grids(**parameters)``."""
+
+
+@dataclass(frozen=True)
+class VisionGrids:
+    """A chapter that trains the vision grids ``vision.chapter_grids(**parameters)`` and prunes its final
+    runs at each of its ``sparsities``."""
+
+
+@dataclass(frozen=True)
+class Evaluates:
+    """A chapter that trains nothing: forward passes through the models of depth ``depth`` of the grid
+    the chapter it reads built (at its ``table1`` profile, else its own), ``per_model(parameters,
+    splits)`` examples per model (``splits``: the (train, validation, test) sizes of the grid's data)."""
+
+    what: str
+    per_model: Callable[[Parameters, tuple[int, int, int]], float]
+
+
+Work = OnCpu | SentimentGrids | VisionGrids | Evaluates
+
+
+def _reads_nothing(parameters: Parameters) -> list[str]:
+    return []
+
+
+def _text(parameters: Parameters) -> list[str]:
+    """A sentiment data set and the WordPiece vocabulary that tokenizes it."""
+    return [parameters["dataset"], "wordpiece_vocab"]
+
+
+def _images(parameters: Parameters) -> list[str]:
+    return list(parameters["datasets"])
+
+
+def _built_grid(parameters: Parameters) -> list[str]:
+    """The data set of the Table 1 grid built at the chapter's ``table1`` profile, else its own (known
+    once built: read from the results store), and the vocabulary that tokenizes it."""
+    from mdlib.experiments import sentiment, store
+
+    grid = store.named(sentiment.grid_name(parameters.get("table1") or parameters["profile"]))
+    return ([grid[1]["dataset"]] if grid is not None else []) + ["wordpiece_vocab"]
+
+
+def _built_grid_and_lexicon(parameters: Parameters) -> list[str]:
+    """``_built_grid``'s, and the VADER lexicon, which comes with ``rotten_tomatoes``."""
+    return _built_grid(parameters) + ["rotten_tomatoes"]
+
+
+def _e1(p: Parameters) -> tuple[int, float]:
+    trials = (p["seeds"] + p["stall_seeds"]) * len(p["train_ps"])
+    return trials, (p["seeds"] + p["stall_seeds"]) * sum(p["steps"])
+
+
+def _e2(p: Parameters) -> tuple[int, float]:
+    return 2 * len(p["ps"]), len(p["ps"]) * (p["normalized_steps"] + p["plain_steps"])
+
+
+def _e3(p: Parameters) -> tuple[int, float]:
+    return len(p["ps"]), sum(p["steps"])
+
+
+def _e8(p: Parameters) -> tuple[int, float]:
+    return 0, len(p["ps"]) * len(p["modes"]) * p["repeats"] * len(p["sizes"]) + p["training_repeats"] + p["vit_repeats"]
+
+
+def _e9(p: Parameters) -> tuple[int, float]:
+    from mdlib.experiments import step_sizes
+
+    return step_sizes.work(**p)
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One chapter: see the module's docstring for each field."""
+
+    name: str
+    work: Work
+    data: Callable[[Parameters], list[str]] = _reads_nothing
+    reads: tuple[str, ...] = ()
+    claims: tuple[str, ...] = ()
+    at_scale: str | None = None
+
+    def needed(self, parameters: Parameters) -> list[str]:
+        """The data sources (``fetch.NAMES``) the chapter reads at ``parameters``, each once; a
+        ValueError for a source ``fetch`` does not know."""
+        from mdlib.experiments import fetch
+
+        names = list(dict.fromkeys(self.data(parameters)))
+        unknown = [name for name in names if name not in fetch.NAMES]
+        if unknown:
+            raise ValueError(f"{self.name} reads unknown data {', '.join(map(repr, unknown))}; known: "
+                             f"{', '.join(fetch.NAMES)}")
+        return names
+
+
+# The CPU chapters' measured wall times: 01-03 on 2026-12-02; 08 within the fresh default build of
+# 2026-12-01; 09 on 2026-12-03, its 28 runs in 2 worker processes.
+#: The chapters, in the book's order.
+CHAPTERS: tuple[Chapter, ...] = (
+    Chapter("01_fixed_decoder_paths", OnCpu("fixed-decoder paths (trials)", _e1, Measured(76.7, "2026-12-02")),
+            claims=("fig-e1-paths",)),
+    Chapter("02_single_instance_path", OnCpu("single-instance paths (normalized and plain)", _e2,
+                                             Measured(62.4, "2026-12-02")),
+            claims=("fig-e2-norm-growth",)),
+    Chapter("03_joint_training", OnCpu("joint training of W and v", _e3, Measured(15.6, "2026-12-02")),
+            claims=("table-e3-final",)),
+    Chapter("04_sentiment", SentimentGrids(), _text, claims=("table-1", "table-1-variation"),
+            at_scale="about a hundred encoder runs of up to 1,000 epochs on IMDb"),
+    # 05: attention on the lexicon-pivot sentences and on every test sentence, then two deletions each
+    Chapter("05_token_selection", Evaluates("attention of chapter 04's models", lambda p, splits: 4 * splits[2]),
+            _built_grid_and_lexicon, reads=("04_sentiment",),
+            claims=("table-token-selection", "fig-token-concentration")),
+    Chapter("06_weights", Evaluates("pruning curves of chapter 04's models",
+                                    lambda p, splits: len(p["sparsities"]) * splits[2]),
+            _built_grid, reads=("04_sentiment",), claims=("table-weights-change", "fig-pruning")),
+    Chapter("07_vision", VisionGrids(), _images, claims=("table-vit", "table-vit-change"),
+            at_scale="vision-transformer runs of up to 2,000 epochs on CIFAR-10 and CIFAR-100"),
+    Chapter("08_cost", OnCpu("timed steps of the optimizers and the chapters' models", _e8,
+                             Measured(287.0, "2026-12-01"), "timed steps",
+                             "times its steps on the GPU when there is one, on the CPU here"),
+            claims=("table-cost-training",)),
+    Chapter("09_step_sizes", OnCpu("lr x p sweep of a tiny sentiment encoder", _e9, Measured(217.3, "2026-12-03"),
+                                   "steps", "trains on the GPU when there is one, else in `workers` CPU processes"),
+            _text),
+)
+#: The chapters' names, in the book's order.
+NAMES = tuple(c.name for c in CHAPTERS)
+_BY_NAME = {c.name: c for c in CHAPTERS}
+#: A scorecard claim's label -> the name of the chapter that makes its figure or table.
+BY_CLAIM: Mapping[str, str] = {label: c.name for c in CHAPTERS for label in c.claims}
+
+
+def chapter(name: str) -> Chapter:
+    """The chapter ``name``; a ValueError naming the registry when it holds no such chapter."""
+    if name not in _BY_NAME:
+        raise ValueError(f"no chapter {name!r} in mdlib.book.chapters.CHAPTERS (the chapters: {', '.join(NAMES)}); "
+                         "a new notebook gets its entry there")
+    return _BY_NAME[name]
+
+
+def chapter_of_claim(label: str) -> Chapter:
+    """The chapter whose figure or table ``label`` a scorecard claim judges (KeyError when none)."""
+    return _BY_NAME[BY_CLAIM[label]]

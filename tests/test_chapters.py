@@ -1,0 +1,164 @@
+"""The chapter registry (``mdlib.book.chapters``): it lists the book's chapters as ``_toc.yml``,
+``notebooks/`` and every profile do, no other module types a chapter's name, each chapter reads the
+data it read before the registry, and mdlib's modules import each other without a cycle."""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mdlib.book import chapters, profiles, scorecard
+from mdlib.experiments import sentiment, store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Modules that still type chapter names, until they read the registry. The lead empties it once
+#: scorecard.CLAIMS takes each claim's chapter from ``chapters.chapter_of_claim``.
+PENDING = {"mdlib/book/scorecard.py"}
+
+CHAPTER_NAME = re.compile(r"\b\d\d_[a-z_]+\b")
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    """Every module of mdlib under ``root``: dotted name -> file (a package by its ``__init__.py``)."""
+    found = {}
+    for path in sorted((root / "mdlib").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks (imports that never run)."""
+    skipped = set()
+    for node in ast.walk(tree):
+        test = getattr(node, "test", None)
+        if isinstance(node, ast.If) and (getattr(test, "id", None) or getattr(test, "attr", None)) == "TYPE_CHECKING":
+            skipped |= {id(inner) for statement in node.body for inner in ast.walk(statement)}
+    return skipped
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """mdlib's modules under ``root`` -> the mdlib modules each imports anywhere in it (at module level or
+    inside a function; ``from package import module`` counts as the module), TYPE_CHECKING blocks left out."""
+    modules = _modules(root)
+    graph = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text("utf-8"))
+        skipped = _type_checking_only(tree)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        imported = set()
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names if alias.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]) if node.level else ""
+                source = ".".join(part for part in (base, node.module) if part)
+                for alias in node.names:
+                    target = f"{source}.{alias.name}"
+                    imported |= {target} if target in modules else {source} & set(modules)
+        graph[name] = imported - {name}
+    return graph
+
+
+def test_mdlib_imports_no_cycle():
+    """Fails on the tree before the registry: data -> fetch -> data (fetch read data's CIFAR files) and
+    data -> fetch -> sentiment -> data (fetch.needed), both through function-level imports."""
+    graph = import_graph(ROOT)
+    assert {"mdlib.experiments.fetch", "mdlib.book.chapters"} <= set(graph)  # the graph sees the modules
+    assert "mdlib.experiments.fetch" in graph["mdlib.experiments.data"]
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as error:
+        pytest.fail(f"an import cycle among mdlib's modules: {' -> '.join(error.args[1])}")
+
+
+def test_the_import_graph_sees_imports_inside_functions(tmp_path):
+    package = tmp_path / "mdlib"
+    package.mkdir()
+    (package / "__init__.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import mdlib.b\n")
+    (package / "a.py").write_text("def f():\n    from mdlib import b\n")
+    (package / "b.py").write_text("def g():\n    from mdlib.a import f\n")
+    graph = import_graph(tmp_path)
+    assert graph == {"mdlib": set(), "mdlib.a": {"mdlib.b"}, "mdlib.b": {"mdlib.a"}}
+    with pytest.raises(graphlib.CycleError):
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+
+
+def _chapter_names_typed(path: Path) -> list[str]:
+    """The chapter names (``NN_name``) in the string constants of a module (docstrings and f-strings too)."""
+    tree = ast.parse(path.read_text("utf-8"))
+    return [f"line {node.lineno}: {name}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) for name in CHAPTER_NAME.findall(node.value)]
+
+
+def test_only_the_registry_types_a_chapter_name():
+    typed = {path.relative_to(ROOT).as_posix(): _chapter_names_typed(path) for path in _modules(ROOT).values()}
+    assert all(CHAPTER_NAME.fullmatch(name) for name in chapters.NAMES)  # the pattern finds every chapter
+    assert set(chapters.NAMES) <= {found.split(": ")[1] for found in typed["mdlib/book/chapters.py"]}
+    elsewhere = {module: names for module, names in typed.items()
+                 if names and module != "mdlib/book/chapters.py" and module not in PENDING}
+    assert elsewhere == {}, "chapter names belong in mdlib/book/chapters.py only"
+    done = [module for module in PENDING if not typed[module]]
+    assert done == [], "these modules type no chapter name any more: remove them from PENDING"
+
+
+def test_the_registry_lists_the_books_chapters():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text("utf-8"))
+    listed = [entry["file"] for part in toc["parts"] for entry in part["chapters"]]
+    in_toc = [Path(file).name for file in listed if file.startswith("notebooks/")]
+    assert list(chapters.NAMES) == in_toc  # the book's order
+    assert list(chapters.NAMES) == profiles.chapters()  # notebooks/NN_*.py
+    for profile in profiles.list_profiles():
+        assert set(profiles.load_profile(profile)) == set(chapters.NAMES), profile
+    assert len(set(chapters.NAMES)) == len(chapters.NAMES)
+
+
+def test_a_chapter_reads_only_earlier_chapters_and_claims_its_own_labels():
+    for i, chapter in enumerate(chapters.CHAPTERS):
+        assert set(chapter.reads) <= set(chapters.NAMES[:i]), chapter.name
+    labels = [label for chapter in chapters.CHAPTERS for label in chapter.claims]
+    assert len(labels) == len(set(labels)) == len(chapters.BY_CLAIM)
+    assert {claim.label: claim.notebook for claim in scorecard.CLAIMS} == chapters.BY_CLAIM
+    assert chapters.chapter_of_claim("table-1-variation") is chapters.chapter("04_sentiment")
+    with pytest.raises(ValueError, match="no chapter '10_new' in mdlib.book.chapters.CHAPTERS"):
+        chapters.chapter("10_new")
+
+
+#: What each chapter read before the registry (``fetch.needed`` at 9ad93d2), at each profile: with no Table 1
+#: grid in the results store, and (``GRID``) once chapter 04 has recorded one built on IMDb.
+NOTHING = {"01_fixed_decoder_paths": [], "02_single_instance_path": [], "03_joint_training": [], "08_cost": []}
+READ_BEFORE = {
+    "smoke": NOTHING | {"04_sentiment": ["rotten_tomatoes", "wordpiece_vocab"],
+                        "05_token_selection": ["wordpiece_vocab", "rotten_tomatoes"], "06_weights": ["wordpiece_vocab"],
+                        "07_vision": ["fashion_mnist"], "09_step_sizes": ["rotten_tomatoes", "wordpiece_vocab"]},
+    "default": NOTHING | {"04_sentiment": ["rotten_tomatoes", "wordpiece_vocab"],
+                          "05_token_selection": ["wordpiece_vocab", "rotten_tomatoes"],
+                          "06_weights": ["wordpiece_vocab"], "07_vision": ["fashion_mnist"],
+                          "09_step_sizes": ["rotten_tomatoes", "wordpiece_vocab"]},
+    "paper": NOTHING | {"04_sentiment": ["imdb", "wordpiece_vocab"],
+                        "05_token_selection": ["wordpiece_vocab", "rotten_tomatoes"], "06_weights": ["wordpiece_vocab"],
+                        "07_vision": ["cifar10", "cifar100"], "09_step_sizes": ["rotten_tomatoes", "wordpiece_vocab"]},
+}
+GRID = {"05_token_selection": ["imdb", "wordpiece_vocab", "rotten_tomatoes"], "06_weights": ["imdb", "wordpiece_vocab"]}
+
+
+@pytest.mark.parametrize("profile", list(READ_BEFORE))
+def test_each_chapter_reads_the_data_it_read_before(profile, tmp_path, monkeypatch):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
+
+    def read() -> dict[str, list[str]]:
+        return {c.name: c.needed(profiles.executed_parameters(c.name, profile)) for c in chapters.CHAPTERS}
+
+    assert read() == READ_BEFORE[profile]
+    store.set_name(sentiment.grid_name(profile), sentiment.GRID_KIND, {"dataset": "imdb"})
+    assert read() == READ_BEFORE[profile] | GRID
+    with pytest.raises(ValueError, match="07_vision reads unknown data 'mnist'"):
+        chapters.chapter("07_vision").needed({"datasets": ["mnist"], "profile": profile})
