@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import pandas as pd
 
-from mdlib.book import provenance
+from mdlib.book import chapters, provenance
 from mdlib.book.evidence import Results, Unmeasured, complete
 from mdlib.book.verdicts import (COST_BAND, E2_MIN_POINTS, KQV_PAPER_REDUCTION, NOT_MEASURED, PARITY_MARGIN, PRUNE_AT,
                                  Effect, Verdict, concentration_rule, cost_rule, e1_rule, e2_norm_rule, e2_rate_rule,
@@ -103,9 +103,12 @@ class _Part(NamedTuple):
 class _Claim:
     claim: str
     paper: str
-    notebook: str
-    label: str  #: the figure or table the row links to
+    label: str  #: the figure or table the row links to, which names its chapter (``chapters.BY_CLAIM``)
     build: Callable
+
+    @property
+    def notebook(self) -> str:
+        return chapters.BY_CLAIM[self.label]
 
 
 def _e1(r: Results):
@@ -449,31 +452,31 @@ def _cost(r: Results):
 CLAIMS = [
     _Claim("E1: each ℓp path approaches its own ℓp attention SVM direction, the nearest of the SVMs",
            f"own-SVM divergence → ≈ 0; other SVMs plateau (≈ {paper.E1_PLATEAU:g} on the p = 3 path); "
-           f"{paper.E1_SEEDS} seeds", "01_fixed_decoder_paths", "fig-e1-paths", _e1),
+           f"{paper.E1_SEEDS} seeds", "fig-e1-paths", _e1),
     _Claim("E2, norm: ||W(k)|| grows without bound, logarithmically in k (Thm 8)",
-           "norm linear in log k", "02_single_instance_path", "fig-e2-norm-growth", _e2_norm),
+           "norm linear in log k", "fig-e2-norm-growth", _e2_norm),
     _Claim("E2, rate: the directional divergence to the SVM decays at least like 1/log k (Thm 11)",
-           "O(1 / log k)", "02_single_instance_path", "fig-e2-norm-growth", _e2_rate),
+           "O(1 / log k)", "fig-e2-norm-growth", _e2_rate),
     _Claim("E3: joint training: W and v converge in direction to the attention and decoder SVMs",
-           "both directions reach their SVMs (empirical)", "03_joint_training", "table-e3-final", _e3),
+           "both directions reach their SVMs (empirical)", "table-e3-final", _e3),
     _Claim("Table 1: ℓ1.1 reaches a higher test accuracy than GD (paper: ℓ1.1 best in every row)",
-           paper.CLAIMS["table-1"], "04_sentiment", "table-1", _table1),
+           paper.CLAIMS["table-1"], "table-1", _table1),
     _Claim("Table 1, a variation: from the authors' setup with one factor changed (named in the row), ℓ1.1 "
-           "reaches a higher test accuracy than GD", paper.CLAIMS["table-1"], "04_sentiment", "table-1-variation", _variation),
+           "reaches a higher test accuracy than GD", paper.CLAIMS["table-1"], "table-1-variation", _variation),
     _Claim("Token selection: ℓ1.1 puts more attention on the pivotal word than GD in more sentences",
-           paper.CLAIMS["table-token-selection"], "05_token_selection", "table-token-selection", _tokens),
+           paper.CLAIMS["table-token-selection"], "table-token-selection", _tokens),
     _Claim("Attention concentration: ℓ1.1's [CLS] attention is sharper than GD's",
-           "sharper, less diffuse attention (the rebuttal; no number)", "05_token_selection", "fig-token-concentration", _concentration),
+           "sharper, less diffuse attention (the rebuttal; no number)", "fig-token-concentration", _concentration),
     _Claim("K/Q/V sparsity: ℓ1.1 changes the key, query and value weights more sparsely than GD",
-           paper.CLAIMS["table-weights-change"], "06_weights", "table-weights-change", _kqv),
+           paper.CLAIMS["table-weights-change"], "table-weights-change", _kqv),
     _Claim("Pruning (new analysis): ℓ1.1 keeps more test accuracy than GD when half the matrices are pruned",
-           "not in the paper", "06_weights", "fig-pruning", _pruning),
+           "not in the paper", "fig-pruning", _pruning),
     _Claim("ViT parity: every optimizer reaches about the same final test accuracy",
-           paper.CLAIMS["table-vit"], "07_vision", "table-vit", _vit_parity),
+           paper.CLAIMS["table-vit"], "table-vit", _vit_parity),
     _Claim("ViT sparsity: ℓ1.1 changes the attention weights more sparsely than Adam",
-           "MD weights more concentrated near zero (Fig 12)", "07_vision", "table-vit-change", _vit_sparsity),
+           "MD weights more concentrated near zero (Fig 12)", "table-vit-change", _vit_sparsity),
     _Claim("Cost: a mirror-descent step costs about as much as the baseline's",
-           paper.CLAIMS["table-cost-training"], "08_cost", "table-cost-training", _cost),
+           paper.CLAIMS["table-cost-training"], "table-cost-training", _cost),
 ]
 
 
