@@ -22,11 +22,12 @@ the tiers below it:
 - ``mdlib.experiments`` (extra ``[experiments]``): the results store (``store``, no torch), training
   runs through it (``pool``, ``train``), the data (``fetch``, ``data``), the experiments
   (``synthetic``, ``sentiment``, ``vision``, ``selection``, ``sparsity``), their statistics and
-  analyses (``stats``, ``analysis``), method names (``methods``), ``paths`` and ``fingerprint``;
-- ``mdlib.book`` (extra ``[book]``): the notebooks' parameters (``profiles``), their execution
-  (``execute``), the generated pages and the build (``pages``, ``book``), figures and tables
-  (``plots``, ``schema``), records (``provenance``), the claims' rules, rows and page
-  (``verdicts``, ``scorecard``, ``scorecard_page``; no torch),
+  analyses (``stats``, ``analysis``), each claim's estimate (``estimates``), method and data set names
+  (``methods``), ``paths`` and ``fingerprint``;
+- ``mdlib.book`` (extra ``[book]``): the chapters (``chapters``, the one registry), their parameters
+  (``profiles``), their execution (``execute``), the generated pages and the build (``pages``,
+  ``book``), figures and tables (``plots``, ``schema``), records (``provenance``), the claims' rules,
+  evidence, rows and page (``verdicts``, ``evidence``, ``scorecard``, ``scorecard_page``; no torch),
   benchmarks (``bench``), the command line (``cli``: ``python -m mdlib``).
 """
 
