@@ -623,8 +623,9 @@ def test_chapters_glue_the_estimate_the_scorecard_judges(smoke_book):
     rows = scorecard.rows(smoke_book.build / "results", profile="smoke")
     for label, (chapter, prefix, written) in GLUED_ESTIMATES.items():
         nb = nbformat.read(smoke_book.root / "notebooks" / f"{chapter}.ipynb", as_version=4)
-        glued = " ".join(o["data"]["text/plain"] for c in nb.cells for o in c.get("outputs", [])
-                         if o.get("metadata", {}).get("scrapbook", {}).get("name", "").startswith(prefix))
+        glued = " ".join(text for c in nb.cells for o in c.get("outputs", [])
+                         if o.get("metadata", {}).get("scrapbook", {}).get("name", "").startswith(prefix)
+                         for mime, text in o["data"].items() if mime.endswith("text/plain"))
         claim = next(c for c in scorecard.CLAIMS if c.label == label)
         judged = [r for r in rows if r.claim.startswith(claim.claim) and r.effect is not None]
         assert glued and judged, (label, "the smoke build glues and judges this estimate")
