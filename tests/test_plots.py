@@ -197,3 +197,14 @@ def test_step_size_figure_marks_the_choice_the_diverged_runs_and_the_references(
     flat = [line for line in top_left.lines if list(line.get_ydata()) in ([0.6, 0.6], [0.55, 0.55])]
     assert len(flat) == 2  # AdamW and SGD
     plt.close(fig)
+
+
+def test_dataset_and_method_names_have_one_source():
+    from mdlib.experiments import methods
+
+    assert [methods.dataset_text(d) for d in ("fashion_mnist", "cifar10", "cifar100")] == [
+        "Fashion-MNIST", "CIFAR-10", "CIFAR-100"]
+    assert methods.dataset_text("rotten_tomatoes") == "rotten_tomatoes"  # no display name: the key itself
+    from mdlib.experiments import vision
+
+    assert set(methods.DATASET_NAMES) == set(vision.DATASETS)

@@ -1,6 +1,7 @@
 """How the experiments name and build an optimizer: a method key ("1.1", "2", "adam", "adamw", "sgd"), the
 optimizer it builds (``make_optimizer``) and how tables and legends write it: the one place a method's
-name is written. Importing it imports no torch (the scorecard and ``paper`` use the names).
+name is written, and a data set's (``dataset_text``). Importing it imports no torch (the scorecard and
+``paper`` use the names).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["OPTIMIZERS", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label"]
+__all__ = ["OPTIMIZERS", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label",
+           "DATASET_NAMES", "dataset_text"]
 
 OPTIMIZERS = ("md", "adam", "adamw", "sgd")
 
@@ -90,3 +92,13 @@ def method_text(optimizer: str, p: float | None = None) -> str:
     if optimizer != "md":
         return method_label(optimizer, p)
     return f"ℓ{float(p):g}" + (" (GD)" if float(p) == 2.0 else "")
+
+
+#: How the book writes a data set of the vision experiment (``vision.DATASETS``' keys).
+DATASET_NAMES = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+
+
+def dataset_text(name: str) -> str:
+    """Display name of a data set for tables, titles and glued prose: "cifar10" -> "CIFAR-10"; a name
+    without one (``DATASET_NAMES``) is written as it is."""
+    return DATASET_NAMES.get(name, name)
