@@ -473,7 +473,7 @@ def cost_step_figure(steps: pd.DataFrame) -> Figure:
         else:
             p, mode = float(name.split("_")[1][1:]), name.split("_")[2]
             color, ls = p_color(p), line[mode]
-            label = f"MD {p_label(p)}, {mode}"
+            label = f"{method_label('md', p)}, {mode}"
         left.plot(group.params, group.ms, color=color, ls=ls, marker="o", ms=3, label=label)
         right.plot(group.params, group.vs_adam_fused, color=color, ls=ls, marker="o", ms=3)
     left.set(xscale="log", yscale="log", xlabel="float32 parameters", ylabel="ms per optimizer step (median)")
