@@ -272,3 +272,19 @@ def test_weight_histograms_draw_a_row_per_entry_and_a_column_per_kind():
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["Adam (9)"]  # 7/40 ... 15/40
     assert [t.get_text() for t in fig.axes[5].get_legend().get_texts()] == ["Adam (4)", "init (4)"]  # |w|
     plt.close(fig)
+
+
+def test_e1_figures_draw_a_panel_per_exponent_pair_and_per_training_exponent():
+    curves = pd.read_csv(RESULTS / "fig-e1-paths.csv")
+    train_ps, svm_ps = sorted(curves.train_p.unique()), sorted(curves.svm_p.unique())
+    fig = plots.e1_paths_figure(curves, svm_ps)
+    assert len(fig.axes) == len(train_ps) * len(svm_ps) and fig.axes[0].get_title() == f"SVM {plots.p_label(svm_ps[0])}"
+    last = curves[(curves.train_p == train_ps[-1]) & (curves.svm_p == svm_ps[-1])]
+    assert list(fig.axes[-1].lines[0].get_ydata()) == pytest.approx(list(last["mean"]))
+    plt.close(fig)
+    stall = pd.concat([curves[(curves.train_p == p) & (curves.svm_p == p)].assign(method=name)
+                       for p in train_ps for name in ("exact", "naive")])
+    fig = plots.e1_stall_figure(stall)
+    assert len(fig.axes) == len(train_ps) and [line.get_linestyle() for line in fig.axes[0].lines] == ["-", "--"]
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["exact", "naive"]
+    plt.close(fig)

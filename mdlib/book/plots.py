@@ -355,6 +355,51 @@ def _coordinate(entry: str) -> str:
     return "$" + entry.replace("W[", "W_{").replace("]", "}") + "$"
 
 
+def e1_paths_figure(curves: pd.DataFrame, svm_ps: Sequence[float]) -> Figure:
+    """Chapter 01's paths (``synthetic.fixed_decoder_experiment``'s ``curves``: rows train_p, svm_p, step,
+    mean, q10, q90): one row of panels per training exponent, one column per SVM exponent of
+    ``svm_ps``, the directional divergence against the step (mean over seeds, band: 10-90 %
+    quantiles), log scale. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    ps = sorted(curves["train_p"].unique())
+    fig, axes = plt.subplots(len(ps), len(svm_ps), figsize=(3.6 * len(svm_ps), 2.8 * len(ps)), sharex="row",
+                             squeeze=False)
+    for row, p in enumerate(ps):
+        for col, q in enumerate(svm_ps):
+            ax = axes[row, col]
+            c = curves[(curves.train_p == p) & (curves.svm_p == q)]
+            ax.plot(c.step, c["mean"], color=p_color(q), lw=1.8)
+            ax.fill_between(c.step, c["q10"], c["q90"], color=p_color(q), alpha=0.25, lw=0)
+            ax.set_yscale("log")
+            if row == 0:
+                ax.set_title(f"SVM {p_label(q)}")
+            if col == 0:
+                ax.set_ylabel(f"trained with {p_label(p)}\ndirectional divergence")
+            if row == len(ps) - 1:
+                ax.set_xlabel("step $k$")
+    fig.tight_layout()
+    return fig
+
+
+def e1_stall_figure(stall: pd.DataFrame) -> Figure:
+    """Chapter 01's normalizations compared (``stall``: rows train_p, method, step, mean; the path's
+    divergence to its own SVM): one panel per training exponent, one line per method, the first
+    solid and the others dashed, log scale. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    ps = list(dict.fromkeys(stall.train_p))
+    fig, axes = plt.subplots(1, len(ps), figsize=(4.2 * len(ps), 3.3), squeeze=False)
+    for ax, p in zip(axes[0], ps):
+        for i, (name, c) in enumerate(stall[stall.train_p == p].groupby("method", sort=False)):
+            ax.plot(c.step, c["mean"], ls="-" if i == 0 else "--", color=p_color(p), label=name)
+        ax.set(yscale="log", xlabel="step $k$", title=f"trained with {p_label(p)}, own SVM")
+    axes[0, 0].set_ylabel("directional divergence (mean)")
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def e2_path_figure(normalized: pd.DataFrame, norms: pd.DataFrame, ps: Iterable[float]) -> tuple[Figure, list[str]]:
     """Chapter 02's single-instance path in the plane of the two entries of W where the ℓp SVM directions
     differ most (the spread of an entry's SVM value over p, plus a tenth of its mean size, breaks ties):
