@@ -76,6 +76,8 @@ from mdlib.experiments import analysis, paper, vision
 plots.set_theme()
 plots.glue_paper()
 dataset_names = {d: method_keys.dataset_text(d) for d in datasets}
+
+# %% tags=["remove-stderr"]
 config, paper_config = vision.chapter_grids(  # the swept grid, and Adam and l_1.1 at the paper's steps
     datasets=datasets, image_size=image_size, train_size=train_size, validation=validation, model=model, setup=setup,
     batch_size=batch_size, cifar_root=cifar_root, epochs=epochs, eval_every=eval_every, seeds=seeds, ps=ps,
