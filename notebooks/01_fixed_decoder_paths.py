@@ -54,7 +54,6 @@ stall_seeds = 20  # seeds of the comparison with the authors' normalization (gra
 stall_eps = 1e-12  # the eps of that normalization
 
 # %%
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from myst_nb import glue
@@ -96,23 +95,7 @@ print(f"profile={profile}: {seeds} seeds, n={n}, T={T}, d={d}, lr={lr}, steps={d
 
 # %% tags=["hide-input"]
 ps_order = sorted(curves["train_p"].unique())
-fig, axes = plt.subplots(len(ps_order), len(svm_ps), figsize=(3.6 * len(svm_ps), 2.8 * len(ps_order)),
-                         sharex="row", squeeze=False)
-for row, p in enumerate(ps_order):
-    for col, q in enumerate(svm_ps):
-        ax = axes[row, col]
-        c = curves[(curves.train_p == p) & (curves.svm_p == q)]
-        color = plots.p_color(q)
-        ax.plot(c.step, c["mean"], color=color, lw=1.8)
-        ax.fill_between(c.step, c["q10"], c["q90"], color=color, alpha=0.25, lw=0)
-        ax.set_yscale("log")
-        if row == 0:
-            ax.set_title(f"SVM {plots.p_label(q)}")
-        if col == 0:
-            ax.set_ylabel(f"trained with {plots.p_label(p)}\ndirectional divergence")
-        if row == len(ps_order) - 1:
-            ax.set_xlabel("step $k$")
-fig.tight_layout()
+fig = plots.e1_paths_figure(curves, svm_ps)
 plots.save_figure(fig, "fig-e1-paths", data=curves)
 
 # %% [markdown]
@@ -187,19 +170,10 @@ def stall_run(eps):
 
 
 exact, naive = stall_run(None), stall_run(stall_eps)
-fig, axes = plt.subplots(1, len(train_ps), figsize=(4.2 * len(train_ps), 3.3), squeeze=False)
-stall_rows = []
-for ax, p in zip(axes[0], sorted(train_ps)):
-    for name, res, style in (("exact (log space)", exact, "-"), (f"gradient / (norm + {stall_eps:g})", naive, "--")):
-        c = res["curves"][(res["curves"].train_p == p) & (res["curves"].svm_p == p)]
-        ax.plot(c.step, c["mean"], ls=style, color=plots.p_color(p), label=name)
-        stall_rows.append(c.assign(method=name))
-    ax.set(yscale="log", xlabel="step $k$", title=f"trained with {plots.p_label(p)}, own SVM")
-axes[0, 0].set_ylabel("directional divergence (mean)")
-axes[0, 0].legend(fontsize=8)
-fig.tight_layout()
-plots.save_figure(fig, "fig-e1-stall", data=pd.concat(stall_rows, ignore_index=True))
-stall_final = {}
+normalizations = (("exact (log space)", exact), (f"gradient / (norm + {stall_eps:g})", naive))
+stall = pd.concat([res["curves"][(res["curves"].train_p == p) & (res["curves"].svm_p == p)].assign(method=name)
+                   for p in sorted(train_ps) for name, res in normalizations], ignore_index=True)
+plots.save_figure(plots.e1_stall_figure(stall), "fig-e1-stall", data=stall)
 for name, res in (("exact", exact), ("naive", naive)):
     fin = res["final"]
     own_final = fin[fin.train_p == fin.svm_p].groupby("train_p").divergence.mean()

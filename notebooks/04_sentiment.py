@@ -87,6 +87,8 @@ plots.set_theme()
 glue("paper-table-1", sentiment.paper_table1_view().style.hide(axis="index").set_table_styles(
     [{"selector": "th, td", "props": "padding: 0.1em 0.7em"}]), display=False)
 plots.glue_paper()
+
+# %% tags=["remove-stderr"]
 configs = dict(zip(sentiment.GRIDS, sentiment.chapter_grids(  # the replication's grid and the variation's
     dataset=dataset, max_length=max_length, train_size=train_size, width=width, setup=setup, epochs=epochs,
     layers=layers, methods=methods, seeds=seeds, step_multiples=step_multiples, variation_setup=variation_setup,

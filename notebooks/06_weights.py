@@ -60,9 +60,7 @@ initial = {seed: sentiment.initial_model(grid.configs[depth, key, seed]).eval() 
 label = {key: plots.method_label(*method_keys.method(key)) for key in methods} | {"init": "initialization"}
 names = " / ".join(plots.method_text(*method_keys.method(k)) for k in methods)
 entries = depth * width * width
-# The paper's 0.06 at width 384 is above the authors' init bound 1/sqrt(384) = 0.051: the same
-# threshold relative to the bound 1/sqrt(width) at this width.
-scaled = threshold * (384 / width) ** 0.5
+scaled = analysis.scaled_threshold(width, paper.KQV_WIDTH, threshold)  # the same multiple of the init bound
 print(f"profile={profile}: {len(models)} models ({dataset}, {depth} layers, width {width}); threshold {scaled:.3f}; "
       f"{entries} entries per kind (K, Q or V)")
 

@@ -64,7 +64,6 @@ workers = 2  # runs trained at once: CPU processes of one thread each, or one pr
 precision = "fp32"  # "fp32" (the paper's) or "bf16" (autocast on CUDA/CPU: the forward and backward in bfloat16, parameters, gradients and the optimizer's state in float32)
 
 # %% tags=["remove-stderr"]
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
@@ -76,7 +75,9 @@ from mdlib.experiments import analysis, paper, vision
 
 plots.set_theme()
 plots.glue_paper()
-NAMES = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+dataset_names = {d: method_keys.dataset_text(d) for d in datasets}
+
+# %% tags=["remove-stderr"]
 config, paper_config = vision.chapter_grids(  # the swept grid, and Adam and l_1.1 at the paper's steps
     datasets=datasets, image_size=image_size, train_size=train_size, validation=validation, model=model, setup=setup,
     batch_size=batch_size, cifar_root=cifar_root, epochs=epochs, eval_every=eval_every, seeds=seeds, ps=ps,
@@ -94,19 +95,19 @@ print(f"profile={profile}: {len(grid.sweep)} candidate step sizes swept, "
 
 # %% tags=["hide-input", "remove-stderr"]
 sweep = grid.sweep.assign(method=grid.sweep.method.map(name))
-edges = {side: [f"{name[k]} on {NAMES[d]}" for (d, k), lr in grid.chosen.items()
+edges = {side: [f"{name[k]} on {dataset_names[d]}" for (d, k), lr in grid.chosen.items()
                 if k in swept and lr == pick(config.step_sizes[k])] for side, pick in (("largest", max), ("smallest", min))}
 glue("vit-edge", " ".join(f"The chosen step size is the grid's {side} for {', '.join(found)}." for side, found
                           in edges.items() if found) + " A wider grid might find a better one there."
      if any(edges.values()) else "Every chosen step size lies inside its grid.", display=False)
-plots.save_table(sweep, "table-vit-sweep", styled=sweep.assign(dataset=sweep.dataset.map(NAMES)).style.format(
+plots.save_table(sweep, "table-vit-sweep", styled=sweep.assign(dataset=sweep.dataset.map(dataset_names)).style.format(
     {"p": lambda p: "" if pd.isna(p) else f"{p:g}", "lr": "{:g}", "chosen": lambda c: "chosen" if c else "",
      "paper": lambda c: "paper's" if c else ""}).format("{:.2%}", subset=["validation_accuracy"], na_rep="diverged")
     .hide(axis="index"))
 # a seed whose final run mirror descent refused (non-finite gradients) is reported and left out below
 final, results = grid.configs, grid.results
 methods = [m for m in methods if all(any((d, m, s) in final for s in range(seeds)) for d in datasets)]
-glue("vit-diverged", "; ".join(f"{name[m]} on {NAMES[d]}, seed {s}" for d, m, s in grid.diverged) or "none",
+glue("vit-diverged", "; ".join(f"{name[m]} on {dataset_names[d]}, seed {s}" for d, m, s in grid.diverged) or "none",
      display=False)
 
 # %% [markdown]
@@ -129,41 +130,24 @@ glue("vit-diverged", "; ".join(f"{name[m]} on {NAMES[d]}, seed {s}" for d, m, s 
 
 # %% tags=["hide-input"]
 history = grid.history.assign(method=grid.history.method.map(name), key=grid.history.method)
-fig, axes = plt.subplots(2, len(datasets), figsize=(6.4 * len(datasets), 7.6), squeeze=False)
-for column, dataset in enumerate(datasets):
-    for method in methods:
-        runs_of = history[(history.dataset == dataset) & (history.method == name[method])]
-        color, label = plots.method_color(*method_keys.method(method)), plots.method_label(*method_keys.method(method))
-        for row, (metric, scale) in enumerate((("train_loss", 1), ("test_accuracy", 100))):
-            curve = runs_of.dropna(subset=[metric]).groupby("epoch")[metric]  # test: the evaluated epochs
-            mean, std = scale * curve.mean(), scale * curve.std().fillna(0)
-            axes[row, column].plot(mean.index, mean, color=color, label=label)
-            axes[row, column].fill_between(mean.index, mean - std, mean + std, color=color, alpha=0.2, lw=0)
-    if dataset in paper.VIT_ACCURACY:
-        axes[1, column].axhline(paper.VIT_ACCURACY[dataset], color="black", ls=":", lw=1, label="paper (2000 epochs)")
-    axes[0, column].set(title=NAMES[dataset], xlabel="epoch", ylabel="training loss", yscale="log")
-    axes[1, column].set(xlabel="epoch", ylabel="test accuracy (%)")
-    for ax in axes[:, column]:
-        ax.legend(fontsize=8)
-fig.tight_layout()
+fig = plots.training_curves(grid.history, methods, stop=None, by="dataset", titles=dataset_names,
+                            reference=paper.VIT_ACCURACY, reference_label=f"paper ({paper.VIT_EPOCHS} epochs)")
 plots.save_figure(fig, "fig-vit-accuracy", data=history)
 
 # %% [markdown]
 # ```{glue:figure} fig-vit-accuracy
 # :name: fig-vit-accuracy
 #
-# Top: the training loss of every epoch (the mean over the epoch's batches, in training mode), log
-# scale. Bottom: the test accuracy, evaluated every `eval_every` epochs. Mean over the training seeds
-# with a band of one standard deviation, per optimizer (mirror descent with exponent $p$; $p = 2$ is
-# gradient descent). Dotted: the paper's accuracy after 2000 epochs, where it ran this data set.
+# Top: the test accuracy, evaluated every `eval_every` epochs; dotted: the paper's accuracy after
+# 2000 epochs, where it ran this data set. Bottom: the training loss of every epoch (the mean over the
+# epoch's batches, in training mode), log scale. Mean over the training seeds with a band of one
+# standard deviation, per optimizer (mirror descent with exponent $p$; $p = 2$ is gradient descent).
 # Numbers: `_build/results/fig-vit-accuracy.csv`.
 # ```
 
 # %% tags=["hide-input"]
 device = "cuda" if torch.cuda.is_available() else "cpu"
-# The paper's 0.06 at width 512 lies above the authors' init bound 1/sqrt(512) = 0.044: the same
-# threshold relative to the bound 1/sqrt(width) at this width.
-scaled = threshold * (512 / model["width"]) ** 0.5
+scaled = analysis.scaled_threshold(model["width"], paper.VIT_WIDTH, threshold)  # the same multiple of the init bound
 models = {key: vision.trained_model(c, results[key]).to(device) for key, c in final.items()}
 # the initialization of each training seed, shared by all optimizers
 starts = {(d, s): vision.make_model(final[(d, methods[0], s)]) for d in datasets for s in range(seeds)}
@@ -180,13 +164,12 @@ kinds = ("key", "query", "value")
 # has the training loss levelled off? what share of its decrease came in the last quarter, and how
 # much it moved there relative to its level; and how much the test accuracy still moved
 table = vision.summary_table(vision.run_scores(history), mean_counts, grid.chosen, methods=methods, names=name,
-                             datasets={d: NAMES[d] for d in datasets}, swept=swept, flat_share=flat_share, kinds=kinds)
+                             datasets=dataset_names, swept=swept, flat_share=flat_share, kinds=kinds)
 shown = vision.summary_view(table, scaled)
 plots.save_table(table, "table-vit", styled=shown.style.hide(axis="index"))
 
 # %% tags=["hide-input"]
-shown_datasets = {d: NAMES[d] for d in datasets}
-texts = vision.summary_texts(table, grid.chosen, names=name, datasets=shown_datasets, swept=swept,
+texts = vision.summary_texts(table, grid.chosen, names=name, datasets=dataset_names, swept=swept,
                              flat_share=flat_share)
 for key, text in texts.items():
     glue(key, text, display=False)
@@ -194,7 +177,7 @@ for key, text in texts.items():
 
 def per_dataset(text):
     """One clause per data set, ``text(dataset)`` each, for the prose."""
-    return vision.by_dataset(shown_datasets, text)
+    return vision.by_dataset(dataset_names, text)
 
 # %% [markdown]
 # ```{glue:figure} table-vit
@@ -212,16 +195,10 @@ def per_dataset(text):
 # ## Where the weights are
 
 # %% tags=["hide-input"]
-styles = [("initialization", "initialization", "black")] + [(name[m], plots.method_label(*method_keys.method(m)), plots.method_color(*method_keys.method(m)))
-                                                           for m in methods]
-fig, axes = plt.subplots(len(datasets), len(kinds), figsize=(14, 3.8 * len(datasets)), squeeze=False)
-for row, d in enumerate(datasets):
-    for col, kind in enumerate(kinds):
-        plots.magnitude_histogram(axes[row, col], {(label, color): analysis.magnitudes(
-            nets[(d, key, 0)].attention_weights()[kind]) for key, label, color in styles}, threshold=scaled)
-        axes[row, col].set(title=f"{NAMES[d]}: {kind} weights")
-        axes[row, col].legend(fontsize=7)
-fig.tight_layout()
+styles = [("initialization", "initialization", "black")] + [
+    (name[m], plots.method_label(*method_keys.method(m)), plots.method_color(*method_keys.method(m))) for m in methods]
+fig = plots.weight_histograms({dataset_names[d]: {(label, color): nets[(d, key, 0)].attention_weights()
+                                                  for key, label, color in styles} for d in datasets}, scaled, kinds)
 plots.save_figure(fig, "fig-vit-weights", data=counts)
 glue("vit-counts", per_dataset(lambda d: ", ".join(
     f"{label} " + " / ".join(f"{mean_counts[(d, label, kind)]:,.0f}" for kind in kinds)
@@ -252,10 +229,10 @@ change = vision.change_table({"swept": grid, "paper": paper_steps}, flat_share=f
 view = change.groupby(["steps", "dataset", "method"], sort=False).agg(
     lr=("lr", "first"), effective_density=("effective_density", "mean"), top_share=("top_share", "mean"),
     relative_change=("relative_change", "mean"), levelled=("levelled", "all")).reset_index()
-plots.save_table(change, "table-vit-change", styled=view.assign(dataset=view.dataset.map(NAMES),
+plots.save_table(change, "table-vit-change", styled=view.assign(dataset=view.dataset.map(dataset_names),
                  method=view.method.map(name)).style.format({"lr": "{:g}", "effective_density": "{:.3f}",
                  "top_share": "{:.3f}", "relative_change": "{:.3f}"}).hide(axis="index"))
-glue("vit-change", "; ".join(f"{r.steps} steps, {NAMES[r.dataset]}: {name[r.method]} (lr {r.lr:g}) "
+glue("vit-change", "; ".join(f"{r.steps} steps, {dataset_names[r.dataset]}: {name[r.method]} (lr {r.lr:g}) "
                              f"{r.effective_density:.3f}" for r in view.itertuples()), display=False)
 
 # %% [markdown]
@@ -275,31 +252,15 @@ glue("vit-change", "; ".join(f"{r.steps} steps, {NAMES[r.dataset]}: {name[r.meth
 
 # %% tags=["hide-input"]
 sizes = {d: [len(part) for part in vision.image_sets(final[(d, methods[0], 0)]["data"])] for d in datasets}
-pruning = []
-for (d, m, s), run in final.items():
-    curve = vision.pruning({"run": run, "sparsities": sparsities})["accuracy"]
-    pruning += [{"dataset": d, "method": name[m], "seed": s, "sparsity": x, "test_accuracy": a}
-                for x, a in zip(sparsities, curve)]
-pruning = pd.DataFrame(pruning)
-
-# %% tags=["hide-input"]
-fig, axes = plt.subplots(1, len(datasets), figsize=(6.4 * len(datasets), 4.2), squeeze=False)
-for ax, d in zip(axes[0], datasets):
-    for m in methods:
-        curve = pruning[(pruning.dataset == d) & (pruning.method == name[m])].groupby("sparsity").test_accuracy
-        mean, std = 100 * curve.mean(), 100 * curve.std().fillna(0)
-        ax.plot(100 * mean.index, mean, marker="o", ms=3, color=plots.method_color(*method_keys.method(m)), label=plots.method_label(*method_keys.method(m)))
-        ax.fill_between(100 * mean.index, mean - std, mean + std, color=plots.method_color(*method_keys.method(m)), alpha=0.2, lw=0)
-    ax.set(title=NAMES[d], xlabel="weights pruned (%)", ylabel="test accuracy (%)")
-    ax.legend(fontsize=8)
-fig.tight_layout()
-plots.save_figure(fig, "fig-vit-pruning", data=pruning)
+pruning = vision.pruning_table(final, sparsities)
+fig = plots.pruning_curves(pruning, methods, chance=None, by="dataset", titles=dataset_names)
+plots.save_figure(fig, "fig-vit-pruning", data=pruning.assign(method=pruning.method.map(name)))
 
 # %% tags=["hide-input"]
 levels = [x for x in (0.5, 0.8, 0.9) if x in sparsities]
 at = pruning.groupby(["dataset", "method", "sparsity"], sort=False).test_accuracy.mean()
 glue("vit-pruning", per_dataset(lambda d: ", ".join(
-    f"{name[m]} " + " / ".join(f"{100 * at[(d, name[m], x)]:.1f}" for x in levels) for m in methods)), display=False)
+    f"{name[m]} " + " / ".join(f"{100 * at[(d, m, x)]:.1f}" for x in levels) for m in methods)), display=False)
 glue("vit-pruning-levels", " / ".join(f"{100 * x:.0f} %" for x in levels) or "(none of 50, 80, 90 % measured)",
      display=False)
 smallest = method_keys.method_key("md", float(min(ps)))  # the paper's Figure 12 contrast: mirror descent with small p against Adam
@@ -311,8 +272,8 @@ def contrast(d):
     above = {m: sum(mean_counts[(d, name[m], kind)] for kind in kinds) for m in (smallest, "adam")}
     more = {1: "more", 0: "as many", -1: "fewer"}[int(np.sign(above[smallest] - above["adam"]))]
     return (f"{name[smallest]} has {more} entries above the threshold than Adam ({above[smallest]:,.0f} against "
-            f"{above['adam']:,.0f}) and keeps {100 * at[(d, name[smallest], heavy)]:.1f} % test accuracy "
-            f"with {100 * heavy:.0f} % of the weights pruned, against {100 * at[(d, 'Adam', heavy)]:.1f} % for Adam")
+            f"{above['adam']:,.0f}) and keeps {100 * at[(d, smallest, heavy)]:.1f} % test accuracy "
+            f"with {100 * heavy:.0f} % of the weights pruned, against {100 * at[(d, 'adam', heavy)]:.1f} % for Adam")
 
 
 glue("vit-contrast", per_dataset(contrast), display=False)
@@ -323,8 +284,8 @@ glue("vit-contrast", per_dataset(contrast), display=False)
 #
 # Test accuracy after setting the given fraction of all weight matrices' entries (patch embedding,
 # attention, MLP and classifier; not the norms, biases, positions or [CLS] token) with the smallest
-# magnitude to zero, globally across layers and without retraining; mean over the training seeds with
-# a band of one standard deviation. Numbers: `_build/results/fig-vit-pruning.csv`.
+# magnitude to zero, globally across layers and without retraining; mean ± one standard deviation
+# over the training seeds. Numbers: `_build/results/fig-vit-pruning.csv`.
 # ```
 
 # %% tags=["hide-input"]

@@ -43,18 +43,13 @@ vit_repeats = 3  # timed training steps per optimizer
 
 # %%
 import logging
-import statistics
 
-import pandas as pd
 import torch
 from myst_nb import glue
 
 from mdlib.book import bench, plots, provenance
-from mdlib.experiments import methods, paper
-from mdlib.models import VisionTransformer
-from mdlib.optim import LpMirrorDescent
 
-bench.choice("vit", vit, ("paper", "tiny"))  # before any timing: any other value would time the tiny model
+bench.choice("vit", vit, bench.VIT_MODELS)  # before any timing: any other value would time the tiny model
 for mode in modes:
     bench.choice("modes", mode, bench.MD_MODES)
 plots.set_theme()
@@ -70,19 +65,7 @@ glue("cost-torch", f"torch {torch.__version__}, {torch.get_num_threads()} thread
 print(f"profile={profile}: {hardware}; torch {torch.__version__}, {torch.get_num_threads()} threads")
 
 # %% tags=["hide-input"]
-rows, targets = [], []
-for total in sizes:
-    rounds = bench.optimizer_step_times(total, ps=[p for p in ps if p != 2.0], repeats=repeats, modes=modes)
-    for name, seconds in rounds.items():
-        ratio = statistics.median(a / b for a, b in zip(seconds, rounds["adam_fused"]))
-        rows.append({"params": total, "optimizer": name, "ms": 1e3 * statistics.median(seconds),
-                     "ns_per_param": 1e9 * statistics.median(seconds) / total, "vs_adam_fused": ratio})
-    for name, r in bench.step_ratios(rounds).items():
-        targets.append({"params": total, "optimizer": name, "reference": r["vs"], "median_ratio": r["median_ratio"],
-                        "ci95_low": r["ci95"][0], "ci95_high": r["ci95"][1], "target": r["target"]})
-steps = pd.DataFrame(rows)
-targets = pd.DataFrame(targets, columns=["params", "optimizer", "reference", "median_ratio", "ci95_low", "ci95_high",
-                                         "target"])
+steps, targets = bench.step_tables(sizes, ps, repeats=repeats, modes=modes)
 
 # %% tags=["hide-input"]
 fig = plots.cost_step_figure(steps)
@@ -100,64 +83,16 @@ plots.save_figure(fig, "fig-cost-step", data=steps)
 # ```
 
 # %% tags=["hide-input"]
-training = []
-for which in bench.TRAINING_MODELS:
-    times = bench.training_step_times(which, repeats=training_repeats)
-    for name, seconds in times.items():
-        ratios = [a / b for a, b in zip(seconds, times["adam"])]
-        low, high = bench.median_interval(ratios)
-        training.append({"model": {"sentiment": "sentiment encoder (04)", "vit": "ViT (07)"}[which],
-                         "optimizer": methods.method_text(*bench.TRAINING_OPTIMIZERS[name][::2]),
-                         "ms per step": 1e3 * statistics.median(seconds), "vs Adam (median ratio)": statistics.median(ratios),
-                         "ci95": f"{low:.2f}-{high:.2f}",
-                         "method": methods.method_key(*bench.TRAINING_OPTIMIZERS[name][::2]),
-                         "ci_low": low, "ci_high": high})
-training = pd.DataFrame(training)
+training = bench.training_table(repeats=training_repeats)
 plots.save_table(training, "table-cost-training", styled=training.style.format(
     {"ms per step": "{:.1f}", "vs Adam (median ratio)": "{:.3f}"}).hide(axis="index"))
-md_training = training[training.optimizer != "Adam"]["vs Adam (median ratio)"]
+md_training = training[training.method != "adam"]["vs Adam (median ratio)"]
 glue("cost-train-ratio", f"{md_training.min():.2f} to {md_training.max():.2f}", display=False)
 glue("cost-train-verdict", "within" if md_training.max() <= bench.TRAINING_TARGET else "not within", display=False)
 
 # %% tags=["hide-input"]
-if vit == "paper":
-    make_vit = lambda: VisionTransformer()  # noqa: E731  (48 px CIFAR images, patch 4, width 512, depth 6)
-    shape, classes = (3, 48, 48), 10
-else:
-    make_vit = lambda: VisionTransformer(image_size=28, patch=7, channels=1, width=64, depth=2, heads=4, mlp=64)  # noqa: E731
-    shape, classes = (1, 28, 28), 10
-optimizers = {"Adam (lr 1e-4)": lambda params: torch.optim.Adam(params, lr=1e-4)}
-for p in ps:
-    optimizers[f"MD {plots.p_label(p)}"] = lambda params, p=p: LpMirrorDescent(params, lr=1e-4, p=p)
-generator = torch.Generator().manual_seed(0)
-images = torch.randn((vit_batch, *shape), generator=generator).to(device)
-labels = torch.randint(0, classes, (vit_batch,), generator=generator).to(device)
-timing = []
-for name, factory in optimizers.items():
-    torch.manual_seed(0)
-    model = make_vit().to(device)
-    seconds = bench.training_step_time(model, factory(model.parameters()), images, labels,
-                                       torch.nn.functional.cross_entropy, repeats=vit_repeats)
-    timing.append({"optimizer": name, "step_s": seconds, "params": sum(w.numel() for w in model.parameters())})
-timing = pd.DataFrame(timing)
-steps_per_epoch = 50000 // vit_batch  # CIFAR-10/100: 50,000 training images
-timing["hours_2000_epochs"] = timing.step_s * steps_per_epoch * paper.VIT_EPOCHS / 3600
-
-# %% tags=["hide-input"]
-ops = paper.OPS_PER_PARAMETER  # the paper's per-parameter operation counts (GD: SGD)
-largest = steps[steps.params == steps.params.max()].set_index("optimizer")
-table = pd.DataFrame([
-    {"optimizer": f"SGD / MD p = 2 ({mode})", "paper ops per param": ops["GD"],
-     "ns per param (step, largest size)": largest.loc[f"sgd_{mode}", "ns_per_param"]} for mode in ("default", "fused")
-] + [
-    {"optimizer": f"Adam ({mode})", "paper ops per param": ops["Adam"],
-     "ns per param (step, largest size)": largest.loc[f"adam_{mode}", "ns_per_param"]}
-    for mode in ("default", "foreach", "fused")
-] + [
-    {"optimizer": f"MD p = {p:g} ({mode})", "paper ops per param": ops["MD"],
-     "ns per param (step, largest size)": largest.loc[f"md_p{p:g}_{mode}", "ns_per_param"]}
-    for p in ps if p != 2.0 for mode in modes
-])
+timing = bench.vit_table(vit, vit_batch, vit_repeats, ps, device)
+table = bench.ops_table(steps, ps, modes)
 plots.save_table(table, "table-cost", styled=table.style.format({"ns per param (step, largest size)": "{:.2f}"})
                  .hide(axis="index"))
 plots.save_table(timing, "table-cost-vit", styled=timing.style.format(
@@ -168,6 +103,7 @@ glue("cost-vit-params", f"{int(timing.params.iloc[0]):,}", display=False)
 glue("cost-vit-spread", float(timing.step_s.max() / timing.step_s.min()), display=False)
 glue("cost-vit-hours-adam", float(timing.hours_2000_epochs.iloc[0]), display=False)
 glue("cost-largest", f"{int(steps.params.max()):,}", display=False)
+largest = steps[steps.params == steps.params.max()].set_index("optimizer")
 at_largest = targets[targets.params == targets.params.max()]
 for mode in ("default", "fused"):
     r = at_largest[at_largest.optimizer.str.endswith(f"_{mode}")].median_ratio
@@ -186,7 +122,7 @@ glue("cost-adam-default-over-fused", f"{largest.loc['adam_default', 'vs_adam_fus
 # :name: table-cost
 #
 # The paper's operation counts next to the measured time per parameter of one optimizer step at the
-# largest size. Numbers: `_build/results/table-cost.csv`.
+# largest size (SGD is mirror descent at $p = 2$). Numbers: `_build/results/table-cost.csv`.
 # ```
 #
 # ```{glue:figure} table-cost-training
@@ -204,8 +140,8 @@ glue("cost-adam-default-over-fused", f"{largest.loc['adam_default', 'vs_adam_fus
 # :name: table-cost-vit
 #
 # One training step (forward, backward, optimizer) of the vision transformer, batch of the paper's
-# size, per optimizer, and the time of 2000 epochs of 50,000 images extrapolated from it. Numbers:
-# `_build/results/table-cost-vit.csv`.
+# size, per optimizer (each at step size $10^{-4}$), and the time of 2000 epochs of 50,000 images
+# extrapolated from it. Numbers: `_build/results/table-cost-vit.csv`.
 # ```
 #
 # ## What we got, next to the paper

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from mdlib.experiments import analysis
+from mdlib.experiments import analysis, paper
 from mdlib.models import EncoderClassifier
 
 
@@ -84,6 +84,18 @@ def test_count_above_and_magnitude_pruning():
         analysis.magnitude_prune(model, 1.0)
     matrices = analysis.magnitude_prune(model, 0.5)  # the Linear matrix alone: 6 of its 12 entries
     assert int((matrices[1].weight == 0).sum()) == 6 and torch.equal(matrices[0].weight, model[0].weight)
+
+
+@pytest.mark.parametrize("paper_width", [paper.KQV_WIDTH, paper.VIT_WIDTH])
+def test_scaled_threshold_keeps_the_papers_multiple_of_the_init_bound(paper_width):
+    assert analysis.scaled_threshold(paper_width, paper_width) == paper.WEIGHT_THRESHOLD  # the paper's own width
+    for width in (8, 24, 64, 1024):
+        scaled = analysis.scaled_threshold(width, paper_width)
+        assert scaled == pytest.approx(0.06 * (paper_width / width) ** 0.5)
+        # threshold / (1 / sqrt(width)) is the paper's 0.06 * sqrt(paper_width) at every width
+        assert scaled * width ** 0.5 == pytest.approx(0.06 * paper_width ** 0.5)
+    assert analysis.scaled_threshold(96, 384, threshold=0.1) == pytest.approx(0.2)
+    assert paper.KQV_ENTRIES == 6 * 384 * 384 and (paper.KQV_WIDTH, paper.VIT_WIDTH) == (384, 512)
 
 
 def test_pruning_scope_of_the_encoder_leaves_the_embedding_table():

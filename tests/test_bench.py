@@ -6,6 +6,7 @@ import re
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from mdlib.book import bench
@@ -239,3 +240,49 @@ def test_store_bench_times_every_current_kinds_reads_and_their_content_check(tmp
     (entry / "t.parquet").write_bytes((entry / "t.parquet").read_bytes() + b" ")
     with pytest.raises(ValueError, match="a c entry does not read back"):
         bench.store(SimpleNamespace(repeats=1))
+
+
+def test_chapter_08s_step_tables_hold_the_medians_and_ratios_of_what_was_timed(monkeypatch):
+    rounds = {"adam_fused": [1e-3, 2e-3, 4e-3], "sgd_fused": [1e-3, 1e-3, 1e-3], "md_p3_fused": [1e-3, 3e-3, 4e-3]}
+    calls = _fake(monkeypatch, bench, "optimizer_step_times", lambda arguments: rounds)
+    steps, targets = bench.step_tables([1000, 2000], [2.0, 3.0], repeats=3, modes=("fused",))
+    assert [c["ps"] for c in calls] == [[3.0], [3.0]] and calls[0]["modes"] == ("fused",)  # p = 2 is SGD
+    md = steps[(steps.optimizer == "md_p3_fused") & (steps.params == 2000)].iloc[0]
+    assert md.ms == pytest.approx(3.0) and md.ns_per_param == pytest.approx(3e-3 / 2000 * 1e9)
+    assert md.vs_adam_fused == pytest.approx(1.0)  # round by round: 1, 1.5, 1
+    assert list(targets.optimizer) == ["md_p3_fused"] * 2 and list(targets.median_ratio) == [1.0, 1.0]
+    assert list(targets.reference) == ["adam_fused"] * 2 and list(targets.target) == [1.10] * 2
+
+
+def test_chapter_08s_ops_table_names_every_optimizer_through_methods():
+    steps = pd.DataFrame([{"params": n, "optimizer": name, "ns_per_param": n / 1000 + i}
+                          for n in (10, 100) for i, name in enumerate(
+                              ["sgd_default", "sgd_fused", "adam_default", "adam_foreach", "adam_fused",
+                               "md_p1.1_default", "md_p3_default"])])
+    table = bench.ops_table(steps, [1.1, 2.0, 3.0], modes=("default",))
+    assert list(table.optimizer) == ["SGD (default)", "SGD (fused)", "Adam (default)", "Adam (foreach)",
+                                     "Adam (fused)", "ℓ1.1 (default)", "ℓ3 (default)"]
+    assert list(table["paper ops per param"]) == [2, 2, 14, 14, 14, 10, 10]
+    assert list(table["ns per param (step, largest size)"]) == pytest.approx([0.1 + i for i in range(7)])
+
+
+def test_chapter_08s_training_table_is_each_optimizer_against_adam_round_by_round(monkeypatch):
+    times = {"adam": [1.0, 2.0, 4.0], "md_p1.1": [1.0, 3.0, 4.0]}
+    _fake(monkeypatch, bench, "training_step_times", lambda arguments: times)
+    monkeypatch.setattr(bench, "TRAINING_OPTIMIZERS", {"adam": ("adam", 1e-4, None), "md_p1.1": ("md", 1e-4, 1.1)})
+    table = bench.training_table(repeats=3)
+    assert list(table.columns) == ["model", "optimizer", "ms per step", "vs Adam (median ratio)", "ci95", "method",
+                                   "ci_low", "ci_high"]
+    assert list(table.model) == ["sentiment encoder (04)"] * 2 + ["ViT (07)"] * 2
+    assert list(table.optimizer) == ["Adam", "ℓ1.1"] * 2 and list(table.method) == ["adam", "1.1"] * 2
+    md = table.iloc[1]
+    assert md["ms per step"] == 3000 and md["vs Adam (median ratio)"] == 1.0  # ratios 1, 1.5, 1
+    assert md.ci_low <= 1.0 <= md.ci_high and md.ci95 == f"{md.ci_low:.2f}-{md.ci_high:.2f}"
+
+
+def test_chapter_08s_vit_table_extrapolates_the_papers_epochs():
+    table = bench.vit_table("tiny", batch=4, repeats=1, ps=(1.1,))
+    assert list(table.optimizer) == ["Adam", "ℓ1.1"] and table.params.nunique() == 1
+    assert list(table.hours_2000_epochs) == pytest.approx(list(table.step_s * 12500 * 2000 / 3600))
+    with pytest.raises(ValueError, match="'vit'"):
+        bench.vit_table("huge")

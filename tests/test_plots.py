@@ -197,3 +197,94 @@ def test_step_size_figure_marks_the_choice_the_diverged_runs_and_the_references(
     flat = [line for line in top_left.lines if list(line.get_ydata()) in ([0.6, 0.6], [0.55, 0.55])]
     assert len(flat) == 2  # AdamW and SGD
     plt.close(fig)
+
+
+def test_dataset_and_method_names_have_one_source():
+    from mdlib.experiments import methods
+
+    assert [methods.dataset_text(d) for d in ("fashion_mnist", "cifar10", "cifar100")] == [
+        "Fashion-MNIST", "CIFAR-10", "CIFAR-100"]
+    assert methods.dataset_text("rotten_tomatoes") == "rotten_tomatoes"  # no display name: the key itself
+    from mdlib.experiments import vision
+
+    assert set(methods.DATASET_NAMES) == set(vision.DATASETS)
+
+
+def test_training_curves_draw_one_column_per_depth_with_the_stop_rule():
+    curves = pd.read_csv(RESULTS / "fig-sentiment-curves.csv").astype({"method": str})
+    keys = list(dict.fromkeys(curves.method))
+    fig = plots.training_curves(curves, keys)
+    top, bottom = fig.axes
+    assert top.get_title() == "3 layers, 3 heads" and top.get_ylabel() == "accuracy (%)"
+    seeds = curves.groupby("method").seed.nunique()
+    # per method: the test accuracy, the training accuracy (dotted) and a tick per seed; then the stop rule
+    assert len(top.lines) == sum(2 + seeds[k] for k in keys) + 1 and len(bottom.lines) == len(keys)
+    assert top.lines[-1].get_ydata()[0] == pytest.approx(100 * 0.995)
+    plt.close(fig)
+
+
+def test_training_curves_draw_one_column_per_data_set_at_the_evaluated_epochs():
+    history = pd.DataFrame([{"dataset": d, "method": m, "seed": s, "epoch": e, "train_loss": 1 / e + s,
+                             "train_accuracy": 0.5, "test_accuracy": 0.1 * e + 0.01 * s if e % 2 == 0 else np.nan}
+                            for d in ("fashion_mnist", "cifar10") for m in ("adam", "1.1") for s in (0, 1)
+                            for e in range(1, 7)])
+    fig = plots.training_curves(history, ["adam", "1.1"], stop=None, by="dataset",
+                                titles={"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10"},
+                                reference={"cifar10": 82.0}, reference_label="paper (2000 epochs)")
+    (fashion, cifar), (fashion_loss, _) = fig.axes[:2], fig.axes[2:]
+    assert [fashion.get_title(), cifar.get_title()] == ["Fashion-MNIST", "CIFAR-10"]
+    assert len(fashion.lines) == 2 and len(cifar.lines) == 3  # no training accuracy; the paper's line on CIFAR
+    assert fashion.get_ylabel() == "test accuracy (%)"
+    adam = fashion.lines[0]
+    assert list(adam.get_xdata()) == [2, 4, 6] and list(adam.get_ydata()) == pytest.approx([20.5, 40.5, 60.5])
+    assert list(fashion_loss.lines[0].get_xdata()) == list(range(1, 7))
+    assert "paper (2000 epochs)" in [t.get_text() for t in cifar.get_legend().get_texts()]
+    plt.close(fig)
+
+
+def test_pruning_curves_draw_one_panel_or_one_per_data_set():
+    pruning = pd.DataFrame([{"dataset": d, "method": m, "seed": s, "sparsity": x, "test_accuracy": 0.9 - x / 2 - s / 10}
+                            for d in ("cifar10", "cifar100") for m in ("adam", "1.1") for s in (0, 1)
+                            for x in (0.0, 0.5, 0.9)])
+    fig = plots.pruning_curves(pruning[pruning.dataset == "cifar10"], ["adam", "1.1"])
+    ax, = fig.axes
+    assert ax.lines[-1].get_ydata()[0] == 50  # chance
+    plt.close(fig)
+    fig = plots.pruning_curves(pruning, ["adam", "1.1"], chance=None, by="dataset",
+                               titles={"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"})
+    assert [ax.get_title() for ax in fig.axes] == ["CIFAR-10", "CIFAR-100"]
+    first = fig.axes[0].containers[0]  # adam's error bars: the mean over seeds
+    assert list(first.lines[0].get_ydata()) == pytest.approx([85.0, 60.0, 40.0])
+    assert all(len(ax.containers) == 2 for ax in fig.axes)  # no chance line
+    plt.close(fig)
+
+
+def test_weight_histograms_draw_a_row_per_entry_and_a_column_per_kind():
+    import torch
+
+    weights = {"key": [torch.arange(16.0).view(4, 4) / 40], "query": [torch.full((4, 4), 0.2)],
+               "value": [torch.full((2, 2), -0.3)]}
+    fig = plots.weight_histograms({"CIFAR-10": {("Adam", "black"): weights},
+                                   "CIFAR-100": {("Adam", "black"): weights, ("init", "grey"): weights}}, 0.15)
+    assert len(fig.axes) == 6
+    assert [ax.get_title() for ax in fig.axes[:3]] == ["CIFAR-10: key weights", "CIFAR-10: query weights",
+                                                       "CIFAR-10: value weights"]
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["Adam (9)"]  # 7/40 ... 15/40
+    assert [t.get_text() for t in fig.axes[5].get_legend().get_texts()] == ["Adam (4)", "init (4)"]  # |w|
+    plt.close(fig)
+
+
+def test_e1_figures_draw_a_panel_per_exponent_pair_and_per_training_exponent():
+    curves = pd.read_csv(RESULTS / "fig-e1-paths.csv")
+    train_ps, svm_ps = sorted(curves.train_p.unique()), sorted(curves.svm_p.unique())
+    fig = plots.e1_paths_figure(curves, svm_ps)
+    assert len(fig.axes) == len(train_ps) * len(svm_ps) and fig.axes[0].get_title() == f"SVM {plots.p_label(svm_ps[0])}"
+    last = curves[(curves.train_p == train_ps[-1]) & (curves.svm_p == svm_ps[-1])]
+    assert list(fig.axes[-1].lines[0].get_ydata()) == pytest.approx(list(last["mean"]))
+    plt.close(fig)
+    stall = pd.concat([curves[(curves.train_p == p) & (curves.svm_p == p)].assign(method=name)
+                       for p in train_ps for name in ("exact", "naive")])
+    fig = plots.e1_stall_figure(stall)
+    assert len(fig.axes) == len(train_ps) and [line.get_linestyle() for line in fig.axes[0].lines] == ["-", "--"]
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["exact", "naive"]
+    plt.close(fig)

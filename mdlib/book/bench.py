@@ -1,4 +1,5 @@
-"""Benchmarks behind ``python -m mdlib bench ...``; each returns a JSON-serializable dict.
+"""Benchmarks behind ``python -m mdlib bench ...``, each returning a JSON-serializable dict, and chapter
+08's timing tables (``step_tables``, ``ops_table``, ``training_table``, ``vit_table``: DataFrames).
 
 Timings on shared 2-core machines are noisy: each benchmark interleaves the contenders, repeats,
 and reports medians and ratios measured side by side in one run.
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Ty
 if TYPE_CHECKING:
     import argparse
 
+    import pandas as pd
     import torch
     from numpy.typing import ArrayLike
     from torch import Tensor, nn
@@ -170,6 +172,77 @@ TRAINING_MODELS = ("sentiment", "vit")
 #: chapters run): Adam, and mirror descent at each p (small steps: the time does not depend on them).
 TRAINING_OPTIMIZERS = {"adam": ("adam", 1e-4, None), "md_p1.1": ("md", 1e-4, 1.1), "md_p1.75": ("md", 1e-4, 1.75),
                        "md_p2": ("md", 1e-4, 2.0), "md_p3": ("md", 1e-4, 3.0)}
+
+
+#: How chapter 08's tables write the models of ``TRAINING_MODELS``.
+TRAINING_MODEL_NAMES = {"sentiment": "sentiment encoder (04)", "vit": "ViT (07)"}
+
+
+def step_tables(sizes: Iterable[int], ps: Iterable[float], repeats: int = 31,
+                modes: Sequence[str] = ("default", "fused")) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Chapter 08's optimizer steps (``optimizer_step_times`` at each size of ``sizes``, mirror descent at
+    each p but 2, which is SGD): (steps, targets). ``steps``: per size and contender, the median ms of a
+    step, the median ns per parameter and the median over rounds of the ratio to fused Adam's step;
+    ``targets``: per size and mirror-descent contender with a target (``step_ratios``), its median ratio
+    to the reference, the 95 % interval and the target."""
+    import pandas as pd
+
+    rows, targets = [], []
+    for total in sizes:
+        rounds = optimizer_step_times(total, ps=[p for p in ps if p != 2.0], repeats=repeats, modes=modes)
+        for name, seconds in rounds.items():
+            ratio = statistics.median(a / b for a, b in zip(seconds, rounds["adam_fused"]))
+            rows.append({"params": total, "optimizer": name, "ms": 1e3 * statistics.median(seconds),
+                         "ns_per_param": 1e9 * statistics.median(seconds) / total, "vs_adam_fused": ratio})
+        for name, r in step_ratios(rounds).items():
+            targets.append({"params": total, "optimizer": name, "reference": r["vs"], "median_ratio": r["median_ratio"],
+                            "ci95_low": r["ci95"][0], "ci95_high": r["ci95"][1], "target": r["target"]})
+    return pd.DataFrame(rows), pd.DataFrame(targets, columns=["params", "optimizer", "reference", "median_ratio",
+                                                              "ci95_low", "ci95_high", "target"])
+
+
+def ops_table(steps: pd.DataFrame, ps: Iterable[float], modes: Sequence[str] = ("default", "fused")) -> pd.DataFrame:
+    """Chapter 08's table-cost: the paper's operations per parameter (``paper.OPS_PER_PARAMETER``) next to
+    the ns per parameter of one step at the largest size of ``steps`` (``step_tables``), per optimizer
+    and implementation: SGD (mirror descent at p = 2), Adam, and mirror descent at each p but 2 in
+    ``modes``; optimizers written by ``methods.method_text``."""
+    import pandas as pd
+
+    from mdlib.experiments import paper
+    from mdlib.experiments.methods import method_text
+
+    ops = paper.OPS_PER_PARAMETER
+    largest = steps[steps.params == steps.params.max()].set_index("optimizer").ns_per_param
+    rows = [(method_text("sgd"), mode, ops["GD"], f"sgd_{mode}") for mode in ("default", "fused")]
+    rows += [(method_text("adam"), mode, ops["Adam"], f"adam_{mode}") for mode in ("default", "foreach", "fused")]
+    rows += [(method_text("md", p), mode, ops["MD"], f"md_p{p:g}_{mode}") for p in ps if p != 2.0 for mode in modes]
+    return pd.DataFrame([{"optimizer": f"{name} ({mode})", "paper ops per param": count,
+                          "ns per param (step, largest size)": largest[contender]}
+                         for name, mode, count, contender in rows])
+
+
+def training_table(repeats: int = 21) -> pd.DataFrame:
+    """Chapter 08's table-cost-training: per model of ``TRAINING_MODELS`` (written as
+    ``TRAINING_MODEL_NAMES``) and optimizer of ``TRAINING_OPTIMIZERS`` (``methods.method_text``; its
+    key in ``method``), the median ms of a training step (``training_step_times``), the median over
+    rounds of its ratio to Adam's step in the same round and that median's 95 % interval
+    (``median_interval``: as text in ``ci95``, as numbers in ``ci_low`` and ``ci_high``)."""
+    import pandas as pd
+
+    from mdlib.experiments import methods
+
+    rows = []
+    for which in TRAINING_MODELS:
+        times = training_step_times(which, repeats=repeats)
+        for name, seconds in times.items():
+            ratios = [a / b for a, b in zip(seconds, times["adam"])]
+            low, high = median_interval(ratios)
+            optimizer, _, p = TRAINING_OPTIMIZERS[name]
+            rows.append({"model": TRAINING_MODEL_NAMES[which], "optimizer": methods.method_text(optimizer, p),
+                         "ms per step": 1e3 * statistics.median(seconds),
+                         "vs Adam (median ratio)": statistics.median(ratios), "ci95": f"{low:.2f}-{high:.2f}",
+                         "method": methods.method_key(optimizer, p), "ci_low": low, "ci_high": high})
+    return pd.DataFrame(rows)
 
 
 def training_setup(which: str, seed: int = 0) -> tuple[Callable[[], nn.Module], Tensor | dict[str, Tensor], Tensor,
@@ -461,6 +534,45 @@ def training_step_time(model: nn.Module, optimizer: torch.optim.Optimizer, input
 
     step()
     return median_time(step, repeats)
+
+
+#: Chapter 08's ViTs to time, as ``VisionTransformer`` arguments: the paper's (CIFAR) and a tiny one.
+VIT_MODELS = {"paper": {"image_size": 48, "patch": 4, "channels": 3, "width": 512, "depth": 6, "heads": 8, "mlp": 512},
+              "tiny": {"image_size": 28, "patch": 7, "channels": 1, "width": 64, "depth": 2, "heads": 4, "mlp": 64}}
+
+
+def vit_table(vit: str = "paper", batch: int = 100, repeats: int = 3, ps: Iterable[float] = (1.1, 1.75, 2.0, 3.0),
+              device: str = "cpu") -> pd.DataFrame:
+    """Chapter 08's table-cost-vit: one training step of the ViT ``VIT_MODELS[vit]`` (10 classes, random
+    images, a batch of ``batch``) on ``device`` with Adam and with mirror descent at each p, every one at
+    step size 1e-4 (``training_step_time``: the median of ``repeats`` steps after one warm-up): seconds
+    per step, the model's parameters, and the hours of the paper's ``VIT_EPOCHS`` epochs of 50,000
+    images (CIFAR's training set) at that step time. Optimizers written by ``methods.method_text``."""
+    import pandas as pd
+    import torch
+
+    from mdlib.experiments import paper
+    from mdlib.experiments.methods import method_text
+    from mdlib.models import VisionTransformer
+    from mdlib.optim import LpMirrorDescent
+
+    spec = VIT_MODELS[choice("vit", vit, VIT_MODELS)]
+    shape = (spec["channels"], spec["image_size"], spec["image_size"])
+    optimizers = {method_text("adam"): lambda params: torch.optim.Adam(params, lr=1e-4)}
+    for p in ps:
+        optimizers[method_text("md", p)] = lambda params, p=p: LpMirrorDescent(params, lr=1e-4, p=p)
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn((batch, *shape), generator=generator).to(device)
+    labels = torch.randint(0, 10, (batch,), generator=generator).to(device)
+    rows = []
+    for name, factory in optimizers.items():
+        torch.manual_seed(0)
+        model = VisionTransformer(**spec).to(device)
+        seconds = training_step_time(model, factory(model.parameters()), images, labels,
+                                     torch.nn.functional.cross_entropy, repeats=repeats)
+        rows.append({"optimizer": name, "step_s": seconds, "params": sum(w.numel() for w in model.parameters())})
+    table = pd.DataFrame(rows)
+    return table.assign(hours_2000_epochs=table.step_s * (50000 // batch) * paper.VIT_EPOCHS / 3600)
 
 
 def synthetic(args: argparse.Namespace) -> dict:

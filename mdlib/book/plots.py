@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # matplotlib, pandas and seaborn load lazily, in the function
     from numpy.typing import ArrayLike
     from pandas.io.formats.style import Styler
     from seaborn.axisgrid import Grid
+    from torch import Tensor
 
     from mdlib.experiments.selection import SentenceSet
 
@@ -140,43 +141,73 @@ def magnitude_histogram(ax: Axes, magnitudes: Mapping[tuple[str, ColorType], Arr
     ax.set_ylabel("count")
 
 
+def weight_histograms(rows: Mapping[str, Mapping[tuple[str, ColorType], Mapping[str, Sequence[Tensor]]]],
+                      threshold: float, kinds: Sequence[str] = ("key", "query", "value")) -> Figure:
+    """``magnitude_histogram`` of each kind of attention matrix (columns ``kinds``) for each row of
+    ``rows``: row title -> {(label, colour): a model's ``attention_weights()``}, the panels titled
+    "<row>: <kind> weights". Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from mdlib.experiments.analysis import magnitudes
+
+    fig, axes = plt.subplots(len(rows), len(kinds), figsize=(14, 3.8 * len(rows)), squeeze=False)
+    for row, (title, weights) in zip(axes, rows.items()):
+        for ax, kind in zip(row, kinds):
+            magnitude_histogram(ax, {style: magnitudes(of[kind]) for style, of in weights.items()}, threshold=threshold)
+            ax.set(title=f"{title}: {kind} weights")
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def _method_style(key: str):
     from mdlib.experiments.methods import method
 
     return method_color(*method(key)), method_label(*method(key))
 
 
-def training_curves(history: pd.DataFrame, methods: Sequence[str], stop: float | None = paper.STOP_TRAIN_ACCURACY) -> Figure:
-    """The training of a sentiment grid (``Grid.history``), one column per depth: above, the test
-    accuracy (solid: the mean over seeds while every seed runs, band: one standard deviation) and the
-    running training accuracy (dotted, mean; a tick where each run stopped; grey: the stop rule);
-    below, the training loss (mean per example over the epoch, dropout on; log scale). Returns the
-    figure."""
+def training_curves(history: pd.DataFrame, methods: Sequence[str], stop: float | None = paper.STOP_TRAIN_ACCURACY, *,
+                    by: str = "layers", titles: Mapping[Any, str] | None = None,
+                    reference: Mapping[Any, float] | None = None, reference_label: str = "the paper") -> Figure:
+    """The training of a grid (``Grid.history``, methods under their keys), one column per value of the
+    column ``by`` (04: the depth, ``titles`` by default "L layers, L heads"; 07: the data set): above,
+    the test accuracy at the evaluated epochs (solid: the mean over seeds while every seed runs, band:
+    one standard deviation), with the stop rule ``stop`` (grey) also the running training accuracy
+    (dotted, mean; a tick where each run stopped), and ``reference[value]`` (black dotted, in %) where
+    given; below, the training loss (mean per example over the epoch, dropout on; log scale). Returns
+    the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    depths = list(dict.fromkeys(history.layers))
-    fig, axes = plt.subplots(2, len(depths), figsize=(5.8 * len(depths), 7.2), sharex="col", squeeze=False)
-    for column, L in enumerate(depths):
+    columns = list(dict.fromkeys(history[by]))
+    reference = reference or {}
+    fig, axes = plt.subplots(2, len(columns), figsize=(5.8 * len(columns), 7.2), sharex="col", squeeze=False)
+    for column, value in enumerate(columns):
         top, bottom = axes[0, column], axes[1, column]
         for key in methods:
-            runs = history[(history.layers == L) & (history.method == key)]
+            runs = history[(history[by] == value) & (history.method == key)]
             if runs.empty:
                 continue
             color, label = _method_style(key)
             alive = runs.groupby("epoch")["seed"].count() == runs.seed.nunique()
             for metric, ax, scale in (("test_accuracy", top, 100), ("train_loss", bottom, 1)):
-                curve = runs.groupby("epoch")[metric].agg(["mean", "std"])[alive]
+                curve = runs.dropna(subset=[metric]).groupby("epoch")[metric].agg(["mean", "std"])
+                curve = curve[alive.reindex(curve.index, fill_value=False)]
                 ax.plot(curve.index, scale * curve["mean"], color=color, label=label)
                 ax.fill_between(curve.index, scale * (curve["mean"] - curve["std"].fillna(0)),
                                 scale * (curve["mean"] + curve["std"].fillna(0)), color=color, alpha=0.2, lw=0)
-            train = runs.groupby("epoch")["train_accuracy"].mean()[alive]
-            top.plot(train.index, 100 * train.values, color=color, ls=":", lw=1.2)
-            for _, run in runs.groupby("seed"):
-                top.plot(run.epoch.iloc[-1], 100 * run.train_accuracy.iloc[-1], marker="|", color=color, ms=9)
+            if stop is not None:
+                train = runs.groupby("epoch")["train_accuracy"].mean()[alive]
+                top.plot(train.index, 100 * train.values, color=color, ls=":", lw=1.2)
+                for _, run in runs.groupby("seed"):
+                    top.plot(run.epoch.iloc[-1], 100 * run.train_accuracy.iloc[-1], marker="|", color=color, ms=9)
         if stop is not None:
             top.axhline(100 * stop, color="0.5", ls=":", lw=1)
-        top.set(title=f"{L} layers, {L} heads", ylabel="accuracy (%)" if column == 0 else None)
+        if value in reference:
+            top.axhline(reference[value], color="black", ls=":", lw=1, label=reference_label)
+            top.legend(loc="lower right", fontsize="small")
+        top.set(title=titles[value] if titles else f"{value} layers, {value} heads",
+                ylabel=("accuracy (%)" if stop is not None else "test accuracy (%)") if column == 0 else None)
         bottom.set(xlabel="epoch", ylabel="training loss (per example)" if column == 0 else None, yscale="log")
         bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0, -1].legend(loc="lower right", fontsize="small")
@@ -290,21 +321,31 @@ def deletion_bars(drops: pd.DataFrame, methods: Sequence[str]) -> Figure:
     return fig
 
 
-def pruning_curves(pruning: pd.DataFrame, methods: Iterable[str]) -> Figure:
-    """Test accuracy against the fraction of weights pruned (``sparsity.pruning_table``): mean ± one
-    standard deviation over seeds per method, chance dotted. Returns the figure."""
+def pruning_curves(pruning: pd.DataFrame, methods: Iterable[str], chance: float | None = 0.5, *,
+                   by: str | None = None, titles: Mapping[Any, str] | None = None) -> Figure:
+    """Test accuracy against the fraction of weights pruned (``sparsity.pruning_table``, methods under
+    their keys): mean ± one standard deviation over seeds per method, ``chance`` dotted (None: no
+    line); one panel per value of the column ``by`` (07: the data set), titled ``titles[value]``, or
+    one panel for all rows. Returns the figure."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.8, 4))
-    for key in methods:
-        curve = pruning[pruning.method == key].groupby("sparsity")["test_accuracy"].agg(["mean", "std"])
-        color, label = _method_style(key)
-        ax.errorbar(100 * curve.index, 100 * curve["mean"], yerr=100 * curve["std"].fillna(0), color=color,
-                    marker="o", markersize=3.5, capsize=2.5, label=label)
-    ax.axhline(50, color="0.5", linestyle=":", linewidth=1)
-    ax.set_xlabel("weights of the matrices pruned (%, global magnitude, no retraining)")
-    ax.set_ylabel("test accuracy (%)")
-    ax.legend(fontsize="small")
+    methods = list(methods)
+    panels = [None] if by is None else list(dict.fromkeys(pruning[by]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.8 * len(panels), 4), squeeze=False)
+    for ax, value in zip(axes[0], panels):
+        rows = pruning if value is None else pruning[pruning[by] == value]
+        for key in methods:
+            curve = rows[rows.method == key].groupby("sparsity")["test_accuracy"].agg(["mean", "std"])
+            color, label = _method_style(key)
+            ax.errorbar(100 * curve.index, 100 * curve["mean"], yerr=100 * curve["std"].fillna(0), color=color,
+                        marker="o", markersize=3.5, capsize=2.5, label=label)
+        if chance is not None:
+            ax.axhline(100 * chance, color="0.5", linestyle=":", linewidth=1)
+        if titles is not None:
+            ax.set_title(titles[value])
+        ax.set_xlabel("weights of the matrices pruned (%, global magnitude, no retraining)")
+        ax.set_ylabel("test accuracy (%)")
+        ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 
@@ -312,6 +353,51 @@ def pruning_curves(pruning: pd.DataFrame, methods: Iterable[str]) -> Figure:
 def _coordinate(entry: str) -> str:
     """An entry name "W[0,1]" as math: $W_{0,1}$."""
     return "$" + entry.replace("W[", "W_{").replace("]", "}") + "$"
+
+
+def e1_paths_figure(curves: pd.DataFrame, svm_ps: Sequence[float]) -> Figure:
+    """Chapter 01's paths (``synthetic.fixed_decoder_experiment``'s ``curves``: rows train_p, svm_p, step,
+    mean, q10, q90): one row of panels per training exponent, one column per SVM exponent of
+    ``svm_ps``, the directional divergence against the step (mean over seeds, band: 10-90 %
+    quantiles), log scale. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    ps = sorted(curves["train_p"].unique())
+    fig, axes = plt.subplots(len(ps), len(svm_ps), figsize=(3.6 * len(svm_ps), 2.8 * len(ps)), sharex="row",
+                             squeeze=False)
+    for row, p in enumerate(ps):
+        for col, q in enumerate(svm_ps):
+            ax = axes[row, col]
+            c = curves[(curves.train_p == p) & (curves.svm_p == q)]
+            ax.plot(c.step, c["mean"], color=p_color(q), lw=1.8)
+            ax.fill_between(c.step, c["q10"], c["q90"], color=p_color(q), alpha=0.25, lw=0)
+            ax.set_yscale("log")
+            if row == 0:
+                ax.set_title(f"SVM {p_label(q)}")
+            if col == 0:
+                ax.set_ylabel(f"trained with {p_label(p)}\ndirectional divergence")
+            if row == len(ps) - 1:
+                ax.set_xlabel("step $k$")
+    fig.tight_layout()
+    return fig
+
+
+def e1_stall_figure(stall: pd.DataFrame) -> Figure:
+    """Chapter 01's normalizations compared (``stall``: rows train_p, method, step, mean; the path's
+    divergence to its own SVM): one panel per training exponent, one line per method, the first
+    solid and the others dashed, log scale. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    ps = list(dict.fromkeys(stall.train_p))
+    fig, axes = plt.subplots(1, len(ps), figsize=(4.2 * len(ps), 3.3), squeeze=False)
+    for ax, p in zip(axes[0], ps):
+        for i, (name, c) in enumerate(stall[stall.train_p == p].groupby("method", sort=False)):
+            ax.plot(c.step, c["mean"], ls="-" if i == 0 else "--", color=p_color(p), label=name)
+        ax.set(yscale="log", xlabel="step $k$", title=f"trained with {p_label(p)}, own SVM")
+    axes[0, 0].set_ylabel("directional divergence (mean)")
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def e2_path_figure(normalized: pd.DataFrame, norms: pd.DataFrame, ps: Iterable[float]) -> tuple[Figure, list[str]]:
@@ -432,7 +518,7 @@ def cost_step_figure(steps: pd.DataFrame) -> Figure:
         else:
             p, mode = float(name.split("_")[1][1:]), name.split("_")[2]
             color, ls = p_color(p), line[mode]
-            label = f"MD {p_label(p)}, {mode}"
+            label = f"{method_label('md', p)}, {mode}"
         left.plot(group.params, group.ms, color=color, ls=ls, marker="o", ms=3, label=label)
         right.plot(group.params, group.vs_adam_fused, color=color, ls=ls, marker="o", ms=3)
     left.set(xscale="log", yscale="log", xlabel="float32 parameters", ylabel="ms per optimizer step (median)")

@@ -6,6 +6,7 @@
   ``mdlib.experiments.stats``).
 - ``delete_tokens`` and ``probability_drop``: does the prediction depend on a token? Remove it and
   measure the drop of the predicted class's probability.
+- ``scaled_threshold``: the paper's |w| threshold carried to another width.
 - ``count_above`` and ``magnitude_prune``: the weight-sparsity statistics and global magnitude
   pruning of the weight matrices (no retraining); ``top_share`` and ``effective_density``: scale-free
   sparsity of a change of weights W - W(0); ``relative_movement``: ||W - W(0)|| / ||W(0)|| per group
@@ -23,11 +24,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from mdlib.experiments import paper
+
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 __all__ = ["cls_row", "cls_attention", "concentration", "win_loss_tie", "delete_tokens", "probability_drop",
-           "magnitudes", "count_above", "top_share", "effective_density", "late_means", "late_change", "late_share",
+           "magnitudes", "scaled_threshold", "count_above", "top_share", "effective_density", "late_means",
+           "late_change", "late_share",
            "prunable_weights", "magnitude_prune", "pruning_curve", "relative_movement"]
 
 
@@ -106,6 +110,15 @@ def probability_drop(model: nn.Module, input_ids: Tensor, attention_mask: Tensor
 def magnitudes(tensors: Iterable[Tensor]) -> np.ndarray:
     """|w| of every entry of the given tensors, concatenated (float, on the CPU), e.g. for a histogram."""
     return torch.cat([w.detach().abs().flatten().float().cpu() for w in tensors]).numpy()
+
+
+def scaled_threshold(width: int, paper_width: int, threshold: float = paper.WEIGHT_THRESHOLD) -> float:
+    """The paper's |w| threshold at ``paper_width`` (``paper.KQV_WIDTH``: the IMDb encoder, Figure 9;
+    ``paper.VIT_WIDTH``: the ViT, Figure 12) carried to a model of ``width``:
+    threshold * sqrt(paper_width / width), the same multiple of the initialization's bound
+    1/sqrt(width) (the paper's 0.06 lies above 1/sqrt(384) = 0.051 and 1/sqrt(512) = 0.044, so no
+    entry starts above it, at any width)."""
+    return threshold * (paper_width / width) ** 0.5
 
 
 def count_above(tensors: Iterable[Tensor], threshold: float = 0.06) -> int:

@@ -1,6 +1,7 @@
 """How the experiments name and build an optimizer: a method key ("1.1", "2", "adam", "adamw", "sgd"), the
 optimizer it builds (``make_optimizer``) and how tables and legends write it: the one place a method's
-name is written. Importing it imports no torch (the scorecard and ``paper`` use the names).
+name is written, and a data set's (``dataset_text``). Importing it imports no torch (the scorecard and
+``paper`` use the names).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["OPTIMIZERS", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label", "DATASET_NAMES", "dataset_text"]
+__all__ = ["OPTIMIZERS", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label",
+           "DATASET_NAMES", "dataset_text"]
 
 OPTIMIZERS = ("md", "adam", "adamw", "sgd")
 

@@ -17,9 +17,9 @@ from typing import Mapping
 from mdlib.experiments import methods
 
 __all__ = ["CLAIMS", "E1_SEEDS", "E1_PLATEAU", "E1_STEPS", "SETUP_NAMES", "STOP_TRAIN_ACCURACY", "TABLE_1", "TABLE_1_GAPS", "TABLE_1_STD", "EPOCHS_TO_STOP", "RERUN_6_LAYERS",
-           "SENTIMENT_STEP_SIZES", "TOKEN_SELECTION", "WEIGHT_THRESHOLD", "KQV_ABOVE", "KQV_ENTRIES", "VIT_STEP_SIZES",
-           "VIT_ACCURACY", "VIT_EPOCHS", "OPS_PER_PARAMETER", "VIT_HOURS", "ARTIFACTS", "table1_rows", "token_win_rate",
-           "quotes"]
+           "SENTIMENT_STEP_SIZES", "TOKEN_SELECTION", "WEIGHT_THRESHOLD", "KQV_WIDTH", "KQV_ABOVE", "KQV_ENTRIES",
+           "VIT_STEP_SIZES", "VIT_ACCURACY", "VIT_EPOCHS", "VIT_WIDTH", "OPS_PER_PARAMETER", "VIT_HOURS", "ARTIFACTS",
+           "table1_rows", "token_win_rate", "quotes"]
 
 # --- the synthetic paths (Figure 4) -----------------------------------------------------------------
 
@@ -73,11 +73,13 @@ TOKEN_SELECTION: Mapping[str, float] = {"wins": 22, "losses": 16, "ties": 2, "se
 
 #: Figures 9 and 12: the |w| threshold of the weight histograms and counts.
 WEIGHT_THRESHOLD = 0.06
+#: Figure 9: the width of the IMDb encoders whose weights it counts (their K, Q, V are 384 x 384).
+KQV_WIDTH = 384
 #: Figure 9: entries of the key, query and value matrices above ``WEIGHT_THRESHOLD`` in the 6-layer
 #: IMDb models: method -> (K, Q, V).
 KQV_ABOVE: Mapping[str, tuple[int, int, int]] = {"1.1": (18206, 13964, 7643), "2": (27224, 14654, 10127)}
 #: Figure 9: entries of each of K, Q, V in those models (6 layers of 384 x 384).
-KQV_ENTRIES = 6 * 384 * 384
+KQV_ENTRIES = 6 * KQV_WIDTH * KQV_WIDTH
 
 # --- the vision transformer (Figures 10-12) --------------------------------------------------------
 
@@ -87,6 +89,8 @@ VIT_STEP_SIZES: Mapping[str, float] = {"adam": 1e-4, "1.1": 5e-2}
 VIT_ACCURACY: Mapping[str, float] = {"cifar10": 82.0, "cifar100": 55.0}
 #: Figures 10, 11: the epochs of every vision run.
 VIT_EPOCHS = 2000
+#: Figure 12: the width of the vision transformer whose weights it counts (the paper's ViT, on CIFAR).
+VIT_WIDTH = 512
 
 # --- cost (Appendix G) -----------------------------------------------------------------------------
 

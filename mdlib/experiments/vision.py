@@ -41,7 +41,7 @@ from mdlib.experiments.methods import method, method_key
 __all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "ImageFit", "KIND", "PAPER_STEP_SIZES", "PRUNING_KIND",
            "VisionGrid", "VisionRun", "build", "change_table", "chapter_grids", "choose", "dataset_shape", "grid", "image_sets",
            "make_model", "pruning", "run_config", "run_scores", "split_indices", "summary_table", "summary_texts", "summary_view", "by_dataset",
-           "sweep", "train_runs", "trained_model"]
+           "sweep", "train_runs", "trained_model", "pruning_table"]
 
 #: dataset -> (channels, classes, native image size)
 DATASETS = {"fashion_mnist": (1, 10, 28), "cifar10": (3, 10, 32), "cifar100": (3, 100, 32)}
@@ -537,3 +537,12 @@ def summary_texts(table: pd.DataFrame, chosen: Mapping[tuple[str, str], float], 
             "vit-best": accuracies("best"),
             "vit-spread": per_dataset(lambda d: f"{np.ptp(rows(d).final_mean):.1f} points"),
             "vit-lrs": per_dataset(lambda d: ", ".join(f"{names[m]}: {chosen[d, m]:g}" for m in swept))}
+
+
+def pruning_table(configs: Mapping[tuple[str, str, int], Mapping[str, Any]], sparsities: list[float]) -> pd.DataFrame:
+    """Chapter 07's pruning: per final run (``Grid.configs``: (dataset, method key, seed) -> run config)
+    and sparsity, the test accuracy after global magnitude pruning without retraining (``pruning``,
+    stored); columns dataset, method, seed, sparsity, test_accuracy."""
+    return pd.DataFrame([{"dataset": d, "method": m, "seed": s, "sparsity": x, "test_accuracy": a}
+                         for (d, m, s), run in configs.items()
+                         for x, a in zip(sparsities, pruning({"run": run, "sparsities": sparsities})["accuracy"])])
