@@ -94,11 +94,11 @@ def method_text(optimizer: str, p: float | None = None) -> str:
     return f"ℓ{float(p):g}" + (" (GD)" if float(p) == 2.0 else "")
 
 
-#: How tables, legends and prose name each data set (the data sources' keys, ``fetch.NAMES``).
-DATASET_NAMES = {"rotten_tomatoes": "Rotten Tomatoes", "imdb": "IMDb", "fashion_mnist": "Fashion-MNIST",
-                 "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+#: How the book writes a data set of the vision experiment (``vision.DATASETS``' keys).
+DATASET_NAMES = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 
 
 def dataset_text(name: str) -> str:
-    """A data set's name as the book writes it: "CIFAR-10" for "cifar10" (the key itself when unnamed)."""
+    """Display name of a data set for tables, titles and glued prose: "cifar10" -> "CIFAR-10"; a name
+    without one (``DATASET_NAMES``) is written as it is."""
     return DATASET_NAMES.get(name, name)
