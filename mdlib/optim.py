@@ -22,9 +22,9 @@ Conventions (those of torch's optimizers, and where this one differs):
   make a parameter non-finite. A tensor lr is read on the host by the eager implementations (as SGD
   does) and passed to the fused kernel as an argument.
 - ``maximize``, ``foreach`` and ``fused`` are param-group entries (``__setstate__`` back-fills them for
-  older checkpoints). ``load_state_dict`` keeps this optimizer's ``foreach``/``fused``: they say how
-  this process runs the step, so a state saved with one implementation loads into another.
-  ``lazy_check`` is an attribute for the same reason.
+  older checkpoints, ``mdlib._lp_compat``). ``load_state_dict`` keeps this optimizer's
+  ``foreach``/``fused``: they say how this process runs the step, so a state saved with one
+  implementation loads into another. ``lazy_check`` is an attribute for the same reason.
 - SGD's options (``momentum``, ``dampening``, ``weight_decay``, ``nesterov``), validated as SGD validates
   them, act on the gradient as in ``torch.optim.SGD`` and their result on the dual: mirror descent on the
   loss plus weight_decay/2 ||w||_2^2, with heavy-ball or Nesterov momentum in the dual space. The momentum
@@ -84,7 +84,8 @@ Conventions (those of torch's optimizers, and where this one differs):
 
 This module is the optimizer (param groups, state, the step and its check and undo) and its functional
 form ``lp_mirror_descent``; beside it, one job each: the eager steps (``mdlib._lp_steps``), what runs
-through ``torch.compile`` (``mdlib._lp_compiled``) and what the optimizer refuses (``mdlib._lp_checks``).
+through ``torch.compile`` (``mdlib._lp_compiled``), what the optimizer refuses (``mdlib._lp_checks``)
+and what it keeps for checkpoints of earlier versions (``mdlib._lp_compat``).
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ from torch.optim import Optimizer
 from torch.optim.sgd import sgd as _torch_sgd  # torch's functional SGD: the step at p = 2
 
 from mdlib._lp_checks import _check_fused_param, _check_group, _check_group_keys, _check_sparse
+from mdlib._lp_compat import _DROPPED_STATE, _upgrade
 from mdlib._lp_compiled import _Fused, _fused_lpmirrordescent, _traced_update
 from mdlib._lp_steps import (_by_device_and_dtype, _default_foreach, _finite, _inverse,
                              _multi_tensor_lpmirrordescent, _normalized, _same_bits, _sgd_direction,
@@ -112,11 +114,6 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 #: dual buffer (``"copy"`` when it holds the parameter as the last immediately checked step left it) and
 #: ``"p"``, the exponent that copy was made with (a 0-dim float64 CPU tensor).
 _UNSAVED = ("spare", "copy", "p")
-#: Per-parameter entries of checkpoints written by earlier versions, dropped on loading.
-_LEGACY = ("version", "exact")
-#: The param-group options that checkpoints of earlier versions may lack, with their defaults.
-_GROUP_DEFAULTS = dict(momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, normalize=False, eps=1e-12,
-                       maximize=False, foreach=None, differentiable=False, fused=None)
 
 
 def _dual_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -304,13 +301,9 @@ class LpMirrorDescent(Optimizer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self.__dict__.setdefault("lazy_check", None)
-        self.__dict__.setdefault("check_edits", True)
+        _upgrade(self.__dict__, self.param_groups)  # pickles and checkpoints of earlier versions
         self._pending, self._fused = [], _Fused()
         self._refused = torch.zeros((), dtype=torch.int64)
-        for group in self.param_groups:  # checkpoints and pickles of earlier versions lack these
-            for key, value in _GROUP_DEFAULTS.items():
-                group.setdefault(key, value)
 
     @staticmethod
     def _process_value_according_to_param_policy(param: Tensor, value: Tensor, param_id: int | None,
@@ -348,7 +341,7 @@ class LpMirrorDescent(Optimizer):
             state = {}
             for key, value in loaded["state"].items():
                 if key in by_id and isinstance(value, dict):
-                    value = {k: v for k, v in value.items() if k not in _UNSAVED + _LEGACY + ("dual",)}
+                    value = {k: v for k, v in value.items() if k not in _UNSAVED + _DROPPED_STATE + ("dual",)}
                     dual = loaded["state"][key].get("dual")
                     if isinstance(dual, Tensor):
                         duals.append((by_id[key], dual))
