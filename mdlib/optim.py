@@ -1,7 +1,7 @@
 r"""``LpMirrorDescent``: l_p mirror descent as a ``torch.optim`` optimizer, with torch's conventions.
 
 The class gathers each parameter's state (the dual variable) and calls one of three implementations
-of the same update, named as torch names its own:
+of the same update, named as torch names its own (in ``mdlib._lp_steps`` and ``mdlib._lp_compiled``):
 
 - single-tensor (``_single_tensor_lpmirrordescent``): a loop over the parameters, in-place torch
   operations (the default on CPU);
@@ -22,9 +22,9 @@ Conventions (those of torch's optimizers, and where this one differs):
   make a parameter non-finite. A tensor lr is read on the host by the eager implementations (as SGD
   does) and passed to the fused kernel as an argument.
 - ``maximize``, ``foreach`` and ``fused`` are param-group entries (``__setstate__`` back-fills them for
-  older checkpoints). ``load_state_dict`` keeps this optimizer's ``foreach``/``fused``: they say how
-  this process runs the step, so a state saved with one implementation loads into another.
-  ``lazy_check`` is an attribute for the same reason.
+  older checkpoints, ``mdlib._lp_compat``). ``load_state_dict`` keeps this optimizer's
+  ``foreach``/``fused``: they say how this process runs the step, so a state saved with one
+  implementation loads into another. ``lazy_check`` is an attribute for the same reason.
 - SGD's options (``momentum``, ``dampening``, ``weight_decay``, ``nesterov``), validated as SGD validates
   them, act on the gradient as in ``torch.optim.SGD`` and their result on the dual: mirror descent on the
   loss plus weight_decay/2 ||w||_2^2, with heavy-ball or Nesterov momentum in the dual space. The momentum
@@ -82,38 +82,30 @@ Conventions (those of torch's optimizers, and where this one differs):
 - State of one optimizer is its own: the fused kernels' lr tensors and compile failure live on the
   instance; the compiled kernels are shared, keyed by layout (pure functions of their arguments).
 
+This module is the optimizer (param groups, state, the step and its check and undo) and its functional
+form ``lp_mirror_descent``; beside it, one job each: the eager steps (``mdlib._lp_steps``), what runs
+through ``torch.compile`` (``mdlib._lp_compiled``), what the optimizer refuses (``mdlib._lp_checks``)
+and what it keeps for checkpoints of earlier versions (``mdlib._lp_compat``).
 """
 
 from __future__ import annotations
 
-import difflib
-import functools
-import inspect
 import math
-import numbers
-import types
-import warnings
 from itertools import chain
 from typing import Any, Callable, Iterable, NamedTuple
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.sgd import sgd as _torch_sgd  # torch's functional SGD: the step at p = 2
 
-try:  # torch's lists of the devices with foreach and fused optimizer kernels (private helpers, torch >= 2.1)
-    from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices, _get_fused_kernels_supported_devices
-except ImportError:  # pragma: no cover
-    def _get_foreach_kernels_supported_devices() -> list[str]:
-        return ["cuda", "xpu"]
-
-    def _get_fused_kernels_supported_devices() -> list[str]:
-        return ["mps", "cuda", "xpu", "hpu", "cpu"]
-
-from mdlib import first_line
-from mdlib.mirror import (_foreach_signed_power_into, _fused_signed_power, _signed_power, _signed_power_into, check_p,
-                          lp_norm, mirror_map)
+from mdlib._lp_checks import _check_fused_param, _check_group, _check_group_keys, _check_sparse
+from mdlib._lp_compat import _DROPPED_STATE, _upgrade
+from mdlib._lp_compiled import _Fused, _fused_lpmirrordescent, _traced_update
+from mdlib._lp_steps import (_by_device_and_dtype, _default_foreach, _finite, _inverse,
+                             _multi_tensor_lpmirrordescent, _normalized, _same_bits, _sgd_direction,
+                             _single_tensor_lpmirrordescent)
+from mdlib.mirror import _signed_power, check_p, mirror_map
 
 __all__ = ["LpMirrorDescent", "lp_mirror_descent"]
 
@@ -122,8 +114,6 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 #: dual buffer (``"copy"`` when it holds the parameter as the last immediately checked step left it) and
 #: ``"p"``, the exponent that copy was made with (a 0-dim float64 CPU tensor).
 _UNSAVED = ("spare", "copy", "p")
-#: Per-parameter entries of checkpoints written by earlier versions, dropped on loading.
-_LEGACY = ("version", "exact")
 
 
 def _dual_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -134,268 +124,9 @@ def _dual_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in _LOW_PRECISION else dtype
 
 
-def _real(t: Tensor) -> Tensor:
-    """A dense real tensor of the entries of ``t``: its ``view_as_real`` if complex, its values if sparse."""
-    if t.is_sparse:
-        t = t.coalesce().values()
-    return torch.view_as_real(t) if t.is_complex() else t
-
-
-def _finite(tensors: list[Tensor]) -> Tensor:
-    """Whether each tensor is all finite (one min/max pass each: NaN and infinities propagate), as a
-    bool tensor on the tensors' device (no host read). Complex and sparse tensors: their real entries."""
-    tensors = [_real(t) for t in tensors]
-    extremes = torch.stack([m for t in tensors for m in (t.aminmax() if t.numel() else (t.new_zeros(()),) * 2)])
-    return torch.isfinite(extremes.reshape(-1, 2).double()).all(dim=1)
-
-
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def _same_bits(a: Tensor, b: Tensor) -> bool:
-    """Whether two CPU tensors of one shape and dtype hold the same bits (numpy compares their integer
-    views several times faster than ``torch.equal``, which would also call -0 and +0 equal)."""
-    bits = _BITS[a.element_size()]
-    return bool(np.array_equal(a.detach().view(bits).numpy(), b.detach().view(bits).numpy()))
-
-
-def _by_device_and_dtype(*lists: list[Tensor]) -> list[list[int]]:
-    """Indices of the tensors of ``lists`` (parallel lists), grouped by the device and dtype of each."""
-    groups: dict[tuple, list[int]] = {}
-    for i, tensors in enumerate(zip(*lists)):
-        groups.setdefault(tuple((t.device, t.dtype) for t in tensors), []).append(i)
-    return list(groups.values())
-
-
-# --- the three implementations (p = 2 is SGD in each) ----------------------------------------------
-
-
-def _single_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                                   spares: list[Tensor], *, lr: float, p: float, maximize: bool,
-                                   sgd: dict[str, Any] | None = None) -> Tensor | None:
-    """s <- u - lr g (u + lr g when maximizing) and w <- m^-1(s), tensor by tensor; the finite flags.
-    p = 2: ``w.add_(g, alpha=-lr)``, SGD's single-tensor step (and None); with SGD's options (``sgd``,
-    the momentum buffers in ``duals``), torch's own single-tensor SGD."""
-    alpha = lr if maximize else -lr  # (-lr)(-g) = lr g exactly: SGD's maximize, without negating g
-    if p == 2.0 and sgd is not None:
-        _torch_sgd(params, grads, duals, foreach=False, fused=False, lr=lr, maximize=maximize, **sgd)
-        return None
-    if p == 2.0:
-        for w, g in zip(params, grads):
-            w.add_(g, alpha=alpha)
-        return None
-    r = 1.0 / (p - 1.0)
-    for w, g, u, s in zip(params, grads, duals, spares):
-        if g.is_sparse:
-            _sparse_rows_step(w, g, u, s, alpha, r)
-        else:
-            torch.add(u, g, alpha=alpha, out=s)
-            _signed_power_into(s, r, w)
-    return _finite(params)
-
-
-def _sparse_rows_step(w: Tensor, g: Tensor, u: Tensor, s: Tensor, alpha: float, r: float) -> None:
-    """The step of a sparse gradient: s <- u, then, at the entries it holds (rows of an embedding),
-    s <- u + alpha g and w <- m^-1(s). Elsewhere w is left as it is: a zero gradient leaves u, so
-    m^-1(u) = w there, and the inverse map (the step's cost) runs on the touched entries only."""
-    g = g.coalesce()
-    index = tuple(g.indices())
-    s.copy_(u)
-    rows = torch.add(u[index], g.values(), alpha=alpha)
-    s[index] = rows
-    w[index] = _signed_power(rows, r).to(w.dtype)
-
-
-def _multi_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                                  spares: list[Tensor], *, lr: float, p: float, maximize: bool,
-                                  sgd: dict[str, Any] | None = None) -> Tensor | None:
-    """The same update with foreach kernels, per device and dtype. p = 2: SGD's foreach step (with its
-    options, torch's own)."""
-    alpha = lr if maximize else -lr
-    if p == 2.0 and sgd is not None:
-        _torch_sgd(params, grads, duals, foreach=True, fused=False, lr=lr, maximize=maximize, **sgd)
-        return None
-    if p == 2.0:
-        torch._foreach_add_(params, grads, alpha=alpha)
-        return None
-    r = 1.0 / (p - 1.0)
-    for index in _by_device_and_dtype(duals, params):
-        ws, gs, us, ss = ([x[i] for i in index] for x in (params, grads, duals, spares))
-        if us[0].device.type == "cpu":  # torch's foreach kernels loop over the tensors there: the loop is faster
-            _single_tensor_lpmirrordescent(ws, gs, us, ss, lr=lr, p=p, maximize=maximize)
-            continue
-        torch._foreach_copy_(ss, us)
-        torch._foreach_add_(ss, gs, alpha=alpha)
-        _foreach_signed_power_into(ss, r, ws)
-    return _finite(params)
-
-
-def _sgd_direction(params: list[Tensor], grads: list[Tensor], buffers: list[Tensor | None], *,
-                   weight_decay: float, momentum: float, dampening: float, nesterov: bool, maximize: bool,
-                   foreach: bool) -> tuple[list[Tensor], list[Tensor | None]]:
-    """SGD's direction d from the gradients, as ``torch.optim.SGD`` computes it before its update::
-
-        g <- -g (maximize);  g <- g + weight_decay w;
-        b <- g (first step), else momentum b + (1 - dampening) g;  d <- g + momentum b (nesterov), else b
-
-    Out of place: the new momentum buffers are new tensors, so a refused step returns to the old ones.
-    Returns (directions, buffers); foreach kernels per device and dtype with ``foreach``."""
-    if foreach:
-        out, new = list(grads), list(buffers)
-        for index in _by_device_and_dtype(params, grads):
-            ws, gs = [params[i] for i in index], [grads[i] for i in index]
-            bs = [buffers[i] for i in index]
-            ds, bs = _foreach_sgd_direction(ws, gs, bs, weight_decay, momentum, dampening, nesterov, maximize)
-            for i, d, b in zip(index, ds, bs):
-                out[i], new[i] = d, b
-        return out, new
-    out, new = [], []
-    for w, g, b in zip(params, grads, buffers):
-        d = -g if maximize else g
-        if weight_decay:
-            d = d.add(w, alpha=weight_decay)
-        if momentum:
-            b = d.clone() if b is None else b.mul(momentum).add_(d, alpha=1.0 - dampening)
-            d = d.add(b, alpha=momentum) if nesterov else b
-        out.append(d)
-        new.append(b)
-    return out, new
-
-
-def _foreach_sgd_direction(ws: list[Tensor], gs: list[Tensor], bs: list[Tensor | None], weight_decay: float,
-                           momentum: float, dampening: float, nesterov: bool,
-                           maximize: bool) -> tuple[list[Tensor], list[Tensor | None]]:
-    """:func:`_sgd_direction` for tensors of one device and dtype, with foreach kernels."""
-    ds = torch._foreach_neg(gs) if maximize else list(gs)
-    if weight_decay:
-        ds = torch._foreach_add(ds, ws, alpha=weight_decay)
-    if not momentum:
-        return ds, bs
-    old = [i for i, b in enumerate(bs) if b is not None]
-    new: list[Tensor | None] = [d.clone() if b is None else None for d, b in zip(ds, bs)]
-    if old:
-        moved = torch._foreach_mul([bs[i] for i in old], momentum)
-        torch._foreach_add_(moved, [ds[i] for i in old], alpha=1.0 - dampening)
-        for i, b in zip(old, moved):
-            new[i] = b
-    if nesterov:
-        return torch._foreach_add(ds, new, alpha=momentum), new
-    return list(new), new
-
-
-def _fused_update(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spares: list[Tensor],
-                  lr: Tensor, r: float, q: float, check: bool) -> Tensor:
-    """The update as one expression per tensor, for torch.compile; returns the finite flags.
-
-    ``check`` (a lazily checked step, which cannot ask the host): first keep u where w is what the
-    optimizer last wrote, m^-1(u) as the update computes it, and write u = m(w) (exponent q = p - 1)
-    where it is not, into u itself (the ``where`` computes m(w) everywhere: compute is cheap on a GPU).
-    A tensor is finite iff max|w| is (the max propagates NaN), a float reduction in the update's loop.
-    The sign of a maximizing step is in ``lr``."""
-    extremes = []
-    for w, g, u, s in zip(params, grads, duals, spares):
-        if check:
-            if w.dtype == u.dtype:
-                synced = _fused_signed_power(u, r) == w
-            else:  # fp16/bf16: compare the bits, or inductor elides the rounding to w's precision
-                synced = _fused_signed_power(u, r).to(w.dtype).view(torch.int16) == w.view(torch.int16)
-            u.copy_(torch.where(synced, u, _fused_signed_power(w.to(u.dtype), q)))
-        s.copy_(u - g.to(u.dtype) * lr)
-        w.copy_(_fused_signed_power(s, r).to(w.dtype))
-        extremes.append(w.abs().amax().float() if w.numel() else w.new_zeros((), dtype=torch.float32))
-    return torch.isfinite(torch.stack(extremes))
-
-
-#: Compiled kernels by the layout they were compiled for (shapes, strides, dtypes, devices, r, check):
-#: one code object each, so a kernel is compiled once and never recompiled or shared across layouts. The
-#: kernels are pure (the step size is an argument), so optimizers that share one cannot interfere.
-_KERNELS: dict[tuple, Callable] = {}
-
-
-class _Fused:
-    """What the fused implementation keeps for one optimizer: its step size as a 0-dim float64 tensor per
-    device (a kernel argument, so a new lr does not recompile; each optimizer has its own) and why
-    compiling failed, if it did (then the optimizer runs the eager implementations, warned once)."""
-
-    def __init__(self) -> None:
-        self.lr: dict[torch.device, Tensor] = {}
-        self.failure: str | None = None
-
-
-def _kernel(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spares: list[Tensor], lr: Tensor,
-            r: float, q: float, check: bool) -> Callable:
-    """The compiled :func:`_fused_update` for these tensors. ``realize_reads_threshold=1`` makes
-    inductor store each new value once and run the finiteness reduction in the loop of the stores;
-    kernels of at most two tensors each compile in parallel on CPU."""
-    key = (r, q, check, lr.dtype, lr.device, *((t.shape, t.stride(), t.dtype, t.device)
-                                               for ts in (params, grads, duals, spares) for t in ts))
-    fn = _KERNELS.get(key)
-    if fn is None:
-        code = _fused_update.__code__.replace()  # torch caches compiled code per code object
-        private = types.FunctionType(code, _fused_update.__globals__, _fused_update.__name__)
-        fn = _KERNELS[key] = torch.compile(private, dynamic=False, fullgraph=True, options={
-            "realize_reads_threshold": 1, "cpp.max_horizontal_fusion_size": 2})
-    return fn
-
-
-def _fused_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spares: list[Tensor],
-                           *, lr: float | Tensor, p: float, maximize: bool, check: bool = False,
-                           fused: _Fused | None = None) -> Tensor | None:
-    """The compiled update (p != 2), or None if torch.compile fails (warned once per ``fused`` state; the
-    caller then runs another implementation). A kernel fails when it is compiled, before it writes
-    anything."""
-    fused = _Fused() if fused is None else fused
-    if fused.failure is not None:
-        return None
-    device = duals[0].device
-    lr_t = fused.lr.get(device)
-    if lr_t is None:
-        lr_t = fused.lr[device] = torch.zeros((), dtype=torch.float64, device=device)
-    if isinstance(lr, Tensor):
-        lr_t.copy_(lr.detach().reshape(()))  # a kernel argument: no host read of a device lr
-    else:
-        lr_t.fill_(lr)
-    if maximize:
-        lr_t.neg_()
-    r, q = 1.0 / (p - 1.0), p - 1.0
-    try:
-        return _kernel(params, grads, duals, spares, lr_t, r, q, check)(params, grads, duals, spares, lr_t, r, q,
-                                                                        check)
-    except Exception as error:  # noqa: BLE001  (any failure to compile or run the kernel: fall back)
-        fused.failure = f"{type(error).__name__}: {first_line(error)}"
-        warnings.warn(f"LpMirrorDescent(fused=True): torch.compile failed ({fused.failure}); using the "
-                      "foreach/single-tensor implementation instead (same update, slower)", UserWarning, stacklevel=4)
-        return None
-
-
-#: Tensor types the foreach kernels take (torch's ``_foreach_supported_types``).
-_FOREACH_TYPES = (Tensor, torch.nn.Parameter, torch.nn.Buffer) if hasattr(torch.nn, "Buffer") else (
-    Tensor, torch.nn.Parameter)
-
-
-def _default_foreach(tensors: list[Tensor]) -> bool:
-    """torch's rule: foreach when every tensor is a plain tensor on a foreach-capable device (CUDA)."""
-    devices = _get_foreach_kernels_supported_devices()
-    return all(type(t) in _FOREACH_TYPES and t.device.type in devices for t in tensors)
-
-
-def _check_fused_param(param: Tensor) -> None:
-    """What torch's fused optimizers refuse, with their message: a parameter that is not floating point
-    or not on a device with fused kernels (e.g. meta)."""
-    devices = _get_fused_kernels_supported_devices()
-    if not (param.device.type in devices and torch.is_floating_point(param)):
-        raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of "
-                           f"supported devices: {devices} but {param.dtype} and {param.device.type}")
-
-
-def _normalized(grads: list[Tensor], p: float, eps: float) -> list[Tensor]:
-    """g / (||g||_q + eps) per tensor, q = p/(p-1). A non-finite gradient gives a NaN entry (inf / inf),
-    so the step's finiteness check refuses it; nothing is read on the host."""
-    q = p / (p - 1.0)
-    return [g / (lp_norm(g, q) + eps) for g in grads]
-
-
 def _eager(foreach: bool) -> Callable[..., Tensor | None]:
+    """The eager implementation: multi-tensor with ``foreach``, else single-tensor (looked up here, by
+    torch's names, where torch's tests patch them)."""
     return _multi_tensor_lpmirrordescent if foreach else _single_tensor_lpmirrordescent
 
 
@@ -455,20 +186,6 @@ class _Pending:
         return self.host.tolist()
 
 
-_LR_RULE = "lr must be a finite number >= 0, or a 1-element tensor holding one"
-
-
-def _check_lr(lr: object) -> None:
-    if isinstance(lr, Tensor):
-        if lr.numel() != 1:
-            raise ValueError("Tensor lr must be 1-element")
-        if lr.is_complex() or not math.isfinite(float(lr)) or float(lr) < 0:
-            raise ValueError(f"Invalid learning rate: {lr} ({_LR_RULE})")
-        return
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr < 0:
-        raise ValueError(f"Invalid learning rate: {lr!r} ({_LR_RULE})")
-
-
 class _Job(NamedTuple):
     """One param group's share of a step: the group, its p, the parameters with a gradient as ``state``
     knows them (``keys``) and as the step writes them (``params``: real views of complex ones), their
@@ -485,73 +202,6 @@ class _Job(NamedTuple):
 def _exponent(state: dict[str, Any], default: float | None) -> float | None:
     """The exponent recorded in a parameter's state (``state["p"]``, a 0-dim tensor), or ``default``."""
     return state["p"].item() if "p" in state else default
-
-
-def _resync_on_device(w: Tensor, u: Tensor, p: float) -> None:
-    """u <- u where w is m^-1(u) bit for bit (what the optimizer last wrote), else m(w): the edit check
-    as one expression, without a host read (the lazily checked and the traced steps)."""
-    inverse = _fused_signed_power(u, 1.0 / (p - 1.0)).to(w.dtype)
-    bits = _BITS[w.element_size()]
-    u.copy_(torch.where(inverse.view(bits) == w.view(bits), u, _fused_signed_power(w.to(u.dtype), p - 1.0)))
-
-
-def _check_sparse(group: dict[str, Any], p: float, param: Tensor, name: str) -> None:
-    """Refuse a sparse gradient where its step would not be sparse or is not implemented (p = 2 takes
-    what ``torch.optim.SGD`` takes)."""
-    if group["fused"]:
-        raise RuntimeError(f"`fused` does not support sparse gradients ({name}): use fused=False")
-    if group["normalize"]:
-        raise RuntimeError(f"normalize=True needs the dense gradient of {name}: use a dense gradient "
-                           "(e.g. nn.Embedding(..., sparse=False))")
-    if p != 2.0 and (group["weight_decay"] or group["momentum"]):
-        raise RuntimeError(f"a sparse gradient ({name}) with weight_decay or momentum makes the step dense: use "
-                           "a dense gradient, or put the sparse parameters in a group without them")
-    if p != 2.0 and param.is_complex():
-        raise RuntimeError(f"a sparse gradient of a complex parameter ({name}) is supported at p = 2 only")
-
-
-#: The param-group options that checkpoints of earlier versions may lack, with their defaults.
-_GROUP_DEFAULTS = dict(momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, normalize=False, eps=1e-12,
-                       maximize=False, foreach=None, differentiable=False, fused=None)
-#: Keys that torch itself puts into param groups (named parameters, lr schedulers, SWA): accepted as they are.
-_TORCH_GROUP_KEYS = frozenset(("params", "param_names", "initial_lr", "max_lr", "min_lr", "base_lr", "max_momentum",
-                               "base_momentum", "swa_lr"))
-#: This optimizer's options that are attributes, not param-group entries.
-_ATTRIBUTES = ("lazy_check", "check_edits")
-
-
-@functools.cache
-def _other_optimizers_options() -> frozenset[str]:
-    """The hyperparameters of torch's other optimizers (their constructors' keywords), e.g. ``betas``."""
-    names: set[str] = set()
-    for value in vars(torch.optim).values():
-        if isinstance(value, type) and issubclass(value, Optimizer) and value is not Optimizer:
-            names.update(inspect.signature(value.__init__).parameters)
-    return frozenset(names - {"self", "params", "args", "kwargs"})
-
-
-def _check_group_keys(group: dict[str, Any], defaults: dict[str, Any]) -> None:
-    """Refuse a param-group key that would be silently ignored: a misspelling of an option (``momentun``),
-    another optimizer's hyperparameter (``betas``) or an attribute of this one (``lazy_check``); warn about
-    any other key this optimizer does not read. Not every unknown key is refused because torch and the
-    code around it store their own entries in param groups (schedulers, names, tags)."""
-    for key in group:
-        if key in defaults or key in _TORCH_GROUP_KEYS:
-            continue
-        if not isinstance(key, str):
-            raise ValueError(f"param group keys must be strings, got {key!r}")
-        if key in _ATTRIBUTES:
-            raise ValueError(f"{key!r} is an LpMirrorDescent attribute, not a param-group entry: pass "
-                             f"{key}=... to the constructor")
-        close = difflib.get_close_matches(key, list(defaults), n=1, cutoff=0.75)
-        if close:
-            raise ValueError(f"unknown param-group option {key!r}: did you mean {close[0]!r}? (LpMirrorDescent "
-                             f"reads {', '.join(sorted(defaults))})")
-        if key in _other_optimizers_options():
-            raise ValueError(f"param-group option {key!r} belongs to another torch optimizer; LpMirrorDescent would "
-                             f"ignore it (it reads {', '.join(sorted(defaults))})")
-        warnings.warn(f"LpMirrorDescent ignores the param-group entry {key!r} (not one of its options: "
-                      f"{', '.join(sorted(defaults))})", UserWarning, stacklevel=4)
 
 
 class LpMirrorDescent(Optimizer):
@@ -615,7 +265,7 @@ class LpMirrorDescent(Optimizer):
         defaults = dict(lr=lr, p=p, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                         nesterov=nesterov, normalize=normalize, eps=eps, maximize=maximize, foreach=foreach,
                         differentiable=differentiable, fused=fused)
-        self._validate(defaults)
+        _check_group(defaults)
         for name, value in (("lazy_check", lazy_check), ("check_edits", check_edits)):
             if value is not None and not isinstance(value, bool) or name == "check_edits" and value is None:
                 raise ValueError(f"{name} must be {'None, ' if name == 'lazy_check' else ''}True or False, "
@@ -625,35 +275,6 @@ class LpMirrorDescent(Optimizer):
         self._fused = _Fused()  # the fused kernels' lr tensors and failure: this optimizer's own
         self._refused = torch.zeros((), dtype=torch.int64)  # steps traced by torch.compile and refused
         super().__init__(params, defaults)
-
-    @staticmethod
-    def _validate(group: dict[str, Any], params: Iterable[object] = ()) -> None:
-        """Refuse a bad hyperparameter or parameter of ``group`` (ValueError, RuntimeError); normalize p.
-        SGD's options are checked as ``torch.optim.SGD`` checks them, with its messages."""
-        _check_lr(group["lr"])
-        group["p"] = check_p(group["p"])
-        for key in ("eps", "momentum", "dampening", "weight_decay"):
-            value = group[key]
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
-                raise ValueError(f"Invalid {key} value: {value!r} (a finite number >= 0)")
-        for key in ("normalize", "maximize", "nesterov", "differentiable"):
-            if not isinstance(group[key], bool):
-                raise ValueError(f"{key} must be True or False, got {key}={group[key]!r}")
-        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-        if group["differentiable"]:
-            raise ValueError("LpMirrorDescent does not support differentiable=True: a step is checked on the host "
-                             "and a refused step is undone in place, which autograd cannot follow; differentiate "
-                             "through mdlib.mirror.mirror_step (a pure function) instead")
-        for key in ("foreach", "fused"):
-            if group[key] is not None and not isinstance(group[key], bool):
-                raise ValueError(f"{key} must be None, True or False, got {key}={group[key]!r}")
-        if group["foreach"] and group["fused"]:
-            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
-        for param in params:
-            if isinstance(param, Tensor) and param.is_complex() and group["fused"]:
-                raise RuntimeError("`fused=True` requires all the params to be floating point Tensors: "
-                                   f"got {param.dtype}; use fused=False for complex parameters")
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """torch's ``add_param_group``, after validating the group as it will be (defaults filled in): a
@@ -668,7 +289,7 @@ class LpMirrorDescent(Optimizer):
             params = list(params)  # a generator is read once, here
         param_group["params"] = params
         group = {**self.defaults, **param_group}
-        self._validate(group, (x[1] if isinstance(x, tuple) and len(x) == 2 else x for x in params))
+        _check_group(group, (x[1] if isinstance(x, tuple) and len(x) == 2 else x for x in params))
         super().add_param_group(param_group)
         self.param_groups[-1]["p"] = group["p"]
 
@@ -680,13 +301,9 @@ class LpMirrorDescent(Optimizer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self.__dict__.setdefault("lazy_check", None)
-        self.__dict__.setdefault("check_edits", True)
+        _upgrade(self.__dict__, self.param_groups)  # pickles and checkpoints of earlier versions
         self._pending, self._fused = [], _Fused()
         self._refused = torch.zeros((), dtype=torch.int64)
-        for group in self.param_groups:  # checkpoints and pickles of earlier versions lack these
-            for key, value in _GROUP_DEFAULTS.items():
-                group.setdefault(key, value)
 
     @staticmethod
     def _process_value_according_to_param_policy(param: Tensor, value: Tensor, param_id: int | None,
@@ -724,7 +341,7 @@ class LpMirrorDescent(Optimizer):
             state = {}
             for key, value in loaded["state"].items():
                 if key in by_id and isinstance(value, dict):
-                    value = {k: v for k, v in value.items() if k not in _UNSAVED + _LEGACY + ("dual",)}
+                    value = {k: v for k, v in value.items() if k not in _UNSAVED + _DROPPED_STATE + ("dual",)}
                     dual = loaded["state"][key].get("dual")
                     if isinstance(dual, Tensor):
                         duals.append((by_id[key], dual))
@@ -830,39 +447,13 @@ class LpMirrorDescent(Optimizer):
                            weight_decay=group["weight_decay"], momentum=momentum, lr=group["lr"],
                            dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"])
             else:
-                buffers = self._traced_update(group, params, grads, duals, spares, buffers)
+                buffers = _traced_update(group, params, grads, duals, spares, buffers,
+                                         check_edits=self.check_edits, refused=self._refused)
             if momentum:
                 keys = [w for w in group["params"] if w.grad is not None]
                 for key, buffer in zip(keys, buffers):
                     self.state[key]["momentum_buffer"] = buffer
         return loss
-
-    def _traced_update(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                       spares: list[Tensor], buffers: list[Tensor | None]) -> list[Tensor | None]:
-        """:meth:`_traced_step` for one group with p != 2; returns the momentum buffers it keeps."""
-        p, lr = group["p"], group["lr"]
-        r = 1.0 / (p - 1.0)
-        if group["normalize"]:
-            grads = _normalized(grads, p, group["eps"])
-        direction, new_buffers = _sgd_direction(params, grads, buffers, weight_decay=group["weight_decay"],
-                                                momentum=group["momentum"], dampening=group["dampening"],
-                                                nesterov=group["nesterov"], maximize=group["maximize"],
-                                                foreach=False)
-        extremes = []
-        for w, d, u, s in zip(params, direction, duals, spares):
-            if self.check_edits:
-                _resync_on_device(w, u, p)
-            s.copy_(u - d.to(u.dtype) * lr)
-            extremes.append(_fused_signed_power(s, r).abs().amax().float() if s.numel() else s.new_zeros(()).float())
-        ok = torch.isfinite(torch.stack(extremes)).all()
-        for w, u, s in zip(params, duals, spares):
-            u.copy_(torch.where(ok, s, u))
-            w.copy_(_fused_signed_power(u, r).to(w.dtype))
-        self._refused.add_((~ok).to(self._refused.dtype))
-        for b_old, b_new in zip(buffers, new_buffers):  # in place: the state keeps its tensors (no recompile)
-            if b_old is not None and b_new is not None:
-                b_old.copy_(torch.where(ok, b_new, b_old))
-        return [b_new if b_old is None else b_old for b_old, b_new in zip(buffers, new_buffers)]
 
     def _prepare_group(self, index: int, group: dict[str, Any]) -> _Job | None:
         p = check_p(group["p"])
@@ -1156,16 +747,6 @@ class LpMirrorDescent(Optimizer):
                                      "check the loss or reduce lr")
 
 
-def _inverse(duals: list[Tensor], outs: list[Tensor], r: float, foreach: bool) -> None:
-    """outs <- m^-1(u) by the eager implementation's own kernels, in the duals' dtype (``outs`` have it)."""
-    for index in _by_device_and_dtype(duals):
-        if foreach and duals[index[0]].device.type != "cpu":  # on CPU, as the step: the loop
-            _foreach_signed_power_into([duals[i] for i in index], r, [outs[i] for i in index])
-        else:
-            for i in index:
-                _signed_power_into(duals[i], r, outs[i])
-
-
 def _inverse_into(targets: list[Tensor], duals: list[Tensor], work: list[Tensor], p: float, foreach: bool,
                   fused: bool, fused_state: _Fused | None = None) -> None:
     """targets <- m^-1(u) by the very computation of a step (a zero gradient, the same implementation):
@@ -1175,6 +756,3 @@ def _inverse_into(targets: list[Tensor], duals: list[Tensor], work: list[Tensor]
                                         fused=fused_state) is not None:
         return
     _eager(foreach)(targets, zeros, duals, work, lr=1.0, p=p, maximize=False)
-
-
-#: The optimizers of the real-data chapters, by name: ``make_optimizer(params, name, lr, p)``.

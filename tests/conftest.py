@@ -86,7 +86,7 @@ def fixture_data(cache, monkeypatch, tmp_path):
     from mdlib.experiments import sentiment
 
     sentiment.splits.cache_clear()
-    sentiment._tokenizer.cache_clear()
+    sentiment.tokenizer.cache_clear()
     yield cache
     sentiment.splits.cache_clear()
-    sentiment._tokenizer.cache_clear()
+    sentiment.tokenizer.cache_clear()

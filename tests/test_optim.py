@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from mdlib import mirror, optim
+from mdlib import _lp_compiled, _lp_steps, mirror, optim
 
 from mdlib.experiments import methods
 from mdlib.optim import LpMirrorDescent, lp_mirror_descent
@@ -129,7 +129,7 @@ def test_scheduler_drives_lr(path):
     train(model, opt, 2)  # the first step (new duals) and the later ones (verified duals): two kernels
     sched.step()
     assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
-    kernels = len(optim._KERNELS)
+    kernels = len(_lp_compiled._KERNELS)
     before = [w.detach().clone() for w in model.parameters()]
     opt.zero_grad()
     loss_of(model, 2).backward()
@@ -137,7 +137,7 @@ def test_scheduler_drives_lr(path):
     opt.step()
     for w, b, g in zip(model.parameters(), before, grads):
         torch.testing.assert_close(w.detach(), mirror.mirror_step(b, g, 0.05, 1.75), rtol=1e-12, atol=1e-15)
-    assert len(optim._KERNELS) == kernels  # a new lr is an argument of the fused kernel, not a recompile
+    assert len(_lp_compiled._KERNELS) == kernels  # a new lr is an argument of the fused kernel, not a recompile
 
 
 @every_path
@@ -234,8 +234,8 @@ def test_defaults_follow_torch_single_tensor_on_cpu(monkeypatch):
     opt = LpMirrorDescent(model.parameters(), lr=0.01, p=1.5)
     train(model, opt, 1)
     assert calls == ["_single_tensor_lpmirrordescent"] and not opt._lazy() and not opt._pending
-    assert optim._default_foreach([torch.zeros(1)]) is False
-    assert optim._default_foreach([torch.zeros(1, device="meta")]) is False
+    assert _lp_steps._default_foreach([torch.zeros(1)]) is False
+    assert _lp_steps._default_foreach([torch.zeros(1, device="meta")]) is False
 
 
 @every_path
@@ -381,7 +381,7 @@ def failing_compile(fn, **kwargs):
 
 
 def test_fused_falls_back_with_one_warning_when_compiling_fails(monkeypatch):
-    monkeypatch.setattr(optim, "_KERNELS", {})
+    monkeypatch.setattr(_lp_compiled, "_KERNELS", {})
     monkeypatch.setattr(torch, "compile", failing_compile)
     fused, single = make_model(), make_model()
     opt = LpMirrorDescent(fused.parameters(), lr=0.01, p=1.75, fused=True)
@@ -410,7 +410,7 @@ def test_fused_failing_halfway_leaves_the_fallback_a_clean_start(monkeypatch):
             raise RuntimeError("kernel died")
         return run
 
-    monkeypatch.setattr(optim, "_kernel", half_written)
+    monkeypatch.setattr(_lp_compiled, "_kernel", half_written)
     fused, single = make_model(), make_model()
     with pytest.warns(UserWarning, match="kernel died"):
         train(fused, LpMirrorDescent(fused.parameters(), lr=0.01, p=1.1, fused=True), 3)

@@ -1,11 +1,14 @@
-"""Token selection tables (mdlib.experiments.selection) on small random models: per-seed counts, the clustered
-summary, and the concentration of the [CLS] row against independent computations."""
+"""Token selection (mdlib.experiments.selection): on small random models, the per-seed counts, the clustered
+summary and the concentration of the [CLS] row against independent computations; on the fixture data,
+pivotal-token designation, the authors' sentences and the token measurements."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
-from mdlib.experiments import analysis, selection, stats
+from conftest import FIXTURES
+from mdlib.experiments import analysis, paths, selection, sentiment, stats
 from mdlib.models import EncoderClassifier
 
 
@@ -56,3 +59,70 @@ def test_concentration_table_matches_one_sentence_at_a_time():
         row = table[table.method == key].iloc[0]
         assert row.entropy == pytest.approx(entropy, rel=1e-5) and row.top_share == pytest.approx(top, rel=1e-5)
         assert 0 < row.entropy <= 1 and row.sentences == 25
+
+
+def test_pad_pads_to_the_longest_and_masks_padding():
+    ids, mask = selection.pad([[1, 2], [3]])
+    assert ids.tolist() == [[1, 2], [3, 0]] and mask.tolist() == [[1, 1], [1, 0]]
+
+
+def test_lexicon_designates_the_strongest_whole_word(fixture_data):
+    vocab = {t: i for i, t in enumerate((FIXTURES / "vocab.txt").read_text().split())}
+    ids = lambda words: [vocab[w] for w in ["[CLS]", *words, "[SEP]"]]  # noqa: E731
+    sequences = [ids(["an", "amazing", "terrible", "film"]),  # |2.8| beats |-2.1|
+                 ids(["terrible", "##ing", "film"]),  # 'terrible' is only a piece of a longer word here
+                 ids(["an", "terrible", "film"]),
+                 ids(["an", "film"])]
+    positions, words = selection.lexicon_pivots(sequences, min_valence=2.0, max_length=16)
+    assert positions.tolist() == [2, -1, 2, -1] and words == ["amazing", "", "terrible", ""]
+    assert selection.lexicon_pivots(sequences[:1], min_valence=3.0, max_length=16)[0].tolist() == [-1]
+    assert selection.designated_positions(sequences[:1], ["film"], 16).tolist() == [4]
+    with pytest.raises(ValueError, match="'warming' is not a single WordPiece token"):
+        selection.designated_positions(sequences[:1], ["warming"], 16)
+
+
+def test_token_measurements_have_one_value_per_token_or_sentence():
+    torch.manual_seed(0)
+    model = EncoderClassifier(vocab_size=20, max_length=8, width=6, layers=2, heads=2, mlp=12, dropout=0.0).eval()
+    ids = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 2]]
+    scores = selection.attention_scores(model, ids, batch_size=2)
+    assert [len(s) for s in scores] == [4, 3, 5]
+    assert all(np.isclose(s.max(), 1) and np.isclose(s.min(), 0) for s in scores)  # min-max normalized
+    drops = selection.deletion_drops(model, ids, [1, 1, 2], batch_size=2)
+    assert drops.shape == (3,) and np.isfinite(drops).all()
+    with torch.no_grad():  # deleting token 1 of sequence 2 by hand gives the same drop
+        full = torch.sigmoid(model(torch.tensor([ids[1]]), torch.ones(1, 3, dtype=torch.long)))
+        cut = torch.sigmoid(model(torch.tensor([[1, 2]]), torch.ones(1, 2, dtype=torch.long)))
+    expected = (full - cut) if full >= 0.5 else (cut - full)
+    assert np.isclose(drops[1], expected.item(), atol=1e-6)
+
+
+def test_authors_sentences_keep_whole_token_pivots(cache, monkeypatch):
+    """Their notebook keeps a sentence when its pivot is a whole WordPiece token of it: with a
+    vocabulary that splits "breathtaking", "overpriced" and "overheats", 44 of 50 survive and the first
+    40 are shown, as in their figures."""
+    import hashlib
+
+    from mdlib.experiments import fetch
+
+    table = pd.read_csv(paths.root() / "data" / "authors_sentences.csv")
+    assert len(table) == 50 and set(table.label) == {0, 1}
+    split = {"breathtaking", "overpriced", "overheats"}
+    words = {w.strip(".,!'").lower() for s in table.sentence for w in s.replace("-", " - ").split()} - split
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "-", "'", "breath", "##taking", "over", "##pri", "##ced",
+             "##heat", "##s", *sorted(words)]
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    files = dict(fetch.FILES)
+    files["vocab.txt"] = fetch.RegistryFile(**{**files["vocab.txt"].__dict__,
+                                               "sha256": hashlib.sha256((cache / "vocab.txt").read_bytes()).hexdigest()})
+    monkeypatch.setattr(fetch, "FILES", files)
+    sentiment.tokenizer.cache_clear()
+    try:
+        shown = selection.authors_sentences(32)
+        everything = selection.authors_sentences(32, shown=50)
+    finally:
+        sentiment.tokenizer.cache_clear()
+    assert len(everything) == 44 and len(shown) == selection.AUTHORS_SHOWN == 40
+    assert not {12, 25, 28, 30, 34, 49} & set(everything.number)  # the six their notebook skips
+    assert shown.number.tolist() == everything.number.tolist()[:40]

@@ -1,5 +1,5 @@
-"""The sentiment experiments' pieces on the fixture data: batching, run configs, the builder, the
-step-size sweep's choice, pivotal-token designation and the token measurements."""
+"""The sentiment experiments' pieces on the fixture data: batching, run configs, the builder and the
+step-size sweep's choice."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import FIXTURES
 from mdlib.experiments import estimates, methods, sentiment, store, train
-from mdlib.models import EncoderClassifier
 
 
 def small(**overrides):
@@ -26,8 +24,6 @@ def test_collate_pads_to_the_longest_and_masks_padding():
     assert inputs["input_ids"].tolist() == [[101, 5, 102], [101, 102, 0]]
     assert inputs["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert labels.dtype == torch.float32 and labels.tolist() == [1.0, 0.0]
-    ids, mask = sentiment.pad([[1, 2], [3]])
-    assert ids.tolist() == [[1, 2], [3, 0]] and mask.tolist() == [[1, 1], [1, 0]]
 
 
 def test_config_rejects_bad_settings():
@@ -191,37 +187,6 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
     assert read == [2, 3, 3]
 
 
-def test_lexicon_designates_the_strongest_whole_word(fixture_data):
-    vocab = {t: i for i, t in enumerate((FIXTURES / "vocab.txt").read_text().split())}
-    ids = lambda words: [vocab[w] for w in ["[CLS]", *words, "[SEP]"]]  # noqa: E731
-    sequences = [ids(["an", "amazing", "terrible", "film"]),  # |2.8| beats |-2.1|
-                 ids(["terrible", "##ing", "film"]),  # 'terrible' is only a piece of a longer word here
-                 ids(["an", "terrible", "film"]),
-                 ids(["an", "film"])]
-    positions, words = sentiment.lexicon_pivots(sequences, min_valence=2.0, max_length=16)
-    assert positions.tolist() == [2, -1, 2, -1] and words == ["amazing", "", "terrible", ""]
-    assert sentiment.lexicon_pivots(sequences[:1], min_valence=3.0, max_length=16)[0].tolist() == [-1]
-    assert sentiment.designated_positions(sequences[:1], ["film"], 16).tolist() == [4]
-    with pytest.raises(ValueError, match="'warming' is not a single WordPiece token"):
-        sentiment.designated_positions(sequences[:1], ["warming"], 16)
-
-
-def test_token_measurements_have_one_value_per_token_or_sentence():
-    torch.manual_seed(0)
-    model = EncoderClassifier(vocab_size=20, max_length=8, width=6, layers=2, heads=2, mlp=12, dropout=0.0).eval()
-    ids = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 2]]
-    scores = sentiment.attention_scores(model, ids, batch_size=2)
-    assert [len(s) for s in scores] == [4, 3, 5]
-    assert all(np.isclose(s.max(), 1) and np.isclose(s.min(), 0) for s in scores)  # min-max normalized
-    drops = sentiment.deletion_drops(model, ids, [1, 1, 2], batch_size=2)
-    assert drops.shape == (3,) and np.isfinite(drops).all()
-    with torch.no_grad():  # deleting token 1 of sequence 2 by hand gives the same drop
-        full = torch.sigmoid(model(torch.tensor([ids[1]]), torch.ones(1, 3, dtype=torch.long)))
-        cut = torch.sigmoid(model(torch.tensor([[1, 2]]), torch.ones(1, 2, dtype=torch.long)))
-    expected = (full - cut) if full >= 0.5 else (cut - full)
-    assert np.isclose(drops[1], expected.item(), atol=1e-6)
-
-
 def test_grid_takes_seeds_per_method(monkeypatch, tmp_path):
     """``seeds`` may give each method its own count (l3 with fewer seeds)."""
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
@@ -298,37 +263,6 @@ def test_baseline_naive_bayes_matches_a_numpy_multinomial_model(fixture_data):
     assert table.C.iloc[1] in sentiment.BASELINE_C
     again = sentiment.baseline("rotten_tomatoes", 0, 16, None)  # read back from the store
     pd.testing.assert_frame_equal(table, again)
-
-
-def test_authors_sentences_keep_whole_token_pivots(cache, monkeypatch):
-    """Their notebook keeps a sentence when its pivot is a whole WordPiece token of it: with a
-    vocabulary that splits "breathtaking", "overpriced" and "overheats", 44 of 50 survive and the first
-    40 are shown, as in their figures."""
-    import hashlib
-
-    from mdlib.experiments import fetch
-
-    table = pd.read_csv(sentiment.paths.root() / "data" / "authors_sentences.csv")
-    assert len(table) == 50 and set(table.label) == {0, 1}
-    split = {"breathtaking", "overpriced", "overheats"}
-    words = {w.strip(".,!'").lower() for s in table.sentence for w in s.replace("-", " - ").split()} - split
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "-", "'", "breath", "##taking", "over", "##pri", "##ced",
-             "##heat", "##s", *sorted(words)]
-    cache.mkdir(parents=True, exist_ok=True)
-    (cache / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    files = dict(fetch.FILES)
-    files["vocab.txt"] = fetch.RegistryFile(**{**files["vocab.txt"].__dict__,
-                                               "sha256": hashlib.sha256((cache / "vocab.txt").read_bytes()).hexdigest()})
-    monkeypatch.setattr(fetch, "FILES", files)
-    sentiment._tokenizer.cache_clear()
-    try:
-        shown = sentiment.authors_sentences(32)
-        everything = sentiment.authors_sentences(32, shown=50)
-    finally:
-        sentiment._tokenizer.cache_clear()
-    assert len(everything) == 44 and len(shown) == sentiment.AUTHORS_SHOWN == 40
-    assert not {12, 25, 28, 30, 34, 49} & set(everything.number)  # the six their notebook skips
-    assert shown.number.tolist() == everything.number.tolist()[:40]
 
 
 def test_chapter_runs_put_both_grids_in_one_table_and_mark_the_analysed_one():

@@ -249,9 +249,9 @@ def token_heatmaps(heat: pd.DataFrame, sentences: SentenceSet, shown: Sequence[i
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from mdlib.experiments import sentiment
+    from mdlib.experiments import selection
 
-    words = [sentiment.tokens(sentences.ids[i]) for i in shown]
+    words = [selection.tokens(sentences.ids[i]) for i in shown]
     widest = max(len(w) for w in words)
     fig, axes = plt.subplots(1, len(methods), figsize=(max(4.5, 0.75 * widest) * len(methods),
                                                       0.45 * len(shown) + 1.4), squeeze=False)

@@ -1,5 +1,11 @@
 """Token selection (E5) on the trained sentiment models: which token the [CLS] attention selects.
 
+The sentences come as token ids: the authors' (``authors_sentences``), ours (``pivotal_sentences``)
+and the test split's, each with its pivotal word's position (``designated_positions``, or
+``lexicon_pivots`` from the sentiment lexicon); a model's measurements of them are its normalized
+[CLS] scores per token (``attention_scores``) and the drop of its prediction when a token is deleted
+(``deletion_drops``).
+
 A ``SentenceSet`` holds token ids and, where a word is designated pivotal, its position: the authors'
 40 sentences (the primary replication), our written sentences, the test sentences the lexicon
 designates a pivot in, and every test sentence (no pivot: for the concentration of attention).
@@ -13,21 +19,125 @@ seed (``estimates.entropy_gap``): the numbers the scorecard judges.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
+from torch import Tensor
 
-from mdlib.experiments import analysis, estimates, paper, sentiment
+from mdlib.experiments import analysis, data, estimates, paper, paths, sentiment
 from mdlib.experiments.stats import mean_interval, wilson_interval
 
-__all__ = ["SentenceSet", "sentence_sets", "scores", "heat_table", "win_table", "summary", "summary_view",
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mdlib.models import EncoderClassifier
+
+__all__ = ["AUTHORS_SHOWN", "pivotal_sentences", "authors_sentences", "pad", "tokens", "designated_positions",
+           "lexicon_pivots", "attention_scores", "deletion_drops",
+           "SentenceSet", "sentence_sets", "scores", "heat_table", "win_table", "summary", "summary_view",
            "summary_text", "concentration_table", "concentration_text", "deletion_table", "deletion_text",
            "gate_text"]
 
 #: What ``scores`` returns: {(method, seed): {set name: [normalized [CLS] scores per sentence]}}.
 _Scored = Mapping[tuple[str, int], Mapping[str, Sequence[np.ndarray]]]
+
+
+# --- the sentences, their pivots and the per-token measurements ------------------------------------
+
+
+def pivotal_sentences() -> pd.DataFrame:
+    """The project's hand-written sentences (data/pivotal_sentences.csv): sentence, pivotal, label."""
+    return pd.read_csv(paths.data_file("pivotal_sentences.csv"))
+
+
+#: The sentences of the authors' figures (Figs. 8, 13, 14): the first 40 their notebook keeps.
+AUTHORS_SHOWN = 40
+
+
+def authors_sentences(max_length: int = 64, shown: int = AUTHORS_SHOWN) -> pd.DataFrame:
+    """The authors' token-selection sentences (data/authors_sentences.csv, from their notebook
+    ``attn_map.ipynb``; see data/README.md) that their notebook keeps, those whose pivotal word is a
+    whole WordPiece token of the sentence, the first ``shown`` of them (their figures show 40):
+    number, sentence, pivotal, label."""
+    table = pd.read_csv(paths.data_file("authors_sentences.csv"))
+    vocabulary = sentiment.tokenizer(max_length)
+    ids = sentiment.encode(table.sentence, max_length)
+    kept = [vocabulary.token_to_id(word) in sequence for sequence, word in zip(ids, table.pivotal)]
+    return table[kept].head(shown).reset_index(drop=True)
+
+
+def pad(ids: list[list[int]] | list[Tensor], pad_id: int = 0) -> tuple[Tensor, Tensor]:
+    """(input_ids, attention_mask) of unpadded id sequences, padded to the longest."""
+    inputs, _ = sentiment.collate([(torch.as_tensor(x), torch.tensor(0)) for x in ids], pad_id)
+    return inputs["input_ids"], inputs["attention_mask"]
+
+
+def tokens(ids: list[int], max_length: int = 64) -> list[str]:
+    """The WordPiece strings of an id sequence."""
+    vocabulary = sentiment.tokenizer(max_length)
+    return [vocabulary.id_to_token(i) for i in ids]
+
+
+def designated_positions(ids: list[list[int]], words: list[str], max_length: int = 64) -> np.ndarray:
+    """The position of each sequence's designated word (first occurrence); the word must be a single
+    WordPiece token of the vocabulary."""
+    vocabulary = sentiment.tokenizer(max_length)
+    positions = []
+    for sequence, word in zip(ids, words):
+        token = vocabulary.token_to_id(word)
+        if token is None or token not in sequence:
+            raise ValueError(f"the pivotal word {word!r} is not a single WordPiece token of its sentence; "
+                             "choose a word the uncased vocabulary holds whole")
+        positions.append(list(sequence).index(token))
+    return np.asarray(positions)
+
+
+def lexicon_pivots(ids: list[list[int]], min_valence: float = 2.0, max_length: int = 64) -> tuple[np.ndarray, list[str]]:
+    """The automatically designated pivotal token of each sequence: the whole-word token (not a piece
+    of a longer word) with the largest VADER |valence|, when that is at least ``min_valence`` and no
+    other word of the sequence ties with it. Returns (positions, -1 where none; the words)."""
+    lexicon = data.sentiment_lexicon()
+    positions, words = [], []
+    for sequence in ids:
+        pieces = tokens(sequence, max_length)
+        scored = [(abs(lexicon.get(t, 0.0)), j) for j, t in enumerate(pieces)
+                  if not t.startswith("##") and not (j + 1 < len(pieces) and pieces[j + 1].startswith("##"))]
+        scored.sort(reverse=True)
+        top = scored[0] if scored else (0.0, -1)
+        unique = len(scored) < 2 or scored[1][0] < top[0] or pieces[scored[1][1]] == pieces[top[1]]
+        if top[0] >= min_valence and unique:
+            positions.append(top[1])
+            words.append(pieces[top[1]])
+        else:
+            positions.append(-1)
+            words.append("")
+    return np.asarray(positions), words
+
+
+def attention_scores(model: EncoderClassifier, ids: list[list[int]], batch_size: int = 256) -> list[np.ndarray]:
+    """Each sequence's normalized [CLS] attention scores (``analysis.cls_attention``), unpadded."""
+    scores = []
+    for start in range(0, len(ids), batch_size):
+        chunk = ids[start:start + batch_size]
+        input_ids, mask = pad(chunk)
+        block = analysis.cls_attention(model, input_ids, mask).numpy()
+        scores.extend(block[b, :len(sequence)] for b, sequence in enumerate(chunk))
+    return scores
+
+
+def deletion_drops(model: EncoderClassifier, ids: list[list[int]], positions: ArrayLike, batch_size: int = 256) -> np.ndarray:
+    """``analysis.probability_drop`` of deleting the token at ``positions[b]`` from each sequence."""
+    drops = []
+    for start in range(0, len(ids), batch_size):
+        input_ids, mask = pad(ids[start:start + batch_size])
+        where = torch.as_tensor(np.asarray(positions[start:start + batch_size]), dtype=torch.long)
+        drops.append(analysis.probability_drop(model, input_ids, mask, where).numpy())
+    return np.concatenate(drops)
+
+
+# --- the sets and the chapter's tables ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -42,15 +152,15 @@ class SentenceSet:
 
 def sentence_sets(dataset: str, max_length: int, min_valence: float) -> dict[str, SentenceSet]:
     """The sets of the chapter: "authors" (their 40 sentences), "written" (ours), "lexicon" (test
-    sentences with a lexicon-designated pivot, ``sentiment.lexicon_pivots``) and "test" (all of them)."""
+    sentences with a lexicon-designated pivot, ``lexicon_pivots``) and "test" (all of them)."""
     out = {}
-    for name, title, table in (("authors", "the authors' sentences", sentiment.authors_sentences(max_length)),
-                               ("written", "our written sentences", sentiment.pivotal_sentences())):
+    for name, title, table in (("authors", "the authors' sentences", authors_sentences(max_length)),
+                               ("written", "our written sentences", pivotal_sentences())):
         ids = sentiment.encode(table.sentence, max_length)
-        out[name] = SentenceSet(name, title, ids, sentiment.designated_positions(ids, table.pivotal, max_length))
+        out[name] = SentenceSet(name, title, ids, designated_positions(ids, table.pivotal, max_length))
     test = sentiment.splits(dataset, 0, max_length)["test"]
     test_ids = [x.tolist() for x in test.ids]
-    positions, _ = sentiment.lexicon_pivots(test_ids, min_valence, max_length)
+    positions, _ = lexicon_pivots(test_ids, min_valence, max_length)
     keep = np.flatnonzero(positions >= 0)
     out["lexicon"] = SentenceSet("lexicon", "test sentences with a lexicon pivot", [test_ids[i] for i in keep],
                                  positions[keep])
@@ -60,7 +170,7 @@ def sentence_sets(dataset: str, max_length: int, min_valence: float) -> dict[str
 
 def scores(models: Mapping[tuple[str, int], torch.nn.Module], sets: Mapping[str, SentenceSet]) -> dict:
     """{(method, seed): {set name: [normalized [CLS] scores per sentence]}} for the sets with pivots."""
-    return {key: {name: sentiment.attention_scores(model, s.ids) for name, s in sets.items() if s.positions is not None}
+    return {key: {name: attention_scores(model, s.ids) for name, s in sets.items() if s.positions is not None}
             for key, model in models.items()}
 
 
@@ -77,7 +187,7 @@ def heat_table(scored: _Scored, s: SentenceSet, methods: Iterable[str]) -> pd.Da
     return pd.DataFrame([{"method": key, "seed": seed, "sentence": i + 1, "position": j, "token": token,
                           "score": float(scored[key, seed][s.name][i][j]), "pivot": bool(j == s.positions[i])}
                          for key in methods for seed in _seeds(scored, key) for i, ids in enumerate(s.ids)
-                         for j, token in enumerate(sentiment.tokens(ids))])
+                         for j, token in enumerate(tokens(ids))])
 
 
 def win_table(scored: _Scored, sets: Mapping[str, SentenceSet], pairs: Sequence[int]) -> pd.DataFrame:
@@ -169,7 +279,7 @@ def concentration_table(models: Mapping[tuple[str, int], torch.nn.Module], s: Se
         values = []
         for start in range(0, len(s.ids), batch_size):
             chunk = s.ids[start:start + batch_size]
-            row = analysis.cls_row(model, *sentiment.pad(chunk)).double().numpy()
+            row = analysis.cls_row(model, *pad(chunk)).double().numpy()
             values += [analysis.concentration(r[:len(ids)]) for r, ids in zip(row, chunk)]
         entropy, top = np.mean(values, axis=0)
         rows.append({"method": key, "seed": seed, "entropy": float(entropy), "top_share": float(top),
@@ -205,7 +315,7 @@ def deletion_table(models: Mapping[tuple[str, int], torch.nn.Module], scored: _S
         attended = _most_attended(scored[key, model_seed][s.name])
         for target, positions in (("most attended", attended), ("lexicon pivot", s.positions), ("random token", random)):
             rows.append({"method": key, "seed": model_seed, "deleted": target,
-                         "drop": float(sentiment.deletion_drops(model, s.ids, positions).mean())})
+                         "drop": float(deletion_drops(model, s.ids, positions).mean())})
     return pd.DataFrame(rows)
 
 

@@ -41,15 +41,16 @@ from mdlib.models import SETUPS, EncoderClassifier, check_setup
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
+    from tokenizers import Tokenizer
 
-__all__ = ["ADAM_STEP", "AUTHORS_SHOWN", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
+__all__ = ["ADAM_STEP", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "Grid", "KIND", "PAPER_STEP_SIZES", "TokenizedDataset",
-           "attention_scores", "authors_sentences", "baseline", "baseline_view", "build", "built_grid", "by_length", "cell_table",
-           "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "deletion_drops", "designated_positions", "encode", "grid",
-           "grid_name", "initial_model", "lexicon_pivots", "movement", "pad", "paper_table1_view",
-           "pilots", "pilots_view", "pivotal_sentences", "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
+           "baseline", "baseline_view", "build", "built_grid", "by_length", "cell_table",
+           "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "encode", "grid",
+           "grid_name", "initial_model", "movement", "paper_table1_view",
+           "pilots", "pilots_view", "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
            "seeds_of", "steps_view", "splits",
-           "sweep", "tokens", "train_grids", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
+           "sweep", "tokenizer", "train_grids", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
 
 KIND = store.kind("e4-sentiment", __name__)
 #: Adam's reference step size (torch's default), for Adam as an extra column.
@@ -90,15 +91,16 @@ def collate(batch: list[tuple[Tensor, Tensor]], pad_id: int = 0) -> tuple[dict[s
 
 
 @functools.lru_cache(maxsize=4)
-def _tokenizer(max_length: int):
-    tokenizer = data.wordpiece_tokenizer(max_length)
-    tokenizer.no_padding()
-    return tokenizer
+def tokenizer(max_length: int) -> Tokenizer:
+    """The runs' WordPiece tokenizer (``data.wordpiece_tokenizer``) without padding, cached per ``max_length``."""
+    wordpiece = data.wordpiece_tokenizer(max_length)
+    wordpiece.no_padding()
+    return wordpiece
 
 
 def encode(texts: list[str], max_length: int) -> list[list[int]]:
     """WordPiece ids of each text ([CLS] first, [SEP] last, at most ``max_length``), unpadded."""
-    return [e.ids for e in _tokenizer(max_length).encode_batch(list(texts))]
+    return [e.ids for e in tokenizer(max_length).encode_batch(list(texts))]
 
 
 @functools.lru_cache(maxsize=2)
@@ -578,13 +580,13 @@ def _bag_of_tokens(dataset: TokenizedDataset, binary: bool):
     [PAD] left out."""
     from scipy import sparse
 
-    special = {_tokenizer(8).token_to_id(t) for t in ("[PAD]", "[CLS]", "[SEP]")}
+    special = {tokenizer(8).token_to_id(t) for t in ("[PAD]", "[CLS]", "[SEP]")}
     rows, cols = [], []
     for i, ids in enumerate(dataset.ids):
         kept = [t for t in ids.tolist() if t not in special]
         rows += [i] * len(kept)
         cols += kept
-    counts = sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(dataset), _tokenizer(8).get_vocab_size()))
+    counts = sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(dataset), tokenizer(8).get_vocab_size()))
     counts.sum_duplicates()
     if binary:
         counts.data[:] = 1.0
@@ -629,7 +631,7 @@ def _baselines(dataset: str, split_seed: int, max_length: int, train_size: int |
     return pd.DataFrame(rows)
 
 
-# --- token selection (E5) -------------------------------------------------------------------------
+# --- chapter 04's pilots and the paper's Table 1 ---------------------------------------------------
 
 
 def pilots() -> pd.DataFrame:
@@ -649,96 +651,6 @@ def pilots_view(table: pd.DataFrame) -> pd.DataFrame:
         "test acc.": table.test_accuracy.map("{:.1%}".format),
         "validation acc.": table.validation_accuracy.map("{:.1%}".format),
         "s / epoch": table.seconds_per_epoch.map("{:.1f}".format)})
-
-
-def pivotal_sentences() -> pd.DataFrame:
-    """The project's hand-written sentences (data/pivotal_sentences.csv): sentence, pivotal, label."""
-    return pd.read_csv(paths.data_file("pivotal_sentences.csv"))
-
-
-#: The sentences of the authors' figures (Figs. 8, 13, 14): the first 40 their notebook keeps.
-AUTHORS_SHOWN = 40
-
-
-def authors_sentences(max_length: int = 64, shown: int = AUTHORS_SHOWN) -> pd.DataFrame:
-    """The authors' token-selection sentences (data/authors_sentences.csv, from their notebook
-    ``attn_map.ipynb``; see data/README.md) that their notebook keeps, those whose pivotal word is a
-    whole WordPiece token of the sentence, the first ``shown`` of them (their figures show 40):
-    number, sentence, pivotal, label."""
-    table = pd.read_csv(paths.data_file("authors_sentences.csv"))
-    tokenizer = _tokenizer(max_length)
-    ids = encode(table.sentence, max_length)
-    kept = [tokenizer.token_to_id(word) in sequence for sequence, word in zip(ids, table.pivotal)]
-    return table[kept].head(shown).reset_index(drop=True)
-
-
-def pad(ids: list[list[int]] | list[Tensor], pad_id: int = 0) -> tuple[Tensor, Tensor]:
-    """(input_ids, attention_mask) of unpadded id sequences, padded to the longest."""
-    inputs, _ = collate([(torch.as_tensor(x), torch.tensor(0)) for x in ids], pad_id)
-    return inputs["input_ids"], inputs["attention_mask"]
-
-
-def tokens(ids: list[int], max_length: int = 64) -> list[str]:
-    """The WordPiece strings of an id sequence."""
-    tokenizer = _tokenizer(max_length)
-    return [tokenizer.id_to_token(i) for i in ids]
-
-
-def designated_positions(ids: list[list[int]], words: list[str], max_length: int = 64) -> np.ndarray:
-    """The position of each sequence's designated word (first occurrence); the word must be a single
-    WordPiece token of the vocabulary."""
-    tokenizer = _tokenizer(max_length)
-    positions = []
-    for sequence, word in zip(ids, words):
-        token = tokenizer.token_to_id(word)
-        if token is None or token not in sequence:
-            raise ValueError(f"the pivotal word {word!r} is not a single WordPiece token of its sentence; "
-                             "choose a word the uncased vocabulary holds whole")
-        positions.append(list(sequence).index(token))
-    return np.asarray(positions)
-
-
-def lexicon_pivots(ids: list[list[int]], min_valence: float = 2.0, max_length: int = 64) -> tuple[np.ndarray, list[str]]:
-    """The automatically designated pivotal token of each sequence: the whole-word token (not a piece
-    of a longer word) with the largest VADER |valence|, when that is at least ``min_valence`` and no
-    other word of the sequence ties with it. Returns (positions, -1 where none; the words)."""
-    lexicon = data.sentiment_lexicon()
-    positions, words = [], []
-    for sequence in ids:
-        pieces = tokens(sequence, max_length)
-        scored = [(abs(lexicon.get(t, 0.0)), j) for j, t in enumerate(pieces)
-                  if not t.startswith("##") and not (j + 1 < len(pieces) and pieces[j + 1].startswith("##"))]
-        scored.sort(reverse=True)
-        top = scored[0] if scored else (0.0, -1)
-        unique = len(scored) < 2 or scored[1][0] < top[0] or pieces[scored[1][1]] == pieces[top[1]]
-        if top[0] >= min_valence and unique:
-            positions.append(top[1])
-            words.append(pieces[top[1]])
-        else:
-            positions.append(-1)
-            words.append("")
-    return np.asarray(positions), words
-
-
-def attention_scores(model: EncoderClassifier, ids: list[list[int]], batch_size: int = 256) -> list[np.ndarray]:
-    """Each sequence's normalized [CLS] attention scores (``analysis.cls_attention``), unpadded."""
-    scores = []
-    for start in range(0, len(ids), batch_size):
-        chunk = ids[start:start + batch_size]
-        input_ids, mask = pad(chunk)
-        block = analysis.cls_attention(model, input_ids, mask).numpy()
-        scores.extend(block[b, :len(sequence)] for b, sequence in enumerate(chunk))
-    return scores
-
-
-def deletion_drops(model: EncoderClassifier, ids: list[list[int]], positions: ArrayLike, batch_size: int = 256) -> np.ndarray:
-    """``analysis.probability_drop`` of deleting the token at ``positions[b]`` from each sequence."""
-    drops = []
-    for start in range(0, len(ids), batch_size):
-        input_ids, mask = pad(ids[start:start + batch_size])
-        where = torch.as_tensor(np.asarray(positions[start:start + batch_size]), dtype=torch.long)
-        drops.append(analysis.probability_drop(model, input_ids, mask, where).numpy())
-    return np.concatenate(drops)
 
 
 def paper_table1_view() -> pd.DataFrame:
