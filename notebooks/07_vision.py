@@ -274,7 +274,7 @@ glue("vit-change", "; ".join(f"{r.steps} steps, {NAMES[r.dataset]}: {name[r.meth
 # ## Pruning by magnitude
 
 # %% tags=["hide-input"]
-sizes = {d: [len(part) for part in vision.image_sets(final[(d, methods[0], 0)]["data"])] for d in datasets}
+sizes = {d: [len(part) for part in vision.image_sets(final[(d, methods[0], 0)].data)] for d in datasets}
 pruning = []
 for (d, m, s), run in final.items():
     curve = vision.pruning({"run": run, "sparsities": sparsities})["accuracy"]

@@ -47,8 +47,8 @@ def toy(seed=0, n=32, d=4):
 def fit_md(folder, lr, p, epochs, **kw):
     model, data = toy()
     optimizer = LpMirrorDescent(model.parameters(), lr=lr, p=p)
-    return train.fit(model, optimizer, data, None, epochs=epochs, batch_size=8, seed=0, checkpoint=folder,
-                     progress=False, **kw), optimizer
+    return train.fit(model, optimizer, data, None, train.FitOptions(epochs=epochs, batch_size=8, seed=0, **kw),
+                     checkpoint=folder, progress=False), optimizer
 
 
 def test_a_checkpoint_of_other_optimizer_settings_is_refused_naming_both(tmp_path):
@@ -59,16 +59,16 @@ def test_a_checkpoint_of_other_optimizer_settings_is_refused_naming_both(tmp_pat
         fit_md(tmp_path, lr=0.5, p=3.0, epochs=2)
     model, data = toy()
     with pytest.raises(ValueError, match=r"optimizer: 'LpMirrorDescent' vs 'Adam'"):
-        train.fit(model, torch.optim.Adam(model.parameters(), lr=0.05), data, None, epochs=2, batch_size=8,
-                  seed=0, checkpoint=tmp_path, progress=False)
+        train.fit(model, torch.optim.Adam(model.parameters(), lr=0.05), data, None,
+                  train.FitOptions(epochs=2, batch_size=8, seed=0), checkpoint=tmp_path, progress=False)
     wider = nn.Linear(4, 2)
     with pytest.raises(ValueError, match=r"model\.weight: \[1, 4\] vs \[2, 4\]"):
-        train.fit(wider, LpMirrorDescent(wider.parameters(), lr=0.05, p=1.75), data, None, epochs=2,
-                  batch_size=8, seed=0, loss="binary", checkpoint=tmp_path, progress=False)
+        train.fit(wider, LpMirrorDescent(wider.parameters(), lr=0.05, p=1.75), data, None,
+                  train.FitOptions(epochs=2, batch_size=8, seed=0, loss="binary"), checkpoint=tmp_path, progress=False)
     model, data = toy()
     with pytest.raises(ValueError, match=r"test_size: None vs 8"):
         train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.75), data, TensorDataset(*data[:8]),
-                  epochs=2, batch_size=8, seed=0, checkpoint=tmp_path, progress=False)
+                  train.FitOptions(epochs=2, batch_size=8, seed=0), checkpoint=tmp_path, progress=False)
     history, optimizer = fit_md(tmp_path, lr=0.05, p=1.75, epochs=3)  # the same settings resume
     assert history["epoch"].tolist() == [1, 2, 3] and optimizer.param_groups[0]["lr"] == 0.05
 
@@ -89,8 +89,8 @@ def test_a_corrupt_checkpoint_is_reported_moved_aside_and_the_run_starts_over(tm
 def test_resuming_prints_no_path(tmp_path, capsys):
     fit_md(tmp_path, lr=0.05, p=1.75, epochs=1)
     model, data = toy()
-    train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.75), data, None, epochs=2, batch_size=8,
-              seed=0, checkpoint=tmp_path, progress=True)
+    train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.75), data, None,
+              train.FitOptions(epochs=2, batch_size=8, seed=0), checkpoint=tmp_path, progress=True)
     out = capsys.readouterr()
     assert "resumed from its checkpoint after epoch 1" in out.out + out.err
     assert str(tmp_path) not in out.out + out.err

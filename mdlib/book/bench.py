@@ -350,11 +350,11 @@ def kernel_step_times(repeats: int = 21, batches: int = 20, seed: int = 0) -> di
     from mdlib.experiments import methods, sentiment, train
 
     config = sentiment.run_config(layers=3, optimizer="md", p=1.1, lr=2.4e-3, width=24, train_size=None, seed=seed)
-    parts = sentiment.splits(config["dataset"], config["split_seed"], config["max_length"])
-    train_set = sentiment.training_subset(parts["train"], config["train_size"], config["split_seed"])
+    parts = sentiment.splits(config.dataset, config.split_seed, config.max_length)
+    train_set = sentiment.training_subset(parts["train"], config.train_size, config.split_seed)
     world = train.World(0, 1, torch.device("cpu"))
     order = train._train_batches(len(train_set), 100, seed, 0, world, torch.tensor([len(x) for x in train_set.ids]),
-                                 config["fit"]["pool"])[:batches]
+                                 config.fit.pool)[:batches]
     data = [sentiment.collate([train_set[i] for i in indices]) for indices, _ in order]
     before = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -46,6 +46,7 @@ neither torch nor the trainer: the scorecard and the provenance records read it 
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as _dt
 import hashlib
 import json
@@ -58,9 +59,10 @@ import sys
 import tempfile
 import threading
 import time
+import typing
 import uuid
 import warnings
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
@@ -68,7 +70,7 @@ import numpy as np
 
 from mdlib.experiments import fingerprint, paths
 
-__all__ = ["Config", "RunResult", "StoreWarning", "as_dict", "busy", "canonical_json", "code_of", "config_key",
+__all__ = ["Config", "RunResult", "StoreWarning", "busy", "canonical_json", "code_of", "config_key",
            "entries", "entry_dir", "kind", "load", "load_or_run", "prune", "save"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -161,33 +163,48 @@ _C = TypeVar("_C", bound="Config")
 
 
 class Config:
-    """The base of the typed configs (frozen dataclasses): ``to_dict()`` is the plain dict the store
-    hashes and keeps, so a typed config and its dict name the same run; ``from_dict`` is its inverse,
-    for a mapping with exactly the config's fields."""
+    """The base of the typed configs (frozen dataclasses), which callers read by attribute. The store
+    takes a config as it is and serializes it at its door: ``to_dict()`` is the plain dict it hashes
+    and keeps (nested configs as dicts), so a typed config and its dict name the same run;
+    ``from_dict`` is its inverse (nested configs typed again)."""
 
     #: What the config is called in error messages ("a Table 1 grid config").
     WHAT = "a config"
+    #: Compatibility with the entries stored before these fields existed: a field named here is left out
+    #: of ``to_dict()`` while it holds its default (so those runs keep their keys), and ``from_dict``
+    #: fills it in when a mapping lacks it.
+    OMIT_AT_DEFAULT: typing.ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as the store keeps it: every field, nested configs as dicts."""
-        return asdict(self)
+        """The config as the store keeps it: every field (but ``OMIT_AT_DEFAULT``'s at their default),
+        nested configs as dicts."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in self.OMIT_AT_DEFAULT and value == f.default:
+                continue
+            out[f.name] = value.to_dict() if isinstance(value, Config) else copy.deepcopy(value)
+        return out
 
     @classmethod
     def from_dict(cls: type[_C], config: Mapping[str, Any]) -> _C:
-        """The typed config of a mapping with exactly its fields (ValueError naming the missing and the
-        unknown ones otherwise)."""
-        check_keys(config, tuple(f.name for f in fields(cls)), cls.WHAT)
-        return cls(**config)
+        """The typed config of a mapping with exactly its fields, those of ``OMIT_AT_DEFAULT`` optional
+        (ValueError naming the missing and the unknown ones otherwise); a field typed as a ``Config``
+        is made from its mapping in turn."""
+        names = tuple(f.name for f in fields(cls))
+        check_keys({name: None for name in cls.OMIT_AT_DEFAULT} | dict(config), names, cls.WHAT)
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for name, value in config.items():
+            hint = hints[name]
+            nested = isinstance(hint, type) and issubclass(hint, Config) and isinstance(value, Mapping)
+            values[name] = hint.from_dict(value) if nested else value
+        return cls(**values)
 
     @classmethod
     def of(cls: type[_C], config: "_C | Mapping[str, Any]") -> _C:
         """``config`` itself when it is one, else ``from_dict(config)``."""
         return config if isinstance(config, cls) else cls.from_dict(config)
-
-
-def as_dict(config: Config | Mapping[str, Any]) -> Mapping[str, Any]:
-    """A config as the plain mapping the store keeps: a ``Config``'s ``to_dict()``, a mapping as it is."""
-    return config.to_dict() if isinstance(config, Config) else config
 
 
 _KIND_MODULES: dict[str, str] = {}  # kind -> the module that computes its runs
@@ -210,14 +227,14 @@ def code_of(kind: str) -> str:
     return fingerprint.fingerprint(_KIND_MODULES.get(kind))
 
 
-def config_key(kind: str, config: Mapping[str, Any]) -> str:
+def config_key(kind: str, config: Config | Mapping[str, Any]) -> str:
     """sha256 (hex) of the canonical JSON of ``{"kind": kind, "config": config, "code": code_of(kind)}``."""
     _check_name(kind, "run kind")
     payload = {"kind": kind, "config": config, "code": code_of(kind)}
     return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
 
 
-def entry_dir(kind: str, config: Mapping[str, Any]) -> Path:
+def entry_dir(kind: str, config: Config | Mapping[str, Any]) -> Path:
     return paths.runs_dir() / kind / config_key(kind, config)
 
 
@@ -267,7 +284,7 @@ def _clean_stale(folder: Path) -> None:
 # reading
 
 
-def _read(path: Path, kind: str, config: Mapping[str, Any]) -> RunResult | None:
+def _read(path: Path, kind: str, config: Config | Mapping[str, Any]) -> RunResult | None:
     """The entry at ``path``, or None when it is absent or does not read back completely."""
     import pandas as pd
 
@@ -335,7 +352,7 @@ def _check_content(folder: Path, meta: Mapping[str, Any]) -> None:
         raise ValueError(f"its content is not what was stored (edited or replaced: {', '.join(changed)})")
 
 
-def load(kind: str, config: Mapping[str, Any]) -> RunResult | None:
+def load(kind: str, config: Config | Mapping[str, Any]) -> RunResult | None:
     """The stored result of this run, or None. A hit is recorded in :func:`used_runs`."""
     path = entry_dir(kind, config)
     _clean_stale(path.parent)
@@ -369,7 +386,7 @@ def _name_path(name: str) -> Path:
     return paths.runs_dir() / "_names" / f"{_check_name(name, 'run name')}.json"
 
 
-def set_name(name: str, kind: str, config: Mapping[str, Any]) -> Path:
+def set_name(name: str, kind: str, config: Config | Mapping[str, Any]) -> Path:
     """Record that ``name`` now means the run (``kind``, ``config``), replacing what it meant before;
     ``named(name)`` reads it back. Written atomically (``<build>/runs/_names/<name>.json``)."""
     text = canonical_json({"kind": _check_name(kind, "run kind"), "config": config}) + "\n"
@@ -451,7 +468,7 @@ def _to_numpy(value: Any) -> np.ndarray | None:
     return None
 
 
-def _write_entry(folder: Path, kind: str, key: str, config: Mapping[str, Any], result: Mapping[str, Any],
+def _write_entry(folder: Path, kind: str, key: str, config: Config | Mapping[str, Any], result: Mapping[str, Any],
                  seconds: float) -> None:
     import pandas as pd
 
@@ -501,7 +518,7 @@ def _write_entry(folder: Path, kind: str, key: str, config: Mapping[str, Any], r
     (folder / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", "utf-8")
 
 
-def save(kind: str, config: Mapping[str, Any], result: Mapping[str, Any], *, seconds: float = 0.0) -> Path:
+def save(kind: str, config: Config | Mapping[str, Any], result: Mapping[str, Any], *, seconds: float = 0.0) -> Path:
     """Write ``result`` as the entry of this run (atomically) and return its folder; the run is
     recorded in :func:`used_runs`."""
     key = config_key(kind, config)
@@ -606,7 +623,7 @@ def _heartbeat(path: Path, token: str, every: float, stop: threading.Event) -> N
             os.utime(path)
 
 
-def busy(kind: str, config: Mapping[str, Any]) -> bool:
+def busy(kind: str, config: Config | Mapping[str, Any]) -> bool:
     """Whether another process computes run (``kind``, ``config``) now: its lock is held and not stale."""
     held = _holder(_lock_path(kind, config_key(kind, config)))
     return held is not None and not _stale(*held, _lock_timeout())
@@ -667,7 +684,7 @@ def _run_lock(kind: str, key: str) -> Iterator[None]:
             path.unlink(missing_ok=True)
 
 
-def load_or_run(kind: str, config: Mapping[str, Any], compute: Callable[[], Mapping[str, Any]], *,
+def load_or_run(kind: str, config: Config | Mapping[str, Any], compute: Callable[[], Mapping[str, Any]], *,
                 force: bool = False, lock: bool = True) -> RunResult:
     """The stored result of run (``kind``, ``config``); if there is none, ``compute()`` it, store it and
     return it as read back from the store (so a fresh and a cached result look exactly the same).
@@ -693,7 +710,7 @@ def load_or_run(kind: str, config: Mapping[str, Any], compute: Callable[[], Mapp
         return _store_computed(kind, config, result, seconds, force)
 
 
-def _store_computed(kind: str, config: Mapping[str, Any], result: Any, seconds: float, force: bool) -> RunResult:
+def _store_computed(kind: str, config: Config | Mapping[str, Any], result: Any, seconds: float, force: bool) -> RunResult:
     """``load_or_run``'s last step: store what ``compute()`` returned and read it back."""
     if not isinstance(result, Mapping):
         raise TypeError(f"compute() for run kind {kind!r} must return a dict of name -> value, "
