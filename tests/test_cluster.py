@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from mdlib.experiments import executors, paths, pool, store
+from mdlib.experiments import executors, lockfile, paths, pool, store
 from test_runs import build_blobs, build_either
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +42,7 @@ ASK = textwrap.dedent("""
 @pytest.fixture(autouse=True)
 def build_dir(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path / "build"))
-    monkeypatch.delenv(store.LOCK_TIMEOUT_ENV, raising=False)
+    monkeypatch.delenv(lockfile.LOCK_TIMEOUT_ENV, raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     return tmp_path / "build"
 
@@ -108,7 +108,7 @@ def test_cluster_lock_with_an_old_heartbeat_is_taken_over_by_one_of_two_waiters(
 
 @pytest.mark.parametrize("elsewhere", ["another host", "another pid namespace"])
 def test_cluster_lock_of_another_host_is_waited_for_until_its_heartbeat_is_old(monkeypatch, capsys, elsewhere):
-    monkeypatch.setenv(store.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
+    monkeypatch.setenv(lockfile.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
     if elsewhere == "another host":
         _foreign_lock(age=0)
         holder = "another-host:1"
@@ -141,13 +141,13 @@ def test_cluster_lock_without_a_readable_record_is_taken_over_within_seconds(mon
     _lock().parent.mkdir(parents=True)
     _lock().write_text(text)
     result, seconds = _within(30, lambda: store.load_or_run("race", {"a": 1}, lambda: {"value": 1}))
-    assert result["value"] == 1 and seconds < 3 * store.UNREADABLE_LOCK_SECONDS and not _lock().exists()
+    assert result["value"] == 1 and seconds < 3 * lockfile.UNREADABLE_LOCK_SECONDS and not _lock().exists()
     assert f"the lock {_lock()} holds no readable record; waiting at most 5 s" in capsys.readouterr().err
 
 
 def test_cluster_lock_with_a_heartbeat_in_the_future_is_taken_over_after_the_timeout(monkeypatch, capsys):
     """A lock of another host whose clock runs a day ahead: its age counts from when it was seen."""
-    monkeypatch.setenv(store.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
+    monkeypatch.setenv(lockfile.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
     _foreign_lock(age=-86400)
     result, seconds = _within(30, lambda: store.load_or_run("race", {"a": 1}, lambda: {"value": 1}))
     assert result["value"] == 1 and 1.0 <= seconds < 10
@@ -157,7 +157,7 @@ def test_cluster_lock_with_a_heartbeat_in_the_future_is_taken_over_after_the_tim
 
 @pytest.mark.parametrize("text", ["0", "-1", "ten", "inf"])
 def test_cluster_lock_timeout_must_be_positive_minutes(monkeypatch, text):
-    monkeypatch.setenv(store.LOCK_TIMEOUT_ENV, text)
+    monkeypatch.setenv(lockfile.LOCK_TIMEOUT_ENV, text)
     with pytest.raises(ValueError, match="MDLIB_LOCK_TIMEOUT.*minutes"):
         store.load_or_run("race", {"a": 1}, lambda: {"value": 1})
 

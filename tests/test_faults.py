@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from mdlib.book import execute
-from mdlib.experiments import paths, store, train
+from mdlib.experiments import paths, runfiles, store, train
 from mdlib.optim import LpMirrorDescent
 
 
@@ -117,14 +117,14 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_pa
 
 KILLED_WRITE = textwrap.dedent("""
     import sys, time
-    from mdlib.experiments import pool, store
+    from mdlib.experiments import runfiles, store
 
     def stuck(folder, *args):  # a write that is killed half way
         (folder / "config.json").write_text("{}")
         print("writing", flush=True)
         time.sleep(600)
 
-    store._write_entry = stuck
+    runfiles.write_entry = stuck
     store.save("killed", {"a": 1}, {"x": 1})
 """)
 
@@ -159,7 +159,7 @@ def test_a_killed_store_write_is_cleaned_up_by_the_next_load(build_dir, tmp_path
     live.mkdir()
     old = folder / ".tmp-0123456789abcdef-x"  # no writer named: removed by age
     old.mkdir()
-    os.utime(old, (time.time() - store.STALE_SECONDS - 60,) * 2)
+    os.utime(old, (time.time() - runfiles.STALE_SECONDS - 60,) * 2)
     assert store.load("killed", {"a": 1}) is None
     assert not left.exists() and not old.exists() and live.exists()
     assert store.load_or_run("killed", {"a": 1}, lambda: {"x": 1})["x"] == 1

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from mdlib.experiments import methods, paths, pool, store, train
+from mdlib.experiments import methods, paths, pool, runfiles, store, train
 from mdlib.optim import LpMirrorDescent
 from test_train import Crashing, blobs, mlp, same_history
 
@@ -203,7 +203,7 @@ def test_an_entry_of_the_previous_format_is_recomputed(build_dir):
     first = store.load_or_run("c", {"a": 1}, lambda: {"x": np.arange(3.0)})
     meta = json.loads((first.path / "meta.json").read_text())
     del meta["sha256"]
-    (first.path / "meta.json").write_text(json.dumps(meta | {"format": store.FORMAT - 1}))
+    (first.path / "meta.json").write_text(json.dumps(meta | {"format": runfiles.FORMAT - 1}))
     with pytest.warns(store.StoreWarning, match="format or kind mismatch"):
         assert store.load("c", {"a": 1}) is None
 

@@ -400,9 +400,9 @@ def training(args: argparse.Namespace) -> dict:
 def store(args: argparse.Namespace) -> dict:
     """What checking a stored run's content costs on reads: per run kind of the build's results store, its
     entries from today's code (``python -m mdlib store`` lists them) read back whole (``store._read``,
-    which hashes every file) and their content check alone (``store._check_content``), interleaved over
+    which hashes every file) and their content check alone (``runfiles.check_content``), interleaved over
     ``--repeats`` rounds (default 7); medians of the rounds' totals, in milliseconds."""
-    from mdlib.experiments import paths
+    from mdlib.experiments import paths, runfiles
     from mdlib.experiments import store as results
 
     found = [e for e in results.entries() if e.current]
@@ -421,7 +421,7 @@ def store(args: argparse.Namespace) -> dict:
 
         def check_all(of=of, meta=meta):
             for path in of:
-                results._check_content(path, meta[path])
+                runfiles.check_content(path, meta[path])
 
         rounds = interleaved_rounds({"read": read_all, "check": check_all}, args.repeats or 7, seed=0, warmup=1)
         read_ms, check_ms = (1e3 * statistics.median(rounds[name]) for name in ("read", "check"))
