@@ -171,10 +171,21 @@ def test_a_killed_store_write_is_cleaned_up_by_the_next_load(build_dir, tmp_path
 
 SLOW_BUILD = textwrap.dedent("""
     import os, time
+    from dataclasses import dataclass
     import torch
     from torch import nn
     from torch.utils.data import Dataset
     from mdlib.experiments import pool, store
+
+    @dataclass(frozen=True)
+    class Fit(store.Config):
+        epochs: int
+        batch_size: int
+        seed: int
+
+    @dataclass(frozen=True)
+    class Run(store.Config):
+        fit: Fit
 
     class Slow(Dataset):
         def __len__(self):
@@ -193,11 +204,11 @@ SLOW_BUILD = textwrap.dedent("""
 PARENT = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
-    from slowbuild import build
-    from mdlib.experiments import pool, store
+    from slowbuild import Fit, Run, build
+    from mdlib.experiments import pool
 
     if __name__ == "__main__":
-        configs = [{"fit": {"epochs": 50, "batch_size": 8, "seed": seed}} for seed in range(3)]
+        configs = [Run(Fit(50, 8, seed)) for seed in range(3)]
         pool.run_many("fault", configs, build, workers=2, progress=False)
 """)
 

@@ -53,13 +53,13 @@ class Setup:
     final_evaluations: Mapping[str, Dataset] = field(default_factory=dict)
 
 
-def run(kind: str, config: Config | Mapping[str, Any], build: Callable[[Any], Setup], *,
+def run(kind: str, config: Config, build: Callable[[Config], Setup], *,
         extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, progress: bool = True,
         device: str | torch.device | None = None, num_workers: int = 0, force: bool = False) -> RunResult:
     """The stored result of training run (``kind``, ``config``), training it first if it is not stored.
 
-    ``config``, a typed run config (or a plain mapping), holds every setting that changes the numbers;
-    its ``fit`` part holds ``train.FitOptions``' fields (epochs, batch_size, seed, loss, ...). On a miss,
+    ``config``, a typed run config, holds every setting that changes the numbers; its ``fit`` part (a
+    ``Config``) holds ``train.FitOptions``' fields (epochs, batch_size, seed, loss, ...). On a miss,
     ``build(config)`` makes the ``Setup``, ``train.fit`` trains it with checkpoints in
     ``<build>/checkpoints/<kind>/<key>/`` (so an interrupted run resumes), and the store keeps
     ``history`` (the DataFrame ``fit`` returns), the loss and accuracy of the trained model on each of
@@ -67,7 +67,10 @@ def run(kind: str, config: Config | Mapping[str, Any], build: Callable[[Any], Se
     DataFrames or JSON values, e.g. ``model_state(model)``); the checkpoint is deleted once stored.
     Under torchrun every process trains, rank 0 stores, and all return the stored result.
     """
-    options = _fit_options(config)
+    if not isinstance(config, Config) or not isinstance(getattr(config, "fit", None), Config):
+        raise TypeError(f"config must be a typed run config (a store.Config) whose fit part holds fit()'s "
+                        f"settings (epochs, batch_size, seed, ...), got {type(config).__name__}")
+    options = train.FitOptions.of(config.fit)
     if not force and (hit := load(kind, config)) is not None:
         return hit
     world = train.process_world(device)
@@ -100,16 +103,6 @@ def run(kind: str, config: Config | Mapping[str, Any], build: Callable[[Any], Se
     if world.size > 1:
         dist.barrier()
     return result
-
-
-def _fit_options(config: Config | Mapping[str, Any]) -> train.FitOptions:
-    """The ``train.FitOptions`` of a run config's ``fit`` part: a typed config's, or a mapping's "fit"."""
-    part = config.fit if isinstance(config, Config) else config.get("fit")
-    if isinstance(part, Config):
-        return train.FitOptions.of(part)
-    if isinstance(part, Mapping):
-        return train.FitOptions(**part)
-    raise ValueError("config['fit'] must hold fit()'s settings (epochs, batch_size, seed, ...)")
 
 
 def model_state(model: nn.Module, prefix: str = "state.") -> dict[str, np.ndarray]:
@@ -202,7 +195,7 @@ def _stop(pool) -> None:
         process.join(5)
 
 
-def _train_job(build_dir: str, kind: str, config: Config | Mapping[str, Any], build: Callable[[Any], Setup],
+def _train_job(build_dir: str, kind: str, config: Config, build: Callable[[Config], Setup],
                extras: Callable[[nn.Module], Mapping[str, Any]] | None, device: str | None) -> str:
     """``run(kind, config, build, extras=extras)`` in a worker process, which must store into the
     launcher's results store ``build_dir``; returns the run's key (the launcher reads the result)."""
@@ -212,7 +205,7 @@ def _train_job(build_dir: str, kind: str, config: Config | Mapping[str, Any], bu
     return run(kind, config, build, extras=extras, progress=False, device=device).key
 
 
-def run_many(kind: str, configs: list[Config | Mapping[str, Any]], build: Callable[[Any], Setup], *,
+def run_many(kind: str, configs: list[Config], build: Callable[[Config], Setup], *,
              extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, workers: int = 1,
              skip: tuple[type[BaseException], ...] = (), progress: bool = True,
              device: str | torch.device | None = None, executor=None) -> list[RunResult | None]:
@@ -278,7 +271,7 @@ def _pool_devices(workers: int, runs: int, device: str | torch.device | None) ->
     return devices if len(devices) > 1 else None
 
 
-def _run_free_first(kind: str, missing: list[Config | Mapping[str, Any]], build: Callable[[Any], Setup],
+def _run_free_first(kind: str, missing: list[Config], build: Callable[[Config], Setup],
                     extras: Callable[[nn.Module], Mapping[str, Any]] | None, skip: tuple[type[BaseException], ...],
                     progress: bool, device: str | torch.device | None) -> dict[str, BaseException]:
     """Train the ``missing`` runs in this process, each time one that no other process trains now when
@@ -329,7 +322,7 @@ def _gather(jobs: Mapping[Any, str], skip: tuple[type[BaseException], ...], bar)
     return failed
 
 
-def _run_on(executor, kind: str, missing: list[Config | Mapping[str, Any]], build: Callable[[Any], Setup],
+def _run_on(executor, kind: str, missing: list[Config], build: Callable[[Config], Setup],
             extras: Callable[[nn.Module], Mapping[str, Any]] | None, skip: tuple[type[BaseException], ...],
             progress: bool, device: str | None) -> dict[str, BaseException]:
     """Train and store the ``missing`` runs as jobs of ``executor`` (``run_many``'s part for an executor);
@@ -349,7 +342,7 @@ def _run_on(executor, kind: str, missing: list[Config | Mapping[str, Any]], buil
             raise
 
 
-def _run_in_processes(kind: str, missing: list[Config | Mapping[str, Any]], build: Callable[[Any], Setup],
+def _run_in_processes(kind: str, missing: list[Config], build: Callable[[Config], Setup],
                       extras: Callable[[nn.Module], Mapping[str, Any]] | None, workers: int,
                       skip: tuple[type[BaseException], ...], progress: bool,
                       devices: list[str]) -> dict[str, BaseException]:
