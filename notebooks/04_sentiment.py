@@ -169,14 +169,14 @@ plots.save_table(runs, "table-sentiment-runs", glue=False)
 
 def glue_table1(grid, label: str, prefix: str) -> None:
     """Save a grid's Table 1 under ``label`` and glue its numbers under ``prefix``-..."""
-    cells = sentiment.cell_table(grid.runs, grid.config["setup"])
+    cells = sentiment.cell_table(grid.runs, grid.config.setup)
     plots.save_table(cells, label, styled=sentiment.table1_view(cells, nb).style.hide(axis="index"))
     chosen = grid.runs[grid.runs.chosen]
     glue(f"{prefix}-reached", f"{int(chosen.reached.sum())} of {len(chosen)}", display=False)
     glue(f"{prefix}-data", f"{dataset}, {train_size or 'all'} training texts, width {width}, setup "
-         f"{paper.SETUP_NAMES[grid.config['setup']]}, seeds "
-         + ", ".join(f"{text[k]} {sentiment.seeds_of(grid.config, k)}" for k in grid.config["methods"])
-         + f", at most {grid.config['epochs']} epochs", display=False)
+         f"{paper.SETUP_NAMES[grid.config.setup]}, seeds "
+         + ", ".join(f"{text[k]} {sentiment.seeds_of(grid.config, k)}" for k in grid.config.methods)
+         + f", at most {grid.config.epochs} epochs", display=False)
     glue(f"{prefix}-gaps", estimates.depths_text(estimates.accuracy_gaps(grid.runs)), display=False)
     glue(f"{prefix}-best-gaps", estimates.depths_text(estimates.accuracy_gaps(grid.runs, "best_test")), display=False)
 
@@ -264,7 +264,7 @@ moved = {}
 for name, grid in grids.items():
     moved[name] = sentiment.movement(grid)
     label = "fig-sentiment-movement" + ("" if name == "replication" else f"-{name}")
-    plots.save_figure(plots.movement_bars(moved[name], grid.config["methods"]), label, data=moved[name])
+    plots.save_figure(plots.movement_bars(moved[name], grid.config.methods), label, data=moved[name])
 
 
 def movement_text(table: pd.DataFrame) -> str:
@@ -313,7 +313,7 @@ lengths = [len(ids) for ids in sentiment.training_subset(sentiment.splits(datase
 pools = pd.DataFrame([{"pool (batches)": pool} | train.batching(lengths, 100, pool) for pool in (1, 4, 8, 16, 64)])
 plots.save_table(pools, "table-sentiment-batching", styled=pools.style.format(
     {"padding": "{:.3f}", "again": "{:.1%}", "random_again": "{:.1%}"}).hide(axis="index"))
-glue("t1-pool", f"{replication.configs[next(iter(replication.configs))]['fit']['pool']}", display=False)
+glue("t1-pool", f"{replication.configs[next(iter(replication.configs))].fit.pool}", display=False)
 
 # %% [markdown]
 # ```{glue:figure} table-sentiment-batching

@@ -62,7 +62,7 @@ from mdlib.experiments import selection, sentiment
 plots.set_theme()
 plots.glue_paper()
 grid = sentiment.built_grid(table1 or profile, depth, provenance.notebook_run()["variant"])
-dataset, max_length, width, methods = map(grid.config.get, ("dataset", "max_length", "width", "methods"))
+dataset, max_length, width, methods = grid.config.dataset, grid.config.max_length, grid.config.width, grid.config.methods
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
 pairs = sorted({seed for key, seed in models if key == "1.1"} & {seed for key, seed in models if key == "2"})
 sets = selection.sentence_sets(dataset, max_length, min_valence)

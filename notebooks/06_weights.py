@@ -54,7 +54,7 @@ from mdlib.experiments import analysis, estimates, paper, selection, sentiment, 
 plots.set_theme()
 plots.glue_paper()
 grid = sentiment.built_grid(table1 or profile, depth, provenance.notebook_run()["variant"])
-dataset, max_length, width, methods = map(grid.config.get, ("dataset", "max_length", "width", "methods"))
+dataset, max_length, width, methods = grid.config.dataset, grid.config.max_length, grid.config.width, grid.config.methods
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
 initial = {seed: sentiment.initial_model(grid.configs[depth, key, seed]).eval() for key, seed in models}
 label = {key: plots.method_label(*method_keys.method(key)) for key in methods} | {"init": "initialization"}

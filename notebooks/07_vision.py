@@ -251,7 +251,7 @@ glue("vit-change", "; ".join(f"{r.steps} steps, {dataset_names[r.dataset]}: {nam
 # ## Pruning by magnitude
 
 # %% tags=["hide-input"]
-sizes = {d: [len(part) for part in vision.image_sets(final[(d, methods[0], 0)]["data"])] for d in datasets}
+sizes = {d: [len(part) for part in vision.image_sets(final[(d, methods[0], 0)].data)] for d in datasets}
 pruning = vision.pruning_table(final, sparsities)
 fig = plots.pruning_curves(pruning, methods, chance=None, by="dataset", titles=dataset_names)
 plots.save_figure(fig, "fig-vit-pruning", data=pruning.assign(method=pruning.method.map(name)))

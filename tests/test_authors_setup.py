@@ -212,8 +212,9 @@ def test_one_training_step_equals_the_authors_update(p):
     mine, ref = mine.double(), ref.double()
     ids, mask, labels = padded_batch(n=8)
     lr = 1e-3
-    train.fit(mine, LpMirrorDescent(mine.parameters(), lr=lr, p=p), Pairs(ids, mask, labels), None, epochs=1,
-              batch_size=8, seed=0, loss="binary", reduction="sum", progress=False, device="cpu")
+    train.fit(mine, LpMirrorDescent(mine.parameters(), lr=lr, p=p), Pairs(ids, mask, labels), None,
+              train.FitOptions(epochs=1, batch_size=8, seed=0, loss="binary", reduction="sum"), progress=False,
+              device="cpu")
     ref.train()
     loss = nn.BCELoss(reduction="sum")(ref(ids), labels.double())
     loss.backward()
@@ -233,14 +234,13 @@ def test_summed_loss_is_the_mean_times_the_batch():
     for reduction, lr in (("mean", 8e-3), ("sum", 1e-3)):
         mine, _ = both_encoders(dropout=0.0)
         mine = mine.double()
-        train.fit(mine, torch.optim.SGD(mine.parameters(), lr=lr), Pairs(ids, mask, labels), None, epochs=1,
-                  batch_size=8, seed=0, reduction=reduction, progress=False, device="cpu")
+        train.fit(mine, torch.optim.SGD(mine.parameters(), lr=lr), Pairs(ids, mask, labels), None,
+                  train.FitOptions(epochs=1, batch_size=8, seed=0, reduction=reduction), progress=False, device="cpu")
         after[reduction] = mine.state_dict()
     for name in after["sum"]:
         torch.testing.assert_close(after["sum"][name], after["mean"][name], rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="reduction must be one of"):
-        train.fit(mine, torch.optim.SGD(mine.parameters(), lr=1.0), Pairs(ids, mask, labels), None, epochs=1,
-                  batch_size=8, seed=0, reduction="total", progress=False, device="cpu")
+        train.FitOptions(epochs=1, batch_size=8, seed=0, reduction="total")
 
 
 def test_vision_transformer_initial_weights_and_output_equal_the_authors():

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 import torch
 
-from mdlib.experiments import executors, paths, pool, store
-from test_runs import build_blobs, build_either
+from mdlib.experiments import executors, lockfile, paths, pool, store
+from test_runs import BlobsRun, blobs_run, build_blobs, build_either
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -42,7 +42,7 @@ ASK = textwrap.dedent("""
 @pytest.fixture(autouse=True)
 def build_dir(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path / "build"))
-    monkeypatch.delenv(store.LOCK_TIMEOUT_ENV, raising=False)
+    monkeypatch.delenv(lockfile.LOCK_TIMEOUT_ENV, raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     return tmp_path / "build"
 
@@ -108,7 +108,7 @@ def test_cluster_lock_with_an_old_heartbeat_is_taken_over_by_one_of_two_waiters(
 
 @pytest.mark.parametrize("elsewhere", ["another host", "another pid namespace"])
 def test_cluster_lock_of_another_host_is_waited_for_until_its_heartbeat_is_old(monkeypatch, capsys, elsewhere):
-    monkeypatch.setenv(store.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
+    monkeypatch.setenv(lockfile.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
     if elsewhere == "another host":
         _foreign_lock(age=0)
         holder = "another-host:1"
@@ -141,13 +141,13 @@ def test_cluster_lock_without_a_readable_record_is_taken_over_within_seconds(mon
     _lock().parent.mkdir(parents=True)
     _lock().write_text(text)
     result, seconds = _within(30, lambda: store.load_or_run("race", {"a": 1}, lambda: {"value": 1}))
-    assert result["value"] == 1 and seconds < 3 * store.UNREADABLE_LOCK_SECONDS and not _lock().exists()
+    assert result["value"] == 1 and seconds < 3 * lockfile.UNREADABLE_LOCK_SECONDS and not _lock().exists()
     assert f"the lock {_lock()} holds no readable record; waiting at most 5 s" in capsys.readouterr().err
 
 
 def test_cluster_lock_with_a_heartbeat_in_the_future_is_taken_over_after_the_timeout(monkeypatch, capsys):
     """A lock of another host whose clock runs a day ahead: its age counts from when it was seen."""
-    monkeypatch.setenv(store.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
+    monkeypatch.setenv(lockfile.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
     _foreign_lock(age=-86400)
     result, seconds = _within(30, lambda: store.load_or_run("race", {"a": 1}, lambda: {"value": 1}))
     assert result["value"] == 1 and 1.0 <= seconds < 10
@@ -157,7 +157,7 @@ def test_cluster_lock_with_a_heartbeat_in_the_future_is_taken_over_after_the_tim
 
 @pytest.mark.parametrize("text", ["0", "-1", "ten", "inf"])
 def test_cluster_lock_timeout_must_be_positive_minutes(monkeypatch, text):
-    monkeypatch.setenv(store.LOCK_TIMEOUT_ENV, text)
+    monkeypatch.setenv(lockfile.LOCK_TIMEOUT_ENV, text)
     with pytest.raises(ValueError, match="MDLIB_LOCK_TIMEOUT.*minutes"):
         store.load_or_run("race", {"a": 1}, lambda: {"value": 1})
 
@@ -166,17 +166,17 @@ def test_cluster_lock_timeout_must_be_positive_minutes(monkeypatch, text):
 # run_many through an executor: Dask
 
 
-def build_counted(config):
-    """build_blobs, appending a line to the file ``config["count"]`` first: one line per run trained."""
-    with open(config["count"], "a") as handle:
-        handle.write(f"{config['fit']['seed']}\n")
+def build_counted(config: BlobsRun):
+    """build_blobs, appending a line to the file ``config.count`` first: one line per run trained."""
+    with open(config.count, "a") as handle:
+        handle.write(f"{config.fit.seed}\n")
     return build_blobs(config)
 
 
-def build_slowly(config):
+def build_slowly(config: BlobsRun):
     """build_counted, the count's line naming this process, after a second (so that runs overlap)."""
     time.sleep(1.0)
-    with open(config["count"], "a") as handle:
+    with open(config.count, "a") as handle:
         handle.write(f"{os.getpid()}\n")
     return build_blobs(config)
 
@@ -184,9 +184,11 @@ def build_slowly(config):
 SHARE = textwrap.dedent("""
     import json, sys
     from test_cluster import build_slowly
+    from test_runs import BlobsRun
     from mdlib.experiments import pool
 
-    results = pool.run_many("cluster", json.loads(sys.argv[1]), build_slowly, progress=False)
+    configs = [BlobsRun.from_dict(c) for c in json.loads(sys.argv[1])]
+    results = pool.run_many("cluster", configs, build_slowly, progress=False)
     print(json.dumps([r.key for r in results]))
 """)
 
@@ -194,8 +196,7 @@ SHARE = textwrap.dedent("""
 @pytest.mark.slow  # 10-20 s: two launchers importing torch, four runs of a second or more
 def test_cluster_two_launchers_by_hand_share_the_runs_out(tmp_path):
     count = tmp_path / "count"
-    configs = [{"lr": 0.05, "count": str(count), "fit": {"epochs": 1, "batch_size": 16, "seed": seed}}
-               for seed in range(4)]
+    configs = [blobs_run(seed, count=str(count)).to_dict() for seed in range(4)]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
     launchers = [subprocess.Popen([sys.executable, "-c", SHARE, json.dumps(configs)], env=environment,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -211,8 +212,7 @@ def test_cluster_run_many_trains_first_the_runs_no_other_process_trains(tmp_path
     import threading
 
     count = tmp_path / "count"
-    first, second = ({"lr": 0.05, "count": str(count), "fit": {"epochs": 1, "batch_size": 16, "seed": seed}}
-                     for seed in (0, 1))
+    first, second = (blobs_run(seed, count=str(count)) for seed in (0, 1))
     held = threading.Event()
 
     def hold_the_first():  # as another process would: until the second run is trained here
@@ -237,9 +237,10 @@ def test_cluster_run_many_trains_first_the_runs_no_other_process_trains(tmp_path
 LAUNCH = textwrap.dedent("""
     import json, os, sys
     from test_cluster import build_counted
+    from test_runs import BlobsRun
     from mdlib.experiments import executors, pool
 
-    address, configs, how = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+    address, configs, how = sys.argv[1], [BlobsRun.from_dict(c) for c in json.loads(sys.argv[2])], sys.argv[3]
     if how == "environment":
         os.environ[executors.EXECUTOR_ENV] = f"dask:{address}"
         results = pool.run_many("cluster", configs, build_counted, progress=False)
@@ -261,12 +262,12 @@ def _histories(results) -> dict[str, pd.DataFrame]:
 def test_cluster_two_launchers_on_one_dask_cluster_train_each_run_once(tmp_path, build_dir, monkeypatch):
     distributed = pytest.importorskip("distributed")
     count = tmp_path / "count"
-    configs = [{"lr": 0.05, "count": str(count), "fit": {"epochs": 2, "batch_size": 16, "seed": seed}}
-               for seed in (0, 1, 2)]
+    configs = [blobs_run(seed, epochs=2, count=str(count)) for seed in (0, 1, 2)]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
-        launchers = [subprocess.Popen([sys.executable, "-c", LAUNCH, cluster.scheduler_address, json.dumps(configs),
+        launchers = [subprocess.Popen([sys.executable, "-c", LAUNCH, cluster.scheduler_address,
+                                       json.dumps([c.to_dict() for c in configs]),
                                        how], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True) for how in ("environment", "argument")]
         answers = [launcher.communicate(timeout=120) for launcher in launchers]
@@ -285,7 +286,7 @@ def test_cluster_two_launchers_on_one_dask_cluster_train_each_run_once(tmp_path,
 @pytest.mark.slow  # 10-20 s: a LocalCluster started and stopped, its worker importing torch
 def test_cluster_dask_local_spec_trains_as_the_process_does(tmp_path, build_dir, monkeypatch):
     pytest.importorskip("distributed")
-    configs = [{"lr": 0.05, "count": str(tmp_path / "count"), "fit": {"epochs": 2, "batch_size": 16, "seed": 4}}]
+    configs = [blobs_run(4, epochs=2, count=str(tmp_path / "count"))]
     monkeypatch.setenv(executors.EXECUTOR_ENV, "dask-local:1")
     remote = pool.run_many("cluster", configs, build_counted, progress=False)
     monkeypatch.setenv(executors.EXECUTOR_ENV, "processes")
@@ -301,8 +302,7 @@ def test_cluster_any_executor_takes_the_runs_and_their_skipped_errors(tmp_path):
     import concurrent.futures
     import multiprocessing
 
-    good = {"lr": 0.05, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
-    bad = {"lr": 0.05, "diverge": True, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    good, bad = blobs_run(0), blobs_run(0, diverge=True)
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as executor:
         results = pool.run_many("skip", [good, bad], build_either, skip=(FloatingPointError,), executor=executor,
                                 progress=False)
@@ -310,7 +310,7 @@ def test_cluster_any_executor_takes_the_runs_and_their_skipped_errors(tmp_path):
         with pytest.raises(FloatingPointError, match="reduce lr"):
             pool.run_many("skip", [bad], build_either, executor=executor, progress=False)
     with pytest.raises(ValueError, match="run_many\\(executor=ProcessPoolExecutor\\) sends build"):
-        pool.run_many("skip", [good | {"lr": 0.1}], lambda config: build_blobs(config), executor=executor,
+        pool.run_many("skip", [blobs_run(0, lr=0.1)], lambda config: build_blobs(config), executor=executor,
                       progress=False)
 
 
@@ -328,13 +328,13 @@ def test_cluster_executor_specs_parse():
 
 def test_cluster_a_bad_executor_in_the_environment_stops_run_many(monkeypatch):
     monkeypatch.setenv(executors.EXECUTOR_ENV, "dask-local:none")
-    config = {"lr": 0.05, "count": "unused", "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    config = blobs_run(0, count="unused")
     with pytest.raises(ValueError, match="unknown executor 'dask-local:none'"):
         pool.run_many("cluster", [config], build_counted, progress=False)
 
 
 def test_cluster_a_worker_with_another_results_store_says_so(tmp_path):
-    config = {"lr": 0.05, "count": str(tmp_path / "count"), "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    config = blobs_run(0, count=str(tmp_path / "count"))
     with pytest.raises(RuntimeError, match=f"start the workers with MDLIB_BUILD_DIR={tmp_path / 'elsewhere'}"):
         pool._train_job(str(tmp_path / "elsewhere"), "cluster", config, build_counted, None, "cpu")
 

@@ -49,7 +49,7 @@ def test_a_synthetic_experiment_stores_exactly_its_argument(experiment, kind, co
 
 
 def fake_history(config, accuracy: float) -> dict:
-    epochs = config["fit"]["epochs"]
+    epochs = config.fit.epochs
     return {"history": pd.DataFrame({"epoch": np.arange(1, epochs + 1), "train_loss": np.linspace(1, 0.5, epochs),
                                      "train_accuracy": np.linspace(0.5, 1.0, epochs),
                                      "test_accuracy": np.full(epochs, accuracy)}),
@@ -62,7 +62,7 @@ def recording_runs(kind, given):
         given.extend(configs)
         out = []
         for c in configs:
-            store.save(kind, c, fake_history(c, 0.5 + c["optimizer"]["lr"]))
+            store.save(kind, c, fake_history(c, 0.5 + c.optimizer.lr))
             out.append(store.load(kind, c))
         return out
     return train_runs
@@ -78,25 +78,26 @@ def test_the_table_1_grid_stores_exactly_its_argument_and_runs_what_it_names(mon
     assert sorted(map(store.canonical_json, stored_configs(sentiment.KIND))) == sorted(
         {store.canonical_json(c) for c in given})
     for run in grid.configs.values():  # every run is the grid's settings at one cell, step and seed
-        assert {k: run[k] for k in ("dataset", "max_length", "train_size")} == {k: config[k] for k in
-                                                                                 ("dataset", "max_length", "train_size")}
-        assert run["model"]["width"] == config["width"] and run["fit"]["epochs"] == config["epochs"]
+        assert (run.dataset, run.max_length, run.train_size) == (config["dataset"], config["max_length"],
+                                                                 config["train_size"])
+        assert run.model.width == config["width"] and run.fit.epochs == config["epochs"]
 
 
 def test_the_vision_grid_stores_exactly_its_argument(monkeypatch):
     given = []
     monkeypatch.setattr(vision, "train_runs", recording_runs(vision.KIND, given))
     config = dict(datasets=["fashion_mnist"], image_size=28, train_size=200, validation=100,
-                  model={"patch": 7, "width": 8, "depth": 1, "heads": 2, "mlp": 8}, setup="authors", batch_size=50,
+                  model={"patch": 7, "width": 8, "depth": 1, "heads": 2, "mlp": 8, "dropout": 0.1,
+                         "embedding_dropout": 0.1}, setup="authors", batch_size=50,
                   root="", epochs=2, eval_every=1, seeds=2, methods=["adam", "1.1"],
                   step_sizes={"adam": [1e-3], "1.1": [0.05, 0.15]}, sweep_seeds=1, sweep_epochs=2, sweep_window=1)
     grid = vision.grid(config)
     assert stored_configs(vision.GRID_KIND) == [plain(config)]
     assert grid.chosen == {("fashion_mnist", "adam"): 1e-3, ("fashion_mnist", "1.1"): 0.15}  # higher validation
-    sweep_runs = [c for c in given if c["data"]["validation"]]
-    assert [c["optimizer"]["lr"] for c in sweep_runs] == [0.05, 0.15]
+    sweep_runs = [c for c in given if c.data.validation]
+    assert [c.optimizer.lr for c in sweep_runs] == [0.05, 0.15]
     assert sorted(grid.configs) == [("fashion_mnist", m, s) for m in ("1.1", "adam") for s in (0, 1)]
-    assert all(methods.method_key(c["optimizer"]["name"], c["optimizer"]["p"]) == key[1]
+    assert all(methods.method_key(c.optimizer.name, c.optimizer.p) == key[1]
                for key, c in grid.configs.items())
     with pytest.raises(ValueError, match=r"needs a non-empty list of candidates for each of the methods"):
         vision.grid(dict(config, step_sizes={"adam": [1e-3]}))

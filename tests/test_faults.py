@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from mdlib.book import execute
-from mdlib.experiments import paths, store, train
+from mdlib.experiments import paths, runfiles, store, train
 from mdlib.optim import LpMirrorDescent
 
 
@@ -47,8 +47,8 @@ def toy(seed=0, n=32, d=4):
 def fit_md(folder, lr, p, epochs, **kw):
     model, data = toy()
     optimizer = LpMirrorDescent(model.parameters(), lr=lr, p=p)
-    return train.fit(model, optimizer, data, None, epochs=epochs, batch_size=8, seed=0, checkpoint=folder,
-                     progress=False, **kw), optimizer
+    return train.fit(model, optimizer, data, None, train.FitOptions(epochs=epochs, batch_size=8, seed=0, **kw),
+                     checkpoint=folder, progress=False), optimizer
 
 
 def test_a_checkpoint_of_other_optimizer_settings_is_refused_naming_both(tmp_path):
@@ -59,16 +59,16 @@ def test_a_checkpoint_of_other_optimizer_settings_is_refused_naming_both(tmp_pat
         fit_md(tmp_path, lr=0.5, p=3.0, epochs=2)
     model, data = toy()
     with pytest.raises(ValueError, match=r"optimizer: 'LpMirrorDescent' vs 'Adam'"):
-        train.fit(model, torch.optim.Adam(model.parameters(), lr=0.05), data, None, epochs=2, batch_size=8,
-                  seed=0, checkpoint=tmp_path, progress=False)
+        train.fit(model, torch.optim.Adam(model.parameters(), lr=0.05), data, None,
+                  train.FitOptions(epochs=2, batch_size=8, seed=0), checkpoint=tmp_path, progress=False)
     wider = nn.Linear(4, 2)
     with pytest.raises(ValueError, match=r"model\.weight: \[1, 4\] vs \[2, 4\]"):
-        train.fit(wider, LpMirrorDescent(wider.parameters(), lr=0.05, p=1.75), data, None, epochs=2,
-                  batch_size=8, seed=0, loss="binary", checkpoint=tmp_path, progress=False)
+        train.fit(wider, LpMirrorDescent(wider.parameters(), lr=0.05, p=1.75), data, None,
+                  train.FitOptions(epochs=2, batch_size=8, seed=0, loss="binary"), checkpoint=tmp_path, progress=False)
     model, data = toy()
     with pytest.raises(ValueError, match=r"test_size: None vs 8"):
         train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.75), data, TensorDataset(*data[:8]),
-                  epochs=2, batch_size=8, seed=0, checkpoint=tmp_path, progress=False)
+                  train.FitOptions(epochs=2, batch_size=8, seed=0), checkpoint=tmp_path, progress=False)
     history, optimizer = fit_md(tmp_path, lr=0.05, p=1.75, epochs=3)  # the same settings resume
     assert history["epoch"].tolist() == [1, 2, 3] and optimizer.param_groups[0]["lr"] == 0.05
 
@@ -89,8 +89,8 @@ def test_a_corrupt_checkpoint_is_reported_moved_aside_and_the_run_starts_over(tm
 def test_resuming_prints_no_path(tmp_path, capsys):
     fit_md(tmp_path, lr=0.05, p=1.75, epochs=1)
     model, data = toy()
-    train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.75), data, None, epochs=2, batch_size=8,
-              seed=0, checkpoint=tmp_path, progress=True)
+    train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.75), data, None,
+              train.FitOptions(epochs=2, batch_size=8, seed=0), checkpoint=tmp_path, progress=True)
     out = capsys.readouterr()
     assert "resumed from its checkpoint after epoch 1" in out.out + out.err
     assert str(tmp_path) not in out.out + out.err
@@ -117,14 +117,14 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_pa
 
 KILLED_WRITE = textwrap.dedent("""
     import sys, time
-    from mdlib.experiments import pool, store
+    from mdlib.experiments import runfiles, store
 
     def stuck(folder, *args):  # a write that is killed half way
         (folder / "config.json").write_text("{}")
         print("writing", flush=True)
         time.sleep(600)
 
-    store._write_entry = stuck
+    runfiles.write_entry = stuck
     store.save("killed", {"a": 1}, {"x": 1})
 """)
 
@@ -159,7 +159,7 @@ def test_a_killed_store_write_is_cleaned_up_by_the_next_load(build_dir, tmp_path
     live.mkdir()
     old = folder / ".tmp-0123456789abcdef-x"  # no writer named: removed by age
     old.mkdir()
-    os.utime(old, (time.time() - store.STALE_SECONDS - 60,) * 2)
+    os.utime(old, (time.time() - runfiles.STALE_SECONDS - 60,) * 2)
     assert store.load("killed", {"a": 1}) is None
     assert not left.exists() and not old.exists() and live.exists()
     assert store.load_or_run("killed", {"a": 1}, lambda: {"x": 1})["x"] == 1
@@ -171,10 +171,21 @@ def test_a_killed_store_write_is_cleaned_up_by_the_next_load(build_dir, tmp_path
 
 SLOW_BUILD = textwrap.dedent("""
     import os, time
+    from dataclasses import dataclass
     import torch
     from torch import nn
     from torch.utils.data import Dataset
     from mdlib.experiments import pool, store
+
+    @dataclass(frozen=True)
+    class Fit(store.Config):
+        epochs: int
+        batch_size: int
+        seed: int
+
+    @dataclass(frozen=True)
+    class Run(store.Config):
+        fit: Fit
 
     class Slow(Dataset):
         def __len__(self):
@@ -193,11 +204,11 @@ SLOW_BUILD = textwrap.dedent("""
 PARENT = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
-    from slowbuild import build
-    from mdlib.experiments import pool, store
+    from slowbuild import Fit, Run, build
+    from mdlib.experiments import pool
 
     if __name__ == "__main__":
-        configs = [{"fit": {"epochs": 50, "batch_size": 8, "seed": seed}} for seed in range(3)]
+        configs = [Run(Fit(50, 8, seed)) for seed in range(3)]
         pool.run_many("fault", configs, build, workers=2, progress=False)
 """)
 

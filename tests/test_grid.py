@@ -18,7 +18,7 @@ def build_dir(monkeypatch, tmp_path):
 
 
 def key_of(config) -> str:
-    return methods.method_key(config["optimizer"]["name"], config["optimizer"]["p"])
+    return methods.method_key(config.optimizer.name, config.optimizer.p)
 
 
 class FakeRuns:
@@ -56,7 +56,7 @@ def sentiment_config(**overrides):
 
 
 def multiple_of(config) -> int:
-    return round(config["optimizer"]["lr"] / sentiment.reference_step(config["model"]["layers"], key_of(config)))
+    return round(config.optimizer.lr / sentiment.reference_step(config.model.layers, key_of(config)))
 
 
 #: (method, multiple) -> (training accuracy, validation, test) of the fake sentiment runs; None: diverged.
@@ -80,7 +80,7 @@ def test_the_sentiment_sweep_trains_each_candidate_once_and_the_seeds_at_the_cho
     # the stop rule first, then validation: 1.1 takes 3x (not 1x, whose test is higher); 2 takes 10x
     # (3x missed the rule)
     assert built.chosen == {(3, "1.1"): 3.0, (3, "2"): 10.0}
-    trained = [(key_of(c), multiple_of(c), c["fit"]["seed"]) for c in fake.trained]
+    trained = [(key_of(c), multiple_of(c), c.fit.seed) for c in fake.trained]
     assert len(trained) == len(set(trained))  # nothing trained twice
     swept = [(k, m, s) for k, m in [("1.1", 1), ("1.1", 3), ("2", 3), ("2", 10)] for s in (0, 1)]  # 10x diverged
     assert sorted(t for t in trained if t[2] < sentiment.SWEEP_SEEDS) == swept  # every candidate at seeds 0, 1
@@ -120,8 +120,8 @@ def test_a_stored_grid_is_read_back_without_training(monkeypatch):
 
 def vision_config(**overrides):
     return dict(datasets=["fashion_mnist"], image_size=28, train_size=200, validation=100,
-                model={"patch": 7, "width": 8, "depth": 1, "heads": 2, "mlp": 8}, setup="authors", batch_size=50,
-                root="", epochs=4, eval_every=2, seeds=2, methods=["adam", "1.1"],
+                model={"patch": 7, "width": 8, "depth": 1, "heads": 2, "mlp": 8, "dropout": 0.1, "embedding_dropout": 0.1},
+                setup="authors", batch_size=50, root="", epochs=4, eval_every=2, seeds=2, methods=["adam", "1.1"],
                 step_sizes={"adam": [1e-3], "1.1": [0.05, 0.15, 0.5]}, sweep_seeds=2, sweep_epochs=2,
                 sweep_window=1) | overrides
 
@@ -130,7 +130,7 @@ def vision_runs(monkeypatch, test_shift=0.0, diverge=(0.5,)):
     """Sweep runs (held-out validation images) score 0.8 at lr 0.15, else 0.7; final runs score
     ``test_shift`` more on the test set; the steps in ``diverge`` diverge."""
     def outcome(c):
-        lr, sweep = c["optimizer"]["lr"], c["data"]["validation"] > 0
+        lr, sweep = c.optimizer.lr, c.data.validation > 0
         if lr in diverge:
             return None
         accuracy = (0.8 if lr == 0.15 else 0.7) if sweep else 0.6 + test_shift * lr
@@ -144,9 +144,9 @@ def test_the_vision_sweep_chooses_on_validation_images_and_keeps_diverged_finals
     fake = vision_runs(monkeypatch)
     built = vision.grid(vision_config())
     assert built.chosen == {("fashion_mnist", "adam"): 1e-3, ("fashion_mnist", "1.1"): 0.15}
-    swept = [(c["optimizer"]["lr"], c["fit"]["seed"]) for c in fake.trained if c["data"]["validation"]]
+    swept = [(c.optimizer.lr, c.fit.seed) for c in fake.trained if c.data.validation]
     assert sorted(swept) == [(0.05, 0), (0.05, 1), (0.15, 0), (0.15, 1)]  # adam's one step: no sweep
-    assert sorted((c["optimizer"]["lr"], c["fit"]["seed"]) for c in fake.trained if not c["data"]["validation"]) == [
+    assert sorted((c.optimizer.lr, c.fit.seed) for c in fake.trained if not c.data.validation) == [
         (1e-3, 0), (1e-3, 1), (0.15, 0), (0.15, 1)]
     assert built.sweep.validation_accuracy.isna().tolist() == [False, False, True]  # 0.5 diverged, never chosen
     assert built.sweep.chosen.tolist() == [False, True, False]
@@ -170,18 +170,22 @@ def test_the_engine_refuses_a_cell_with_candidates_but_no_sweep():
 
 def test_typed_run_configs_are_the_dicts_the_store_keeps():
     config = sentiment.run_config(layers=3, optimizer="md", lr=8e-4, p=1.1, seed=2, train_size=1000, width=48)
-    assert config == {
+    assert config.fit.seed == 2 and config.model.heads == 3 and sentiment.SentimentRun.from_dict(config.to_dict()) == config
+    assert config.to_dict() == {
         "dataset": "rotten_tomatoes", "split_seed": 0, "max_length": 64, "train_size": 1000,
         "model": {"width": 48, "layers": 3, "heads": 3, "mlp": 192, "dropout": 0.2, "setup": "authors"},
         "optimizer": {"name": "md", "lr": 8e-4, "p": 1.1},
         "fit": {"epochs": 600, "batch_size": 100, "seed": 2, "loss": "binary", "reduction": "sum",
                 "stop_train_accuracy": 0.995, "pool": 16}}
     config = vision.run_config("fashion_mnist", optimizer="adam", lr=1e-3, seed=1, epochs=10, train_size=10000,
-                               model={"patch": 7, "width": 64, "depth": 4, "heads": 4, "mlp": 64}, validation=500)
-    assert config == {
+                               model={"patch": 7, "width": 64, "depth": 4, "heads": 4, "mlp": 64, "dropout": 0.1,
+                                      "embedding_dropout": 0.0}, validation=500)
+    assert config.data.validation == 500 and vision.VisionRun.from_dict(config.to_dict()) == config
+    assert config.to_dict() == {
         "data": {"dataset": "fashion_mnist", "image_size": 28, "train_size": 10000, "validation": 500, "seed": 0,
                  "root": None},
-        "model": {"patch": 7, "width": 64, "depth": 4, "heads": 4, "mlp": 64, "setup": "authors"},
+        "model": {"patch": 7, "width": 64, "depth": 4, "heads": 4, "mlp": 64, "dropout": 0.1, "embedding_dropout": 0.0,
+                  "setup": "authors"},
         "optimizer": {"name": "adam", "lr": 1e-3, "p": None},
         "fit": {"epochs": 10, "batch_size": 100, "seed": 1, "loss": "multiclass", "eval_every": 1}}
     typed = sentiment.SentimentRun(
@@ -218,4 +222,5 @@ def test_typed_grid_configs_are_frozen_and_keep_the_old_errors():
     with pytest.raises(ValueError, match="train_size must be None"):
         sentiment.run_config(layers=3, optimizer="gd", lr=1.0, width=6, train_size=10)
     with pytest.raises(ValueError, match="unknown setup 'bert'"):
-        vision.run_config("fashion_mnist", optimizer="adam", lr=1e-3, seed=0, epochs=1, model={}, setup="bert")
+        vision.run_config("fashion_mnist", optimizer="adam", lr=1e-3, seed=0, epochs=1, model=vision_config()["model"],
+                          setup="bert")

@@ -4,6 +4,7 @@ runs with nothing but the checkout (no data, no apt)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -63,7 +64,8 @@ def test_a_sentiment_run_expects_the_authors_epochs_only_in_their_setting():
     work = workload.sentiment_work(paper_run)
     assert work.epochs == paper.EPOCHS_TO_STOP[4]["1.1"] and work.epochs_cap == 1000
     assert work.steps_per_epoch == 225 and work.tokens_bound  # 22,500 reviews, batch 100; 512 tokens a bound
-    assert workload.sentiment_work(dict(paper_run, fit=dict(paper_run["fit"], epochs=50))).epochs == 50
+    assert workload.sentiment_work(dataclasses.replace(paper_run, fit=dataclasses.replace(paper_run.fit, epochs=50))
+                                   ).epochs == 50
     other_step = sentiment.run_config(layers=4, optimizer="md", p=1.1, lr=3 * paper.SENTIMENT_STEP_SIZES[4]["1.1"],
                                       dataset="imdb", max_length=512, width=384, epochs=1000)
     assert workload.sentiment_work(other_step).epochs == 1000
@@ -79,7 +81,7 @@ def test_the_counted_runs_are_the_runs_the_grid_trains(monkeypatch, tmp_path):
     sentiment.grid(config)
     trained = {store.config_key(sentiment.KIND, c) for c in fake.trained}
     assert len(fake.trained) == len(trained) == len(counted) == 2 * (3 + 2) + 2  # candidates at seeds 0, 1; then seed 2
-    sweep = {key for key, (_, c) in counted.items() if c["fit"]["seed"] < sentiment.SWEEP_SEEDS}  # every candidate
+    sweep = {key for key, (_, c) in counted.items() if c.fit.seed < sentiment.SWEEP_SEEDS}  # every candidate
     assert sweep <= trained  # the finals differ only by which candidate the sweep chose
 
 
@@ -136,7 +138,8 @@ def test_measured_costs_time_each_model_shape_once():
     config = sentiment.run_config(layers=2, width=16, max_length=12, optimizer="md", lr=1e-3, p=1.1)
     overhead, per_example = timer.step_cost(sentiment.KIND, config)
     assert overhead >= 0 and per_example >= 0 and overhead + per_example > 0
-    assert timer.step_cost(sentiment.KIND, dict(config, fit=dict(config["fit"], seed=3))) == (overhead, per_example)
+    assert timer.step_cost(sentiment.KIND, dataclasses.replace(config, fit=dataclasses.replace(config.fit, seed=3))
+                           ) == (overhead, per_example)
     assert len(timer._cache) == 1
     work = workload.sentiment_work(config)
     step = overhead + work.batch_size * per_example

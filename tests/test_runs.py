@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from mdlib.experiments import methods, paths, pool, store, train
+from mdlib.experiments import methods, paths, pool, runfiles, store, train
 from mdlib.optim import LpMirrorDescent
 from test_train import Crashing, blobs, mlp, same_history
 
@@ -203,7 +203,7 @@ def test_an_entry_of_the_previous_format_is_recomputed(build_dir):
     first = store.load_or_run("c", {"a": 1}, lambda: {"x": np.arange(3.0)})
     meta = json.loads((first.path / "meta.json").read_text())
     del meta["sha256"]
-    (first.path / "meta.json").write_text(json.dumps(meta | {"format": store.FORMAT - 1}))
+    (first.path / "meta.json").write_text(json.dumps(meta | {"format": runfiles.FORMAT - 1}))
     with pytest.warns(store.StoreWarning, match="format or kind mismatch"):
         assert store.load("c", {"a": 1}) is None
 
@@ -256,7 +256,7 @@ def test_a_typed_config_is_its_dict_to_the_store():
     typed = ToyRun({"n": 40}, {"seed": 0}, ToyFit(3, 8, 0, "multiclass"))
     plain = {"data": {"n": 40}, "model": {"seed": 0}, "fit": {"epochs": 3, "batch_size": 8, "seed": 0,
                                                               "loss": "multiclass"}}
-    assert typed.to_dict() == plain and store.as_dict(typed) == plain and store.as_dict(plain) is plain
+    assert typed.to_dict() == plain
     assert store.config_key("toy", typed) == store.config_key("toy", plain)
     store.save("toy", typed, {"x": np.arange(3)})
     assert store.load("toy", plain) is not None and json.loads(
@@ -275,13 +275,12 @@ def test_a_typed_config_is_its_dict_to_the_store():
 
 def test_run_stores_the_result_and_returns_it_without_training_again(build_dir):
     x, y = blobs(40, classes=3)
-    config = {"data": {"n": 40}, "model": {"seed": 0},
-              "fit": {"epochs": 3, "batch_size": 8, "seed": 0, "loss": "multiclass"}}
+    config = ToyRun({"n": 40}, {"seed": 0}, ToyFit(3, 8, 0, "multiclass"))
     builds = []
 
     def build(cfg):
         builds.append(cfg)
-        model = mlp(cfg["model"]["seed"], out=3)
+        model = mlp(cfg.fit.seed, out=3)
         return pool.Setup(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), TensorDataset(x, y),
                           TensorDataset(x[:10], y[:10]))
 
@@ -304,19 +303,19 @@ def test_run_stores_the_result_and_returns_it_without_training_again(build_dir):
     for a, b in zip(restored.state_dict().values(), trained[0].state_dict().values()):
         assert torch.equal(a, b)
 
-    with pytest.raises(ValueError, match=r"config\['fit'\]"):
-        pool.run("toy-train", {"data": 1}, build)
+    with pytest.raises(TypeError, match="typed run config"):
+        pool.run("toy-train", {"data": 1, "fit": {"epochs": 3, "batch_size": 8, "seed": 0}}, build)
 
-    typed = ToyRun(config["data"], config["model"], ToyFit(**config["fit"]))  # the same run, read back
-    third = pool.run("toy-train", typed, build, extras=extras, progress=False)
+    plain = ToyRun.from_dict(config.to_dict())  # the same run, read back
+    third = pool.run("toy-train", plain, build, extras=extras, progress=False)
     assert third.cached and third.key == first.key and len(builds) == 1
-    many, = pool.run_many("toy-train", [typed], build, extras=extras, progress=False)
+    many, = pool.run_many("toy-train", [plain], build, extras=extras, progress=False)
     assert many.cached and many.key == first.key and len(builds) == 1
 
 
 def test_run_resumes_an_interrupted_training(build_dir):
     x, y = blobs(40)
-    config = {"fit": {"epochs": 3, "batch_size": 8, "seed": 0}}
+    config = ToyRun({}, {}, ToyFit(3, 8, 0, "binary"))
     crash = {"after": 2 * 40 + 5}
 
     def build(cfg):
@@ -332,21 +331,44 @@ def test_run_resumes_an_interrupted_training(build_dir):
     result = pool.run("toy-resume", config, build, progress=True)  # the bar hides outside terminals
     model = mlp(0)
     reference = train.fit(model, torch.optim.Adam(model.parameters(), lr=0.01), TensorDataset(x, y), None,
-                          progress=False, **config["fit"])
+                          train.FitOptions.of(config.fit), progress=False)
     same_history(result["history"], reference)
     assert not list(folder.glob("*/checkpoint.pt"))
 
 
-def build_blobs(config):
+@dataclasses.dataclass(frozen=True)
+class BlobsFit(store.Config):
+    epochs: int
+    batch_size: int
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BlobsRun(store.Config):
+    """A run of ``build_blobs`` at step size ``lr``; ``diverge``: at one that overflows (``build_either``);
+    ``count``: a file ``test_cluster``'s builders append a line to."""
+
+    lr: float
+    fit: BlobsFit
+    diverge: bool = False
+    count: str | None = None
+
+
+def blobs_run(seed: int, epochs: int = 1, lr: float = 0.05, **rest) -> BlobsRun:
+    """A ``BlobsRun`` in batches of 16."""
+    return BlobsRun(lr, BlobsFit(epochs, 16, seed), **rest)
+
+
+def build_blobs(config: BlobsRun):
     """A module-level builder (run_many sends it to other processes)."""
     x, y = blobs(64, seed=1)
-    model = mlp(config["fit"]["seed"], dropout=0.0)
-    return pool.Setup(model, methods.make_optimizer(model.parameters(), "md", config["lr"], p=1.5),
+    model = mlp(config.fit.seed, dropout=0.0)
+    return pool.Setup(model, methods.make_optimizer(model.parameters(), "md", config.lr, p=1.5),
                       TensorDataset(x, y.float()), TensorDataset(x[:16], y[:16].float()))
 
 
 def test_run_many_in_processes_gives_the_runs_one_by_one_gives(build_dir, tmp_path, monkeypatch):
-    configs = [{"lr": 0.05, "fit": {"epochs": 2, "batch_size": 16, "seed": seed}} for seed in (0, 1, 2)]
+    configs = [blobs_run(seed, epochs=2) for seed in (0, 1, 2)]
     parallel = pool.run_many("blobs", configs + configs[:1], build_blobs, workers=2, progress=False)
     assert len(parallel) == 4 and parallel[3].key == parallel[0].key
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "serial"))
@@ -355,23 +377,21 @@ def test_run_many_in_processes_gives_the_runs_one_by_one_gives(build_dir, tmp_pa
         pd.testing.assert_frame_equal(a["history"].drop(columns="seconds"), b["history"].drop(columns="seconds"),
                                       rtol=1e-6)
     with pytest.raises(ValueError, match="module-level function"):
-        pool.run_many("blobs", [{"lr": 0.1, "fit": {"epochs": 1, "batch_size": 16, "seed": 5}},
-                                {"lr": 0.2, "fit": {"epochs": 1, "batch_size": 16, "seed": 5}}],
+        pool.run_many("blobs", [blobs_run(5, lr=0.1), blobs_run(5, lr=0.2)],
                       lambda config: build_blobs(config), workers=2, progress=False)
 
 
-def build_either(config):
-    """build_blobs, or with config["diverge"] a step size that overflows the inverse mirror map."""
+def build_either(config: BlobsRun):
+    """build_blobs, or with ``config.diverge`` a step size that overflows the inverse mirror map."""
     setup = build_blobs(config)
-    if config.get("diverge"):
+    if config.diverge:
         setup.optimizer = methods.make_optimizer(setup.model.parameters(), "md", 1e38, p=1.1)
     return setup
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_run_many_skips_runs_that_raise_the_named_errors(build_dir, workers):
-    good = {"lr": 0.05, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
-    bad = {"lr": 0.05, "diverge": True, "fit": {"epochs": 1, "batch_size": 16, "seed": 0}}
+    good, bad = blobs_run(0), blobs_run(0, diverge=True)
     results = pool.run_many("skip", [good, bad], build_either, workers=workers, skip=(FloatingPointError,),
                             progress=False)
     assert results[1] is None and list(results[0]["history"].epoch) == [1]

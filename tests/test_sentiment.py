@@ -87,8 +87,8 @@ def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):
     assert again.cached
     model = sentiment.trained_model(config, again)
     setup = sentiment.build(config)
-    train.fit(setup.model, setup.optimizer, setup.train_set, None, collate_fn=setup.collate_fn,
-              lengths=setup.lengths, progress=False, **config["fit"])
+    train.fit(setup.model, setup.optimizer, setup.train_set, None, train.FitOptions.of(config.fit),
+              collate_fn=setup.collate_fn, lengths=setup.lengths, progress=False)
     for (name, mine), theirs in zip(model.state_dict().items(), setup.model.state_dict().values()):
         assert torch.equal(mine, theirs), name
 
@@ -128,13 +128,12 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
     calls = []
 
     def fake_runs(configs, workers=1, progress=True, skip=()):
-        calls.append([(methods.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"])
-                      for c in configs])
+        calls.append([(methods.method_key(c.optimizer.name, c.optimizer.p), c.fit.seed) for c in configs])
         out = []
         for c in configs:
-            key = methods.method_key(c["optimizer"]["name"], c["optimizer"]["p"])
-            multiple = round(c["optimizer"]["lr"] / sentiment.reference_step(3, key))
-            values = outcome.get((key, multiple, c["fit"]["seed"]), outcome[key, multiple])
+            key = methods.method_key(c.optimizer.name, c.optimizer.p)
+            multiple = round(c.optimizer.lr / sentiment.reference_step(3, key))
+            values = outcome.get((key, multiple, c.fit.seed), outcome[key, multiple])
             if values is None:
                 if not skip:
                     raise FloatingPointError("overflow")
@@ -171,7 +170,7 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
     # read back by the name chapter 04 records: the same grid, nothing trained
     calls.clear()
     again = sentiment.built_grid("test")
-    assert again.config == grid_config() and again.chosen == grid.chosen and calls == []
+    assert again.config.to_dict() == grid_config() and again.chosen == grid.chosen and calls == []
     pd.testing.assert_frame_equal(again.runs, grid.runs)
     with pytest.raises(LookupError, match=r"not built a Table 1 grid at profile 'paper'.*running chapter 04 at that "
                                           r"profile \(`python -m mdlib run` with `--profile paper`\)"):
@@ -181,7 +180,7 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
     store.set_name(sentiment.grid_name("test", "ab12cd34"), sentiment.GRID_KIND, grid_config(seeds=2))
     assert store.named(sentiment.grid_name("test"))[1] == grid_config()
     read = []
-    monkeypatch.setattr(sentiment, "grid", lambda config, **_: read.append(config["seeds"]))
+    monkeypatch.setattr(sentiment, "grid", lambda config, **_: read.append(config.seeds))
     for variant in ("ab12cd34", "ffffffff", None):  # the variant's own; another variant's folder; the book
         sentiment.built_grid("test", variant=variant)
     assert read == [2, 3, 3]
@@ -195,7 +194,7 @@ def test_grid_takes_seeds_per_method(monkeypatch, tmp_path):
     def fake_runs(configs, workers=1, progress=True, skip=()):
         out = []
         for c in configs:
-            trained.append((methods.method_key(c["optimizer"]["name"], c["optimizer"]["p"]), c["fit"]["seed"]))
+            trained.append((methods.method_key(c.optimizer.name, c.optimizer.p), c.fit.seed))
             history = pd.DataFrame({"epoch": [1], "train_accuracy": [1.0], "test_accuracy": [0.6]})
             store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": 0.6, "state.x": np.zeros(1)})
             out.append(store.load(sentiment.KIND, c))
@@ -267,7 +266,7 @@ def test_baseline_naive_bayes_matches_a_numpy_multinomial_model(fixture_data):
 
 def test_chapter_runs_put_both_grids_in_one_table_and_mark_the_analysed_one():
     def grid(setup: str) -> sentiment.Grid:
-        return sentiment.Grid({"setup": setup}, runs_table(), pd.DataFrame(), {}, {}, {})
+        return sentiment.Grid(sentiment.SentimentGrid.of(grid_config(setup=setup)), runs_table(), pd.DataFrame(), {}, {}, {})
 
     grids = {"replication": grid("authors"), "variation": grid("small-embeddings")}
     runs = sentiment.chapter_runs(grids, "variation")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from mdlib.experiments import methods, step_sizes, store
+from mdlib.experiments.grid import Optimizer
 from mdlib.mirror import matched_lr
 
 TINY = dict(dataset="rotten_tomatoes", max_length=16, train_size=8, width=4, layers=1, heads=2, mlp=8, dropout=0.0,
@@ -29,12 +30,12 @@ def test_each_exponents_grid_is_centred_on_matched_lr():
         key = f"{p:g}"
         for multiple in (0.1, 1.0, 10.0):
             run = design.sweep_config((key,), multiple, 0)
-            assert run["optimizer"] == {"name": "md", "lr": pytest.approx(multiple * matched_lr(0.1, p, 0.25)), "p": p}
-            assert config.sgd_equivalent(key, run["optimizer"]["lr"]) == pytest.approx(0.1 * multiple)
-    assert design.sweep_config(("adamw",), 1.0, 0)["optimizer"] == {"name": "adamw", "lr": 1e-3, "p": None}
-    assert config.run("sgd", 0.3, 2)["optimizer"] == {"name": "sgd", "lr": 0.3, "p": None}
-    assert config.run("sgd", 0.3, 2)["fit"] == {"epochs": 1, "batch_size": 4, "seed": 2, "loss": "binary",
-                                                "reduction": "mean", "pool": 16}
+            assert run.optimizer == Optimizer("md", pytest.approx(multiple * matched_lr(0.1, p, 0.25)), p)
+            assert config.sgd_equivalent(key, run.optimizer.lr) == pytest.approx(0.1 * multiple)
+    assert design.sweep_config(("adamw",), 1.0, 0).optimizer == Optimizer("adamw", 1e-3, None)
+    assert config.run("sgd", 0.3, 2).optimizer == Optimizer("sgd", 0.3, None)
+    assert config.run("sgd", 0.3, 2).fit == step_sizes.StepFit(epochs=1, batch_size=4, seed=2, loss="binary",
+                                                               reduction="mean", pool=16)
     assert math.isnan(config.sgd_equivalent("adamw", 1e-3))
     assert config.work() == step_sizes.work(**TINY | dict(ps=[1.1, 1.75, 2.0, 3.0], multiples=[0.1, 1.0, 10.0]))
     assert config.work() == (4 * 3 + 1 + 1, 14 * 2)  # runs (and the SGD reference), 2 steps each

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import runpy
@@ -18,6 +19,14 @@ from torch.utils.data import Dataset, TensorDataset
 
 from mdlib.experiments import train
 from mdlib.optim import LpMirrorDescent
+
+
+def fit(model, optimizer, train_set, test_set, **keywords):
+    """``train.fit`` with its ``FitOptions`` given among its keywords, as these tests write them."""
+    names = {f.name for f in dataclasses.fields(train.FitOptions)}
+    options = train.FitOptions(**{k: v for k, v in keywords.items() if k in names})
+    return train.fit(model, optimizer, train_set, test_set, options,
+                     **{k: v for k, v in keywords.items() if k not in names})
 
 
 @pytest.fixture(autouse=True)
@@ -75,20 +84,20 @@ def test_interrupted_run_resumes_bit_for_bit(name, tmp_path, caplog):
     kw = dict(epochs=3, batch_size=10, seed=7, progress=False)  # 48 = 4 x 10 + 8: a short last batch
 
     straight = mlp(0)
-    reference = train.fit(straight, OPTIMIZERS[name](straight.parameters()), data, test, **kw)
+    reference = fit(straight, OPTIMIZERS[name](straight.parameters()), data, test, **kw)
     assert reference["epoch"].tolist() == [1, 2, 3] and reference.notna().all().all()
 
     folder = tmp_path / "ckpt"
     model = mlp(0)
     with pytest.raises(KeyboardInterrupt):  # killed in epoch 3, after the checkpoint of epoch 2
-        train.fit(model, OPTIMIZERS[name](model.parameters()), Crashing(data, 2 * 48 + 20), test,
+        fit(model, OPTIMIZERS[name](model.parameters()), Crashing(data, 2 * 48 + 20), test,
                   checkpoint=folder, **kw)
     assert [p.name for p in folder.iterdir()] == ["checkpoint.pt"]  # no temporary file left behind
 
     torch.manual_seed(12345)  # neither the global RNG state at the call ...
     resumed = mlp(99)         # ... nor the initialization matter: the checkpoint restores both
     with caplog.at_level(logging.INFO, logger="mdlib.experiments.train"):
-        history = train.fit(resumed, OPTIMIZERS[name](resumed.parameters()), data, test, checkpoint=folder, **kw)
+        history = fit(resumed, OPTIMIZERS[name](resumed.parameters()), data, test, checkpoint=folder, **kw)
     assert "resumed" in caplog.text and "after epoch 2" in caplog.text
     same_history(history, reference)
     for a, b in zip(resumed.state_dict().values(), straight.state_dict().values()):
@@ -96,7 +105,7 @@ def test_interrupted_run_resumes_bit_for_bit(name, tmp_path, caplog):
 
     # a finished checkpoint: fit returns its history and weights without reading any data
     done = mlp(5)
-    history = train.fit(done, OPTIMIZERS[name](done.parameters()), Crashing(data, 0), test, checkpoint=folder, **kw)
+    history = fit(done, OPTIMIZERS[name](done.parameters()), Crashing(data, 0), test, checkpoint=folder, **kw)
     same_history(history, reference)
     for a, b in zip(done.state_dict().values(), straight.state_dict().values()):
         assert torch.equal(a, b)
@@ -107,23 +116,23 @@ def test_extending_a_finished_run_equals_the_longer_run(tmp_path):
     data = TensorDataset(x, y)
     kw = dict(batch_size=8, seed=1, progress=False)
     straight = mlp(0)
-    reference = train.fit(straight, LpMirrorDescent(straight.parameters(), lr=0.05, p=1.5), data, None,
+    reference = fit(straight, LpMirrorDescent(straight.parameters(), lr=0.05, p=1.5), data, None,
                           epochs=3, **kw)
     model = mlp(0)
-    train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=2,
+    fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=2,
               checkpoint=tmp_path, **kw)
     model = mlp(0)
-    history = train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=3,
+    history = fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=3,
                         checkpoint=tmp_path, **kw)
     same_history(history, reference)
     assert history["test_accuracy"].isna().all()
     for a, b in zip(model.parameters(), straight.parameters()):
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="holds 3 epochs, more than epochs=2"):
-        train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=2,
+        fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=2,
                   checkpoint=tmp_path, **kw)
     with pytest.raises(ValueError, match="belongs to another run"):
-        train.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data, None, epochs=4, checkpoint=tmp_path,
+        fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data, None, epochs=4, checkpoint=tmp_path,
                   batch_size=4, seed=1, progress=False)
 
 
@@ -133,7 +142,7 @@ def test_seed_fixes_the_run_and_changes_it():
 
     def history(seed):
         model = mlp(0)
-        return train.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data, None, epochs=2, batch_size=8,
+        return fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data, None, epochs=2, batch_size=8,
                          seed=seed, progress=False)
 
     same_history(history(3), history(3))
@@ -144,7 +153,7 @@ def test_early_stop_after_the_first_epoch_reaching_the_training_accuracy():
     x, y = blobs(80, noise=0.5, seed=2)
     data, test = TensorDataset(x[:64], y[:64]), TensorDataset(x[64:], y[64:])
     model = mlp(0, dropout=0.0)
-    history = train.fit(model, torch.optim.SGD(model.parameters(), lr=0.05), data, test, epochs=100, batch_size=8,
+    history = fit(model, torch.optim.SGD(model.parameters(), lr=0.05), data, test, epochs=100, batch_size=8,
                         seed=0, stop_train_accuracy=0.95, eval_every=1000, progress=False)
     accuracy = history["train_accuracy"].to_numpy()
     assert len(history) < 100 and accuracy[-1] >= 0.95 and (accuracy[:-1] < 0.95).all()
@@ -173,7 +182,7 @@ def test_binary_loss_is_bce_with_logits_for_both_logit_shapes():
     for keepdim in (False, True):
         model = Flat(keepdim)
         before = Flat(keepdim)
-        histories.append(train.fit(model, torch.optim.SGD(model.parameters(), lr=1e-9), data, data, epochs=1,
+        histories.append(fit(model, torch.optim.SGD(model.parameters(), lr=1e-9), data, data, epochs=1,
                                    batch_size=30, seed=0, progress=False))
     same_history(*histories)
     with torch.no_grad():
@@ -191,7 +200,7 @@ def test_multiclass_loss_is_cross_entropy_and_learns():
     model = mlp(0, out=3, dropout=0.0)
     with torch.no_grad():
         first = torch.nn.functional.cross_entropy(model(x[60:]), y[60:]).item()
-    history = train.fit(model, torch.optim.Adam(model.parameters(), lr=0.02), data, test, epochs=15,
+    history = fit(model, torch.optim.Adam(model.parameters(), lr=0.02), data, test, epochs=15,
                         batch_size=10, seed=0, loss="multiclass", eval_every=5, progress=False)
     assert history["test_loss"].notna().tolist() == [k % 5 == 4 for k in range(15)]
     assert history["test_loss"].iloc[-1] < first / 2 and history["test_accuracy"].iloc[-1] > 0.9
@@ -234,7 +243,7 @@ class Pool(nn.Module):
 def test_dict_inputs_are_passed_as_keywords_and_the_mask_is_honoured():
     def history(pad_id):
         model = Pool()
-        return train.fit(model, torch.optim.Adam(model.parameters(), lr=0.05), Tokens(64, pad_id),
+        return fit(model, torch.optim.Adam(model.parameters(), lr=0.05), Tokens(64, pad_id),
                          Tokens(32, pad_id, seed=1), epochs=8, batch_size=16, seed=0, progress=False)
 
     zero = history(0)
@@ -270,13 +279,13 @@ def test_clear_errors():
     ]
     for data, extra, message in cases:
         with pytest.raises((ValueError, TypeError), match=message):
-            train.fit(model, sgd, data, None, **{**kw, **extra})
+            fit(model, sgd, data, None, **{**kw, **extra})
     two = mlp(0, out=2)
     with pytest.raises(ValueError, match=r"one logit per example.*returned \(4, 2\)"):
-        train.fit(two, torch.optim.SGD(two.parameters(), lr=0.1), TensorDataset(x, y), None, **kw)
+        fit(two, torch.optim.SGD(two.parameters(), lr=0.1), TensorDataset(x, y), None, **kw)
     with pytest.raises(ValueError, match=r"logits of shape \(4, classes\)"):
         flat = Flat(False)
-        train.fit(flat, torch.optim.SGD(flat.parameters(), lr=0.1), TensorDataset(x, y), None,
+        fit(flat, torch.optim.SGD(flat.parameters(), lr=0.1), TensorDataset(x, y), None,
                   **{**kw, "loss": "multiclass"})
 
 
@@ -308,12 +317,12 @@ DDP_SCRIPT = textwrap.dedent("""
         out = sys.argv[1]
         model, opt, data, test = make()
         try:
-            train.fit(model, opt, data, test, epochs=1, batch_size=15, seed=0, progress=False)
+            train.fit(model, opt, data, test, train.FitOptions(epochs=1, batch_size=15, seed=0), progress=False)
         except ValueError as exc:
             assert "not divisible by the 2 processes" in str(exc), exc
         else:
             raise AssertionError("batch_size 15 over 2 processes was accepted")
-        history = train.fit(model, opt, data, test, epochs=4, batch_size=16, seed=3, progress=False,
+        history = train.fit(model, opt, data, test, train.FitOptions(epochs=4, batch_size=16, seed=3), progress=False,
                             checkpoint=os.path.join(out, "ckpt"))
         torch.save({"history": history.to_dict("list"), "state": model.state_dict()},
                    os.path.join(out, f"rank{os.environ['RANK']}.pt"))
@@ -334,7 +343,7 @@ def test_two_process_data_parallel_equals_one_process(tmp_path):
 
     make = runpy.run_path(str(script), run_name="reference")["make"]
     model, opt, data, test = make()
-    reference = train.fit(model, opt, data, test, epochs=4, batch_size=16, seed=3, progress=False)
+    reference = fit(model, opt, data, test, epochs=4, batch_size=16, seed=3, progress=False)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     for got in ranks:
         for column in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
@@ -363,7 +372,7 @@ def test_length_pools_put_similar_lengths_together_and_cover_the_epoch():
     with pytest.raises(ValueError, match="one length per training example"):
         x, y = blobs(20)
         model = mlp(0)
-        train.fit(model, OPTIMIZERS["md1.5"](model.parameters()), TensorDataset(x, y.float()), None, epochs=1,
+        fit(model, OPTIMIZERS["md1.5"](model.parameters()), TensorDataset(x, y.float()), None, epochs=1,
                   batch_size=5, seed=0, lengths=[3] * 19, progress=False)
 
 
@@ -374,7 +383,7 @@ def test_fit_reports_a_lazily_checked_refusal_of_the_last_step():
     model = mlp(0)
     optimizer = LpMirrorDescent(model.parameters(), lr=1e38, p=1.1, lazy_check=True)
     with pytest.raises(FloatingPointError, match="reduce lr"):
-        train.fit(model, optimizer, TensorDataset(x, y), None, epochs=1, batch_size=32, seed=0, progress=False)
+        fit(model, optimizer, TensorDataset(x, y), None, epochs=1, batch_size=32, seed=0, progress=False)
     assert all(torch.isfinite(w).all() for w in model.parameters())
 
 
@@ -392,7 +401,7 @@ def test_fp32_is_the_default_and_a_plain_float32_loop():
     x, y = blobs(60, classes=3, noise=0.5)
     model = mlp(0, out=3, dropout=0.0)
     seen = linear_dtypes(model)
-    train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), TensorDataset(x, y), None, epochs=2,
+    fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), TensorDataset(x, y), None, epochs=2,
               batch_size=16, seed=0, loss="multiclass", progress=False)
     assert set(seen) == {torch.float32}
     reference = mlp(0, out=3, dropout=0.0)
@@ -419,7 +428,7 @@ def test_bf16_autocast_keeps_float32_state_and_stays_near_the_fp32_run():
         model = mlp(0, out=3, dropout=0.0)
         optimizer = LpMirrorDescent(model.parameters(), lr=0.05, p=1.5)
         seen = linear_dtypes(model)
-        history = train.fit(model, optimizer, data, test, epochs=6, batch_size=15, seed=0, loss="multiclass",
+        history = fit(model, optimizer, data, test, epochs=6, batch_size=15, seed=0, loss="multiclass",
                             progress=False, precision=precision)
         runs[precision] = model, optimizer, history, seen
     model, optimizer, history, seen = runs["bf16"]
@@ -444,7 +453,7 @@ def test_a_bf16_checkpoint_resumes_only_a_bf16_run(tmp_path):
 
     def run(precision, epochs):
         model = mlp(0)
-        return train.fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=epochs,
+        return fit(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), data, None, epochs=epochs,
                          batch_size=10, seed=0, checkpoint=tmp_path, progress=False, precision=precision)
 
     run("bf16", 1)

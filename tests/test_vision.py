@@ -73,8 +73,8 @@ def test_seeds_give_distinct_initializations_and_reruns_are_identical():
     model = vision.trained_model(run_config, stored)
     assert not model.training and not torch.equal(model.embed.weight, first.embed.weight)
     setup = vision.build(run_config)  # the same run again, outside the store
-    history = train.fit(setup.model, setup.optimizer, setup.train_set, setup.test_set, progress=False,
-                        **run_config["fit"])
+    history = train.fit(setup.model, setup.optimizer, setup.train_set, setup.test_set,
+                        train.FitOptions.of(run_config.fit), progress=False)
     cols = ["train_loss", "train_accuracy", "test_loss", "test_accuracy"]
     assert history[cols].equals(stored["history"][cols])
     for name, value in setup.model.state_dict().items():
@@ -143,17 +143,17 @@ def test_fp32_configs_keep_the_dicts_they_had_before_precision_existed():
                         "embedding_dropout": 0.1, "setup": "authors"},
               "optimizer": {"name": "md", "lr": 0.05, "p": 1.1},
               "fit": {"epochs": 1, "batch_size": 10, "seed": 0, "loss": "multiclass", "eval_every": 1}}
-    assert config() == config(precision="fp32") == before
+    assert config().to_dict() == config(precision="fp32").to_dict() == before
     grid = {"datasets": ["fashion_mnist"], "image_size": 28, "train_size": 40, "validation": 20,
-            "model": {"patch": 7, "width": 8, "depth": 1, "heads": 2, "mlp": 8}, "setup": "authors",
+            "model": MODEL, "setup": "authors",
             "batch_size": 10, "root": "", "epochs": 2, "eval_every": 1, "seeds": 1, "methods": ["adam", "1.1"],
             "step_sizes": {"adam": [0.001], "1.1": [0.05, 0.1]}, "sweep_seeds": 1, "sweep_epochs": 1,
             "sweep_window": 1}
     assert vision.VisionGrid.of(grid).to_dict() == vision.VisionGrid.of(dict(grid, precision="fp32")).to_dict() == grid
-    assert "precision" not in vision.VisionGrid.of(grid).run(("fashion_mnist", "1.1"), 0.05, 0)["fit"]
+    assert "precision" not in vision.VisionGrid.of(grid).run(("fashion_mnist", "1.1"), 0.05, 0).to_dict()["fit"]
     bf16 = vision.VisionGrid.of(dict(grid, precision="bf16"))
     assert bf16.to_dict() == dict(grid, precision="bf16")
-    assert bf16.run(("fashion_mnist", "1.1"), 0.05, 0, sweep=True)["fit"]["precision"] == "bf16"
+    assert bf16.run(("fashion_mnist", "1.1"), 0.05, 0, sweep=True).fit.precision == "bf16"
     with pytest.raises(ValueError, match=r"precision must be one of \('fp32', 'bf16'\).*got 'fp16'"):
         vision.VisionGrid.of(dict(grid, precision="fp16"))
 
@@ -163,11 +163,11 @@ def test_a_bf16_grid_trains_its_runs_under_bf16_autocast(monkeypatch):
     bfloat16, and the run differs from the fp32 one."""
     calls, real_fit = [], train.fit
 
-    def recording_fit(model, *args, **kwargs):
+    def recording_fit(model, optimizer, train_set, test_set, options, **kwargs):
         seen = []
         model.head.register_forward_hook(lambda module, inputs, out: seen.append(out.dtype))
-        history = real_fit(model, *args, **kwargs)
-        calls.append((kwargs.get("precision", "fp32"), set(seen)))
+        history = real_fit(model, optimizer, train_set, test_set, options, **kwargs)
+        calls.append((options.precision, set(seen)))
         return history
 
     monkeypatch.setattr(train, "fit", recording_fit)

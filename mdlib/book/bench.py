@@ -423,11 +423,11 @@ def kernel_step_times(repeats: int = 21, batches: int = 20, seed: int = 0) -> di
     from mdlib.experiments import methods, sentiment, train
 
     config = sentiment.run_config(layers=3, optimizer="md", p=1.1, lr=2.4e-3, width=24, train_size=None, seed=seed)
-    parts = sentiment.splits(config["dataset"], config["split_seed"], config["max_length"])
-    train_set = sentiment.training_subset(parts["train"], config["train_size"], config["split_seed"])
+    parts = sentiment.splits(config.dataset, config.split_seed, config.max_length)
+    train_set = sentiment.training_subset(parts["train"], config.train_size, config.split_seed)
     world = train.World(0, 1, torch.device("cpu"))
     order = train._train_batches(len(train_set), 100, seed, 0, world, torch.tensor([len(x) for x in train_set.ids]),
-                                 config["fit"]["pool"])[:batches]
+                                 config.fit.pool)[:batches]
     data = [sentiment.collate([train_set[i] for i in indices]) for indices, _ in order]
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -473,9 +473,9 @@ def training(args: argparse.Namespace) -> dict:
 def store(args: argparse.Namespace) -> dict:
     """What checking a stored run's content costs on reads: per run kind of the build's results store, its
     entries from today's code (``python -m mdlib store`` lists them) read back whole (``store._read``,
-    which hashes every file) and their content check alone (``store._check_content``), interleaved over
+    which hashes every file) and their content check alone (``runfiles.check_content``), interleaved over
     ``--repeats`` rounds (default 7); medians of the rounds' totals, in milliseconds."""
-    from mdlib.experiments import paths
+    from mdlib.experiments import paths, runfiles
     from mdlib.experiments import store as results
 
     found = [e for e in results.entries() if e.current]
@@ -494,7 +494,7 @@ def store(args: argparse.Namespace) -> dict:
 
         def check_all(of=of, meta=meta):
             for path in of:
-                results._check_content(path, meta[path])
+                runfiles.check_content(path, meta[path])
 
         rounds = interleaved_rounds({"read": read_all, "check": check_all}, args.repeats or 7, seed=0, warmup=1)
         read_ms, check_ms = (1e3 * statistics.median(rounds[name]) for name in ("read", "check"))

@@ -43,9 +43,11 @@ def gpu_seconds_per_tflop() -> float:
     """Seconds per 10^12 training FLOPs on one V100, from the paper: 29 hours for 2,000 epochs of its
     vision transformer on CIFAR-10 (50,000 images, batch 100; Appendix G.7), its evaluations not
     counted."""
-    config = {"data": {"dataset": "cifar10", "image_size": 48, "train_size": None, "validation": 0},
-              "model": {"patch": 4, "width": 512, "depth": 6, "mlp": 512},
-              "fit": {"epochs": paper.VIT_EPOCHS, "batch_size": 100, "eval_every": paper.VIT_EPOCHS}}
+    from mdlib.experiments import vision
+
+    config = vision.run_config("cifar10", optimizer="adam", lr=1e-4, seed=0, epochs=paper.VIT_EPOCHS, image_size=48,
+                               eval_every=paper.VIT_EPOCHS, model=dict(patch=4, width=512, depth=6, heads=8, mlp=512,
+                                                                       dropout=0.1, embedding_dropout=0.1))
     work = workload.vision_work(config)
     train_flops = 3 * work.forward_flops * work.batch_size * work.steps_per_epoch * work.epochs
     return paper.VIT_HOURS["cifar10"] * 3600 / (train_flops / 1e12)
@@ -82,8 +84,8 @@ class StepTimer:
         """(seconds of a step's fixed cost, seconds per example) of the config's model, cached per shape."""
         import json
 
-        shape = {"model": config["model"], **({"data": {k: config["data"][k] for k in ("dataset", "image_size")}}
-                                              if kind == "e7-vit" else {"tokens": config["max_length"]})}
+        shape = {"model": config.model.to_dict(), **({"data": [config.data.dataset, config.data.image_size]}
+                                                      if kind == "e7-vit" else {"tokens": config.max_length})}
         key = json.dumps([kind, shape], sort_keys=True, default=str)
         if key not in self._cache:
             small, large = (_time_steps(kind, config, n, self.device) for n in (self.small, self.large))
@@ -115,13 +117,13 @@ def _time_steps(kind: str, config: Mapping[str, Any], examples: int, device: str
 
     if kind == "e7-vit":
         model = vision.make_model(config)
-        channels, classes, _ = vision.DATASETS[config["data"]["dataset"]]
-        size = config["data"]["image_size"]
+        channels, classes, _ = vision.DATASETS[config.data.dataset]
+        size = config.data.image_size
         inputs, labels = torch.randn(examples, channels, size, size), torch.randint(0, classes, (examples,))
         loss = F.cross_entropy
     else:
         model = sentiment.initial_model(config)
-        ids = torch.randint(1000, 2000, (examples, config["max_length"]))
+        ids = torch.randint(1000, 2000, (examples, config.max_length))
         inputs, labels = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, torch.randint(0, 2, (examples,))
         loss = lambda logits, y: F.binary_cross_entropy_with_logits(logits, y.to(logits.dtype))  # noqa: E731
     model.to(device).train()
@@ -243,7 +245,7 @@ def _evaluates(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], 
     work = chapter.work
     grid = _read_grid(notebook, values)
     runs = [config for _, config in workload.grid_runs([grid.design()]).values()
-            if config["model"]["layers"] == values["depth"]]
+            if config.model.layers == values["depth"]]
     if not runs:
         return [Stage(notebook, work.what, 0, None, None, 0, 0, "evaluated examples", data, 0.0, 0.0,
                       f"no models of depth {values['depth']} in the grid of {', '.join(chapter.reads)}")]
@@ -255,12 +257,12 @@ def _vision(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], cos
     from mdlib.experiments import vision
 
     swept, at_paper = vision.chapter_grids(**values)
-    sweep = {key: run for key, run in workload.grid_runs([swept.design()]).items() if run[1]["data"]["validation"]}
+    sweep = {key: run for key, run in workload.grid_runs([swept.design()]).items() if run[1].data.validation}
     finals = {key: run for key, run in workload.grid_runs([swept.design(), at_paper.design()]).items()
               if key not in sweep}
     stages = [_runs_stage(notebook, "step-size sweep (validation images)", sweep, data, costs),
               _runs_stage(notebook, "final runs", finals, data, costs)]
-    tests = sum(workload.SPLITS[config["data"]["dataset"]][2] for _, config in finals.values())
+    tests = sum(workload.SPLITS[config.data.dataset][2] for _, config in finals.values())
     stages.append(_evaluation_stage(notebook, "pruning curves of the final runs", "e7-vit",
                                     next(iter(finals.values()))[1], tests * len(values["sparsities"]), data, costs))
     return stages

@@ -62,18 +62,18 @@ class Design:
     set. ``train_runs(configs, workers, progress, skip)``: the chapter's runs (``pool.run_many``).
     ``summarise_finals``: the entry keeps the summary rows of the final runs the sweep did not train.
     ``kind``: the store kind of the grid's entry and ``run_kind`` that of its runs, both declared by
-    the chapter's module; ``config``: the grid's config, as the store keeps it."""
+    the chapter's module; ``config``: the grid's typed config (the store keeps its ``to_dict()``)."""
 
     kind: str
     run_kind: str
-    config: Mapping[str, Any]
+    config: store.Config
     cells: Sequence[Cell]
     candidates: Callable[[Cell], Sequence[float]]
     seeds: Callable[[Cell], int]
     sweep_seeds: Callable[[Cell], Sequence[int]]
-    sweep_config: Callable[[Cell, float, int], Mapping[str, Any]]
-    final_config: Callable[[Cell, float, int], Mapping[str, Any]]
-    summary: Callable[[Cell, float, int, Mapping[str, Any], Mapping[str, Any] | None], dict[str, Any]]
+    sweep_config: Callable[[Cell, float, int], store.Config]
+    final_config: Callable[[Cell, float, int], store.Config]
+    summary: Callable[[Cell, float, int, store.Config, Mapping[str, Any] | None], dict[str, Any]]
     columns: tuple[str, ...]
     candidate: str
     choose: Callable[[pd.DataFrame], float]
@@ -101,11 +101,11 @@ class Outcome:
     chosen: dict[Cell, float]
     finals: pd.DataFrame | None
     diverged: list[tuple]
-    configs: dict[tuple, Mapping[str, Any]]
+    configs: dict[tuple, store.Config]
     results: dict[tuple, store.RunResult]
 
 
-def sweep_configs(design: Design) -> list[Mapping[str, Any]]:
+def sweep_configs(design: Design) -> list[store.Config]:
     """The run configs of a grid's sweep, in order (to train several grids' sweeps in one pool)."""
     return [design.sweep_config(*item) for item in design.sweep_items()]
 

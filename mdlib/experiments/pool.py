@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from mdlib.experiments import paths, train
 from mdlib.experiments.executors import EXECUTOR_ENV, open_executor, parse_executor
-from mdlib.experiments.store import Config, RunResult, as_dict, busy, config_key, entry_dir, load, load_or_run
+from mdlib.experiments.store import Config, RunResult, busy, config_key, entry_dir, load, load_or_run
 
 __all__ = ["Setup", "load_model_state", "model_state", "run", "run_many"]
 
@@ -53,24 +53,24 @@ class Setup:
     final_evaluations: Mapping[str, Dataset] = field(default_factory=dict)
 
 
-def run(kind: str, config: Config | Mapping[str, Any], build: Callable[[Mapping[str, Any]], Setup], *,
+def run(kind: str, config: Config, build: Callable[[Config], Setup], *,
         extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, progress: bool = True,
         device: str | torch.device | None = None, num_workers: int = 0, force: bool = False) -> RunResult:
     """The stored result of training run (``kind``, ``config``), training it first if it is not stored.
 
-    ``config`` holds every setting that changes the numbers; ``config["fit"]`` holds ``fit``'s keyword
-    arguments (epochs, batch_size, seed, loss, stop_train_accuracy, eval_every). On a miss,
+    ``config``, a typed run config, holds every setting that changes the numbers; its ``fit`` part (a
+    ``Config``) holds ``train.FitOptions``' fields (epochs, batch_size, seed, loss, ...). On a miss,
     ``build(config)`` makes the ``Setup``, ``train.fit`` trains it with checkpoints in
     ``<build>/checkpoints/<kind>/<key>/`` (so an interrupted run resumes), and the store keeps
     ``history`` (the DataFrame ``fit`` returns), the loss and accuracy of the trained model on each of
     the Setup's ``final_evaluations``, plus whatever ``extras(trained_model)`` returns (arrays,
     DataFrames or JSON values, e.g. ``model_state(model)``); the checkpoint is deleted once stored.
-    Under torchrun every process trains, rank 0 stores, and all return the stored result. A typed
-    ``Config`` is taken as its ``to_dict()``, which is what ``build`` receives.
+    Under torchrun every process trains, rank 0 stores, and all return the stored result.
     """
-    config = as_dict(config)
-    if not isinstance(config.get("fit"), Mapping):
-        raise ValueError("config['fit'] must be a dict of fit()'s settings (epochs, batch_size, seed, ...)")
+    if not isinstance(config, Config) or not isinstance(getattr(config, "fit", None), Config):
+        raise TypeError(f"config must be a typed run config (a store.Config) whose fit part holds fit()'s "
+                        f"settings (epochs, batch_size, seed, ...), got {type(config).__name__}")
+    options = train.FitOptions.of(config.fit)
     if not force and (hit := load(kind, config)) is not None:
         return hit
     world = train.process_world(device)
@@ -78,15 +78,15 @@ def run(kind: str, config: Config | Mapping[str, Any], build: Callable[[Mapping[
 
     def compute() -> dict[str, Any]:
         setup = build(config)
-        history = train.fit(setup.model, setup.optimizer, setup.train_set, setup.test_set, collate_fn=setup.collate_fn,
-                      lengths=setup.lengths, checkpoint=folder, progress=progress, device=world.device, num_workers=num_workers,
-                      **config["fit"])
+        history = train.fit(setup.model, setup.optimizer, setup.train_set, setup.test_set, options,
+                            collate_fn=setup.collate_fn, lengths=setup.lengths, checkpoint=folder, progress=progress,
+                            device=world.device, num_workers=num_workers)
         if world.rank != 0:
             return {}
         result = {"history": history}
         for name, dataset in setup.final_evaluations.items():
             result[f"{name}_loss"], result[f"{name}_accuracy"] = train.evaluate(
-                setup.model, dataset, batch_size=config["fit"]["batch_size"], loss=config["fit"].get("loss", "binary"),
+                setup.model, dataset, batch_size=options.batch_size, loss=options.loss,
                 collate_fn=setup.collate_fn, device=world.device)
         for name, value in (extras(setup.model) if extras is not None else {}).items():
             if name in result:
@@ -195,7 +195,7 @@ def _stop(pool) -> None:
         process.join(5)
 
 
-def _train_job(build_dir: str, kind: str, config: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Setup],
+def _train_job(build_dir: str, kind: str, config: Config, build: Callable[[Config], Setup],
                extras: Callable[[nn.Module], Mapping[str, Any]] | None, device: str | None) -> str:
     """``run(kind, config, build, extras=extras)`` in a worker process, which must store into the
     launcher's results store ``build_dir``; returns the run's key (the launcher reads the result)."""
@@ -205,7 +205,7 @@ def _train_job(build_dir: str, kind: str, config: Mapping[str, Any], build: Call
     return run(kind, config, build, extras=extras, progress=False, device=device).key
 
 
-def run_many(kind: str, configs: list[Config | Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup], *,
+def run_many(kind: str, configs: list[Config], build: Callable[[Config], Setup], *,
              extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, workers: int = 1,
              skip: tuple[type[BaseException], ...] = (), progress: bool = True,
              device: str | torch.device | None = None, executor=None) -> list[RunResult | None]:
@@ -230,7 +230,6 @@ def run_many(kind: str, configs: list[Config | Mapping[str, Any]], build: Callab
     out: each starts with the runs no other process trains at that moment."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    configs = [as_dict(config) for config in configs]
     missing = [config for config in configs if load(kind, config) is None]
     missing = list({config_key(kind, c): c for c in missing}.values())  # each distinct run once
     failed: dict[str, BaseException] = {}
@@ -272,7 +271,7 @@ def _pool_devices(workers: int, runs: int, device: str | torch.device | None) ->
     return devices if len(devices) > 1 else None
 
 
-def _run_free_first(kind: str, missing: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup],
+def _run_free_first(kind: str, missing: list[Config], build: Callable[[Config], Setup],
                     extras: Callable[[nn.Module], Mapping[str, Any]] | None, skip: tuple[type[BaseException], ...],
                     progress: bool, device: str | torch.device | None) -> dict[str, BaseException]:
     """Train the ``missing`` runs in this process, each time one that no other process trains now when
@@ -323,7 +322,7 @@ def _gather(jobs: Mapping[Any, str], skip: tuple[type[BaseException], ...], bar)
     return failed
 
 
-def _run_on(executor, kind: str, missing: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup],
+def _run_on(executor, kind: str, missing: list[Config], build: Callable[[Config], Setup],
             extras: Callable[[nn.Module], Mapping[str, Any]] | None, skip: tuple[type[BaseException], ...],
             progress: bool, device: str | None) -> dict[str, BaseException]:
     """Train and store the ``missing`` runs as jobs of ``executor`` (``run_many``'s part for an executor);
@@ -343,7 +342,7 @@ def _run_on(executor, kind: str, missing: list[Mapping[str, Any]], build: Callab
             raise
 
 
-def _run_in_processes(kind: str, missing: list[Mapping[str, Any]], build: Callable[[Mapping[str, Any]], Setup],
+def _run_in_processes(kind: str, missing: list[Config], build: Callable[[Config], Setup],
                       extras: Callable[[nn.Module], Mapping[str, Any]] | None, workers: int,
                       skip: tuple[type[BaseException], ...], progress: bool,
                       devices: list[str]) -> dict[str, BaseException]:

@@ -2,8 +2,8 @@
 Table 1 grid (a step-size ``sweep`` then the chosen steps at every seed) as one function of one grid
 config: ``grid(config)``; ``built_grid(profile)`` reads back the grid chapter 04 built.
 
-A run config (``SentimentRun``; ``run_config`` gives its ``to_dict()``, the dict the results store
-hashes) names everything that changes the numbers::
+A run config (``SentimentRun``, made by ``run_config``; the results store hashes its ``to_dict()``)
+names everything that changes the numbers::
 
     {"dataset": "rotten_tomatoes", "split_seed": 0, "max_length": 64, "train_size": 1000,
      "model": {"width": 48, "layers": 3, "heads": 3, "mlp": 192, "dropout": 0.2, "setup": "authors"},
@@ -162,19 +162,18 @@ def run_config(*, layers: int, optimizer: str, lr: float, p: float | None = None
            dataset: str = "rotten_tomatoes", max_length: int = 64, train_size: int | None = None,
            width: int = 48, mlp: int | None = None, dropout: float = 0.2, setup: str = "authors",
            epochs: int = 600, batch_size: int = 100, stop_train_accuracy: float = paper.STOP_TRAIN_ACCURACY,
-           split_seed: int = 0, pool: int = 16) -> dict[str, Any]:
-    """A run config (see the module docstring) as the store keeps it (``SentimentRun.to_dict()``);
-    heads = layers as in the paper, MLP 4 x width."""
+           split_seed: int = 0, pool: int = 16) -> SentimentRun:
+    """A run config (see the module docstring); heads = layers as in the paper, MLP 4 x width."""
     return SentimentRun(
         dataset, split_seed, max_length, train_size, TextModel(width, layers, layers, mlp or 4 * width, dropout, setup),
         Optimizer(optimizer, float(lr), None if p is None else float(p)),
-        TextFit(epochs, batch_size, seed, "binary", "sum", stop_train_accuracy, pool)).to_dict()
+        TextFit(epochs, batch_size, seed, "binary", "sum", stop_train_accuracy, pool))
 
 
-def initial_model(config: Mapping[str, Any]) -> EncoderClassifier:
+def initial_model(config: SentimentRun) -> EncoderClassifier:
     """The run's model as initialized (seeded by ``fit.seed``), before any training step."""
-    torch.manual_seed(config["fit"]["seed"])
-    return EncoderClassifier(max_length=config["max_length"], **config["model"])
+    torch.manual_seed(config.fit.seed)
+    return EncoderClassifier(max_length=config.max_length, **config.model.to_dict())
 
 
 def training_subset(dataset: TokenizedDataset, train_size: int | None, seed: int) -> TokenizedDataset:
@@ -186,14 +185,14 @@ def training_subset(dataset: TokenizedDataset, train_size: int | None, seed: int
     return dataset.subset(keep)
 
 
-def build(config: Mapping[str, Any]) -> pool.Setup:
+def build(config: SentimentRun) -> pool.Setup:
     """The Setup of a run: the seeded model, its optimizer, the training (sub)set, the test split
 (evaluated after every epoch) and the validation split (evaluated once, at the end)."""
-    parts = splits(config["dataset"], config["split_seed"], config["max_length"])
-    train_set = training_subset(parts["train"], config["train_size"], config["split_seed"])
+    parts = splits(config.dataset, config.split_seed, config.max_length)
+    train_set = training_subset(parts["train"], config.train_size, config.split_seed)
     model = initial_model(config)
-    spec = config["optimizer"]
-    optimizer = methods.make_optimizer(model.parameters(), spec["name"], spec["lr"], spec["p"])
+    spec = config.optimizer
+    optimizer = methods.make_optimizer(model.parameters(), spec.name, spec.lr, spec.p)
     lengths = [len(ids) for ids in train_set.ids]
     return pool.Setup(model, optimizer, train_set, by_length(parts["test"]), collate, lengths,
                       final_evaluations={"validation": by_length(parts["validation"])})
@@ -205,33 +204,32 @@ def by_length(dataset: TokenizedDataset) -> TokenizedDataset:
     return dataset.subset(sorted(range(len(dataset)), key=lambda i: len(dataset.ids[i])))
 
 
-def train_run(config: Mapping[str, Any], progress: bool = True) -> store.RunResult:
+def train_run(config: SentimentRun, progress: bool = True) -> store.RunResult:
     """The stored result of one run (history + final weights), training it when missing."""
     return pool.run(KIND, config, build, extras=pool.model_state, progress=progress)
 
 
-def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: bool = True,
+def train_runs(configs: list[SentimentRun], workers: int = 1, progress: bool = True,
                skip: tuple[type[BaseException], ...] = ()) -> list[store.RunResult | None]:
     """``train_run`` for each config, the missing ones ``workers`` at a time (None for a run that
     raised one of ``skip``)."""
     return pool.run_many(KIND, configs, build, extras=pool.model_state, workers=workers, skip=skip, progress=progress)
 
 
-def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> EncoderClassifier:
+def trained_model(config: SentimentRun, result: Mapping[str, Any]) -> EncoderClassifier:
     """The model of a stored run with its final weights, in eval mode."""
     return pool.load_model_state(initial_model(config), result).eval()
 
 
-def _history_table(configs: list[Mapping[str, Any]], results: list[Mapping[str, Any]]) -> pd.DataFrame:
+def _history_table(configs: list[SentimentRun], results: list[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per (run, epoch): layers, method, seed and ``fit``'s history columns (lr included)."""
     frames = []
     for c, r in zip(configs, results):
         h = r["history"].copy()
-        spec = c["optimizer"]
-        h.insert(0, "layers", c["model"]["layers"])
-        h.insert(1, "method", method_key(spec["name"], spec["p"]))
-        h.insert(2, "seed", c["fit"]["seed"])
-        h["lr"] = spec["lr"]
+        h.insert(0, "layers", c.model.layers)
+        h.insert(1, "method", method_key(c.optimizer.name, c.optimizer.p))
+        h.insert(2, "seed", c.fit.seed)
+        h["lr"] = c.optimizer.lr
         frames.append(h)
     return pd.concat(frames, ignore_index=True)
 
@@ -260,11 +258,11 @@ class Grid:
     ``configs``/``results``: the chosen runs', keyed (layers, method, seed).
     """
 
-    config: dict[str, Any]
+    config: SentimentGrid
     runs: pd.DataFrame
     history: pd.DataFrame
     chosen: dict[tuple[int, str], float]
-    configs: dict[tuple[int, str, int], dict[str, Any]]
+    configs: dict[tuple[int, str, int], SentimentRun]
     results: dict[tuple[int, str, int], store.RunResult]
 
     def models(self) -> dict[tuple[int, str, int], EncoderClassifier]:
@@ -272,17 +270,17 @@ class Grid:
         return {key: trained_model(c, self.results[key]) for key, c in self.configs.items()}
 
 
-def _summary(cell: tuple[int, str], multiple: float, seed: int, config: Mapping[str, Any],
+def _summary(cell: tuple[int, str], multiple: float, seed: int, config: SentimentRun,
              result: Mapping[str, Any] | None) -> dict[str, Any]:
     """A run's row of ``Grid.runs`` (result None: diverged)."""
     layers, key = cell
-    row = {"layers": layers, "method": key, "multiple": multiple, "lr": config["optimizer"]["lr"],
+    row = {"layers": layers, "method": key, "multiple": multiple, "lr": config.optimizer.lr,
            "seed": seed, "diverged": result is None}
     if result is None:
         return row | {"reached": False}
     h = result["history"]
     return row | {"epochs": int(h.epoch.max()), "train_accuracy": float(h.train_accuracy.iloc[-1]),
-                  "reached": bool(h.train_accuracy.iloc[-1] >= config["fit"]["stop_train_accuracy"]),
+                  "reached": bool(h.train_accuracy.iloc[-1] >= config.fit.stop_train_accuracy),
                   "best_test": float(h.test_accuracy.max()), "last_test": float(h.test_accuracy.iloc[-1]),
                   "validation": float(result["validation_accuracy"])}
 
@@ -351,7 +349,7 @@ class SentimentGrid(store.Config):
         """The number of seeds of method ``key``."""
         return int(self.seeds[key] if isinstance(self.seeds, Mapping) else self.seeds)
 
-    def run(self, cell: tuple[int, str], multiple: float, seed: int) -> dict[str, Any]:
+    def run(self, cell: tuple[int, str], multiple: float, seed: int) -> SentimentRun:
         """The run config of cell (layers, method) at ``multiple`` times the reference step, with ``seed``."""
         layers, key = cell
         name, p = method(key)
@@ -368,7 +366,7 @@ class SentimentGrid(store.Config):
             return range(seeds if len(self.multiples[cell[1]]) == 1 else min(SWEEP_SEEDS, seeds))
 
         return grid_engine.Design(
-            kind=GRID_KIND, run_kind=KIND, config=self.to_dict(),
+            kind=GRID_KIND, run_kind=KIND, config=self,
             cells=[(L, key) for L in self.layers for key in self.methods],
             candidates=lambda cell: self.multiples[cell[1]], seeds=lambda cell: self.seeds_of(cell[1]),
             sweep_seeds=sweep_seeds, sweep_config=self.run, final_config=self.run, summary=_summary,
@@ -408,7 +406,7 @@ def chapter_runs(grids: Mapping[str, "Grid"], analysed: str) -> pd.DataFrame:
     ``grid``, ``setup`` and ``analysed`` (the runs of the grid chapters 05 and 06 analyse)."""
     if analysed not in grids:
         raise ValueError(f"analysed={analysed!r} names no grid of this chapter: choose one of {sorted(grids)}")
-    frames = [g.runs.assign(grid=name, setup=g.config["setup"], analysed=name == analysed) for name, g in grids.items()]
+    frames = [g.runs.assign(grid=name, setup=g.config.setup, analysed=name == analysed) for name, g in grids.items()]
     runs = pd.concat(frames, ignore_index=True)
     lead = ["grid", "setup", "analysed"]
     return runs[lead + [c for c in runs.columns if c not in lead]]
@@ -448,7 +446,8 @@ def grid(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progres
     the finished grid under that name (``store.set_name``, see ``built_grid``). ``stored_only``: read
     the grid back, never train; a grid or run that is not stored raises LookupError ending with
     ``missing_hint``."""
-    design = SentimentGrid.of(config).design()
+    typed = SentimentGrid.of(config)
+    design = typed.design()
     built = grid_engine.build(design, workers=workers, progress=progress, name=name, stored_only=stored_only,
                               missing_hint=missing_hint, what="Table 1 grid")
     order = {cell: i for i, cell in enumerate(design.cells)}
@@ -456,7 +455,7 @@ def grid(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progres
     runs = (runs.assign(order=[order[cell] for cell in zip(runs.layers, runs.method)])
             .sort_values(["order", "seed", "multiple"], kind="stable").drop(columns="order").reset_index(drop=True))
     configs = list(built.configs.values())
-    return Grid(dict(design.config), runs, _history_table(configs, list(built.results.values())), built.chosen,
+    return Grid(typed, runs, _history_table(configs, list(built.results.values())), built.chosen,
                 built.configs, built.results)
 
 
@@ -560,10 +559,11 @@ def built_grid(profile: str, depth: int | None = None, variant: str | None = Non
     if record is None or record[0] != GRID_KIND:
         raise LookupError(f"chapter 04 has not built a Table 1 grid at profile {profile!r} in {paths.runs_dir()}. "
                           f"{hint}")
-    if depth is not None and depth not in record[1]["layers"]:
-        raise ValueError(f"depth={depth} is not one of the layers {record[1]['layers']} of the Table 1 grid "
+    config = SentimentGrid.from_dict(record[1])
+    if depth is not None and depth not in config.layers:
+        raise ValueError(f"depth={depth} is not one of the layers {config.layers} of the Table 1 grid "
                          f"chapter 04 built at profile {profile!r}")
-    return grid(record[1], stored_only=True, missing_hint=hint)
+    return grid(config, stored_only=True, missing_hint=hint)
 
 
 # --- the bag-of-words baseline ---------------------------------------------------------------------

@@ -22,7 +22,7 @@ p = 2, by another implementation).
     result.runs   # one row per run (method, p, lr, outcome, validation loss and accuracy, ...)
     result.best   # one row per method: the chosen lr next to matched_lr's prediction
 
-A run config (``StepRun``; the dict the store hashes) is that of ``mdlib.experiments.sentiment`` but
+A run config (``StepRun``; the store hashes its ``to_dict()``) is that of ``mdlib.experiments.sentiment`` but
 for the fit (no stop rule, the mean loss) and its evaluation (validation only)::
 
     {"dataset": "rotten_tomatoes", "split_seed": 0, "max_length": 64, "train_size": 4000,
@@ -161,22 +161,22 @@ class StepSizeGrid(store.Config):
     def candidates(self, key: str) -> list[float]:
         return list(self.adamw_multiples if key == "adamw" else self.multiples)
 
-    def run(self, key: str, lr: float, seed: int) -> dict[str, Any]:
+    def run(self, key: str, lr: float, seed: int) -> StepRun:
         """The run config of method ``key`` ("1.1", "adamw", "sgd") at step size ``lr`` with ``seed``."""
         name, p = methods.method(key)
         return StepRun(self.dataset, 0, self.max_length, self.train_size,
                        self.model,
                        Optimizer(name, float(lr), p),
-                       StepFit(self.epochs, self.batch_size, seed, "binary", "mean", 16)).to_dict()
+                       StepFit(self.epochs, self.batch_size, seed, "binary", "mean", 16))
 
     def design(self) -> grid_engine.Design:
         """The sweep as a ``grid.Design``: one cell per method, every candidate at every seed; the final
         runs are the sweep's at the chosen candidate (nothing more is trained)."""
-        def config(cell: tuple[str], multiple: float, seed: int) -> dict[str, Any]:
+        def config(cell: tuple[str], multiple: float, seed: int) -> StepRun:
             return self.run(cell[0], multiple * self.centre(cell[0]), seed)
 
         return grid_engine.Design(
-            kind=GRID_KIND, run_kind=KIND, config=self.to_dict(), cells=[(key,) for key in self.methods],
+            kind=GRID_KIND, run_kind=KIND, config=self, cells=[(key,) for key in self.methods],
             candidates=lambda cell: self.candidates(cell[0]), seeds=lambda cell: self.seeds,
             sweep_seeds=lambda cell: range(self.seeds), sweep_config=config, final_config=config,
             summary=self._summary, columns=("method",), candidate="multiple", choose=choose, train_runs=train_runs)
@@ -189,20 +189,21 @@ class StepSizeGrid(store.Config):
             return math.nan
         return lr if name == "sgd" else lr / matched_lr(1.0, p, self.scale)
 
-    def _summary(self, cell: tuple[str], multiple: float, seed: int, config: Mapping[str, Any],
+    def _summary(self, cell: tuple[str], multiple: float, seed: int, config: StepRun,
                  result: Mapping[str, Any] | None) -> dict[str, Any]:
         return summary_row(self, cell[0], multiple, seed, config, result)
 
     def work(self) -> tuple[int, int]:
         """(training runs, optimizer steps in all) of the sweep and its SGD reference runs (``work``)."""
-        return work(**self.to_dict())
+        return work(dataset=self.dataset, train_size=self.train_size, epochs=self.epochs, batch_size=self.batch_size,
+                    seeds=self.seeds, ps=self.ps, multiples=self.multiples, adamw_multiples=self.adamw_multiples)
 
 
-def summary_row(grid: StepSizeGrid, key: str, multiple: float, seed: int, config: Mapping[str, Any],
+def summary_row(grid: StepSizeGrid, key: str, multiple: float, seed: int, config: StepRun,
                 result: Mapping[str, Any] | None) -> dict[str, Any]:
     """A run's row of ``StepSizes.runs`` (result None: the run overflowed)."""
     name, p = methods.method(key)
-    lr = float(config["optimizer"]["lr"])
+    lr = float(config.optimizer.lr)
     row = {"method": key, "optimizer": name, "p": math.nan if p is None else p, "multiple": float(multiple),
            "lr": lr, "sgd_equivalent_lr": grid.sgd_equivalent(key, lr), "seed": seed}
     if result is None:
@@ -271,20 +272,20 @@ def chapter_config(*, dataset: str, max_length: int, train_size: int, width: int
 # runs
 
 
-def initial_model(config: Mapping[str, Any]) -> EncoderClassifier:
+def initial_model(config: StepRun) -> EncoderClassifier:
     """The run's model as initialized (seeded by ``fit.seed``), before any training step."""
-    torch.manual_seed(config["fit"]["seed"])
-    return EncoderClassifier(max_length=config["max_length"], **config["model"])
+    torch.manual_seed(config.fit.seed)
+    return EncoderClassifier(max_length=config.max_length, **config.model.to_dict())
 
 
-def build(config: Mapping[str, Any]) -> pool.Setup:
+def build(config: StepRun) -> pool.Setup:
     """The Setup of a run: the seeded model and its optimizer, the training subset (batched by length),
     no per-epoch evaluation, and the validation split evaluated once, at the end."""
-    parts = sentiment.splits(config["dataset"], config["split_seed"], config["max_length"])
-    train_set = sentiment.training_subset(parts["train"], config["train_size"], config["split_seed"])
+    parts = sentiment.splits(config.dataset, config.split_seed, config.max_length)
+    train_set = sentiment.training_subset(parts["train"], config.train_size, config.split_seed)
     model = initial_model(config)
-    spec = config["optimizer"]
-    optimizer = methods.make_optimizer(model.parameters(), spec["name"], spec["lr"], spec["p"])
+    spec = config.optimizer
+    optimizer = methods.make_optimizer(model.parameters(), spec.name, spec.lr, spec.p)
     return pool.Setup(model, optimizer, train_set, None, sentiment.collate, [len(ids) for ids in train_set.ids],
                       final_evaluations={"validation": sentiment.by_length(parts["validation"])})
 
@@ -294,14 +295,14 @@ def kept_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
     return {name: value for name, value in pool.model_state(model, _STATE).items() if name != _STATE + _TOKEN}
 
 
-def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: bool = True,
+def train_runs(configs: list[StepRun], workers: int = 1, progress: bool = True,
                skip: tuple[type[BaseException], ...] = ()) -> list[store.RunResult | None]:
     """The stored result of each run config, the missing ones trained ``workers`` at a time (None for a
     run that raised one of ``skip``)."""
     return pool.run_many(KIND, configs, build, extras=kept_state, workers=workers, skip=skip, progress=progress)
 
 
-def movement(config: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, float]:
+def movement(config: StepRun, result: Mapping[str, Any]) -> dict[str, float]:
     """||W - W(0)|| / ||W(0)|| per group of ``MOVEMENT_GROUPS`` (``analysis.relative_movement``) of a stored
     run against its own initialization."""
     start = initial_model(config)
@@ -331,7 +332,7 @@ class StepSizes:
     runs: pd.DataFrame
     chosen: dict[str, float]
     best: pd.DataFrame
-    configs: dict[tuple[str, int], Mapping[str, Any]] = field(default_factory=dict)
+    configs: dict[tuple[str, int], StepRun] = field(default_factory=dict)
     results: dict[tuple[str, int], store.RunResult] = field(default_factory=dict)
 
     def movement(self) -> pd.DataFrame:

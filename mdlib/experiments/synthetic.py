@@ -232,10 +232,10 @@ def _stored(kind: str, config_type: type[store.Config], compute: Callable[..., d
             config: store.Config | Mapping[str, Any], progress: bool, cache: bool) -> Mapping[str, Any]:
     """``compute(**config)`` through the results store (``cache=False``: computed, not stored); a
     mapping is taken as ``config_type`` (exactly its fields)."""
-    plain = config_type.of(config).to_dict()
+    typed = config_type.of(config)
     if not cache:
-        return compute(**plain, progress=progress)
-    return store.load_or_run(kind, plain, lambda: compute(**plain, progress=progress))
+        return compute(**typed.to_dict(), progress=progress)
+    return store.load_or_run(kind, typed, lambda: compute(**typed.to_dict(), progress=progress))
 
 
 E1_KIND = store.kind("e1-fixed-decoder", __name__)

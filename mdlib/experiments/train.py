@@ -1,7 +1,11 @@
 """The training loop of the real-data chapters (sentiment encoder E4-E6, ViT E7).
 
-    history = fit(model, optimizer, train_set, test_set, epochs=20, batch_size=100, seed=0,
-                  loss="binary", stop_train_accuracy=0.995, checkpoint="ckpt/")
+    options = FitOptions(epochs=20, batch_size=100, seed=0, loss="binary", stop_train_accuracy=0.995)
+    history = fit(model, optimizer, train_set, test_set, options, checkpoint="ckpt/")
+
+``FitOptions`` holds the settings that change the numbers, grouped as a run config's ``fit`` part
+groups them (``FitOptions.of(config.fit)``); ``fit``'s keywords are the data's helpers (``collate_fn``,
+``lengths``) and where and how it runs (checkpoint, device, workers, progress).
 
 (``mdlib.experiments.pool.run`` trains a run config this way unless the results store holds it.)
 
@@ -24,7 +28,7 @@ and restored from the checkpoint on resume. Model initialization is the caller's
 Checkpoints: with ``checkpoint=<folder>``, ``<folder>/checkpoint.pt`` is replaced atomically after
 every epoch (model, optimizer, history, RNG states); ``fit`` resumes from it when it exists, and a
 resumed run gives bit-for-bit the numbers of an uninterrupted one (same device). A checkpoint written
-with other settings (fit's arguments, the optimizer's class and hyperparameters, the model's class and
+with other settings (fit's options, the optimizer's class and hyperparameters, the model's class and
 parameter shapes, the data sizes) is refused, naming what differs; an unreadable one is moved aside to
 ``checkpoint.pt.corrupt`` with a warning and the run starts over.
 
@@ -43,7 +47,7 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -59,7 +63,7 @@ from tqdm.auto import tqdm
 from mdlib import first_line
 from mdlib.experiments import paths
 
-__all__ = ["COLUMNS", "PRECISIONS", "World", "batching", "evaluate", "fit", "process_world"]
+__all__ = ["COLUMNS", "PRECISIONS", "FitOptions", "World", "batching", "evaluate", "fit", "process_world"]
 
 #: The columns of the history ``fit`` returns, one row per epoch (test columns NaN when not evaluated).
 COLUMNS = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds", "lr"]
@@ -71,6 +75,36 @@ PRECISIONS = ("fp32", "bf16")
 _ORDER, _RNG, _WORKERS = 0, 1, 2  # purposes of the seeds derived from ``seed``
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """The settings of ``fit`` that change the numbers."""
+
+    epochs: int  #: the most epochs to train (counting epochs restored from the checkpoint)
+    batch_size: int  #: the global batch size (split evenly over torchrun processes); an epoch's last may be smaller
+    seed: int  #: seeds the data order of every epoch and the dropout/augmentation RNGs
+    loss: str = "binary"  #: "binary" (one logit per example, BCE) or "multiclass" ((B, C) logits, cross-entropy)
+    #: the step's loss is the batch's "mean" (torch's default) or its "sum" (the authors' sentiment code:
+    #: ``BCELoss(reduction="sum")``, so their step sizes assume it)
+    reduction: str = "mean"
+    stop_train_accuracy: float | None = None  #: stop after the first epoch whose training accuracy reaches it
+    eval_every: int = 1  #: evaluate on the test set every this many epochs (and always after the last epoch)
+    #: with ``fit``'s ``lengths``, the batches per length-sorted pool: smaller pools pad more, larger ones
+    #: keep the same examples together across epochs
+    pool: int = 16
+    #: "fp32", or "bf16": the forward pass and the loss under bfloat16 autocast (the module docstring); a
+    #: bf16 checkpoint resumes only a bf16 run
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        _check_fit_options(self)
+        _check_precision(self.precision)
+
+    @classmethod
+    def of(cls, part: Any) -> "FitOptions":
+        """The options of a run config's ``fit`` part (a dataclass whose fields are some of these)."""
+        return cls(**{f.name: getattr(part, f.name) for f in fields(part)})
 
 
 def _derived_seed(seed: int, *tags: int) -> int:
@@ -340,47 +374,33 @@ def _evaluate(model: nn.Module, dataset: Dataset, batch_size: int, loss: str, co
 # the loop
 
 
-def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, test_set: Dataset | None, *,
-        epochs: int, batch_size: int, seed: int, loss: str = "binary", collate_fn: Callable | None = None,
-        reduction: str = "mean", stop_train_accuracy: float | None = None,
-        checkpoint: str | os.PathLike | None = None,
-        eval_every: int = 1, num_workers: int = 0, progress: bool = True,
-        device: str | torch.device | None = None, lengths: Tensor | np.ndarray | Sequence[int] | None = None,
-        pool: int = 16, precision: str = "fp32") -> pd.DataFrame:
-    """Train ``model`` with ``optimizer`` for up to ``epochs`` epochs; the history, one row per epoch.
+def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, test_set: Dataset | None,
+        options: FitOptions, *, collate_fn: Callable | None = None,
+        lengths: Tensor | np.ndarray | Sequence[int] | None = None, checkpoint: str | os.PathLike | None = None,
+        num_workers: int = 0, progress: bool = True, device: str | torch.device | None = None) -> pd.DataFrame:
+    """Train ``model`` with ``optimizer`` for up to ``options.epochs`` epochs; the history, one row per epoch.
 
     Args:
         model, optimizer: built by the caller (the optimizer over ``model``'s parameters); the model is
             moved to ``device`` (default: cuda when available, else cpu) and trained in place.
         train_set, test_set: map-style datasets of (inputs, label); ``test_set`` may be None.
-        epochs: the most epochs to train (counting epochs restored from the checkpoint).
-        batch_size: the global batch size (split evenly over torchrun processes); the last batch of an
-            epoch may be smaller.
-        seed: seeds the data order of every epoch and the dropout/augmentation RNGs.
-        loss: "binary" (one logit per example, BCE) or "multiclass" ((B, C) logits, cross-entropy).
-        reduction: the step's loss is the batch's "mean" (torch's default) or its "sum" (the authors'
-            sentiment code: ``BCELoss(reduction="sum")``, so their step sizes assume it).
+        options: the settings that change the numbers (``FitOptions``).
         collate_fn: builds a batch from a list of (inputs, label) (e.g. to pad token ids); default
             torch's default_collate.
-        stop_train_accuracy: stop after the first epoch whose training accuracy reaches it (paper: 0.995).
-        checkpoint: a folder: checkpoint after every epoch and resume from it when it holds one.
-        eval_every: evaluate on ``test_set`` every this many epochs (and always after the last epoch).
-        num_workers: DataLoader worker processes.
-        progress: show a progress bar (tqdm.auto; hidden outside terminals and notebooks).
         lengths: the training examples' sequence lengths: batch examples of similar length together
             (less padding; see ``_train_batches``), still a seeded random order of batches.
-        pool: with ``lengths``, the batches per length-sorted pool: smaller pools pad more, larger
-            ones keep the same examples together across epochs.
-        precision: "fp32", or "bf16": the forward pass and the loss under bfloat16 autocast (the module
-            docstring); a bf16 checkpoint resumes only a bf16 run.
+        checkpoint: a folder: checkpoint after every epoch and resume from it when it holds one.
+        num_workers: DataLoader worker processes.
+        progress: show a progress bar (tqdm.auto; hidden outside terminals and notebooks).
+        device: where to train (default: cuda when available, else cpu).
 
     Returns:
         DataFrame with ``COLUMNS``: epoch (1-based), train_loss and train_accuracy (over the epoch's
         batches, in training mode), test_loss and test_accuracy (NaN in epochs without evaluation),
         seconds (the epoch's wall time, evaluation included), lr (the first param group's, at the end).
     """
-    _check_fit_arguments(loss, reduction, epochs, batch_size, eval_every, pool, seed, stop_train_accuracy)
-    _check_precision(precision)
+    epochs, batch_size, seed, loss = options.epochs, options.batch_size, options.seed, options.loss
+    reduction, pool, precision = options.reduction, options.pool, options.precision
     world = process_world(device)
     n = len(train_set)
     batches_per_epoch, lengths = _epoch_layout(n, batch_size, world, lengths)
@@ -412,8 +432,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
             count = sum(global_count for _, global_count in parts)
             row = {"epoch": epoch + 1, "train_loss": train_loss / count, "train_accuracy": train_correct / count,
                    "test_loss": math.nan, "test_accuracy": math.nan}
-            stopped = stop_train_accuracy is not None and row["train_accuracy"] >= stop_train_accuracy
-            if test_set is not None and ((epoch + 1) % eval_every == 0 or epoch + 1 == epochs or stopped):
+            stop = options.stop_train_accuracy
+            stopped = stop is not None and row["train_accuracy"] >= stop
+            if test_set is not None and ((epoch + 1) % options.eval_every == 0 or epoch + 1 == epochs or stopped):
                 row["test_loss"], row["test_accuracy"] = _evaluate(model, test_set, batch_size, loss, collate_fn,
                                                                    num_workers, world, precision)
             row["seconds"] = time.perf_counter() - start
@@ -428,20 +449,21 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
     return pd.DataFrame(history, columns=COLUMNS)
 
 
-def _check_fit_arguments(loss: str, reduction: str, epochs: int, batch_size: int, eval_every: int, pool: int,
-                         seed: int, stop_train_accuracy: float | None) -> None:
-    """Raise ValueError for a ``fit`` argument out of its domain, naming it and what it must be."""
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    for name, value in (("epochs", epochs), ("batch_size", batch_size), ("eval_every", eval_every), ("pool", pool)):
+def _check_fit_options(options: FitOptions) -> None:
+    """Raise ValueError for a ``FitOptions`` field out of its domain, naming it and what it must be."""
+    if options.loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {options.loss!r}")
+    if options.reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {options.reduction!r}")
+    for name in ("epochs", "batch_size", "eval_every", "pool"):
+        value = getattr(options, name)
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    if stop_train_accuracy is not None and not 0 < stop_train_accuracy <= 1:
-        raise ValueError(f"stop_train_accuracy must be in (0, 1] or None, got {stop_train_accuracy!r}")
+    if not isinstance(options.seed, int) or options.seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {options.seed!r}")
+    stop = options.stop_train_accuracy
+    if stop is not None and not 0 < stop <= 1:
+        raise ValueError(f"stop_train_accuracy must be in (0, 1] or None, got {stop!r}")
 
 
 def _check_precision(precision: str) -> None:

@@ -3,7 +3,8 @@
 final runs as one function of one grid config; ``pruning`` of a trained model.
 
     config = vision.run_config("fashion_mnist", optimizer="md", lr=5e-2, p=1.1, seed=0, epochs=10,
-                               model=dict(patch=7, width=64, depth=4, heads=4, mlp=64), train_size=10000)
+                               model=dict(patch=7, width=64, depth=4, heads=4, mlp=64, dropout=0.1,
+                                          embedding_dropout=0.1), train_size=10000)
     result, = vision.train_runs([config])
     model = vision.trained_model(config, result)
 
@@ -12,20 +13,20 @@ Data: ``fashion_mnist`` (offline, 28 px grey) or ``cifar10`` / ``cifar100`` (tor
 With ``validation > 0`` that many training images (seeded, stratified) are held out and the run is
 evaluated on them, never on the test set: a run of the step-size sweep. ``train_size`` trains on a
 seeded, stratified subset of the remaining training images. Both draws use the data seed
-(``config["data"]["seed"]``), so every optimizer and training seed sees the same images; the training
-seed (``config["fit"]["seed"]``) also seeds the model's initialization.
+(``config.data.seed``), so every optimizer and training seed sees the same images; the training
+seed (``config.fit.seed``) also seeds the model's initialization.
 
-Precision: ``precision="bf16"`` trains under bfloat16 autocast (``train.fit``'s ``precision``); the
-paper's float32 is the default, and a config at it holds no ``precision`` key, so the configs (and
-store keys) of float32 runs are those they had before the option existed.
+Precision: ``precision="bf16"`` trains under bfloat16 autocast (``train.FitOptions.precision``); the
+paper's float32 is the default, and a config's ``to_dict()`` at it holds no ``precision`` key
+(``store.Config.OMIT_AT_DEFAULT``), so the store keys of float32 runs are those they had before the
+option existed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Container, Mapping
 
 import numpy as np
@@ -39,7 +40,7 @@ from mdlib.models import VISION_SETUPS, VisionTransformer, check_setup
 from mdlib.experiments.methods import method, method_key
 
 __all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "ImageFit", "KIND", "PAPER_STEP_SIZES", "PRUNING_KIND",
-           "VisionGrid", "VisionRun", "build", "change_table", "chapter_grids", "choose", "dataset_shape", "grid", "image_sets",
+           "VisionGrid", "VisionModel", "VisionPruning", "VisionRun", "build", "change_table", "chapter_grids", "choose", "dataset_shape", "grid", "image_sets",
            "make_model", "pruning", "run_config", "run_scores", "split_indices", "summary_table", "summary_texts", "summary_view", "by_dataset",
            "sweep", "train_runs", "trained_model", "pruning_table"]
 
@@ -71,13 +72,6 @@ class ImageData(store.Config):
         dataset_shape(self.dataset)
 
 
-def _without_default_precision(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` without its "precision" when that is the default "fp32" (the module docstring)."""
-    if config.get("precision") == "fp32":
-        del config["precision"]
-    return config
-
-
 def _check_precision(precision: str) -> None:
     if precision not in train.PRECISIONS:
         raise ValueError(f"precision must be one of {train.PRECISIONS} (\"fp32\": the paper's float32; \"bf16\": "
@@ -89,6 +83,8 @@ class ImageFit(store.Config):
     """The fit part of a vision run config: ``train.fit``'s settings; ``precision`` is left out of
     ``to_dict()`` at its default "fp32"."""
 
+    OMIT_AT_DEFAULT = ("precision",)
+
     epochs: int
     batch_size: int
     seed: int
@@ -99,38 +95,45 @@ class ImageFit(store.Config):
     def __post_init__(self) -> None:
         _check_precision(self.precision)
 
-    def to_dict(self) -> dict[str, Any]:
-        return _without_default_precision(asdict(self))
+
+@dataclass(frozen=True)
+class VisionModel(store.Config):
+    """The model part of a vision run config: ``VisionTransformer``'s arguments but the image's size,
+    channels and classes (the data's)."""
+
+    patch: int
+    width: int
+    depth: int
+    heads: int
+    mlp: int
+    dropout: float
+    embedding_dropout: float
+    setup: str
+
+    def __post_init__(self) -> None:
+        check_setup(self.setup, VISION_SETUPS)
 
 
 @dataclass(frozen=True)
 class VisionRun(store.Config):
-    """A vision run config; ``model``: ``VisionTransformer``'s arguments, ``setup`` included.
-    ``to_dict()`` is what the store keeps."""
+    """A vision run config; ``to_dict()`` is what the store keeps."""
 
     data: ImageData
-    model: Mapping[str, Any]
+    model: VisionModel
     optimizer: Optimizer
     fit: ImageFit
-
-    def __post_init__(self) -> None:
-        check_setup(self.model["setup"], VISION_SETUPS)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"fit": self.fit.to_dict()}
 
 
 def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = None, seed: int, epochs: int,
                model: Mapping[str, Any], image_size: int | None = None, train_size: int | None = None,
                validation: int = 0, data_seed: int = 0, batch_size: int = 100, eval_every: int = 1,
-               root: str | None = None, setup: str = "authors", precision: str = "fp32") -> dict[str, Any]:
-    """The config of one E7 run (every setting that changes its numbers), for ``pool.run``, as the
-    store keeps it (``VisionRun.to_dict()``). ``setup``: the model's initialization
-    (``VisionTransformer``): the authors' or "modern". ``precision``: "fp32" or "bf16" (autocast)."""
+               root: str | None = None, setup: str = "authors", precision: str = "fp32") -> VisionRun:
+    """The config of one E7 run (every setting that changes its numbers), for ``pool.run``. ``model``:
+    ``VisionModel``'s fields but ``setup``, the model's initialization (``VisionTransformer``): the
+    authors' or "modern". ``precision``: "fp32" or "bf16" (autocast)."""
     data_part = ImageData(dataset, image_size or dataset_shape(dataset)[2], train_size, validation, data_seed, root)
-    return VisionRun(data_part,
-                     dict(model) | {"setup": setup}, Optimizer(optimizer, lr, p),
-                     ImageFit(epochs, batch_size, seed, "multiclass", eval_every, precision)).to_dict()
+    return VisionRun(data_part, VisionModel(**model, setup=setup), Optimizer(optimizer, lr, p),
+                     ImageFit(epochs, batch_size, seed, "multiclass", eval_every, precision))
 
 
 def split_indices(labels: np.ndarray, train_size: int | None, validation: int,
@@ -149,46 +152,44 @@ def split_indices(labels: np.ndarray, train_size: int | None, validation: int,
     return rest, parts["validation"]
 
 
-def image_sets(data_config: Mapping[str, Any], download: bool = False) -> tuple[data.ImageDataset, data.ImageDataset]:
+def image_sets(data_config: ImageData, download: bool = False) -> tuple[data.ImageDataset, data.ImageDataset]:
     """(training set, evaluation set) of a config's ``data``: the evaluation set is the held-out
     validation images when ``validation > 0``, else the test set. ``download`` lets torchvision fetch
     CIFAR first (internet)."""
-    name, size = data_config["dataset"], data_config["image_size"]
+    name, size = data_config.dataset, data_config.image_size
     train_transform = data.ImageTransform(name, train=True, image_size=size)
     eval_transform = data.ImageTransform(name, train=False, image_size=size)
     if name == "fashion_mnist":
         load = data.fashion_mnist
     else:
-        root = data_config["root"] or fetch.data_dir() / "cifar"
+        root = data_config.root or fetch.data_dir() / "cifar"
         load = lambda split: data.cifar(name, split, root, download=download)  # noqa: E731
     full = load("train")
-    keep, held_out = split_indices(full.labels, data_config["train_size"], data_config["validation"],
-                                   data_config["seed"])
+    keep, held_out = split_indices(full.labels, data_config.train_size, data_config.validation, data_config.seed)
     train_set = data.ImageDataset(full.images[keep], full.labels[keep], train_transform)
-    if data_config["validation"]:
+    if data_config.validation:
         return train_set, data.ImageDataset(full.images[held_out], full.labels[held_out], eval_transform)
     test = load("test")
     return train_set, data.ImageDataset(test.images, test.labels, eval_transform)
 
 
-def make_model(config: Mapping[str, Any]) -> VisionTransformer:
+def make_model(config: VisionRun) -> VisionTransformer:
     """The config's vision transformer, initialized from the training seed."""
-    channels, classes, _ = DATASETS[config["data"]["dataset"]]
-    torch.manual_seed(config["fit"]["seed"])
-    return VisionTransformer(image_size=config["data"]["image_size"], channels=channels, classes=classes,
-                             **config["model"])
+    channels, classes, _ = DATASETS[config.data.dataset]
+    torch.manual_seed(config.fit.seed)
+    return VisionTransformer(image_size=config.data.image_size, channels=channels, classes=classes,
+                             **config.model.to_dict())
 
 
-def build(config: Mapping[str, Any]) -> pool.Setup:
+def build(config: VisionRun) -> pool.Setup:
     """``pool.run``'s builder: data, seeded model and optimizer of an E7 config."""
-    train_set, eval_set = image_sets(config["data"])
+    train_set, eval_set = image_sets(config.data)
     model = make_model(config)
-    opt = config["optimizer"]
-    return pool.Setup(model, methods.make_optimizer(model.parameters(), opt["name"], opt["lr"], opt["p"]),
-                      train_set, eval_set)
+    opt = config.optimizer
+    return pool.Setup(model, methods.make_optimizer(model.parameters(), opt.name, opt.lr, opt.p), train_set, eval_set)
 
 
-def trained_model(config: Mapping[str, Any], result: Mapping[str, Any]) -> VisionTransformer:
+def trained_model(config: VisionRun, result: Mapping[str, Any]) -> VisionTransformer:
     """The model of a finished run, its weights loaded from the result (stored by ``pool.model_state``),
     in evaluation mode."""
     return pool.load_model_state(make_model(config), result).eval()
@@ -214,6 +215,7 @@ class VisionGrid(store.Config):
     converts with ``VisionGrid.of``."""
 
     WHAT = "a vision grid config"
+    OMIT_AT_DEFAULT = ("precision",)
 
     datasets: list[str]
     image_size: int
@@ -233,13 +235,6 @@ class VisionGrid(store.Config):
     sweep_window: int
     precision: str = "fp32"
 
-    @classmethod
-    def from_dict(cls, config: Mapping[str, Any]) -> "VisionGrid":
-        return super().from_dict({"precision": "fp32", **config})
-
-    def to_dict(self) -> dict[str, Any]:
-        return _without_default_precision(asdict(self))
-
     def __post_init__(self) -> None:
         _check_precision(self.precision)
         for key in self.methods:
@@ -251,7 +246,7 @@ class VisionGrid(store.Config):
         for dataset in self.datasets:
             dataset_shape(dataset)
 
-    def run(self, cell: tuple[str, str], lr: float, seed: int, sweep: bool = False) -> dict[str, Any]:
+    def run(self, cell: tuple[str, str], lr: float, seed: int, sweep: bool = False) -> VisionRun:
         """A final run of cell (dataset, method), or (``sweep``) a run of its validation sweep."""
         dataset, key = cell
         name, p = method(key)
@@ -262,7 +257,7 @@ class VisionGrid(store.Config):
                           eval_every=1 if sweep else self.eval_every, root=self.root or None,
                           precision=self.precision)
 
-    def _summary(self, cell: tuple[str, str], lr: float, seed: int, config: Mapping[str, Any],
+    def _summary(self, cell: tuple[str, str], lr: float, seed: int, config: VisionRun,
                  result: Mapping[str, Any] | None) -> dict[str, Any]:
         """A sweep run's row: its mean validation accuracy over the last ``sweep_window`` evaluations."""
         dataset, key = cell
@@ -276,7 +271,7 @@ class VisionGrid(store.Config):
         than one, on held-out validation images, reduced to their mean per candidate and chosen by
         ``choose``; diverged final runs are recorded."""
         return grid_engine.Design(
-            kind=GRID_KIND, run_kind=KIND, config=self.to_dict(),
+            kind=GRID_KIND, run_kind=KIND, config=self,
             cells=[(d, key) for d in self.datasets for key in self.methods],
             candidates=lambda cell: self.step_sizes[cell[1]], seeds=lambda cell: self.seeds,
             sweep_seeds=lambda cell: range(self.sweep_seeds if len(self.step_sizes[cell[1]]) > 1 else 0),
@@ -313,7 +308,7 @@ def _mean_over_seeds(rows: pd.DataFrame) -> pd.DataFrame:
         p=("p", "first"), paper=("paper", "first"), validation_accuracy=("validation_accuracy", "mean"))
 
 
-def train_runs(configs: list[Mapping[str, Any]], workers: int = 1, progress: bool = True,
+def train_runs(configs: list[VisionRun], workers: int = 1, progress: bool = True,
                skip: tuple[type[BaseException], ...] = ()) -> list[store.RunResult | None]:
     """The stored result of each run config (history + final weights), the missing ones trained
     ``workers`` at a time (None for a run that raised one of ``skip``)."""
@@ -349,10 +344,10 @@ class Grid:
     seed); ``diverged``: the (dataset, method, seed) of final runs mirror descent refused (non-finite
     gradients); ``history``: one row per (final run, epoch)."""
 
-    config: dict[str, Any]
+    config: VisionGrid
     sweep: pd.DataFrame
     chosen: dict[tuple[str, str], float]
-    configs: dict[tuple[str, str, int], dict[str, Any]]
+    configs: dict[tuple[str, str, int], VisionRun]
     results: dict[tuple[str, str, int], store.RunResult]
     diverged: list[tuple[str, str, int]]
     history: pd.DataFrame
@@ -369,16 +364,16 @@ def grid(config: VisionGrid | Mapping[str, Any], *, workers: int = 1, progress: 
     ``eval_every`` epochs.
 
     ``config``: a ``VisionGrid``, or a mapping with exactly its fields. The store keeps the grid under
-    its ``to_dict()`` (kind ``GRID_KIND``) and each run under its run config (kind ``KIND``). CIFAR is
+    its ``to_dict()`` (kind ``GRID_KIND``) and each run under its run config's (kind ``KIND``). CIFAR is
     downloaded first where missing (torchvision; internet)."""
     typed = VisionGrid.of(config)
     for dataset in typed.datasets:  # before the training processes start
         if dataset != "fashion_mnist":
-            image_sets(typed.run((dataset, typed.methods[0]), 1.0, 0)["data"], download=True)
+            image_sets(typed.run((dataset, typed.methods[0]), 1.0, 0).data, download=True)
     built = grid_engine.build(typed.design(), workers=workers, progress=progress, what="vision grid")
     history = pd.concat([built.results[key]["history"].assign(dataset=key[0], method=key[1], seed=key[2])
                          for key in built.configs], ignore_index=True)
-    return Grid(typed.to_dict(), built.sweep, built.chosen, built.configs, built.results, built.diverged, history)
+    return Grid(typed, built.sweep, built.chosen, built.configs, built.results, built.diverged, history)
 
 
 def change_table(grids: Mapping[str, Grid], methods: Container[str] = ("adam", "1.1"),
@@ -399,34 +394,45 @@ def change_table(grids: Mapping[str, Grid], methods: Container[str] = ("adam", "
             measures = sparsity.change_table({(key, seed): trained_model(config, g.results[d, key, seed])},
                                              {seed: make_model(config)}).iloc[0].to_dict()
             share = analysis.late_share(g.results[d, key, seed]["history"].train_loss)
-            rows.append({"steps": name, "dataset": d, "lr": config["optimizer"]["lr"], **measures,
+            rows.append({"steps": name, "dataset": d, "lr": config.optimizer.lr, **measures,
                          "loss_share": share, "levelled": bool(share <= flat_share)})
     return pd.DataFrame(rows)
 
 
 @functools.lru_cache(maxsize=4)
-def _test_tensors(data_json: str) -> torch.utils.data.TensorDataset:
-    """The evaluation images of a run's data config (JSON), transformed once."""
-    _, test_set = image_sets(json.loads(data_json))
+def _test_tensors(data_config: ImageData) -> torch.utils.data.TensorDataset:
+    """The evaluation images of a run's data config, transformed once."""
+    _, test_set = image_sets(data_config)
     images, labels = zip(*(test_set[i] for i in range(len(test_set))))
     return torch.utils.data.TensorDataset(torch.stack(images), torch.tensor(labels))
 
 
-def pruning(config: Mapping[str, Any]) -> store.RunResult:
+@dataclass(frozen=True)
+class VisionPruning(store.Config):
+    """A pruning config (``pruning``): a final run (stored) and the fractions of its prunable weights
+    set to zero."""
+
+    WHAT = "a pruning config"
+
+    run: VisionRun
+    sparsities: list[float]
+
+
+def pruning(config: VisionPruning | Mapping[str, Any]) -> store.RunResult:
     """Test accuracy of a final run's model after global magnitude pruning without retraining
-    (``analysis.pruning_curve``), stored: ``config`` = {"run": a run config of ``KIND`` (stored),
-    "sparsities": [fractions of the prunable weights set to zero]}; the result's "accuracy" has one
-    value per sparsity."""
-    run = config["run"]
+    (``analysis.pruning_curve``), stored: ``config``, a ``VisionPruning`` or a mapping with exactly its
+    fields; the result's "accuracy" has one value per sparsity."""
+    config = VisionPruning.of(config)
+    run = config.run
     result = store.load(KIND, run)
     if result is None:
         raise LookupError("the run to prune is not in the results store: train it first (``grid``)")
 
     def compute() -> dict[str, Any]:
         model = trained_model(run, result).to("cuda" if torch.cuda.is_available() else "cpu")
-        test_set = _test_tensors(store.canonical_json(run["data"]))
+        test_set = _test_tensors(run.data)
         evaluate = lambda pruned: train.evaluate(pruned, test_set, batch_size=1000, loss="multiclass")[1]  # noqa: E731
-        return {"accuracy": np.array([a for _, a in analysis.pruning_curve(model, config["sparsities"], evaluate)])}
+        return {"accuracy": np.array([a for _, a in analysis.pruning_curve(model, config.sparsities, evaluate)])}
 
     return store.load_or_run(PRUNING_KIND, config, compute)
 

@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from mdlib.experiments import grid as grid_engine
 from mdlib.experiments import paper, store
 from mdlib.experiments.methods import method_key
+
+if TYPE_CHECKING:
+    from mdlib.experiments.sentiment import SentimentRun
+    from mdlib.experiments.vision import VisionRun
 
 __all__ = ["SPLITS", "MEAN_TOKENS", "RunWork", "encoder_flops", "grid_runs", "run_work", "sentiment_work",
            "vision_work"]
@@ -83,69 +87,69 @@ def _train_examples(dataset: str, train_size: int | None, held_out: int = 0) -> 
     return available if not train_size else min(int(train_size), available)
 
 
-def sentiment_work(config: Mapping[str, Any]) -> RunWork:
+def sentiment_work(config: SentimentRun) -> RunWork:
     """The work of a sentiment run config (``sentiment.run_config``): every epoch trains on the
     training (sub)set and evaluates the test split; the validation split once, at the end."""
-    model, fit, spec = config["model"], config["fit"], config["optimizer"]
-    dataset, length = config["dataset"], config["max_length"]
+    model, fit, spec = config.model, config.fit, config.optimizer
+    dataset, length = config.dataset, config.max_length
     mean = MEAN_TOKENS.get(dataset, {}).get(length)
     tokens = mean if mean is not None else length
-    examples = _train_examples(dataset, config["train_size"])
-    flops = encoder_flops(tokens, model["width"], model["mlp"], model["layers"])
-    cap = int(fit["epochs"])
-    key = method_key(spec["name"], spec["p"])
-    authors = paper.EPOCHS_TO_STOP.get(model["layers"], {}).get(key)
-    paper_step = paper.SENTIMENT_STEP_SIZES.get(model["layers"], {}).get(key)
-    measured = (authors is not None and dataset == "imdb" and model["setup"] == "authors" and model["width"] == 384
-                and length == 512 and config["train_size"] is None and math.isclose(spec["lr"], paper_step))
+    examples = _train_examples(dataset, config.train_size)
+    flops = encoder_flops(tokens, model.width, model.mlp, model.layers)
+    cap = int(fit.epochs)
+    key = method_key(spec.name, spec.p)
+    authors = paper.EPOCHS_TO_STOP.get(model.layers, {}).get(key)
+    paper_step = paper.SENTIMENT_STEP_SIZES.get(model.layers, {}).get(key)
+    measured = (authors is not None and dataset == "imdb" and model.setup == "authors" and model.width == 384
+                and length == 512 and config.train_size is None and math.isclose(spec.lr, paper_step))
     if measured:
         epochs, source = float(min(authors, cap)), "the authors' mean epochs to the stop rule"
     else:
         epochs, source = float(cap), "at most the epoch cap (no measured epochs to the stop rule for this setting)"
     _, validation, test = SPLITS[dataset]
-    return RunWork(epochs, cap, source, not measured, math.ceil(examples / fit["batch_size"]), fit["batch_size"],
+    return RunWork(epochs, cap, source, not measured, math.ceil(examples / fit.batch_size), fit.batch_size,
                    test + validation / epochs, flops, flops, mean is None)
 
 
-def vision_work(config: Mapping[str, Any]) -> RunWork:
+def vision_work(config: VisionRun) -> RunWork:
     """The work of a vision run config (``vision.run_config``): ``epochs`` epochs on the training
     images less the held-out validation ones, evaluating the validation images (a sweep run) or the
     test set every ``eval_every`` epochs and after the last."""
-    part, model, fit = config["data"], config["model"], config["fit"]
-    channels, _, native = {"fashion_mnist": (1, 10, 28), "cifar10": (3, 10, 32), "cifar100": (3, 100, 32)}[part["dataset"]]
-    size, patch = part["image_size"], model["patch"]
+    part, model, fit = config.data, config.model, config.fit
+    channels, _, native = {"fashion_mnist": (1, 10, 28), "cifar10": (3, 10, 32), "cifar100": (3, 100, 32)}[part.dataset]
+    size, patch = part.image_size, model.patch
     tokens = (size // patch) ** 2 + 1
-    flops = (encoder_flops(tokens, model["width"], model["mlp"], model["depth"])
-             + 2 * (tokens - 1) * channels * patch ** 2 * model["width"])
-    examples = _train_examples(part["dataset"], part["train_size"], part["validation"])
-    epochs = int(fit["epochs"])
-    evaluated = part["validation"] or SPLITS[part["dataset"]][2]
-    evaluations = len(set(range(fit["eval_every"], epochs + 1, fit["eval_every"])) | {epochs})
-    return RunWork(float(epochs), epochs, "a fixed number of epochs", False, math.ceil(examples / fit["batch_size"]),
-                   fit["batch_size"], evaluated * evaluations / epochs, flops, flops, False)
+    flops = (encoder_flops(tokens, model.width, model.mlp, model.depth)
+             + 2 * (tokens - 1) * channels * patch ** 2 * model.width)
+    examples = _train_examples(part.dataset, part.train_size, part.validation)
+    epochs = int(fit.epochs)
+    evaluated = part.validation or SPLITS[part.dataset][2]
+    evaluations = len(set(range(fit.eval_every, epochs + 1, fit.eval_every)) | {epochs})
+    return RunWork(float(epochs), epochs, "a fixed number of epochs", False, math.ceil(examples / fit.batch_size),
+                   fit.batch_size, evaluated * evaluations / epochs, flops, flops, False)
 
 
 _WORK = {"e4-sentiment": sentiment_work, "e7-vit": vision_work}
 
 
-def run_work(kind: str, config: Mapping[str, Any]) -> RunWork:
+def run_work(kind: str, config: store.Config) -> RunWork:
     """The work of a run of ``kind`` (a sentiment or vision run)."""
     if kind not in _WORK:
         raise ValueError(f"no work model for runs of kind {kind!r}; known: {', '.join(_WORK)}")
     return _WORK[kind](config)
 
 
-def grid_runs(designs: Iterable[grid_engine.Design]) -> dict[str, tuple[str, Mapping[str, Any]]]:
+def grid_runs(designs: Iterable[grid_engine.Design]) -> dict[str, tuple[str, store.Config]]:
     """The distinct runs the grids train, by store key: ``{key: (kind, config)}``. A sweep run that is
     also a final run counts once, as ``grid.build`` trains it once; the count does not depend on
     which candidate the sweep chooses (every candidate's sweep seeds are trained, and the finals
     add the other seeds), so the first candidate stands in for the choice."""
-    found: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    found: dict[str, tuple[str, store.Config]] = {}
     for design in designs:
         chosen = {cell: design.candidates(cell)[0] for cell in design.cells}
         items = [(design.sweep_config, item) for item in design.sweep_items()]
         items += [(design.final_config, item) for item in design.final_items(chosen)]
         for make, item in items:
-            config = store.as_dict(make(*item))
+            config = make(*item)
             found.setdefault(store.config_key(design.run_kind, config), (design.run_kind, config))
     return found

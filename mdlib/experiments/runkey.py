@@ -1,0 +1,158 @@
+"""What names a run: its kind, its typed config and the key the results store files it under.
+
+A run is identified by ``kind`` (what computes it, e.g. ``"e1-paths"``), its full ``config`` (every
+setting that changes the numbers: data sizes, seeds, step sizes, steps, p values) and the code that
+computes it: the fingerprint (``mdlib.experiments.fingerprint``) of the module that declared the kind with
+:func:`kind` and of every mdlib module it imports (of all of mdlib for a kind nobody declared). Its key
+is the sha256 of the canonical JSON of ``{"kind": kind, "config": config, "code": fingerprint}``
+(sorted keys, no whitespace), so a change of that code is recomputed, never served the old numbers.
+
+A config is a typed ``Config`` (a frozen dataclass that callers read by attribute) or a plain mapping;
+the key is taken of its ``to_dict()``, the one place a typed config becomes the dict the store keeps.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import re
+import typing
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Mapping, TypeVar
+
+import numpy as np
+
+from mdlib.experiments import fingerprint
+
+__all__ = ["Config", "canonical_json", "check_keys", "check_name", "code_of", "config_key", "kind", "plain"]
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+MAX_NAME = 128  #: the most characters of a kind, run name or result name
+
+
+def plain(obj: Any, where: str = "config", finite: bool = True) -> Any:
+    """Plain JSON data for hashing: a ``Config`` -> its ``to_dict()``, tuples -> lists, numpy
+    scalars/arrays -> Python, Paths -> str."""
+    if isinstance(obj, Config):
+        obj = obj.to_dict()
+    if isinstance(obj, Mapping):
+        out = {}
+        for key, value in obj.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where}: keys must be strings, got {key!r}")
+            out[key] = plain(value, f"{where}.{key}", finite)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [plain(value, f"{where}[{i}]", finite) for i, value in enumerate(obj)]
+    if isinstance(obj, np.ndarray):
+        return plain(obj.tolist(), where, finite)
+    if isinstance(obj, np.generic):
+        return plain(obj.item(), where, finite)
+    if isinstance(obj, Path):
+        return str(obj)
+    if finite and isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError(f"{where}: {obj} is not allowed in a run config (use None or a string)")
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"{where}: {type(obj).__name__} is not JSON data; put plain numbers, strings, "
+                    "lists and dicts in a run config")
+
+
+def canonical_json(obj: Any) -> str:
+    """``obj`` (``plain``) as JSON with sorted keys and no whitespace: what keys and stored configs are made of."""
+    return json.dumps(plain(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def check_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValueError(f"invalid {what} {name!r}: use letters, digits, '-', '_' or '.'")
+    if len(name) > MAX_NAME:  # a file name: most file systems stop at 255 bytes
+        raise ValueError(f"invalid {what} {name[:32]!r}... ({len(name)} characters): use at most {MAX_NAME}")
+    return name
+
+
+def check_keys(config: Mapping[str, Any], keys: tuple[str, ...], what: str) -> None:
+    """Raise ValueError unless ``config`` has exactly ``keys`` (an experiment's config is complete, so
+    the store keeps exactly what ran); ``what`` names the config in the message."""
+    missing = [k for k in keys if k not in config]
+    unknown = [k for k in config if k not in keys]
+    if missing or unknown:
+        raise ValueError(f"{what} has exactly the keys {', '.join(keys)}; missing {missing}, unknown {unknown}")
+
+
+_C = TypeVar("_C", bound="Config")
+
+
+class Config:
+    """The base of the typed configs (frozen dataclasses), which callers read by attribute. The store
+    takes a config as it is and serializes it at its door: ``to_dict()`` is the plain dict it hashes
+    and keeps (nested configs as dicts), so a typed config and its dict name the same run;
+    ``from_dict`` is its inverse (nested configs typed again)."""
+
+    #: What the config is called in error messages ("a Table 1 grid config").
+    WHAT = "a config"
+    #: Compatibility with the entries stored before these fields existed: a field named here is left out
+    #: of ``to_dict()`` while it holds its default (so those runs keep their keys), and ``from_dict``
+    #: fills it in when a mapping lacks it.
+    OMIT_AT_DEFAULT: typing.ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as the store keeps it: every field (but ``OMIT_AT_DEFAULT``'s at their default),
+        nested configs as dicts."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in self.OMIT_AT_DEFAULT and value == f.default:
+                continue
+            out[f.name] = value.to_dict() if isinstance(value, Config) else copy.deepcopy(value)
+        return out
+
+    @classmethod
+    def from_dict(cls: type[_C], config: Mapping[str, Any]) -> _C:
+        """The typed config of a mapping with exactly its fields, those of ``OMIT_AT_DEFAULT`` optional
+        (ValueError naming the missing and the unknown ones otherwise); a field typed as a ``Config``
+        is made from its mapping in turn."""
+        names = tuple(f.name for f in fields(cls))
+        check_keys({name: None for name in cls.OMIT_AT_DEFAULT} | dict(config), names, cls.WHAT)
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for name, value in config.items():
+            hint = hints[name]
+            nested = isinstance(hint, type) and issubclass(hint, Config) and isinstance(value, Mapping)
+            values[name] = hint.from_dict(value) if nested else value
+        return cls(**values)
+
+    @classmethod
+    def of(cls: type[_C], config: "_C | Mapping[str, Any]") -> _C:
+        """``config`` itself when it is one, else ``from_dict(config)``."""
+        return config if isinstance(config, cls) else cls.from_dict(config)
+
+
+_KIND_MODULES: dict[str, str] = {}  # kind -> the module that computes its runs
+
+
+def kind(name: str, module: str) -> str:
+    """Declare that the runs of kind ``name`` are computed by ``module`` (the caller's ``__name__``), so
+    that their keys hold the fingerprint of that module's code; returns ``name``. For example
+    ``KIND = store.kind("e4-sentiment", __name__)``."""
+    check_name(name, "run kind")
+    known = _KIND_MODULES.setdefault(name, module)
+    if known != module:
+        raise ValueError(f"run kind {name!r} is declared by {known} already; {module} must use another name")
+    return name
+
+
+def code_of(kind: str) -> str:
+    """The code fingerprint in the keys of ``kind``'s runs: its module's (see :func:`kind`), else all of
+    mdlib's."""
+    return fingerprint.fingerprint(_KIND_MODULES.get(kind))
+
+
+def config_key(kind: str, config: Config | Mapping[str, Any]) -> str:
+    """sha256 (hex) of the canonical JSON of ``{"kind": kind, "config": config, "code": code_of(kind)}``."""
+    check_name(kind, "run kind")
+    payload = {"kind": kind, "config": config, "code": code_of(kind)}
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
