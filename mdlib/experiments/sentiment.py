@@ -493,9 +493,7 @@ def movement(grid: "Grid", layers: int | None = None) -> pd.DataFrame:
 
 
 def _method_name(key: str) -> str:
-    from mdlib.experiments.methods import method_label
-
-    return method_label(*method(key))
+    return methods.method_label(*method(key))
 
 
 def steps_view(steps: pd.DataFrame) -> pd.DataFrame:
