@@ -27,7 +27,8 @@ import torch
 from torch import Tensor
 
 from mdlib.experiments import analysis, data, estimates, paper, paths, sentiment
-from mdlib.experiments.stats import mean_interval, wilson_interval
+from mdlib.experiments.methods import method, method_text
+from mdlib.experiments.stats import generalization_floor, mean_interval, wilson_interval
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -247,8 +248,6 @@ def _interval(rate, low, high) -> str:
 
 def summary_view(table: pd.DataFrame) -> pd.DataFrame:
     """``summary`` as the book shows it."""
-    from mdlib.experiments.methods import method_text
-
     methods = [c.removeprefix("score_") for c in table.columns if c.startswith("score_")]
     return pd.DataFrame({
         "sentences": table.sentences, "sentences × seeds": [f"{n} × {k}" for n, k in zip(table.n, table.seeds)],
@@ -289,8 +288,6 @@ def concentration_table(models: Mapping[tuple[str, int], torch.nn.Module], s: Se
 
 def concentration_text(table: pd.DataFrame, methods: Sequence[str], pairs: Sequence[int]) -> str:
     """The concentration per method (means over seeds with t intervals) and GD minus ℓ1.1, paired."""
-    from mdlib.experiments.methods import method_text
-
     parts = []
     for key in methods:
         part = table[table.method == key]
@@ -320,8 +317,6 @@ def deletion_table(models: Mapping[tuple[str, int], torch.nn.Module], scored: _S
 
 
 def deletion_text(drops: pd.DataFrame, methods: Sequence[str]) -> str:
-    from mdlib.experiments.methods import method_text
-
     means = drops.groupby(["deleted", "method"], sort=False)["drop"].mean()
     return "; ".join(f"deleting the {target}: " + " / ".join(f"{means[target, k]:.3f}" for k in methods)
                      for target in dict.fromkeys(drops.deleted)) + " (" + " / ".join(
@@ -331,12 +326,10 @@ def deletion_text(drops: pd.DataFrame, methods: Sequence[str]) -> str:
 def gate_text(grid: "sentiment.Grid", depth: int) -> str:
     """Whether the compared models are in the claim's regime: stop rule and test accuracy against the
     bag-of-words baseline's floor (``stats.generalization_floor``)."""
-    from mdlib.experiments.stats import generalization_floor
-
-    runs = grid.runs[grid.runs.chosen & (grid.runs.layers == depth) & grid.runs.method.isin(["1.1", "2"])]
+    runs = grid.runs[grid.runs.chosen & (grid.runs.layers == depth) & grid.runs.method.isin(estimates.COMPARED)]
     c = grid.config
-    nb = sentiment.baseline(c["dataset"], 0, c["max_length"], c["train_size"]).set_index("baseline").test_accuracy
+    nb = sentiment.baseline(c.dataset, 0, c.max_length, c.train_size).set_index("baseline").test_accuracy
     floor = generalization_floor(float(nb["naive_bayes"]))
-    parts = [f"{'ℓ1.1' if k == '1.1' else 'GD'}: {int(r.reached.sum())} of {len(r)} runs reached the stop rule, "
+    parts = [f"{method_text(*method(k))}: {int(r.reached.sum())} of {len(r)} runs reached the stop rule, "
              f"test accuracy {r.last_test.mean():.1%}" for k, r in runs.groupby("method", sort=False)]
     return "; ".join(parts) + f" (baseline {nb['naive_bayes']:.1%}, so the floor is {floor:.1%})"
