@@ -288,3 +288,16 @@ def test_e1_figures_draw_a_panel_per_exponent_pair_and_per_training_exponent():
     assert len(fig.axes) == len(train_ps) and [line.get_linestyle() for line in fig.axes[0].lines] == ["-", "--"]
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["exact", "naive"]
     plt.close(fig)
+
+
+def test_magnitude_histogram_is_log_scaled_only_when_something_is_counted():
+    import warnings
+
+    fig, (empty, full) = plt.subplots(1, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "Data has no positive values" from a log axis of empty histograms
+        plots.magnitude_histogram(empty, {("l1.1", "C0"): np.array([0.01, 0.02])}, threshold=0.06)
+        plots.magnitude_histogram(full, {("l1.1", "C0"): np.array([0.01, 0.07, 0.08])}, threshold=0.06)
+    assert empty.get_yscale() == "linear" and full.get_yscale() == "log"
+    assert empty.get_legend_handles_labels()[1] == ["l1.1 (0)"] and full.get_legend_handles_labels()[1] == ["l1.1 (2)"]
+    plt.close(fig)

@@ -133,10 +133,13 @@ def magnitude_histogram(ax: Axes, magnitudes: Mapping[tuple[str, ColorType], Arr
 
     top = max(float(np.max(values, initial=threshold)) for values in magnitudes.values())
     edges = np.linspace(threshold, max(top, threshold * 1.01), bins + 1)
+    counted = 0
     for (label, color), values in magnitudes.items():
         kept = np.asarray(values)[np.asarray(values) > threshold]
         ax.hist(kept, bins=edges, histtype="step", color=color, linewidth=1.6, label=f"{label} ({kept.size})")
-    ax.set_yscale("log")
+        counted += kept.size
+    if counted:  # a log axis needs a positive count (a small model may have no entry above the threshold)
+        ax.set_yscale("log")
     ax.set_xlabel(f"|w| (entries above {threshold:g})")
     ax.set_ylabel("count")
 
