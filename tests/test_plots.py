@@ -301,3 +301,15 @@ def test_magnitude_histogram_is_log_scaled_only_when_something_is_counted():
     assert empty.get_yscale() == "linear" and full.get_yscale() == "log"
     assert empty.get_legend_handles_labels()[1] == ["l1.1 (0)"] and full.get_legend_handles_labels()[1] == ["l1.1 (2)"]
     plt.close(fig)
+
+
+def test_glue_paper_glues_every_quote_and_prints_nothing(monkeypatch):
+    import myst_nb
+
+    from mdlib.experiments import paper
+
+    glued = {}
+    monkeypatch.setattr(plots, "_in_kernel", lambda: True)
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.update({name: (value, display)}))
+    assert plots.glue_paper() is None  # a chapter's cell that ends with it shows no output
+    assert glued == {name: (text, False) for name, text in paper.quotes().items()}

@@ -643,16 +643,15 @@ def _glue(label: str, obj: _Glued) -> None:
     glue(label, obj, display=False)
 
 
-def glue_paper() -> dict[str, str]:
+def glue_paper() -> None:
     """Glue the paper's numbers as the chapters quote them (``mdlib.experiments.paper.quotes``), each
-    under its name, for ``{glue:text}`` in a chapter's prose (nothing outside a kernel); return them."""
-    quoted = paper.quotes()
+    under its name, for ``{glue:text}`` in a chapter's prose (nothing outside a kernel). Returns
+    nothing, so that a cell ending with it prints nothing."""
     if _in_kernel():
         from myst_nb import glue
 
-        for name, text in quoted.items():
+        for name, text in paper.quotes().items():
             glue(name, text, display=False)
-    return quoted
 
 
 def _meaningful_index(frame) -> bool:
