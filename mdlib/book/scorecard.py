@@ -200,10 +200,6 @@ def _headline(e: Estimate, unit: str, digits: int = 2) -> str:
     return f"{e.text(digits)}{unit} (n = {e.n})"
 
 
-def _signed(x: float, digits: int = 2) -> str:
-    return "n/a" if x != x else f"{x:+.{digits}f}".replace("-", "−")
-
-
 def _accuracy_gap(runs: pd.DataFrame, gap: Estimate, name: str, paper_text: str | None, baseline: float,
                   paper_gap: float) -> _Part:
     means = runs.groupby("method").last_test.mean()
@@ -239,7 +235,7 @@ def _table1_rows(r: Results, grid: str) -> list[_Part]:
         reported = paper.TABLE_1.get(int(L), {})
         gap = paper.TABLE_1_GAPS.get(int(L), math.nan)
         paper_text = (" / ".join(f"{reported.get(k, math.nan):.2f}" for k in ("1.1", "2", "3"))
-                      + f" (ℓ1.1 / GD / ℓ3); ℓ1.1 − GD {_signed(gap)} points")
+                      + f" (ℓ1.1 / GD / ℓ3); ℓ1.1 − GD {estimates.number(gap)} points")
         name = f"{L} layers" if grid == "replication" else f"{setup}, {L} layers"
         row_runs = runs[runs.layers == L]
         if not set(estimates.COMPARED) <= set(row_runs.method):
@@ -269,10 +265,6 @@ def _sentiment_gates(r: Results) -> tuple[int, str, str]:
     return (estimates.unreached(runs), estimates.below_floor(runs, _baseline(r), by=("layers", "method")), setup)
 
 
-def _pct(x: float) -> str:
-    return "n/a" if x != x else f"{x:.1%}"
-
-
 def _tokens(r: Results):
     unreached, below, setup = _sentiment_gates(r)
     table = r.csv("table-token-selection-seeds", ["sentences", "seed", "wins", "losses", "ties"])
@@ -285,7 +277,7 @@ def _tokens(r: Results):
         if rate.n == 0:
             out.append(_Part(sentences, ours, not_measured("no non-tied comparison")))
             continue
-        shown = f"{_pct(rate.value)} [{_pct(rate.low)}, {_pct(rate.high)}]"
+        shown = rate.text(1, 100, sign=False, suffix="%")
         ours += f"; ℓ1.1's win rate, mean of the seeds {shown}; {_detectable(rate, 3)} in the rate"
         out.append(_Part(sentences, ours, token_rule(rate.low, rate.high, rate.n, unreached, below, paper_rate),
                          effect=_effect(rate, "ℓ1.1's win rate", (0.5, 0.5), paper=paper_rate),
@@ -321,7 +313,7 @@ def _kqv(r: Results):
     unreached, _, setup = _sentiment_gates(r)
     ours = (f"effective density of ΔW: ℓ1.1 {density['1.1']:.3f}, GD {density['2']:.3f}; ℓ1.1 − GD "
             f"{gap.text(3)} (paired, n = {gap.n}; models: {setup}); the paper's {-100 * KQV_PAPER_REDUCTION:.0f} % "
-            f"reduction here: {_signed(paper_effect, 3)}; {_detectable(gap, 3)}")
+            f"reduction here: {estimates.number(paper_effect, 3)}; {_detectable(gap, 3)}")
     counts = r.csv("table-weights-kqv", ["method", "seed", "K", "Q", "V"])
     counts = counts.assign(method=counts.method.map(estimates.key_of), total=counts.K + counts.Q + counts.V)
     totals = counts.groupby("method").total.mean()

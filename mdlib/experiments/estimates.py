@@ -30,10 +30,20 @@ from mdlib.experiments import methods
 from mdlib.experiments.stats import clustered_rate, detectable_effect, generalization_floor, paired_interval
 
 __all__ = ["COMPARED", "Estimate", "accuracy_gaps", "below_floor", "density_gap", "depths_text", "entropy_gap", "key_of",
-           "paired", "parity_gaps", "pruned_gap", "unreached", "win_rate"]
+           "number", "paired", "parity_gaps", "pruned_gap", "unreached", "win_rate"]
 
 #: The two methods every sentiment claim compares: ℓ1.1 mirror descent and GD (ℓ2).
 COMPARED = ("1.1", "2")
+
+
+def number(x: float, digits: int = 2, scale: float = 1.0, sign: bool = True, suffix: str = "",
+           missing: str = "n/a") -> str:
+    """``scale * x`` as the book prints an estimate: ``digits`` decimals, "+" before a positive number when
+    ``sign``, a true minus sign (−), ``suffix`` after it; ``missing`` for NaN. ``number(0.512, 1, 100,
+    sign=False, suffix="%")`` is "51.2%"."""
+    if x != x:
+        return missing
+    return (f"{scale * x:+.{digits}f}" if sign else f"{scale * x:.{digits}f}").replace("-", "−") + suffix
 
 
 @dataclass(frozen=True)
@@ -53,9 +63,7 @@ class Estimate:
         """"+0.81 [−0.40, +2.02]" (values times ``scale``, ``suffix`` after each, a true minus sign;
         "(no interval)" without one)."""
         def shown(x: float) -> str:
-            if x != x:
-                return "n/a"
-            return (f"{scale * x:+.{digits}f}" if sign else f"{scale * x:.{digits}f}").replace("-", "−") + suffix
+            return number(x, digits, scale, sign, suffix)
 
         if self.low != self.low:
             return f"{shown(self.value)} (no interval)"

@@ -238,12 +238,12 @@ def summary(per_seed: pd.DataFrame, scored: _Scored, sets: Mapping[str, Sentence
     return pd.DataFrame(rows)
 
 
-def _percent(x) -> str:
-    return "–" if pd.isna(x) else f"{x:.1%}"
-
-
 def _interval(rate, low, high) -> str:
-    return _percent(rate) + ("" if pd.isna(low) else f" [{_percent(low)}, {_percent(high)}]")
+    """"51.2% [40.1%, 62.0%]"; "–" for no rate, no brackets without an interval."""
+    def percent(x) -> str:
+        return estimates.number(x, 1, 100, sign=False, suffix="%", missing="–")
+
+    return percent(rate) + ("" if pd.isna(low) else f" [{percent(low)}, {percent(high)}]")
 
 
 def summary_view(table: pd.DataFrame) -> pd.DataFrame:
