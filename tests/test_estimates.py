@@ -93,3 +93,13 @@ def test_gates_count_unreached_and_name_cells_below_the_floor():
 ])
 def test_estimate_text(estimate, args, text):
     assert estimate.text(*args) == text
+
+
+@pytest.mark.parametrize("x, args, kwargs, text", [
+    (0.512, (1, 100), {"sign": False, "suffix": "%"}, "51.2%"),
+    (-0.5, (), {}, "−0.50"),
+    (0.0, (3,), {}, "+0.000"),
+    (math.nan, (1, 100), {"missing": "–"}, "–"),
+])
+def test_number_is_the_books_one_formatter(x, args, kwargs, text):
+    assert estimates.number(x, *args, **kwargs) == text
