@@ -36,6 +36,9 @@ def test_resolve_notebook_names():
     assert profiles.resolve_notebook("01_fixture", NBS) == NBS / "01_fixture.py"
     assert profiles.resolve_notebook("01_fixture.py", NBS) == NBS / "01_fixture.py"
     assert profiles.resolve_notebook("notebooks/01_fixture.ipynb", NBS) == NBS / "01_fixture.py"
+    assert profiles.resolve_notebook("01", NBS) == NBS / "01_fixture.py"  # a chapter by its number
+    with pytest.raises(ValueError, match=r"unknown notebook '99'"):
+        profiles.resolve_notebook("99", NBS)
     with pytest.raises(ValueError, match=r"unknown notebook 'nope'.*01_fixture"):
         profiles.resolve_notebook("nope", NBS)
 

@@ -4,13 +4,17 @@ step-size sweep's choice."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from mdlib.book import chapters, profiles
 from mdlib.experiments import estimates, methods, sentiment, store, train
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 def small(**overrides):
@@ -172,9 +176,11 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
     again = sentiment.built_grid("test")
     assert again.config.to_dict() == grid_config() and again.chosen == grid.chosen and calls == []
     pd.testing.assert_frame_equal(again.runs, grid.runs)
-    with pytest.raises(LookupError, match=r"not built a Table 1 grid at profile 'paper'.*running chapter 04 at that "
-                                          r"profile \(`python -m mdlib run` with `--profile paper`\)"):
+    with pytest.raises(LookupError, match=r"not built a Table 1 grid at profile 'paper'.*Build it with "
+                                          r"`python -m mdlib run (\d\d) --profile paper`") as missing:
         sentiment.built_grid("paper")
+    number = re.search(r"mdlib run (\d\d)", str(missing.value)).group(1)  # the command names the Table 1 chapter
+    assert "table-1" in chapters.chapter(profiles.resolve_notebook(number, NOTEBOOKS).stem).claims
 
     # a variant of chapter 04 records its grid under its own name: the book's chapters still read the book's
     store.set_name(sentiment.grid_name("test", "ab12cd34"), sentiment.GRID_KIND, grid_config(seeds=2))

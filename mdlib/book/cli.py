@@ -31,7 +31,7 @@ from typing import Any, Iterator
 from mdlib.book import chapters
 
 #: The help of a command's NOTEBOOK argument.
-NOTEBOOK_NAME = f"notebook name, e.g. {chapters.NAMES[0]} (with or without .py)"
+NOTEBOOK_NAME = f"notebook name, e.g. {chapters.NAMES[0]} (with or without .py) or its number, e.g. 01"
 
 #: What each command keeps when Ctrl-C stops it (printed as the one line of an interrupted command).
 INTERRUPTED = {

@@ -100,12 +100,16 @@ def chapters(notebooks_dir: Path | None = None) -> list[str]:
 
 
 def resolve_notebook(name: str | os.PathLike, notebooks_dir: Path | None = None) -> Path:
-    """``notebooks/<name>.py`` for a name given with or without ``.py`` (or ``.ipynb``)."""
+    """``notebooks/<name>.py`` for a name given with or without ``.py`` (or ``.ipynb``), or by its
+    chapter's two digits alone ("04" for ``04_<title>.py``)."""
     folder = Path(notebooks_dir or paths.notebooks_dir())
     stem = Path(name).name
     for suffix in (".py", ".ipynb"):
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
+    numbered = [c for c in chapters(folder) if c.startswith(f"{stem}_")] if re.fullmatch(r"[0-9][0-9]", stem) else []
+    if len(numbered) == 1:
+        stem = numbered[0]
     path = folder / f"{stem}.py"
     if not path.is_file():
         available = ", ".join(list_notebooks(folder)) or "(none)"

@@ -552,7 +552,7 @@ def built_grid(profile: str, depth: int | None = None, variant: str | None = Non
     (a variant of 04 and 05 executed into one ``--output-dir``), else the book's; LookupError, saying
     how to build it, when it is not there. ``depth``: the number of layers the caller reads,
     checked to be one of the grid's."""
-    hint = f"Build it by running chapter 04 at that profile (`python -m mdlib run` with `--profile {profile}`)."
+    hint = f"Build it with `python -m mdlib run 04 --profile {profile}` (chapter 04 at that profile)."
     record = (variant and store.named(grid_name(profile, variant))) or store.named(grid_name(profile))
     if record is None or record[0] != GRID_KIND:
         raise LookupError(f"chapter 04 has not built a Table 1 grid at profile {profile!r} in {paths.runs_dir()}. "
