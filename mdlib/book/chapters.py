@@ -4,7 +4,7 @@
 - ``reads``: the chapters whose outputs it analyses (05 and 06 read the Table 1 grid 04 builds);
 - ``data``: the data sources (``mdlib.experiments.fetch.NAMES``) it reads, from its parameters as it
   executes (``Chapter.needed``; ``execute.run_notebook`` fetches them first, the plan lists them);
-- ``claims``: the labels of the figures and tables its scorecard claims judge (``chapter_of_claim``);
+- ``claims``: the labels of the figures and tables its scorecard claims judge (``BY_CLAIM``: label -> chapter);
 - ``work``: what it runs, which ``mdlib.book.plan`` costs: on the CPU (``OnCpu``: its steps and its
   measured time), transformer grids (``SentimentGrids``, ``VisionGrids``), or forward passes through the
   models of a chapter it reads (``Evaluates``);
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 __all__ = ["BY_CLAIM", "CHAPTERS", "Chapter", "Evaluates", "Measured", "NAMES", "OnCpu", "SentimentGrids",
-           "VisionGrids", "chapter", "chapter_of_claim"]
+           "VisionGrids", "chapter"]
 
 Parameters = Mapping[str, Any]  #: every parameter as the notebook executes (``profiles.executed_parameters``)
 
@@ -190,7 +190,3 @@ def chapter(name: str) -> Chapter:
                          "a new notebook gets its entry there")
     return _BY_NAME[name]
 
-
-def chapter_of_claim(label: str) -> Chapter:
-    """The chapter whose figure or table ``label`` a scorecard claim judges (KeyError when none)."""
-    return _BY_NAME[BY_CLAIM[label]]
