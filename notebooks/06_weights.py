@@ -43,7 +43,6 @@ top_fraction = 0.01  # the scale-free measure: share of ||W - W(0)||^2 in the la
 sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95]  # fractions of the matrices' weights pruned
 
 # %% tags=["remove-stderr"]
-import matplotlib.pyplot as plt
 import pandas as pd
 from myst_nb import glue
 
@@ -125,14 +124,9 @@ glue("w-methods", names, display=False)
 # %% tags=["hide-input"]
 colors = {k: plots.method_color(*method_keys.method(k)) for k in methods} | {"init": "0.6"}
 first = min(initial)
-fig, axes = plt.subplots(1, 3, figsize=(14, 3.9), sharey=True)
-for ax, (kind, short) in zip(axes, sparsity.KINDS.items()):
-    plots.magnitude_histogram(ax, {(label[k], colors[k]): analysis.magnitudes(
-        (initial[first] if k == "init" else models[k, first]).attention_weights()[kind]) for k in ["init"] + methods},
-        scaled)
-    ax.set_title(f"{short} ({kind}), seed {first}")
-    ax.legend(fontsize="x-small")
-fig.tight_layout()
+fig = plots.weight_histograms({f"seed {first}": {(label[k], colors[k]): (initial[first] if k == "init" else models[k, first])
+                                                  .attention_weights() for k in ["init"] + methods}}, scaled,
+                              kinds=list(sparsity.KINDS))
 hist = pd.concat([pd.DataFrame({"method": k, "kind": kind, "abs_w": values[values > scaled]})
                   for k in methods for kind in sparsity.KINDS
                   for values in [analysis.magnitudes(models[k, first].attention_weights()[kind])]], ignore_index=True)
