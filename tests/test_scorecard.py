@@ -9,6 +9,7 @@ import math
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
@@ -16,7 +17,7 @@ import pandas as pd
 import pytest
 
 from conftest import HTML, raw_html
-from mdlib.book import plots, provenance, scorecard, scorecard_page, verdicts
+from mdlib.book import evidence, plots, provenance, scorecard, scorecard_page, verdicts
 from mdlib.experiments import paths
 from mdlib.book.verdicts import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, SMALLER
 
@@ -664,3 +665,15 @@ def test_verdicts_judge_at_the_notebooks_own_profile(results):
     with chapter(profile="paper"):
         text = scorecard.verdicts("03_joint_training", results)
     assert text == "E3: not measured at this profile (table-e3-final.csv was made at profile smoke, not paper)"
+
+
+def test_the_chapter_that_builds_the_runs_comes_first_by_the_registrys_reads(monkeypatch):
+    """Two CSVs of one claim from two chapters: the reader's runs must be among the builder's, whatever
+    the chapters' numbers (here the reader, 02, comes before the builder, 03)."""
+    reads = {"02_reader": ("03_builder",), "03_builder": ()}
+    monkeypatch.setattr(evidence, "chapters", SimpleNamespace(NAMES=tuple(reads),
+                                                              chapter=lambda name: SimpleNamespace(reads=reads[name])))
+    builder = ("built.csv", {"notebook": "03_builder", "runs": ["kind/a", "kind/c"]})
+    evidence._agree(builder, ("read.csv", {"notebook": "02_reader", "runs": ["kind/a"]}))  # a subset: agrees
+    with pytest.raises(evidence.Unmeasured, match="read.csv analysed runs that built.csv does not list"):
+        evidence._agree(("read.csv", {"notebook": "02_reader", "runs": ["kind/b"]}), builder)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mdlib.book import provenance, schema
+from mdlib.book import chapters, provenance, schema
 
 __all__ = ["Results", "Unmeasured", "complete"]
 
@@ -99,7 +99,7 @@ def _agree(one: tuple[str, dict], other: tuple[str, dict]) -> None:
     notebook: within a notebook, the same execution (the same parameters, for records without its id);
     across two, the later chapter's runs of every kind the earlier one's record lists are among those
     (it analysed the grid the earlier one built)."""
-    (early, first), (late, second) = sorted((one, other), key=lambda item: str(item[1].get("notebook")))
+    (early, first), (late, second) = _upstream_first(one, other)
     if first.get("notebook") == second.get("notebook"):
         both = bool(first.get("execution") and second.get("execution"))
         field = "execution" if both else "parameters"
@@ -112,6 +112,17 @@ def _agree(one: tuple[str, dict], other: tuple[str, dict]) -> None:
     if any(run.partition("/")[0] in kinds and run not in listed for run in second.get("runs") or []):
         raise Unmeasured(f"{late} analysed runs that {early} does not list: its chapter ran again since, or "
                          "with other parameters")
+
+
+def _upstream_first(one: tuple[str, dict], other: tuple[str, dict]) -> tuple[tuple[str, dict], tuple[str, dict]]:
+    """The two in the order of the registry's ``reads`` (the chapter that builds the runs first); by
+    name where neither reads the other."""
+    a, b = one[1].get("notebook"), other[1].get("notebook")
+    if a in chapters.NAMES and b in chapters.chapter(a).reads:
+        return other, one
+    if b in chapters.NAMES and a in chapters.chapter(b).reads:
+        return one, other
+    return tuple(sorted((one, other), key=lambda item: str(item[1].get("notebook"))))
 
 
 def complete(frame: pd.DataFrame, label: str, columns) -> pd.DataFrame:
