@@ -271,6 +271,8 @@ def test_weight_histograms_draw_a_row_per_entry_and_a_column_per_kind():
                                                        "CIFAR-10: value weights"]
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["Adam (9)"]  # 7/40 ... 15/40
     assert [t.get_text() for t in fig.axes[5].get_legend().get_texts()] == ["Adam (4)", "init (4)"]  # |w|
+    shared = fig.axes[0].get_shared_y_axes()
+    assert shared.joined(fig.axes[0], fig.axes[2]) and not shared.joined(fig.axes[0], fig.axes[3])  # one per row
     plt.close(fig)
 
 

@@ -148,12 +148,12 @@ def weight_histograms(rows: Mapping[str, Mapping[tuple[str, ColorType], Mapping[
                       threshold: float, kinds: Sequence[str] = ("key", "query", "value")) -> Figure:
     """``magnitude_histogram`` of each kind of attention matrix (columns ``kinds``) for each row of
     ``rows``: row title -> {(label, colour): a model's ``attention_weights()``}, the panels titled
-    "<row>: <kind> weights". Returns the figure."""
+    "<row>: <kind> weights", the panels of a row on one count axis. Returns the figure."""
     import matplotlib.pyplot as plt
 
     from mdlib.experiments.analysis import magnitudes
 
-    fig, axes = plt.subplots(len(rows), len(kinds), figsize=(14, 3.8 * len(rows)), squeeze=False)
+    fig, axes = plt.subplots(len(rows), len(kinds), figsize=(14, 3.8 * len(rows)), squeeze=False, sharey="row")
     for row, (title, weights) in zip(axes, rows.items()):
         for ax, kind in zip(row, kinds):
             magnitude_histogram(ax, {style: magnitudes(of[kind]) for style, of in weights.items()}, threshold=threshold)
