@@ -140,7 +140,7 @@ def magnitude_histogram(ax: Axes, magnitudes: Mapping[tuple[str, ColorType], Arr
         counted += kept.size
     if counted:  # a log axis needs a positive count (a small model may have no entry above the threshold)
         ax.set_yscale("log")
-    ax.set_xlabel(f"|w| (entries above {threshold:g})")
+    ax.set_xlabel(f"|w| (entries above {threshold:.3g})")
     ax.set_ylabel("count")
 
 
