@@ -499,6 +499,8 @@ def test_html_pages_exist(smoke_book):
     for page in ("intro", "reproduce", "parameters", "bibliography"):
         assert (html / "book" / f"{page}.html").is_file(), page
     assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    assert (html / "_static" / "mdlib.css").is_file()  # the tables' column spacing
+    assert "_static/mdlib.css" in (html / "notebooks" / f"{smoke_book.chapters[0]}.html").read_text()
     scorecard = (html / "book" / "scorecard.html").read_text()
     image = re.search(r'<img[^>]+src="([^"]*scorecard-forest[^"]*\.png)"', scorecard)  # the page leads with it
     assert image and (html / "book" / image.group(1)).resolve().is_file()
