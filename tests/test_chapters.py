@@ -152,7 +152,8 @@ def test_each_chapter_reads_the_data_it_read_before(profile, tmp_path, monkeypat
         return {c.name: c.needed(profiles.executed_parameters(c.name, profile)) for c in chapters.CHAPTERS}
 
     assert read() == READ_BEFORE[profile]
-    store.set_name(sentiment.grid_name(profile), sentiment.GRID_KIND, {"dataset": "imdb"})
+    built = sentiment.chapter_grids(**profiles.executed_parameters("04_sentiment", profile))[0]
+    store.set_name(sentiment.grid_name(profile), sentiment.GRID_KIND, built.to_dict() | {"dataset": "imdb"})
     assert read() == READ_BEFORE[profile] | GRID
     with pytest.raises(ValueError, match="07_vision reads unknown data 'mnist'"):
         chapters.chapter("07_vision").needed({"datasets": ["mnist"], "profile": profile})

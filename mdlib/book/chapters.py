@@ -88,10 +88,10 @@ def _images(parameters: Parameters) -> list[str]:
 def _built_grid(parameters: Parameters) -> list[str]:
     """The data set of the Table 1 grid built at the chapter's ``table1`` profile, else its own (known
     once built: read from the results store), and the vocabulary that tokenizes it."""
-    from mdlib.experiments import sentiment, store
+    from mdlib.experiments import sentiment
 
-    grid = store.named(sentiment.grid_name(parameters.get("table1") or parameters["profile"]))
-    return ([grid[1]["dataset"]] if grid is not None else []) + ["wordpiece_vocab"]
+    config = sentiment.built_config(parameters.get("table1") or parameters["profile"])
+    return ([config.dataset] if config is not None else []) + ["wordpiece_vocab"]
 
 
 def _built_grid_and_lexicon(parameters: Parameters) -> list[str]:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ADAM_STEP", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "Grid", "KIND", "PAPER_STEP_SIZES", "TokenizedDataset",
-           "baseline", "baseline_view", "build", "built_grid", "by_length", "cell_table",
+           "baseline", "baseline_view", "build", "built_config", "built_grid", "by_length", "cell_table",
            "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "encode", "grid",
            "grid_name", "initial_model", "movement", "paper_table1_view",
            "pilots", "pilots_view", "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
@@ -546,6 +546,13 @@ def grid_name(profile: str, variant: str | None = None) -> str:
     return f"table1.{profile}" + (f".{variant}" if variant else "")
 
 
+def built_config(profile: str, variant: str | None = None) -> SentimentGrid | None:
+    """The config of the Table 1 grid chapter 04 last built at ``profile`` (``grid_name``): the one of
+    ``variant``'s folder when there is one, else the book's; None when chapter 04 has built none."""
+    record = (variant and store.named(grid_name(profile, variant))) or store.named(grid_name(profile))
+    return SentimentGrid.from_dict(record[1]) if record is not None and record[0] == GRID_KIND else None
+
+
 def built_grid(profile: str, depth: int | None = None, variant: str | None = None) -> Grid:
     """The Table 1 grid chapter 04 last built at ``profile`` (``grid_name``), read from the results
     store and never trained: the one chapter 04 built into the folder of ``variant`` when there is one
@@ -553,11 +560,10 @@ def built_grid(profile: str, depth: int | None = None, variant: str | None = Non
     how to build it, when it is not there. ``depth``: the number of layers the caller reads,
     checked to be one of the grid's."""
     hint = f"Build it with `python -m mdlib run 04 --profile {profile}` (chapter 04 at that profile)."
-    record = (variant and store.named(grid_name(profile, variant))) or store.named(grid_name(profile))
-    if record is None or record[0] != GRID_KIND:
+    config = built_config(profile, variant)
+    if config is None:
         raise LookupError(f"chapter 04 has not built a Table 1 grid at profile {profile!r} in {paths.runs_dir()}. "
                           f"{hint}")
-    config = SentimentGrid.from_dict(record[1])
     if depth is not None and depth not in config.layers:
         raise ValueError(f"depth={depth} is not one of the layers {config.layers} of the Table 1 grid "
                          f"chapter 04 built at profile {profile!r}")
