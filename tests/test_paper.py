@@ -121,3 +121,13 @@ def test_the_paper_profile_runs_at_the_papers_step_sizes():
                                                                           paper.VIT_STEP_SIZES.items()}
     sentiment = profiles.resolve_parameters("04_sentiment", "paper")
     assert all(m == [1] for m in sentiment["step_multiples"].values())  # 1 x paper.SENTIMENT_STEP_SIZES
+
+
+def test_the_paper_profile_trains_the_papers_vit():
+    """``paper.VIT_MODEL`` (which the plan's GPU throughput and chapter 08's timed ViT read) is the model
+    the paper profile's chapter 07 trains."""
+    from mdlib.book import profiles
+
+    values = profiles.executed_parameters("07_vision", "paper", notebooks_dir=ROOT / "notebooks",
+                                          params_dir=ROOT / "params")
+    assert values["model"] == dict(paper.VIT_MODEL) and values["image_size"] == paper.VIT_IMAGE_SIZE

@@ -14,6 +14,8 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
+from mdlib.experiments import paper
+
 if TYPE_CHECKING:
     import argparse
 
@@ -208,7 +210,6 @@ def ops_table(steps: pd.DataFrame, ps: Iterable[float], modes: Sequence[str] = (
     ``modes``; optimizers written by ``methods.method_text``."""
     import pandas as pd
 
-    from mdlib.experiments import paper
     from mdlib.experiments.methods import method_text
 
     ops = paper.OPS_PER_PARAMETER
@@ -537,7 +538,7 @@ def training_step_time(model: nn.Module, optimizer: torch.optim.Optimizer, input
 
 
 #: Chapter 08's ViTs to time, as ``VisionTransformer`` arguments: the paper's (CIFAR) and a tiny one.
-VIT_MODELS = {"paper": {"image_size": 48, "patch": 4, "channels": 3, "width": 512, "depth": 6, "heads": 8, "mlp": 512},
+VIT_MODELS = {"paper": {"image_size": paper.VIT_IMAGE_SIZE, "channels": 3, **paper.VIT_MODEL},
               "tiny": {"image_size": 28, "patch": 7, "channels": 1, "width": 64, "depth": 2, "heads": 4, "mlp": 64}}
 
 
@@ -551,7 +552,6 @@ def vit_table(vit: str = "paper", batch: int = 100, repeats: int = 3, ps: Iterab
     import pandas as pd
     import torch
 
-    from mdlib.experiments import paper
     from mdlib.experiments.methods import method_text
     from mdlib.models import VisionTransformer
     from mdlib.optim import LpMirrorDescent
@@ -578,7 +578,6 @@ def vit_table(vit: str = "paper", batch: int = 100, repeats: int = 3, ps: Iterab
 def synthetic(args: argparse.Namespace) -> dict:
     """The full experiment E1 (``--seeds`` seeds x p in {1.75, 2, 3} at the paper's step counts, each
     path compared with the SVMs of all three exponents), timed end to end, nothing cached."""
-    from mdlib.experiments import paper
     from mdlib.experiments.synthetic import fixed_decoder_experiment
 
     steps = dict(paper.E1_STEPS)

@@ -45,9 +45,8 @@ def gpu_seconds_per_tflop() -> float:
     counted."""
     from mdlib.experiments import vision
 
-    config = vision.run_config("cifar10", optimizer="adam", lr=1e-4, seed=0, epochs=paper.VIT_EPOCHS, image_size=48,
-                               eval_every=paper.VIT_EPOCHS, model=dict(patch=4, width=512, depth=6, heads=8, mlp=512,
-                                                                       dropout=0.1, embedding_dropout=0.1))
+    config = vision.run_config("cifar10", optimizer="adam", lr=1e-4, seed=0, epochs=paper.VIT_EPOCHS,
+                               image_size=paper.VIT_IMAGE_SIZE, eval_every=paper.VIT_EPOCHS, model=paper.VIT_MODEL)
     work = workload.vision_work(config)
     train_flops = 3 * work.forward_flops * work.batch_size * work.steps_per_epoch * work.epochs
     return paper.VIT_HOURS["cifar10"] * 3600 / (train_flops / 1e12)

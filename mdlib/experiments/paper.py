@@ -18,7 +18,7 @@ from mdlib.experiments import methods
 
 __all__ = ["CLAIMS", "E1_SEEDS", "E1_PLATEAU", "E1_STEPS", "SETUP_NAMES", "STOP_TRAIN_ACCURACY", "TABLE_1", "TABLE_1_GAPS", "TABLE_1_STD", "EPOCHS_TO_STOP", "RERUN_6_LAYERS",
            "SENTIMENT_STEP_SIZES", "TOKEN_SELECTION", "WEIGHT_THRESHOLD", "KQV_WIDTH", "KQV_ABOVE", "KQV_ENTRIES",
-           "VIT_STEP_SIZES", "VIT_ACCURACY", "VIT_EPOCHS", "VIT_WIDTH", "OPS_PER_PARAMETER", "VIT_HOURS", "ARTIFACTS",
+           "VIT_STEP_SIZES", "VIT_ACCURACY", "VIT_EPOCHS", "VIT_IMAGE_SIZE", "VIT_MODEL", "VIT_WIDTH", "OPS_PER_PARAMETER", "VIT_HOURS", "ARTIFACTS",
            "table1_rows", "token_win_rate", "quotes"]
 
 # --- the synthetic paths (Figure 4) -----------------------------------------------------------------
@@ -89,8 +89,13 @@ VIT_STEP_SIZES: Mapping[str, float] = {"adam": 1e-4, "1.1": 5e-2}
 VIT_ACCURACY: Mapping[str, float] = {"cifar10": 82.0, "cifar100": 55.0}
 #: Figures 10, 11: the epochs of every vision run.
 VIT_EPOCHS = 2000
+#: The paper's vision transformer on CIFAR (Appendix G; the authors' code): its ``VisionTransformer``
+#: arguments but the channels and classes, and the size its images are resized to.
+VIT_MODEL: Mapping[str, int | float] = {"patch": 4, "width": 512, "depth": 6, "heads": 8, "mlp": 512, "dropout": 0.1,
+                                        "embedding_dropout": 0.1}
+VIT_IMAGE_SIZE = 48
 #: Figure 12: the width of the vision transformer whose weights it counts (the paper's ViT, on CIFAR).
-VIT_WIDTH = 512
+VIT_WIDTH = VIT_MODEL["width"]
 
 # --- cost (Appendix G) -----------------------------------------------------------------------------
 
