@@ -14,7 +14,32 @@ import pytest
 from mdlib.experiments import fetch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
+#: The tests of an ``xdist_group`` a worker collected without their group (``--dist loadgroup``).
+UNGROUPED = pytest.StashKey[list]()
 HTML = "<img src=x onerror=alert(1)>"  #: user-given text that would run in the reader's browser
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` a worker tags each test of an ``xdist_group`` with ``@group`` in its
+    node id, which the scheduler reads; a test without the tag is scheduled alone."""
+    if getattr(config.option, "loadgroup", False):  # an xdist worker of a loadgroup run
+        config.stash[UNGROUPED] = [item.nodeid for item in items
+                                   if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def xdist_groups_hold(request):
+    """Fail the run before any group's fixture is built if the groups were lost: every worker would
+    build the wheel's venv with torch (gigabytes), the smoke book and the paper profile again."""
+    lost = request.config.stash.get(UNGROUPED, [])
+    if lost:
+        import xdist
+
+        pytest.fail(f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__} drops the xdist_group "
+                    f"of {len(lost)} tests (e.g. {lost[0]}), so --dist loadgroup would run each group on every "
+                    "worker (pytest-dev/pytest-xdist#1386): install the versions pyproject.toml's test extra "
+                    "allows (make test does), or run without -n", pytrace=False)
 
 
 def raw_html(text: str) -> list[str]:
