@@ -321,7 +321,7 @@ def test_an_interval_that_excludes_the_paper_s_effect_is_smaller_not_inconclusiv
     WRITERS[claim](results, SMALLER)
     row = rows_of(scorecard_page.page(results, profile="smoke"), claim)[0]
     assert verdict_of(row[4]) == SMALLER, row
-    assert "detectable effect ±" in row[2]
+    assert "Smallest detectable effect: ±" in row[4] and "detectable" not in row[2]  # said once, by the verdict
     effect = next(r.effect for r in scorecard.rows(results, profile="smoke") if r.verdict.outcome == SMALLER)
     assert math.isfinite(effect.paper) and not effect.low <= effect.paper <= effect.high
     assert effect.low <= effect.null[0] <= effect.high and math.isfinite(effect.detectable)

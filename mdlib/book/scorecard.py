@@ -30,7 +30,7 @@ from mdlib.book.verdicts import (COST_BAND, E2_MIN_POINTS, KQV_PAPER_REDUCTION, 
                                  token_rule)
 from mdlib.experiments import estimates, methods, paper
 from mdlib.experiments.estimates import Estimate
-from mdlib.experiments.stats import POWER, seeds_for_half_width
+from mdlib.experiments.stats import seeds_for_half_width
 
 __all__ = ["CLAIMS", "HINGES", "LeftOut", "Row", "reference", "rows", "verdicts"]
 
@@ -188,13 +188,6 @@ def _effect(e: Estimate, unit: str, null=(0.0, 0.0), direction=1, paper=math.nan
     return Effect(e.value, e.low, e.high, null, direction, unit, paper, e.detectable)
 
 
-def _detectable(e: Estimate, digits: int = 2, unit: str = "") -> str:
-    """The detectable effect as a row shows it."""
-    if e.detectable != e.detectable:
-        return "detectable effect: n/a (fewer than 2 pairs or no spread)"
-    return f"detectable effect ±{e.detectable:.{digits}f}{unit} (n = {e.n}, {POWER:.0%} power)"
-
-
 def _headline(e: Estimate, unit: str, digits: int = 2) -> str:
     """A comparison as the scorecard's short table shows it: the estimate, its interval and the seeds."""
     return f"{e.text(digits)}{unit} (n = {e.n})"
@@ -208,7 +201,7 @@ def _accuracy_gap(runs: pd.DataFrame, gap: Estimate, name: str, paper_text: str 
     seeds = runs.groupby("method").seed.nunique()
     ours = (f"test accuracy at the stop rule {' / '.join(f'{100 * means[k]:.2f}' for k in shown)} % "
             f"({' / '.join(_method(k) for k in shown)}; seeds {' / '.join(str(seeds[k]) for k in shown)}); "
-            f"ℓ1.1 − GD {gap.text()} points (paired, n = {gap.n} seeds); {_detectable(gap, unit=' points')}")
+            f"ℓ1.1 − GD {gap.text()} points (paired, n = {gap.n} seeds)")
     if best is not None:
         ours += "; best over epochs " + " / ".join(f"{100 * best[k]:.2f}" for k in shown if k in best)
     ours += f"; baseline {100 * baseline:.1f} %"
@@ -278,7 +271,7 @@ def _tokens(r: Results):
             out.append(_Part(sentences, ours, not_measured("no non-tied comparison")))
             continue
         shown = rate.text(1, 100, sign=False, suffix="%")
-        ours += f"; ℓ1.1's win rate, mean of the seeds {shown}; {_detectable(rate, 3)} in the rate"
+        ours += f"; ℓ1.1's win rate, mean of the seeds {shown}"
         out.append(_Part(sentences, ours, token_rule(rate.low, rate.high, rate.n, unreached, below, paper_rate),
                          effect=_effect(rate, "ℓ1.1's win rate", (0.5, 0.5), paper=paper_rate),
                          headline=f"win rate {shown} (n = {rate.n} seeds)"))
@@ -297,7 +290,7 @@ def _concentration(r: Results):
     gap = estimates.entropy_gap(table)
     ours = (f"normalized entropy of the [CLS] row ℓ1.1 {means.entropy['1.1']:.3f}, GD {means.entropy['2']:.3f}; "
             f"top-token share {means.top_share['1.1']:.3f}, {means.top_share['2']:.3f}; GD − ℓ1.1 entropy "
-            f"{gap.text(3)} (paired, n = {gap.n}; models: {setup}); {_detectable(gap, 3)}")
+            f"{gap.text(3)} (paired, n = {gap.n}; models: {setup})")
     return [_Part(None, ours, concentration_rule(gap.low, gap.high, gap.n, unreached),
                   effect=_effect(gap, "entropy, GD − ℓ1.1"), headline=_headline(gap, " entropy (GD − ℓ1.1)", 3))]
 
@@ -313,7 +306,7 @@ def _kqv(r: Results):
     unreached, _, setup = _sentiment_gates(r)
     ours = (f"effective density of ΔW: ℓ1.1 {density['1.1']:.3f}, GD {density['2']:.3f}; ℓ1.1 − GD "
             f"{gap.text(3)} (paired, n = {gap.n}; models: {setup}); the paper's {-100 * KQV_PAPER_REDUCTION:.0f} % "
-            f"reduction here: {estimates.number(paper_effect, 3)}; {_detectable(gap, 3)}")
+            f"reduction here: {estimates.number(paper_effect, 3)}")
     counts = r.csv("table-weights-kqv", ["method", "seed", "K", "Q", "V"])
     counts = counts.assign(method=counts.method.map(estimates.key_of), total=counts.K + counts.Q + counts.V)
     totals = counts.groupby("method").total.mean()
@@ -340,7 +333,7 @@ def _pruning(r: Results):
     unpruned = [100 * dense.get(k, math.nan) for k in estimates.COMPARED]
     ours = (f"test accuracy with {PRUNE_AT:.0%} of the matrices pruned: ℓ1.1 {100 * kept['1.1']:.2f}, GD "
             f"{100 * kept['2']:.2f} (unpruned {unpruned[0]:.2f}, {unpruned[1]:.2f}); ℓ1.1 − GD {gap.text()} points "
-            f"(paired, n = {gap.n}; models: {setup}); {_detectable(gap, unit=' points')}")
+            f"(paired, n = {gap.n}; models: {setup})")
     return [_Part(None, ours, pruning_rule(gap.low, gap.high, gap.n, unreached, below),
                   effect=_effect(gap, "points of test accuracy, ℓ1.1 − GD"), headline=_headline(gap, " points"))]
 
@@ -407,7 +400,7 @@ def _vit_sparsity(r: Results):
         density = frame.groupby("method").effective_density.mean()
         lrs = frame.groupby("method").lr.first()
         ours = (f"effective density of ΔW, ℓ1.1 (lr {lrs['1.1']:g}) {density['1.1']:.3f}, Adam (lr {lrs['adam']:g}) "
-                f"{density['adam']:.3f}; ℓ1.1 − Adam {gap.text(3)} (paired, n = {gap.n}); {_detectable(gap, 3)}")
+                f"{density['adam']:.3f}; ℓ1.1 − Adam {gap.text(3)} (paired, n = {gap.n})")
         if steps == "swept":
             raw = counts[counts.dataset == dataset].groupby("key")["count"].sum() / max(1, counts.seed.nunique())
             if {"1.1", "adam"} <= set(raw.index):

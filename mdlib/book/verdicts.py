@@ -57,7 +57,7 @@ class Effect:
         """The smallest detectable effect in words: "±0.012 from 0 (unit; 80 % power, 5 % level)"."""
         if self.detectable != self.detectable:
             return "n/a (fewer than 2 seeds, or no spread)"
-        return (f"±{self.detectable:.3g} from {(self.null[0] + self.null[1]) / 2:g} ({self.unit}; {POWER:.0%} power, "
+        return (f"±{self.detectable:.3g} from {(self.null[0] + self.null[1]) / 2:g} ({self.unit}; {100 * POWER:.0f} % power, "
                 "5 % level)")
 
 
@@ -185,7 +185,7 @@ def _gates(paired: str = "paired seeds", accuracy: str = "mean test accuracy at 
             f"generalize say nothing about generalization).")
 
 
-_DETECTABLE = (f"The row shows the smallest effect the design detects with {POWER:.0%} power at the 5 % level, at "
+_DETECTABLE = (f"The row shows the smallest effect the design detects with {100 * POWER:.0f} % power at the 5 % level, at "
                f"the observed spread over seeds: (t₀.₉₇₅ + t₀.₈₀) s / √n.")
 
 
