@@ -63,7 +63,7 @@ from tqdm.auto import tqdm
 from mdlib import first_line
 from mdlib.experiments import paths
 
-__all__ = ["COLUMNS", "PRECISIONS", "FitOptions", "World", "batching", "evaluate", "fit", "process_world"]
+__all__ = ["COLUMNS", "PRECISIONS", "FitOptions", "World", "batching", "check_precision", "evaluate", "fit", "process_world"]
 
 #: The columns of the history ``fit`` returns, one row per epoch (test columns NaN when not evaluated).
 COLUMNS = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds", "lr"]
@@ -99,7 +99,7 @@ class FitOptions:
 
     def __post_init__(self) -> None:
         _check_fit_options(self)
-        _check_precision(self.precision)
+        check_precision(self.precision)
 
     @classmethod
     def of(cls, part: Any) -> "FitOptions":
@@ -348,7 +348,7 @@ def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 500, loss:
              collate_fn: Callable | None = None, device: str | torch.device | None = None,
              precision: str = "fp32") -> tuple[float, float]:
     """Mean loss and accuracy of ``model`` on ``dataset`` (eval mode), as ``fit`` measures them."""
-    _check_precision(precision)
+    check_precision(precision)
     world = World(0, 1, torch.device(device or next(model.parameters()).device))
     return _evaluate(model, dataset, batch_size, loss, collate_fn, 0, world, precision)
 
@@ -466,9 +466,11 @@ def _check_fit_options(options: FitOptions) -> None:
         raise ValueError(f"stop_train_accuracy must be in (0, 1] or None, got {stop!r}")
 
 
-def _check_precision(precision: str) -> None:
+def check_precision(precision: str) -> None:
+    """ValueError unless ``precision`` is one of ``PRECISIONS``."""
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS} (float32, or bfloat16 autocast), got {precision!r}")
+        raise ValueError(f"precision must be one of {PRECISIONS} (\"fp32\": the paper's float32; \"bf16\": "
+                         f"bfloat16 autocast), got {precision!r}")
 
 
 def _epoch_layout(n: int, batch_size: int, world: World, lengths: Tensor | np.ndarray | Sequence[int] | None

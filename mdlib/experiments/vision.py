@@ -72,12 +72,6 @@ class ImageData(store.Config):
         dataset_shape(self.dataset)
 
 
-def _check_precision(precision: str) -> None:
-    if precision not in train.PRECISIONS:
-        raise ValueError(f"precision must be one of {train.PRECISIONS} (\"fp32\": the paper's float32; \"bf16\": "
-                         f"bfloat16 autocast), got {precision!r}")
-
-
 @dataclass(frozen=True)
 class ImageFit(store.Config):
     """The fit part of a vision run config: ``train.fit``'s settings; ``precision`` is left out of
@@ -93,7 +87,7 @@ class ImageFit(store.Config):
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
-        _check_precision(self.precision)
+        train.check_precision(self.precision)
 
 
 @dataclass(frozen=True)
@@ -236,7 +230,7 @@ class VisionGrid(store.Config):
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
-        _check_precision(self.precision)
+        train.check_precision(self.precision)
         for key in self.methods:
             method(key)
         steps = self.step_sizes
