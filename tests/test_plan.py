@@ -113,6 +113,21 @@ def test_the_chapters_grids_are_the_configs_the_notebooks_built(profile):
         sentiment.chapter_grids(**dict(p, analysed="both"))
 
 
+@pytest.mark.parametrize("notebook", ["05_token_selection", "06_weights"])
+def test_a_reading_chapter_plans_over_the_grid_its_table1_parameter_names(notebook):
+    """A smoke page that reads the default profile's Table 1 (table1="default") plans the forward passes
+    through the default grid's models; with table1="" it reads its own profile's."""
+    def analysed(profile: str):
+        built = profiles.executed_parameters("04_sentiment", profile)
+        return dict(zip(sentiment.GRIDS, sentiment.chapter_grids(**built)))[built["analysed"]].to_dict()
+
+    smoke = profiles.executed_parameters(notebook, "smoke")
+    assert smoke["table1"] == ""
+    assert plan._read_grid(notebook, smoke).to_dict() == analysed("smoke")
+    assert plan._read_grid(notebook, dict(smoke, table1="default")).to_dict() == analysed("default")
+    assert analysed("smoke") != analysed("default")
+
+
 def test_the_paper_plan_counts_the_papers_runs():
     stages = {(s.notebook, s.what): s for s in plan.plan("paper")}
     assert [n for n in profiles.chapters()] == list(dict.fromkeys(n for n, _ in stages))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 __all__ = ["BY_CLAIM", "CHAPTERS", "Chapter", "Evaluates", "Measured", "NAMES", "OnCpu", "SentimentGrids",
-           "VisionGrids", "chapter"]
+           "VisionGrids", "chapter", "table1_profile"]
 
 Parameters = Mapping[str, Any]  #: every parameter as the notebook executes (``profiles.executed_parameters``)
 
@@ -85,12 +85,18 @@ def _images(parameters: Parameters) -> list[str]:
     return list(parameters["datasets"])
 
 
+def table1_profile(parameters: Parameters) -> str:
+    """The profile at which a reading chapter reads chapter 04's Table 1 grid: its ``table1`` parameter,
+    else ("") its own profile."""
+    return parameters.get("table1") or parameters["profile"]
+
+
 def _built_grid(parameters: Parameters) -> list[str]:
     """The data set of the Table 1 grid built at the chapter's ``table1`` profile, else its own (known
     once built: read from the results store), and the vocabulary that tokenizes it."""
     from mdlib.experiments import sentiment
 
-    config = sentiment.built_config(parameters.get("table1") or parameters["profile"])
+    config = sentiment.built_config(table1_profile(parameters))
     return ([config.dataset] if config is not None else []) + ["wordpiece_vocab"]
 
 

@@ -233,7 +233,7 @@ def _read_grid(notebook: str, values: Mapping[str, Any]):
     from mdlib.experiments import sentiment
 
     (builder,) = chapters.chapter(notebook).reads
-    built = profiles.executed_parameters(builder, values.get("table1") or values["profile"])
+    built = profiles.executed_parameters(builder, chapters.table1_profile(values))
     grids = dict(zip(sentiment.GRIDS, sentiment.chapter_grids(**built)))
     return grids[built["analysed"]]
 
