@@ -14,25 +14,19 @@ import pytest
 from mdlib.experiments import fetch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
-#: The tests of an ``xdist_group`` a worker collected without their group (``--dist loadgroup``).
-UNGROUPED = pytest.StashKey[list]()
 HTML = "<img src=x onerror=alert(1)>"  #: user-given text that would run in the reader's browser
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config, items):
-    """Under ``--dist loadgroup`` a worker tags each test of an ``xdist_group`` with ``@group`` in its
-    node id, which the scheduler reads; a test without the tag is scheduled alone."""
-    if getattr(config.option, "loadgroup", False):  # an xdist worker of a loadgroup run
-        config.stash[UNGROUPED] = [item.nodeid for item in items
-                                   if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def xdist_groups_hold(request):
-    """Fail the run before any group's fixture is built if the groups were lost: every worker would
-    build the wheel's venv with torch (gigabytes), the smoke book and the paper profile again."""
-    lost = request.config.stash.get(UNGROUPED, [])
+    """Under ``--dist loadgroup`` a worker tags each test of an ``xdist_group`` with ``@group`` in its node
+    id, which the scheduler reads; a test without the tag is scheduled alone. Fail the run before any
+    group's fixture is built if the tags were lost: every worker would build the wheel's venv with torch
+    (gigabytes), the smoke book and the paper profile again."""
+    if not getattr(request.config.option, "loadgroup", False):  # not an xdist worker of a loadgroup run
+        return
+    lost = [item.nodeid for item in request.session.items
+            if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
     if lost:
         import xdist
 
