@@ -9,7 +9,8 @@ imports neither torch nor numpy)::
   :func:`lp_mirror_descent`;
 - the geometry of the potential psi(w) = ||w||_p^p / p: :func:`mirror_map`,
   :func:`inverse_mirror_map`, :func:`mirror_step`, :func:`potential`, :func:`bregman_divergence`,
-  :func:`lp_norm`, :func:`matched_lr` (a step size for a given p) and the rest of ``mdlib.mirror``;
+  :func:`lp_norm`, :func:`matched_lr` (a step size for a given p), :func:`matched_param_groups` (one per
+  tensor) and the rest of ``mdlib.mirror``;
 - the max-margin problems, solved with a certificate: :func:`lp_margin`, :func:`attention_svm`,
   :func:`decoder_svm` and the token-selection helpers of ``mdlib.svm``;
 - the models: :class:`SingleHeadAttention` (the paper's single-head model), :class:`EncoderClassifier`
@@ -43,7 +44,7 @@ _EXPORTS = {
     "mdlib.optim": ("LpMirrorDescent", "lp_mirror_descent"),
     "mdlib.mirror": ("mirror_map", "inverse_mirror_map", "mirror_step", "potential", "bregman_divergence",
                      "directional_bregman", "lp_norm", "lp_normalize", "normalized_gradient", "dual_exponent",
-                     "check_p", "matched_lr"),
+                     "check_p", "matched_lr", "matched_param_groups"),
     "mdlib.svm": ("lp_margin", "attention_svm", "decoder_svm", "attention_constraints", "MarginSolution",
                   "InfeasibleError", "ConvergenceError", "token_scores", "globally_optimal_tokens",
                   "support_tokens", "is_locally_optimal"),
@@ -57,7 +58,8 @@ __all__ = [name for names in _EXPORTS.values() for name in names]
 
 if TYPE_CHECKING:  # what static type checkers see; at run time the names load on first use
     from mdlib.mirror import (bregman_divergence, check_p, directional_bregman, dual_exponent,
-                              inverse_mirror_map, lp_norm, lp_normalize, matched_lr, mirror_map, mirror_step,
+                              inverse_mirror_map, lp_norm, lp_normalize, matched_lr, matched_param_groups, mirror_map,
+                              mirror_step,
                               normalized_gradient, potential)
     from mdlib.models import (EncoderClassifier, SelfAttention, SingleHeadAttention, SyntheticData,
                               VisionTransformer, attention_logits, gaussian_instances, joint_training_data,

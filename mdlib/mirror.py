@@ -26,7 +26,8 @@ p = 1.1 for lr |g| = 0.1) while entries of magnitude above 1 move more than unde
 the other way round. :func:`matched_lr` turns an SGD step size into the lr of the same first-step
 movement for entries of a chosen magnitude: ``matched_lr(sgd_lr, p, scale) = sgd_lr (p-1)
 scale^(p-2)``. Pick ``scale`` as the typical magnitude of the entries that should learn (e.g. the
-median |w| of the weight matrices at initialization); the book's guide "Step sizes for l_p mirror
+median |w| of the weight matrices at initialization), and :func:`matched_param_groups` gives every
+tensor its own such step, matched at its own magnitude; the book's guide "Step sizes for l_p mirror
 descent" (chapter 09) measures how well it predicts the best lr of a small transformer.
 """
 
@@ -50,6 +51,7 @@ __all__ = [
     "normalized_gradient",
     "mirror_step",
     "matched_lr",
+    "matched_param_groups",
 ]
 
 
@@ -303,7 +305,7 @@ def mirror_step(w: Tensor, grad: Tensor, lr: float, p: float, *, normalize: bool
     return new
 
 
-def matched_lr(sgd_lr: float, p: float, scale: float) -> float:
+def matched_lr(sgd_lr: float, p: float, scale: float, reference_p: float = 2.0) -> float:
     r"""The mirror-descent step size whose first step moves an entry of magnitude ``scale`` as far as a
     gradient-descent step at ``sgd_lr`` does:
 
@@ -317,6 +319,14 @@ def matched_lr(sgd_lr: float, p: float, scale: float) -> float:
     :math:`|m(w)| = |w|^{p-1}`, i.e. while the step moves the entry by a small fraction of its
     magnitude: the relative error of the matched movement is of order ``sgd_lr * |g| / scale``.
 
+    ``reference_p`` matches another exponent's step instead of SGD's (``sgd_lr`` is then the step size
+    at ``reference_p``): equating the two first-order movements,
+
+    .. math:: \eta_p = \eta_{r}\,\frac{p - 1}{r - 1}\,\mathrm{scale}^{\,p-r}.
+
+    So ``matched_lr(lr, 2.0, scale, reference_p=1.1)`` is the SGD step that moves entries of that
+    magnitude as far as ``lr`` at p = 1.1 does.
+
     It holds for one magnitude: entries smaller than ``scale`` move less than under SGD for p < 2 and
     more for p > 2, larger ones the other way round. At scale 0 (a zero-initialized bias) no step size
     matches: from w = 0 one step moves an entry by :math:`(\eta |g|)^{1/(p-1)}`, not in proportion to
@@ -324,11 +334,12 @@ def matched_lr(sgd_lr: float, p: float, scale: float) -> float:
     :math:`\sqrt{\eta |g|}`), so ``scale`` must be > 0.
 
     Args:
-        sgd_lr: the gradient-descent step size to match, finite and >= 0.
+        sgd_lr: the step size to match (of SGD, or of exponent ``reference_p``), finite and >= 0.
         p: the l_p exponent, finite and > 1 (:func:`check_p`).
         scale: the magnitude :math:`|w|` of the entries whose movement is matched, finite and > 0.
+        reference_p: the exponent whose step ``sgd_lr`` is (2: SGD), finite and > 1.
     """
-    p = check_p(p)
+    p, reference_p = check_p(p), check_p(reference_p)
     try:
         sgd_lr, scale = float(sgd_lr), float(scale)
     except (TypeError, ValueError):
@@ -339,9 +350,48 @@ def matched_lr(sgd_lr: float, p: float, scale: float) -> float:
         raise ValueError(f"scale must be a finite number > 0 (the magnitude |w| of the entries to match; at 0 no "
                          f"step size matches SGD, see the docstring), got scale={scale!r}")
     try:
-        lr = sgd_lr * (p - 1.0) * scale ** (p - 2.0)
+        lr = sgd_lr * (p - 1.0) / (reference_p - 1.0) * scale ** (p - reference_p)
     except OverflowError:
         lr = math.inf
     if not math.isfinite(lr):
         raise ValueError(f"matched_lr overflows for sgd_lr={sgd_lr!r}, p={p!r}, scale={scale!r}: use a scale nearer 1")
     return lr
+
+
+def matched_param_groups(params, lr: float, p: float, reference_p: float = 2.0,
+                         zero_lr: float | None = None) -> list[dict]:
+    r"""Param groups for :class:`~mdlib.optim.LpMirrorDescent` at exponent ``p``, one per tensor, each with
+    the step size whose first step moves the tensor's entries of mean magnitude
+    :math:`s = \operatorname{mean}|w|` (now, e.g. at initialization) as far as a step ``lr`` at exponent
+    ``reference_p`` does (2: SGD): ``matched_lr(lr, p, s, reference_p)``.
+
+    One global step size under mirror descent is a different effective step per tensor (an entry moves by
+    about :math:`\eta |g| |w|^{2-p}/(p-1)`): at p = 1.1 a tensor of N(0, 1) entries moves about 8 times as
+    far as under SGD at the same step, one of N(0, 0.02^2) entries a quarter as far. These groups give
+    every tensor the movement that ``lr`` gives it at ``reference_p``, so that what is left between the
+    two exponents is the geometry of the step, not how large a step each tensor gets. Porting an SGD
+    script: ``LpMirrorDescent(matched_param_groups(model.parameters(), sgd_lr, p), lr=sgd_lr, p=p)``.
+
+    A tensor whose entries are all zero (a zero-initialized bias) has no matching step (see
+    :func:`matched_lr`): it gets ``zero_lr``, by default ``lr`` itself. Repeated tensors are kept once.
+
+    Args:
+        params: the tensors (e.g. ``model.parameters()``).
+        lr: the step size at ``reference_p`` to match, finite and >= 0.
+        p: the exponent of the optimizer the groups are for, finite and > 1.
+        reference_p: the exponent whose step ``lr`` is, finite and > 1.
+        zero_lr: the step of an all-zero tensor (None: ``lr``).
+    """
+    groups, seen = [], set()
+    for w in params:
+        if not isinstance(w, Tensor):
+            raise TypeError(f"matched_param_groups takes tensors (e.g. model.parameters()), got {type(w).__name__}")
+        if id(w) in seen:
+            continue
+        seen.add(id(w))
+        scale = float(w.detach().abs().double().mean()) if w.numel() else 0.0
+        step = matched_lr(lr, p, scale, reference_p) if scale > 0 else float(lr if zero_lr is None else zero_lr)
+        groups.append({"params": [w], "lr": step})
+    if not groups:
+        raise ValueError("matched_param_groups got no tensors")
+    return groups

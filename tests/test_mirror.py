@@ -241,3 +241,50 @@ def test_signed_power_variants_are_one_kernel(dtype, r):
     # the left-to-right order, by hand for r = 10: ((u^2)^2 u)^2, then the sign of u
     if r == 10.0:
         assert torch.equal(out, torch.copysign(((u * u).square() * u).square(), u))
+
+
+@pytest.mark.parametrize("p, reference_p", [(2.0, 1.1), (1.1, 3.0), (1.75, 1.1)])
+@pytest.mark.parametrize("scale", [0.02, 0.3, 1.0])
+def test_matched_lr_matches_another_exponent_to_first_order(p, reference_p, scale):
+    """With reference_p, a step at p moves entries of magnitude ``scale`` as far as the step ``lr`` at
+    reference_p does (independent numpy float64 steps of both), with an error shrinking with the step."""
+    w = np.array([scale, -scale, scale])
+    g = np.array([1.0, -0.5, 2.0])
+    errors = []
+    for lr_ref in [1e-3 * scale ** (reference_p - 1), 1e-5 * scale ** (reference_p - 1)]:
+        lr = mirror.matched_lr(lr_ref, p, scale, reference_p=reference_p)
+        moved = np_mirror(np_mirror(w, p) - lr * g, p / (p - 1)) - w
+        target = np_mirror(np_mirror(w, reference_p) - lr_ref * g, reference_p / (reference_p - 1)) - w
+        errors.append(np.max(np.abs(moved / target - 1)))
+    assert errors[-1] < 1e-3 and errors[1] < 0.05 * errors[0] + 1e-9, errors
+    assert mirror.matched_lr(0.1, p, scale, reference_p=p) == pytest.approx(0.1)  # an exponent matches itself
+    inverse = mirror.matched_lr(mirror.matched_lr(0.1, p, scale, reference_p=reference_p), reference_p, scale,
+                                reference_p=p)
+    assert inverse == pytest.approx(0.1)  # matching back returns the step
+    with pytest.raises(ValueError, match="exponent"):
+        mirror.matched_lr(0.1, p, scale, reference_p=1.0)
+
+
+def test_matched_param_groups_give_each_tensor_its_matched_step():
+    """One group per tensor at matched_lr(lr, p, mean |w|, reference_p); an all-zero tensor gets zero_lr
+    (default lr); a tensor passed twice is kept once; the groups drive LpMirrorDescent."""
+    from mdlib.optim import LpMirrorDescent
+
+    torch.manual_seed(0)
+    big, small, zero = torch.randn(50, 4), 0.02 * torch.randn(30), torch.zeros(3)
+    groups = mirror.matched_param_groups([big, small, zero, big], 1e-3, 1.1)
+    assert [g["params"][0] is w for g, w in zip(groups, [big, small, zero])] == [True] * 3 and len(groups) == 3
+    for g, w in zip(groups[:2], [big, small]):
+        scale = float(np.abs(w.double().numpy()).mean())
+        assert g["lr"] == pytest.approx(1e-3 * 0.1 * scale ** -0.9, rel=1e-12)
+    assert groups[2]["lr"] == 1e-3
+    assert mirror.matched_param_groups([zero], 1e-3, 1.1, zero_lr=5e-4)[0]["lr"] == 5e-4
+    back = mirror.matched_param_groups([big, small], 8e-4, 2.0, reference_p=1.1)  # GD with l_1.1's effective steps
+    assert back[1]["lr"] == pytest.approx(8e-4 * 10 * float(np.abs(small.double().numpy()).mean()) ** 0.9)
+    params = [torch.nn.Parameter(w.clone()) for w in (big, small)]
+    opt = LpMirrorDescent(mirror.matched_param_groups(params, 1e-3, 1.1), lr=1e-3, p=1.1)
+    assert [g["lr"] for g in opt.param_groups] == [g["lr"] for g in groups[:2]]
+    with pytest.raises(TypeError, match="takes tensors"):
+        mirror.matched_param_groups([1.0], 1e-3, 1.1)
+    with pytest.raises(ValueError, match="no tensors"):
+        mirror.matched_param_groups([], 1e-3, 1.1)
