@@ -22,6 +22,7 @@ then runs it through the chapter's ``train_runs`` (``pool.run_many``) and the re
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -30,7 +31,7 @@ import pandas as pd
 
 from mdlib.experiments import store
 
-__all__ = ["DIVERGED", "Design", "Optimizer", "Outcome", "build", "sweep", "sweep_configs"]
+__all__ = ["DIVERGED", "Design", "Optimizer", "Outcome", "TIE_Z", "build", "sweep", "sweep_configs", "tied"]
 
 Cell = tuple  #: a cell's key, e.g. (layers, method) or (dataset, method)
 Item = tuple  #: (cell, candidate, seed) of one run
@@ -39,13 +40,42 @@ TrainRuns = Callable[..., list]
 DIVERGED = (FloatingPointError,)
 
 
+#: How many standard errors apart two accuracies must be for one to rank above the other (``tied``):
+#: the two-sided 95 % normal quantile.
+TIE_Z = 1.96
+
+
+def tied(first: float, second: float, n_first: int, n_second: int, z: float = TIE_Z) -> bool:
+    """Whether two accuracies, shares of ``n_first`` and ``n_second`` predictions, lie within ``z`` standard
+    errors of their difference, sqrt(a(1-a)/n_a + b(1-b)/n_b) (binomial): a difference that sampling
+    alone makes, which must not decide a choice (a step size chosen on validation), since another
+    machine's runs would give another. Two equal accuracies are tied, also at 0 or 1."""
+    if min(n_first, n_second) < 1:
+        raise ValueError(f"tied needs at least one prediction on each side, got {n_first} and {n_second}")
+    error = math.sqrt(first * (1 - first) / n_first + second * (1 - second) / n_second)
+    return abs(first - second) <= z * error
+
+
+
 @dataclass(frozen=True)
 class Optimizer(store.Config):
-    """The optimizer part of a run config: ``methods.make_optimizer(params, name, lr, p)``."""
+    """The optimizer part of a run config: ``methods.make_optimizer(params, name, lr, p, matched_p)``
+    (``make``). ``matched_p`` None: one step ``lr`` for every tensor; an exponent: each tensor's step
+    moves its entries as far as ``lr`` at exponent ``matched_p`` would (``mirror.matched_param_groups``,
+    at the tensor's mean |w| at initialization)."""
+
+    OMIT_AT_DEFAULT = ("matched_p",)
 
     name: str
     lr: float
     p: float | None
+    matched_p: float | None = None
+
+    def make(self, params) -> Any:
+        """The optimizer over ``params`` (``methods.make_optimizer``)."""
+        from mdlib.experiments import methods
+
+        return methods.make_optimizer(params, self.name, self.lr, self.p, self.matched_p)
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,21 @@ from typing import TYPE_CHECKING, Any, Iterable
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["OPTIMIZERS", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label",
-           "DATASET_NAMES", "dataset_text"]
+__all__ = ["OPTIMIZERS", "arm_text", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label",
+           "DATASET_CLASSES", "DATASET_NAMES", "dataset_text"]
 
 OPTIMIZERS = ("md", "adam", "adamw", "sgd")
 
 
-def make_optimizer(params: Iterable[Any], name: str, lr: float, p: float | None = None) -> torch.optim.Optimizer:
+def make_optimizer(params: Iterable[Any], name: str, lr: float, p: float | None = None,
+                   matched_p: float | None = None) -> torch.optim.Optimizer:
     """The optimizer of a run config: ``"md"`` (``LpMirrorDescent`` with exponent ``p``), ``"adam"``
     (torch Adam, default betas), ``"adamw"`` (torch AdamW, its defaults: betas (0.9, 0.999), weight
     decay 0.01) or ``"sgd"`` (plain SGD; the same as md with p = 2).
+
+    ``matched_p`` (``"md"`` only, over tensors): one step per tensor instead of ``lr`` for all,
+    ``mirror.matched_param_groups(params, lr, p, reference_p=matched_p)``: each tensor moves, to first
+    order, as far as it would under exponent ``matched_p`` at ``lr``.
 
     Implementations: torch's defaults (single-tensor on CPU, foreach on CUDA), except that mirror descent
     on CUDA takes its fused step (torch.compile; foreach, with a warning, where that does not compile).
@@ -36,9 +41,16 @@ def make_optimizer(params: Iterable[Any], name: str, lr: float, p: float | None 
     params = [dict(x, params=list(x["params"])) if isinstance(x, dict) else x for x in params]
     tensors = [w for x in params for w in (x["params"] if isinstance(x, dict) else [x])]
     on_gpu = bool(tensors) and all(w.device.type == "cuda" for w in tensors)
+    if matched_p is not None and (name != "md" or any(isinstance(x, dict) for x in params)):
+        raise ValueError(f"matched_p is for optimizer 'md' over plain tensors (it makes the param groups), got "
+                         f"optimizer {name!r}" + (" with param groups" if name == "md" else ""))
     if name == "md":
         if p is None:
             raise ValueError("optimizer 'md' needs the exponent p")
+        if matched_p is not None:
+            from mdlib.mirror import matched_param_groups
+
+            params = matched_param_groups(params, lr, p, reference_p=matched_p)
         return LpMirrorDescent(params, lr=lr, p=p, fused=True if on_gpu and p != 2.0 else None)
     if p is not None:
         raise ValueError(f"optimizer {name!r} takes no exponent p (got p={p}); p is for 'md'")
@@ -94,8 +106,20 @@ def method_text(optimizer: str, p: float | None = None) -> str:
     return f"ℓ{float(p):g}" + (" (GD)" if float(p) == 2.0 else "")
 
 
+def arm_text(key: str) -> str:
+    """How the book names a method key ("ℓ1.1", "ℓ2 (GD)") or an arm of chapter 04's 2 x 2, "a@b": method a
+    with each tensor's step matched to method b's ("ℓ1.1, GD's steps per tensor")."""
+    trained, at, matched = str(key).partition("@")
+    if not at:
+        return method_text(*method(key))
+    short = [method_text(*method(k)).replace("ℓ2 (GD)", "GD") for k in (trained, matched)]
+    return f"{short[0]}, {short[1]}'s steps per tensor"
+
+
 #: How the book writes a data set of the vision experiment (``vision.DATASETS``' keys).
 DATASET_NAMES = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+#: The number of classes of each data set: a chance-level accuracy is 1 / classes.
+DATASET_CLASSES = {"fashion_mnist": 10, "cifar10": 10, "cifar100": 100}
 
 
 def dataset_text(name: str) -> str:

@@ -285,7 +285,7 @@ def build(config: StepRun) -> pool.Setup:
     train_set = sentiment.training_subset(parts["train"], config.train_size, config.split_seed)
     model = initial_model(config)
     spec = config.optimizer
-    optimizer = methods.make_optimizer(model.parameters(), spec.name, spec.lr, spec.p)
+    optimizer = spec.make(model.parameters())
     return pool.Setup(model, optimizer, train_set, None, sentiment.collate, [len(ids) for ids in train_set.ids],
                       final_evaluations={"validation": sentiment.by_length(parts["validation"])})
 

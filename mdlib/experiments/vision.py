@@ -45,7 +45,8 @@ __all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "ImageFit", "KIND", "PA
            "sweep", "train_runs", "trained_model", "pruning_table"]
 
 #: dataset -> (channels, classes, native image size)
-DATASETS = {"fashion_mnist": (1, 10, 28), "cifar10": (3, 10, 32), "cifar100": (3, 100, 32)}
+DATASETS = {name: (channels, methods.DATASET_CLASSES[name], size)
+            for name, channels, size in (("fashion_mnist", 1, 28), ("cifar10", 3, 32), ("cifar100", 3, 32))}
 
 
 def dataset_shape(dataset: str) -> tuple[int, int, int]:
@@ -180,7 +181,7 @@ def build(config: VisionRun) -> pool.Setup:
     train_set, eval_set = image_sets(config.data)
     model = make_model(config)
     opt = config.optimizer
-    return pool.Setup(model, methods.make_optimizer(model.parameters(), opt.name, opt.lr, opt.p), train_set, eval_set)
+    return pool.Setup(model, opt.make(model.parameters()), train_set, eval_set)
 
 
 def trained_model(config: VisionRun, result: Mapping[str, Any]) -> VisionTransformer:
