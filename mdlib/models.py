@@ -148,7 +148,8 @@ def joint_training_data(dtype: torch.dtype = torch.float64) -> SyntheticData:
 #: Initializations of the real-data models: "authors" reproduces the authors' public code (torch's
 #: defaults: N(0, 1) token and position embeddings, U(±1/sqrt(fan_in)) matrices), "modern" the
 #: project's earlier choice (BERT-style embeddings, Glorot-normal matrices). "small-embeddings" (the
-#: text encoder only) changes one factor of the authors' setup: embeddings drawn N(0, 0.02^2).
+#: text encoder only) changes one factor of the authors' setup: embeddings drawn N(0, sigma^2), sigma 0.02
+#: unless ``EncoderClassifier(embedding_std=...)`` says otherwise.
 SETUPS = ("authors", "small-embeddings", "modern")
 #: The setups of the vision transformer (no single-factor variant there).
 VISION_SETUPS = ("authors", "modern")
@@ -304,15 +305,20 @@ class EncoderClassifier(nn.Module):
     initialization (embeddings N(0, 1), matrices U(+-1/sqrt(fan_in))), dropout on the attention
     probabilities and on both residual branches, none on the embeddings, a classifier without bias.
     With the same seed its initial weights are those of the authors' code. ``setup="small-embeddings"``:
-    the authors' model with one factor changed, token and position embeddings drawn N(0, 0.02^2).
+    the authors' model with one factor changed, token and position embeddings drawn N(0, sigma^2),
+    sigma = ``embedding_std`` (None: 0.02, BERT's; 1.0 is the authors' scale, drawn afresh).
     ``setup="modern"``: embeddings N(0, 0.02^2) as BERT, Glorot-normal matrices, dropout on the
     embeddings and on both residual branches (not on the probabilities), a classifier with bias.
     """
 
     def __init__(self, vocab_size: int = 30522, max_length: int = 512, width: int = 384, layers: int = 3,
-                 heads: int = 3, mlp: int = 1536, dropout: float = 0.2, setup: str = "authors"):
+                 heads: int = 3, mlp: int = 1536, dropout: float = 0.2, setup: str = "authors",
+                 embedding_std: float | None = None):
         super().__init__()
         check_setup(setup)
+        if embedding_std is not None and (setup != "small-embeddings" or not 0 < embedding_std < math.inf):
+            raise ValueError(f"embedding_std={embedding_std!r}: a finite standard deviation > 0, for setup "
+                             f"'small-embeddings' only (got setup {setup!r}; the other setups fix their own)")
         authors = setup != "modern"  # the authors' layers, dropout and classifier
         self.setup = setup
         self.token = nn.Embedding(vocab_size, width)
@@ -322,8 +328,9 @@ class EncoderClassifier(nn.Module):
                                     for _ in range(layers))
         self.classifier = nn.Linear(width, 1, bias=not authors)
         if setup != "authors":
-            nn.init.normal_(self.token.weight, std=SMALL_EMBEDDING_STD)
-            nn.init.normal_(self.position.weight, std=SMALL_EMBEDDING_STD)
+            std = SMALL_EMBEDDING_STD if embedding_std is None else float(embedding_std)
+            nn.init.normal_(self.token.weight, std=std)
+            nn.init.normal_(self.position.weight, std=std)
         if not authors:
             _glorot_init(self)
 

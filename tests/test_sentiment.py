@@ -13,6 +13,7 @@ import torch
 
 from mdlib.book import chapters, profiles
 from mdlib.experiments import estimates, methods, sentiment, store, train
+from mdlib.experiments import grid as grid_engine
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -97,17 +98,33 @@ def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):
         assert torch.equal(mine, theirs), name
 
 
-def test_choose_needs_the_stop_rule_at_every_sweep_seed_then_validation_then_the_smaller_step():
+def test_choose_needs_the_stop_rule_at_every_sweep_seed_then_validation_beyond_sampling_error_then_the_smaller_step():
     rows = pd.DataFrame({"layers": 3, "method": "2", "multiple": [1.0, 1.0, 3.0, 3.0, 10.0, 10.0, 30.0, 30.0],
                          "lr": [1.0, 1.0, 3.0, 3.0, 10.0, 10.0, 30.0, 30.0], "seed": [0, 1] * 4,
                          "diverged": [False] * 7 + [True], "reached": [True, True, True, False, True, True, True, False],
-                         "validation": [0.70, 0.72, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan]})
-    assert sentiment.choose(rows) == 1.0  # 3x missed the rule at seed 1; 1x and 10x tie (0.71): the smaller
-    assert sentiment.choose(rows.assign(validation=[0.70, 0.70, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan])) == 10.0
-    assert sentiment.choose(rows.assign(reached=False)) == 1.0  # none reached: the best mean validation
+                         "validation": [0.70, 0.72, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan], "validation_n": 1000})
+    # 3x missed the rule at seed 1; 10x (0.71) is within sampling error of 1x (0.71): a tie, the smaller step
+    assert sentiment.choose(rows) == 1.0
+    assert sentiment.choose(rows.assign(validation=[0.70, 0.70, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan])) == 1.0
+    # 10x ahead by 5 points: 1.96 SE of the difference over 2 x 1000 predictions each is 2.8 points
+    assert sentiment.choose(rows.assign(validation=[0.66, 0.66, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan])) == 10.0
+    # the same 5 points over 2 x 100 predictions each (SE 9 points): a tie
+    assert sentiment.choose(rows.assign(validation=[0.66, 0.66, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan],
+                                        validation_n=100)) == 1.0
+    assert sentiment.choose(rows.assign(reached=False)) == 1.0  # none reached: best validation, ties to the smaller
     assert sentiment.choose(rows[rows.seed == 0]) == 30.0  # seed 0 alone would pick 30x, which overflows at seed 1
     with pytest.raises(ValueError, match=r"every candidate step size diverged for 2 at 3 layers"):
         sentiment.choose(rows.assign(diverged=[False, True] * 4))
+
+
+def test_tied_accuracies_follow_the_binomial_standard_error():
+    assert grid_engine.tied(0.74, 0.7363, 2112, 2112)  # chapter 04's GD 3x and 1x on one machine: not a choice
+    assert not grid_engine.tied(0.80, 0.70, 2000, 2000)
+    assert grid_engine.tied(1.0, 1.0, 10, 10) and not grid_engine.tied(1.0, 0.0, 10, 10)
+    z = (0.75 - 0.70) / np.sqrt(0.75 * 0.25 / 500 + 0.70 * 0.30 / 500)
+    assert grid_engine.tied(0.75, 0.70, 500, 500, z=z + 1e-9) and not grid_engine.tied(0.75, 0.70, 500, 500, z=z - 1e-9)
+    with pytest.raises(ValueError, match="at least one prediction"):
+        grid_engine.tied(0.5, 0.5, 0, 10)
 
 
 def test_reference_steps_are_the_papers():
@@ -145,7 +162,8 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
                 continue
             train_acc, validation, test = values
             history = pd.DataFrame({"epoch": [1, 2], "train_accuracy": [0.5, train_acc], "test_accuracy": [0.5, test]})
-            store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": validation, "state.x": np.zeros(1)})
+            store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": validation, "validation_n": 1000,
+                                            "state.x": np.zeros(1)})
             out.append(store.load(sentiment.KIND, c))
         return out
 
@@ -202,7 +220,8 @@ def test_grid_takes_seeds_per_method(monkeypatch, tmp_path):
         for c in configs:
             trained.append((methods.method_key(c.optimizer.name, c.optimizer.p), c.fit.seed))
             history = pd.DataFrame({"epoch": [1], "train_accuracy": [1.0], "test_accuracy": [0.6]})
-            store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": 0.6, "state.x": np.zeros(1)})
+            store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": 0.6, "validation_n": 1000,
+                                            "state.x": np.zeros(1)})
             out.append(store.load(sentiment.KIND, c))
         return out
 

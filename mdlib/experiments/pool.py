@@ -49,7 +49,8 @@ class Setup:
     test_set: Dataset | None = None
     collate_fn: Callable | None = None
     lengths: Any = None  #: per-example lengths of train_set, to batch similar lengths (fit's ``lengths``)
-    #: datasets evaluated once, after training: ``run`` stores ``<name>_loss`` and ``<name>_accuracy``
+    #: datasets evaluated once, after training: ``run`` stores ``<name>_loss``, ``<name>_accuracy`` and
+    #: ``<name>_n`` (the examples evaluated)
     final_evaluations: Mapping[str, Dataset] = field(default_factory=dict)
 
 
@@ -63,7 +64,7 @@ def run(kind: str, config: Config, build: Callable[[Config], Setup], *,
     ``build(config)`` makes the ``Setup``, ``train.fit`` trains it with checkpoints in
     ``<build>/checkpoints/<kind>/<key>/`` (so an interrupted run resumes), and the store keeps
     ``history`` (the DataFrame ``fit`` returns), the loss and accuracy of the trained model on each of
-    the Setup's ``final_evaluations``, plus whatever ``extras(trained_model)`` returns (arrays,
+    the Setup's ``final_evaluations`` (and their sizes), plus whatever ``extras(trained_model)`` returns (arrays,
     DataFrames or JSON values, e.g. ``model_state(model)``); the checkpoint is deleted once stored.
     Under torchrun every process trains, rank 0 stores, and all return the stored result.
     """
@@ -88,6 +89,7 @@ def run(kind: str, config: Config, build: Callable[[Config], Setup], *,
             result[f"{name}_loss"], result[f"{name}_accuracy"] = train.evaluate(
                 setup.model, dataset, batch_size=options.batch_size, loss=options.loss,
                 collate_fn=setup.collate_fn, device=world.device)
+            result[f"{name}_n"] = len(dataset)
         for name, value in (extras(setup.model) if extras is not None else {}).items():
             if name in result:
                 raise ValueError(f"extras() returned {name!r}, a name run() already uses")

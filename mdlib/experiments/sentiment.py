@@ -48,9 +48,10 @@ __all__ = ["ADAM_STEP", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "baseline", "baseline_view", "build", "built_config", "built_grid", "by_length", "cell_table",
            "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "encode", "grid",
            "grid_name", "initial_model", "movement", "paper_table1_view",
-           "pilots", "pilots_view", "reference_step", "run_config", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
+           "pilots", "pilots_view", "predictions", "reference_step", "run_config", "run_row", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
            "seeds_of", "steps_view", "splits",
-           "sweep", "tokenizer", "train_grids", "train_run", "train_runs", "table1_view", "trained_model", "training_subset"]
+           "sweep", "test_correct", "tokenizer", "train_grids", "train_run", "train_runs", "table1_view", "trained_model",
+           "training_subset"]
 
 KIND = store.kind("e4-sentiment", __name__)
 #: Adam's reference step size (torch's default), for Adam as an extra column.
@@ -113,7 +114,10 @@ def splits(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: in
 
 @dataclass(frozen=True)
 class TextModel(store.Config):
-    """The model part of a sentiment run config: ``EncoderClassifier``'s arguments."""
+    """The model part of a sentiment run config: ``EncoderClassifier``'s arguments (``embedding_std``:
+    the small-embeddings setup's sigma, None for its default 0.02)."""
+
+    OMIT_AT_DEFAULT = ("embedding_std",)
 
     width: int
     layers: int
@@ -121,6 +125,7 @@ class TextModel(store.Config):
     mlp: int
     dropout: float
     setup: str
+    embedding_std: float | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,9 @@ class SentimentRun(store.Config):
 
     def __post_init__(self) -> None:
         check_setup(self.model.setup)
+        if self.model.embedding_std is not None and self.model.setup != "small-embeddings":
+            raise ValueError(f"embedding_std is the small-embeddings setup's sigma; setup {self.model.setup!r} fixes "
+                             "its own: give embedding_std=None")
         batch_size = self.fit.batch_size
         if self.train_size is not None and (not isinstance(self.train_size, int) or self.train_size < batch_size):
             raise ValueError(f"train_size must be None (the whole training split) or an integer >= the batch "
@@ -162,11 +170,15 @@ def run_config(*, layers: int, optimizer: str, lr: float, p: float | None = None
            dataset: str = "rotten_tomatoes", max_length: int = 64, train_size: int | None = None,
            width: int = 48, mlp: int | None = None, dropout: float = 0.2, setup: str = "authors",
            epochs: int = 600, batch_size: int = 100, stop_train_accuracy: float = paper.STOP_TRAIN_ACCURACY,
-           split_seed: int = 0, pool: int = 16) -> SentimentRun:
-    """A run config (see the module docstring); heads = layers as in the paper, MLP 4 x width."""
+           split_seed: int = 0, pool: int = 16, embedding_std: float | None = None,
+           matched_p: float | None = None) -> SentimentRun:
+    """A run config (see the module docstring); heads = layers as in the paper, MLP 4 x width.
+    ``embedding_std``: sigma of the small-embeddings setup (None: 0.02); ``matched_p``: steps per tensor
+    matched to exponent ``matched_p`` at ``lr`` (``grid.Optimizer``; None: one step ``lr``)."""
     return SentimentRun(
-        dataset, split_seed, max_length, train_size, TextModel(width, layers, layers, mlp or 4 * width, dropout, setup),
-        Optimizer(optimizer, float(lr), None if p is None else float(p)),
+        dataset, split_seed, max_length, train_size,
+        TextModel(width, layers, layers, mlp or 4 * width, dropout, setup, embedding_std),
+        Optimizer(optimizer, float(lr), None if p is None else float(p), None if matched_p is None else float(matched_p)),
         TextFit(epochs, batch_size, seed, "binary", "sum", stop_train_accuracy, pool))
 
 
@@ -192,7 +204,7 @@ def build(config: SentimentRun) -> pool.Setup:
     train_set = training_subset(parts["train"], config.train_size, config.split_seed)
     model = initial_model(config)
     spec = config.optimizer
-    optimizer = methods.make_optimizer(model.parameters(), spec.name, spec.lr, spec.p)
+    optimizer = spec.make(model.parameters())
     lengths = [len(ids) for ids in train_set.ids]
     return pool.Setup(model, optimizer, train_set, by_length(parts["test"]), collate, lengths,
                       final_evaluations={"validation": by_length(parts["validation"])})
@@ -219,6 +231,35 @@ def train_runs(configs: list[SentimentRun], workers: int = 1, progress: bool = T
 def trained_model(config: SentimentRun, result: Mapping[str, Any]) -> EncoderClassifier:
     """The model of a stored run with its final weights, in eval mode."""
     return pool.load_model_state(initial_model(config), result).eval()
+
+
+@torch.no_grad()
+def test_correct(config: SentimentRun, result: Mapping[str, Any], batch_size: int = 100) -> np.ndarray:
+    """Whether the run's final model (eval mode) classifies each example of the test split correctly, in
+    the split's order: the per-example predictions behind its last test accuracy (their mean), computed in
+    the evaluation's batches (``by_length``)."""
+    test = splits(config.dataset, config.split_seed, config.max_length)["test"]
+    model = trained_model(config, result)
+    order = sorted(range(len(test)), key=lambda i: len(test.ids[i]))
+    correct = np.zeros(len(test), dtype=bool)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        inputs, labels = collate([test[i] for i in chunk])
+        correct[chunk] = ((model(**inputs) > 0).float() == labels).numpy()
+    return correct
+
+
+def predictions(configs: Mapping[tuple[int, str, int], SentimentRun],
+                results: Mapping[tuple[int, str, int], Mapping[str, Any]]) -> pd.DataFrame:
+    """``test_correct`` of each run keyed (layers, method, seed): one row per (run, test example) with
+    layers, method, seed, example (its index in the test split) and correct (0 or 1): what a two-way
+    interval over seeds and examples needs (``estimates``)."""
+    frames = [pd.DataFrame({"layers": L, "method": key, "seed": seed, "example": np.arange(len(correct)),
+                            "correct": correct.astype(int)})
+              for (L, key, seed), config in configs.items()
+              for correct in [test_correct(config, results[L, key, seed])]]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["layers", "method", "seed", "example", "correct"])
 
 
 def _history_table(configs: list[SentimentRun], results: list[Mapping[str, Any]]) -> pd.DataFrame:
@@ -270,7 +311,7 @@ class Grid:
         return {key: trained_model(c, self.results[key]) for key, c in self.configs.items()}
 
 
-def _summary(cell: tuple[int, str], multiple: float, seed: int, config: SentimentRun,
+def run_row(cell: tuple[int, str], multiple: float, seed: int, config: SentimentRun,
              result: Mapping[str, Any] | None) -> dict[str, Any]:
     """A run's row of ``Grid.runs`` (result None: diverged)."""
     layers, key = cell
@@ -282,7 +323,8 @@ def _summary(cell: tuple[int, str], multiple: float, seed: int, config: Sentimen
     return row | {"epochs": int(h.epoch.max()), "train_accuracy": float(h.train_accuracy.iloc[-1]),
                   "reached": bool(h.train_accuracy.iloc[-1] >= config.fit.stop_train_accuracy),
                   "best_test": float(h.test_accuracy.max()), "last_test": float(h.test_accuracy.iloc[-1]),
-                  "validation": float(result["validation_accuracy"])}
+                  "validation": float(result["validation_accuracy"]),
+                  "validation_n": int(result["validation_n"])}
 
 
 #: The seeds (0..n-1) a grid's sweep trains at each candidate step of a cell with several: a step that
@@ -292,18 +334,23 @@ SWEEP_SEEDS = 2
 
 def choose(candidates: pd.DataFrame) -> float:
     """The chosen multiple among one cell's sweep runs (``Grid.runs`` rows, every sweep seed of every
-    candidate): candidates whose runs all reached the stop rule before the others, then the higher mean
-    validation accuracy at the end, then the smaller step. A candidate with a diverged run is never
+    candidate): candidates whose runs all reached the stop rule before the others; among those, the
+    ones whose mean validation accuracy at the end is tied with the best (``grid.tied``: within
+    ``grid.TIE_Z`` standard errors over the validation predictions of the sweep seeds, a difference
+    sampling alone makes), and of these the smallest step. A candidate with a diverged run is never
     chosen. The test split plays no part."""
     per = candidates.groupby("multiple").agg(diverged=("diverged", "any"), reached=("reached", "all"),
-                                             validation=("validation", "mean"), lr=("lr", "first"))
+                                             validation=("validation", "mean"), n=("validation_n", "sum"),
+                                             lr=("lr", "first"))
     finished = per[~per.diverged]
     if finished.empty:
         cell = candidates.iloc[0]
         raise ValueError(f"every candidate step size diverged for {cell.method} at {cell.layers} layers "
                          f"(multiples {sorted(candidates.multiple.unique())}): try smaller ones")
-    ranked = finished.sort_values(["reached", "validation", "lr"], ascending=[False, False, True])
-    return float(ranked.index[0])
+    ranked = finished[finished.reached] if finished.reached.any() else finished
+    best = ranked.loc[ranked.validation.idxmax()]
+    tied = ranked[[grid_engine.tied(best.validation, v, int(best.n), int(n)) for v, n in zip(ranked.validation, ranked.n)]]
+    return float(tied.lr.idxmin())
 
 
 GRID_KIND = store.kind("e4-grid", __name__)
@@ -312,12 +359,13 @@ GRID_KIND = store.kind("e4-grid", __name__)
 @dataclass(frozen=True)
 class SentimentGrid(store.Config):
     """A Table 1 grid config (``grid``): the shared run settings (``run_config``: dataset, max_length,
-    train_size, width, setup, epochs), then what the grid spans: layers (list), methods (list of method
+    train_size, width, setup, epochs, embedding_std), then what the grid spans: layers (list), methods (list of method
     keys), seeds (one count, or {method: count}), multiples ({method: [multiples of the reference
     step]}). ``to_dict()`` is what the store keeps; a mapping with exactly these fields converts with
     ``SentimentGrid.of``."""
 
     WHAT = "a Table 1 grid config"
+    OMIT_AT_DEFAULT = ("embedding_std",)
 
     dataset: str
     max_length: int
@@ -329,6 +377,7 @@ class SentimentGrid(store.Config):
     methods: list[str]
     seeds: int | Mapping[str, int]
     multiples: Mapping[str, list[float]]
+    embedding_std: float | None = None
 
     def __post_init__(self) -> None:
         without = [k for k in self.methods if k not in self.multiples]
@@ -355,7 +404,7 @@ class SentimentGrid(store.Config):
         name, p = method(key)
         return run_config(layers=layers, optimizer=name, p=p, lr=multiple * reference_step(layers, key), seed=seed,
                           dataset=self.dataset, max_length=self.max_length, train_size=self.train_size,
-                          width=self.width, setup=self.setup, epochs=self.epochs)
+                          width=self.width, setup=self.setup, epochs=self.epochs, embedding_std=self.embedding_std)
 
     def design(self) -> grid_engine.Design:
         """The grid as a ``grid.Design``: seeds 0..SWEEP_SEEDS-1 of every cell at each candidate (every seed
@@ -369,7 +418,7 @@ class SentimentGrid(store.Config):
             kind=GRID_KIND, run_kind=KIND, config=self,
             cells=[(L, key) for L in self.layers for key in self.methods],
             candidates=lambda cell: self.multiples[cell[1]], seeds=lambda cell: self.seeds_of(cell[1]),
-            sweep_seeds=sweep_seeds, sweep_config=self.run, final_config=self.run, summary=_summary,
+            sweep_seeds=sweep_seeds, sweep_config=self.run, final_config=self.run, summary=run_row,
             columns=("layers", "method"), candidate="multiple", choose=choose,
             train_runs=train_runs, summarise_finals=True)
 
