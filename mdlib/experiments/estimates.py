@@ -27,10 +27,12 @@ import numpy as np
 import pandas as pd
 
 from mdlib.experiments import methods
-from mdlib.experiments.stats import clustered_rate, detectable_effect, generalization_floor, paired_interval
+from mdlib.experiments.stats import (clustered_rate, crossed_interval, detectable_effect, detectable_from_se,
+                                     generalization_floor, mean_interval, paired_interval, seeds_for_half_width)
 
-__all__ = ["COMPARED", "Estimate", "accuracy_gaps", "below_floor", "density_gap", "depths_text", "entropy_gap", "key_of",
-           "number", "paired", "parity_gaps", "pruned_gap", "unreached", "win_rate"]
+__all__ = ["COMPARED", "CONTRASTS", "Estimate", "accuracy_gaps", "allocation_effects", "below_floor", "crossed",
+           "density_gap", "depths_text", "edges_text", "entropy_gap", "key_of", "number", "PAIRED_SD_SEEN", "paired",
+           "parity_gaps", "power_text", "pruned_gap", "scale_trend", "step_edges", "unreached", "win_rate"]
 
 #: The two methods every sentiment claim compares: ℓ1.1 mirror descent and GD (ℓ2).
 COMPARED = ("1.1", "2")
@@ -51,13 +53,26 @@ class Estimate:
     """A claim's number: ``value`` (a mean per-seed difference, or a mean per-seed rate) with its 95 % t
     interval [``low``, ``high``] (NaN: fewer than two seeds or no spread), the ``n`` seeds behind it, the
     smallest effect the design detects with 80 % power (``stats.detectable_effect``, a distance from the
-    null; NaN without an interval) and the standard deviation of the per-seed values."""
+    null; NaN without an interval) and the standard deviation of the per-seed values. An estimate over
+    seeds and test examples (``crossed``) has its interval over both, and the seeds-only interval in
+    [``seeds_low``, ``seeds_high``] (NaN for a seeds-only estimate)."""
     value: float
     low: float
     high: float
     n: int
     detectable: float = math.nan
     sd: float = math.nan
+    seeds_low: float = math.nan
+    seeds_high: float = math.nan
+
+    @property
+    def crossed(self) -> bool:
+        """Whether the interval counts the test examples as a sample too (``crossed``)."""
+        return self.seeds_low == self.seeds_low
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
 
     def text(self, digits: int = 2, scale: float = 1.0, sign: bool = True, suffix: str = "") -> str:
         """"+0.81 [−0.40, +2.02]" (values times ``scale``, ``suffix`` after each, a true minus sign;
@@ -68,6 +83,17 @@ class Estimate:
         if self.low != self.low:
             return f"{shown(self.value)} (no interval)"
         return f"{shown(self.value)} [{shown(self.low)}, {shown(self.high)}]"
+
+    def both_text(self, digits: int = 2, scale: float = 1.0, sign: bool = True, suffix: str = "") -> str:
+        """``text``, and for a crossed estimate the seeds-only interval after it: "+0.81 [−0.90, +2.52]
+        over seeds and examples (seeds only [−0.40, +2.02])"."""
+        if not self.crossed:
+            return self.text(digits, scale, sign, suffix)
+        def shown(x: float) -> str:
+            return number(x, digits, scale, sign, suffix)
+
+        return (f"{self.text(digits, scale, sign, suffix)} over seeds and examples (seeds only "
+                f"[{shown(self.seeds_low)}, {shown(self.seeds_high)}])")
 
 
 NONE = Estimate(math.nan, math.nan, math.nan, 0)
@@ -97,12 +123,89 @@ def paired(frame: pd.DataFrame, first: str, second: str, value: str, by: str = "
                     float(differences.std(ddof=1)) if len(wide) > 1 else math.nan)
 
 
-def accuracy_gaps(runs: pd.DataFrame, metric: str = "last_test") -> dict[int, Estimate]:
+def crossed(predictions: pd.DataFrame, first: str, second: str, value: str = "correct", by: str = "method",
+            unit: str = "seed", example: str = "example", scale: float = 100.0) -> Estimate:
+    """``value`` of ``first`` minus that of ``second`` per (unit, example), times ``scale`` (points), over the
+    units both have (each with every example): the mean with the interval over units and examples
+    (``stats.crossed_interval``), the seeds-only interval beside it and the detectable effect of the
+    crossed standard error."""
+    keyed = predictions.assign(**{by: predictions[by].map(key_of)})
+    sides = [keyed[keyed[by] == k].pivot_table(index=unit, columns=example, values=value) for k in (first, second)]
+    units = sides[0].index.intersection(sides[1].index)
+    if units.empty:
+        return NONE
+    table = scale * (sides[0].loc[units] - sides[1].loc[units])
+    if table.isna().any().any():
+        raise ValueError(f"crossed: the predictions of {first} and {second} do not cover the same examples")
+    mean, low, high, se, seeds_se = crossed_interval(table.to_numpy())
+    _, seeds_low, seeds_high = mean_interval(table.mean(axis=1))
+    means = table.mean(axis=1)
+    return Estimate(mean, low, high, len(units), detectable_from_se(se, len(units)),
+                    float(means.std(ddof=1)) if len(units) > 1 else math.nan, seeds_low, seeds_high)
+
+
+def accuracy_gaps(runs: pd.DataFrame, metric: str = "last_test",
+                  predictions: pd.DataFrame | None = None) -> dict[int, Estimate]:
     """Table 1: per depth (``layers``), ℓ1.1 minus GD in points of ``metric`` (the test accuracy at the stop
-    rule, or ``best_test``, the best over epochs) over the chosen runs of one grid, seed by seed."""
+    rule, or ``best_test``, the best over epochs) over the chosen runs of one grid, seed by seed. With the
+    runs' per-example ``predictions`` (``sentiment.predictions``; the stop rule's accuracy only), the
+    interval counts the test sentences as a sample too (``crossed``)."""
     chosen = runs[runs.chosen.astype(bool)] if "chosen" in runs else runs
+    if predictions is not None and metric == "last_test":
+        return {int(L): crossed(predictions[predictions.layers == L], *COMPARED)
+                for L in dict.fromkeys(chosen.layers)}
     return {int(L): paired(part.assign(points=100 * part[metric]), *COMPARED, "points")
             for L, part in chosen.groupby("layers", sort=False)}
+
+
+#: The contrasts of chapter 04's 2 x 2 (``allocation.ARMS``), each the first arm minus the second, seed by
+#: seed: the gap at one global step each, the geometry (ℓ1.1 at GD's steps per tensor against GD) and the
+#: step allocation (GD at ℓ1.1's steps per tensor against GD).
+CONTRASTS = {"gap": ("1.1", "2"), "geometry": ("1.1@2", "2"), "allocation": ("2@1.1", "2")}
+
+
+def allocation_effects(runs: pd.DataFrame, predictions: pd.DataFrame | None = None) -> dict[str, Estimate]:
+    """The contrasts of the 2 x 2 (``CONTRASTS``) in points of test accuracy at the stop rule, from its runs
+    (``method``: a method or arm key, ``last_test``) or, when given, their per-example ``predictions``
+    (``crossed``)."""
+    if predictions is not None:
+        return {name: crossed(predictions, a, b) for name, (a, b) in CONTRASTS.items()}
+    points = runs.assign(points=100 * runs.last_test)
+    return {name: paired(points, a, b, "points") for name, (a, b) in CONTRASTS.items()}
+
+
+#: The largest standard deviation of the paired ℓ1.1 − GD differences (points) a default build of chapter
+#: 04's variation has measured: 1.70, on a second machine of the project's kind (2026-12-04, 11 seeds,
+#: GD at 3×; the first machine measured 0.95). Seeds are sized on it, not on one machine's spread.
+PAIRED_SD_SEEN = 1.70
+
+
+def power_text(gap: Estimate, target: float, largest_sd: float = PAIRED_SD_SEEN) -> str:
+    """What a gap's design can resolve, in words: its half-widths (over seeds and examples, and over seeds
+    only), the seeds a seeds-only interval of half-width ``target`` needs at the larger of this build's
+    paired sd and ``largest_sd``, and the half-width the test examples alone leave however many seeds
+    (the crossed interval's example part, with normal quantiles)."""
+    if gap.low != gap.low:
+        return "no interval (fewer than two seeds, or no spread)"
+    sd = max(gap.sd, largest_sd) if gap.sd == gap.sd else largest_sd
+    text = (f"the interval is ±{gap.half_width:.2f} points over seeds and sentences"
+            + (f" (±{(gap.seeds_high - gap.seeds_low) / 2:.2f} over seeds only)" if gap.crossed else "")
+            + f" with {gap.n} pairs; a seeds-only interval of ±{target:g} needs {seeds_for_half_width(sd, target)} "
+            f"pairs at a paired sd of {sd:.2f} points (the larger of this build's {gap.sd:.2f} and the largest "
+            f"a build has measured, {largest_sd:.2f})")
+    if gap.crossed:
+        seeds_se = (gap.seeds_high - gap.seeds_low) / 2 / _t(gap.n)
+        examples_se = max(0.0, (gap.half_width / _t(gap.n)) ** 2 - seeds_se ** 2) ** 0.5
+        text += (f"; the test sentences alone leave ±{1.96 * examples_se:.2f} however many seeds"
+                 + (f", so ±{target:g} over seeds and sentences is out of reach with this test set"
+                    if 1.96 * examples_se >= target else ""))
+    return text
+
+
+def _t(n: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, n - 1))
 
 
 def depths_text(gaps: dict[int, Estimate]) -> str:
@@ -110,17 +213,79 @@ def depths_text(gaps: dict[int, Estimate]) -> str:
     return "; ".join(f"{gap.text()} ({gap.n} pairs) at {L} layers" for L, gap in gaps.items()) or "not measured"
 
 
-def win_rate(per_seed: pd.DataFrame) -> Estimate:
-    """Token selection on one sentence set: ℓ1.1's win rate among the non-tied sentences, per seed
-    (``wins``, ``losses``), its mean over the seeds with a non-tied sentence and the t interval over them
-    (bounds cut to [0, 1]); ``detectable`` is the smallest distance from 1/2 the design detects."""
+def scale_trend(gaps: pd.DataFrame) -> Estimate:
+    """The embedding-scale series (``allocation.series_gaps``): the least-squares slope of ℓ1.1 − GD (points)
+    against log10 of the embedding std over the seed pairs whose runs both reached the stop rule, with its
+    95 % t interval (n - 2 degrees of freedom): the points the gap moves per tenfold embedding scale.
+    ``n`` counts the pairs; no interval with fewer than three, or fewer than two scales."""
+    kept = gaps[gaps.reached.astype(bool)]
+    if len(kept) < 3 or kept.embedding_std.nunique() < 2:
+        return Estimate(math.nan, math.nan, math.nan, len(kept))
+    from scipy.stats import linregress, t
+
+    fit = linregress(np.log10(kept.embedding_std.to_numpy(float)), kept.gap.to_numpy(float))
+    half = float(t.ppf(0.975, len(kept) - 2)) * fit.stderr
+    return Estimate(float(fit.slope), fit.slope - half, fit.slope + half, len(kept))
+
+
+def step_edges(runs: pd.DataFrame, cell: tuple[str, ...] = ("layers", "method"), candidate: str = "multiple",
+               ) -> dict[tuple, str]:
+    """Where each cell's chosen step sits among the candidates its grid tried (a grid's runs, with
+    ``chosen``): "" between a smaller and a larger one, "the smallest" or "the largest" at an end of the
+    grid (the best step may lie beyond it), "the only" when nothing else was tried."""
+    out = {}
+    for key, part in runs.groupby(list(cell), sort=False):
+        tried = sorted(set(part[candidate]))
+        chosen = set(part.loc[part.chosen.astype(bool), candidate])
+        if len(chosen) != 1:
+            continue
+        value = chosen.pop()
+        out[key if isinstance(key, tuple) else (key,)] = (
+            "the only" if len(tried) == 1 else "the smallest" if value == tried[0]
+            else "the largest" if value == tried[-1] else "")
+    return out
+
+
+def edges_text(runs: pd.DataFrame, cell: tuple[str, ...] = ("layers", "method"), candidate: str = "multiple") -> str:
+    """``step_edges`` in words, the choices at an end of their grid only ("" when every choice is inside):
+    "ℓ1.1 at 3 layers: 1× is the only candidate; GD at 3 layers: 1× is the smallest of 1×, 3×"."""
+    parts = []
+    for key, edge in step_edges(runs, cell, candidate).items():
+        if not edge:
+            continue
+        part = runs[np.logical_and.reduce([runs[c] == v for c, v in zip(cell, key)])]
+        tried = sorted(set(part[candidate]))
+        chosen = part.loc[part.chosen.astype(bool), candidate].iloc[0]
+        where = _cell_name(key if len(key) > 1 else key[0])
+        parts.append(f"{where}: {chosen:g}× is {edge} candidate" if edge == "the only" else
+                     f"{where}: {chosen:g}× is {edge} of {', '.join(f'{x:g}×' for x in tried)}")
+    return "; ".join(parts)
+
+
+def win_rate(table: pd.DataFrame) -> Estimate:
+    """Token selection on one sentence set: ℓ1.1's win rate among the non-tied sentences, per seed, its mean
+    over the seeds with a non-tied sentence and the t interval over them (bounds cut to [0, 1]);
+    ``detectable`` is the smallest distance from 1/2 the design detects. ``table``: one row per seed
+    (``wins``, ``losses``), or one per (seed, ``sentence``) with 0/1 ``wins`` and ``losses`` (a tie: both
+    0), whose interval then counts the sentences as a sample too (``crossed``, on each seed's rate
+    linearized over its sentences: r_s + (w_si - r_s t_si) N / T_s, t_si = 1 for a non-tied sentence)."""
+    per_seed = table.groupby("seed")[["wins", "losses"]].sum() if "sentence" in table else table.set_index("seed")
     kept = per_seed[(per_seed.wins + per_seed.losses) > 0]
     if kept.empty:
         return NONE
-    rate, low, high = clustered_rate(kept.wins, kept.losses)
+    rate, seeds_low, seeds_high = clustered_rate(kept.wins, kept.losses)
     rates = kept.wins / (kept.wins + kept.losses)
-    return Estimate(rate, low, high, len(kept), detectable_effect(rates),
-                    float(rates.std(ddof=1)) if len(kept) > 1 else math.nan)
+    sd = float(rates.std(ddof=1)) if len(kept) > 1 else math.nan
+    if "sentence" not in table:
+        return Estimate(rate, seeds_low, seeds_high, len(kept), detectable_effect(rates), sd)
+    rows = table[table.seed.isin(kept.index)]
+    wins = rows.pivot_table(index="seed", columns="sentence", values="wins").loc[kept.index]
+    untied = wins + rows.pivot_table(index="seed", columns="sentence", values="losses").loc[kept.index]
+    r, counts = rates.to_numpy()[:, None], untied.sum(axis=1).to_numpy()[:, None]
+    linear = r + (wins.to_numpy() - r * untied.to_numpy()) * untied.shape[1] / counts
+    value, low, high, se, _ = crossed_interval(linear)
+    return Estimate(value, max(low, 0.0) if low == low else low, min(high, 1.0) if high == high else high,
+                    len(kept), detectable_from_se(se, len(kept)), sd, seeds_low, seeds_high)
 
 
 def entropy_gap(table: pd.DataFrame) -> Estimate:
@@ -129,10 +294,12 @@ def entropy_gap(table: pd.DataFrame) -> Estimate:
     return paired(table, COMPARED[1], COMPARED[0], "entropy")
 
 
-def density_gap(change: pd.DataFrame, baseline: str = "2") -> Estimate:
+def density_gap(change: pd.DataFrame, baseline: str = "2", column: str = "effective_density") -> Estimate:
     """Sparsity: ℓ1.1 minus ``baseline`` ("2": GD, "adam") in the effective density of ΔW, seed by seed
-    (negative: ℓ1.1's change is sparser)."""
-    return paired(change, COMPARED[0], baseline, "effective_density")
+    (negative: ℓ1.1's change is sparser); ``column="dual_density"``: of the dual change m(W) - m(W(0))
+    (``sparsity.change_table``; the baseline's is its ΔW): whether ℓ1.1's summed gradients are sparser
+    themselves, beyond the weighting by the initial magnitudes that turns them into ΔW."""
+    return paired(change, COMPARED[0], baseline, column)
 
 
 def pruned_gap(curves: pd.DataFrame, sparsity: float) -> Estimate:
@@ -148,17 +315,19 @@ def parity_gaps(final: pd.DataFrame) -> dict[str, Estimate]:
     return {key: paired(final, key, "adam", "points", by="key") for key in dict.fromkeys(final.key) if key != "adam"}
 
 
-def unreached(runs: pd.DataFrame) -> int:
-    """ℓ1.1 and GD runs of ``runs`` that did not reach the stop rule."""
-    compared = runs[runs.method.map(key_of).isin(COMPARED)]
+def unreached(runs: pd.DataFrame, compared: tuple[str, ...] = COMPARED) -> int:
+    """Runs of the ``compared`` methods (ℓ1.1 and GD) of ``runs`` that did not reach the stop rule."""
+    compared = runs[runs.method.map(key_of).isin(compared)]
     return int((~compared.reached.astype(bool)).sum())
 
 
-def below_floor(runs: pd.DataFrame, baseline: float, by=("method",), column: str = "last_test") -> str:
-    """Why the ℓ1.1 or GD models do not generalize: the cells (``by``) whose mean ``column`` is below
-    ``stats.generalization_floor`` of the bag-of-words ``baseline``, in words ("" when none is)."""
+def below_floor(runs: pd.DataFrame, baseline: float, by=("method",), column: str = "last_test",
+                compared: tuple[str, ...] = COMPARED) -> str:
+    """Why the models of the ``compared`` methods (ℓ1.1 and GD) do not generalize: the cells (``by``) whose
+    mean ``column`` is below ``stats.generalization_floor`` of the bag-of-words ``baseline``, in words
+    ("" when none is)."""
     floor = generalization_floor(baseline)
-    compared = runs[runs.method.map(key_of).isin(COMPARED)]
+    compared = runs[runs.method.map(key_of).isin(compared)]
     means = compared.assign(method=compared.method.map(key_of)).groupby(list(by))[column].mean()
     low = means[means < floor]
     if low.empty:
@@ -169,5 +338,4 @@ def below_floor(runs: pd.DataFrame, baseline: float, by=("method",), column: str
 
 def _cell_name(key) -> str:
     parts = key if isinstance(key, tuple) else (key,)
-    return " ".join(f"{p} layers" if isinstance(p, (int, np.integer)) else methods.method_text(*methods.method(p))
-                    for p in parts)
+    return " ".join(f"{p} layers" if isinstance(p, (int, np.integer)) else methods.arm_text(key_of(p)) for p in parts)

@@ -9,6 +9,8 @@ The design decides the interval:
 - ``mean_interval``: the t interval of a mean over independent units, e.g. per-seed win rates when
   the sentences are shared by every seed (clustered data: the seed is the unit, not the sentence).
 - ``wilson_interval``: a binomial proportion of independent trials.
+- ``crossed_interval``: a mean over seeds and test examples together (crossed: every seed is scored on
+  every example), counting both samples.
 
 Every function returns NaN bounds where the data cannot give an interval (fewer than two units, or
 no spread at all), never a degenerate one.
@@ -24,8 +26,8 @@ import numpy as np
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-__all__ = ["GENERALIZATION", "POWER", "clustered_rate", "detectable_effect", "difference_interval",
-           "generalization_floor", "mean_interval", "paired_interval", "seeds_for_half_width", "wilson_interval"]
+__all__ = ["GENERALIZATION", "POWER", "clustered_rate", "crossed_interval", "detectable_effect", "detectable_from_se",
+           "difference_interval", "generalization_floor", "mean_interval", "paired_interval", "seeds_for_half_width", "wilson_interval"]
 
 
 def _t_quantile(confidence: float, dof: float) -> float:
@@ -62,10 +64,7 @@ def detectable_effect(values: ArrayLike, confidence: float = 0.95, power: float 
     x = np.asarray(values, dtype=float)
     if x.size < 2 or not np.all(np.isfinite(x)) or x.std() == 0:
         return math.nan
-    from scipy.stats import t
-
-    dof = x.size - 1
-    return float((t.ppf(0.5 + confidence / 2, dof) + t.ppf(power, dof)) * x.std(ddof=1) / math.sqrt(x.size))
+    return detectable_from_se(float(x.std(ddof=1)) / math.sqrt(x.size), x.size, confidence, power)
 
 
 def seeds_for_half_width(sd: float, half_width: float, confidence: float = 0.95, most: int = 10_000) -> int:
@@ -87,6 +86,50 @@ def paired_interval(first: ArrayLike, second: ArrayLike, confidence: float = 0.9
         raise ValueError(f"paired_interval needs two 1-d sequences of equal length (one value per seed), got "
                          f"shapes {a.shape} and {b.shape}")
     return mean_interval(a - b, confidence)
+
+
+def crossed_interval(values: ArrayLike, confidence: float = 0.95) -> tuple[float, float, float, float, float]:
+    """The mean of a (units x examples) table, e.g. per-seed and per-sentence differences, with an interval
+    over both samples: the seeds and the test examples, each a sample of what the claim is about.
+    Returns (mean, low, high, se, seeds_se).
+
+    Crossed random effects v_se = mu + a_s + b_e + r_se (S units, N examples): the variance of the mean is
+    var(a)/S + var(b)/N + var(r)/(S N). The units' part and the noise come from the unit means,
+    s_u^2 / S (the seeds-only variance, ``mean_interval``'s, whose square root is ``seeds_se``); the
+    examples' part is estimated without the noise, s_e^2/N - MS_r/(S N) (s_e^2: the variance of the N
+    example means over units, MS_r: the residual mean square of the two-way table), and counted only
+    when positive, so the interval is never narrower than the seeds-only one. The interval is
+    mean +- t_{(1+c)/2, S-1} se (the units' degrees of freedom: the conservative choice). NaN bounds
+    with fewer than two units or no spread; one example column gives the seeds-only interval."""
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 2 or x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError(f"crossed_interval needs a finite 2-d table (units x examples), got shape {x.shape}")
+    S, N = x.shape
+    mean = float(x.mean())
+    units, examples = x.mean(axis=1), x.mean(axis=0)
+    if S < 2 or units.std() == 0 and examples.std() == 0:
+        return mean, math.nan, math.nan, math.nan, math.nan
+    seeds_var = float(units.var(ddof=1)) / S
+    example_var = 0.0
+    if N > 1:
+        residual = x - units[:, None] - examples[None, :] + mean
+        ms_residual = float((residual ** 2).sum()) / ((S - 1) * (N - 1))
+        example_var = max(0.0, float(examples.var(ddof=1)) / N - ms_residual / (S * N))
+    se = math.sqrt(seeds_var + example_var)
+    if se == 0:
+        return mean, math.nan, math.nan, math.nan, math.nan
+    half = _t_quantile(confidence, S - 1) * se
+    return mean, mean - half, mean + half, se, math.sqrt(seeds_var)
+
+
+def detectable_from_se(se: float, units: int, confidence: float = 0.95, power: float = POWER) -> float:
+    """``detectable_effect`` from a standard error and the units' count: (t_{(1+c)/2, n-1} + t_{power, n-1}) se
+    (NaN without a standard error or with fewer than two units)."""
+    if not (se == se and se > 0) or units < 2:
+        return math.nan
+    from scipy.stats import t
+
+    return float((t.ppf(0.5 + confidence / 2, units - 1) + t.ppf(power, units - 1)) * se)
 
 
 def difference_interval(first: ArrayLike, second: ArrayLike, confidence: float = 0.95) -> tuple[float, float, float]:
