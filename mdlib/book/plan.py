@@ -217,14 +217,31 @@ def _on_cpu(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], cos
 
 
 def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
-    from mdlib.experiments import sentiment
+    """Chapter 04's stages: the replication's grid, the variation's, the 2 x 2's arms (their steps follow the
+    variation's first candidates: the same count of runs whatever the sweep chooses) and the series (its
+    runs that the variation does not hold); a run two stages hold counts in the first."""
+    from mdlib.experiments import allocation, sentiment, store
 
     table1, variation = sentiment.chapter_grids(**values)
-    table1_runs, variation_runs = workload.grid_runs([table1.design()]), workload.grid_runs([variation.design()])
-    for key in table1_runs:  # a run both grids hold counts once
-        variation_runs.pop(key, None)
-    return [_runs_stage(notebook, "Table 1 grid (replication)", table1_runs, data, costs),
-            _runs_stage(notebook, f"Table 1, variation ({variation.setup})", variation_runs, data, costs)]
+    chosen = {(L, key): variation.multiples[key][0] for L in variation.layers[:1] for key in variation.methods}
+    arms = {} if not values.get("allocation_seeds") else {
+        store.config_key(sentiment.KIND, c): (sentiment.KIND, c)
+        for c in (allocation.arm_config(variation, chosen, arm, seed) for arm in allocation.ARMS
+                  for seed in range(values["allocation_seeds"]))}
+    series = allocation.series_grids(variation, values.get("series_stds") or [], values.get("series_epochs", 0),
+                                     values.get("series_multiples", {}), values.get("series_seeds", 1))
+    stages = [("Table 1 grid (replication)", workload.grid_runs([table1.design()])),
+              (f"Table 1, variation ({variation.setup})", workload.grid_runs([variation.design()])),
+              ("Table 1, the 2 x 2's per-tensor arms", arms),
+              ("embedding-scale series", workload.grid_runs([g.design() for g in series]))]
+    seen: set[str] = set()
+    out = []
+    for what, runs in stages:
+        runs = {key: run for key, run in runs.items() if key not in seen}
+        seen |= set(runs)
+        if runs or what.startswith("Table 1 grid"):
+            out.append(_runs_stage(notebook, what, runs, data, costs))
+    return out
 
 
 def _read_grid(notebook: str, values: Mapping[str, Any]):

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 CHAPTER_RE = re.compile(r"^[0-9][0-9]_.+\.py$")
 PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  #: a profile's name: params/<name>.yaml, never a path
-PROFILE_ORDER = ("smoke", "default", "paper")
+PROFILE_ORDER = ("smoke", "default", "overnight", "paper")
 EXECUTOR_KEY = "executor"  #: a profile's one top-level key that is not a notebook: where runs train
 
 
