@@ -32,16 +32,22 @@ class Results:
     only runs of a kind an earlier one's record lists among them. A label ``folder`` lacks is read from
     ``also`` when given (a variant's own results, then the book's for the chapters it builds on)."""
 
-    def __init__(self, folder: Path, profile: str | None, also: Path | None = None, without_seed: int | None = None):
+    def __init__(self, folder: Path, profile: str | None, also: Path | None = None,
+                 draw: tuple[int, ...] | None = None, _read: dict | None = None):
         self.folders = list(dict.fromkeys(Path(f) for f in (folder, also) if f is not None))
         self.profile = profile
         self.records: dict[str, dict] = {}  # label -> record, of the CSVs read so far
-        self.without_seed = without_seed  # leave this seed's rows out of every table with a seed column
+        self.draw = draw  # the seeds of a resample (``resampled``); None: the tables as they are
         self.seeds: set[int] = set()  # the seeds of the tables read so far
+        self._read = {} if _read is None else _read  # label -> (record, frame): files vouched for and parsed once
 
-    def without(self, seed: int) -> "Results":
-        """The same results, read afresh with ``seed``'s rows left out of every table with a seed column."""
-        return Results(self.folders[0], self.profile, self.folders[-1], without_seed=seed)
+    def resampled(self, draw) -> "Results":
+        """The same results with the seeds of ``draw`` (a sequence of seeds, repeats allowed): every table
+        with a seed column holds the rows of each drawn seed in turn, the i-th draw's as seed i, so that
+        runs paired by a seed stay paired and a seed drawn twice counts twice (a bootstrap resample of
+        the seeds; the tables are read once for all resamples)."""
+        return Results(self.folders[0], self.profile, self.folders[-1], draw=tuple(int(s) for s in draw),
+                       _read=self._read)
 
     def csv(self, label: str, columns=(), where: str | None = None) -> pd.DataFrame:
         """The table ``label``, vouched for by its record and kept to its rules (only the rows where the
@@ -49,23 +55,42 @@ class Results:
         a value in every row."""
         if label not in schema.TABLES:
             raise KeyError(f"{label} has no results schema: declare it in mdlib.book.schema.TABLES")
-        path = next((f / f"{label}.csv" for f in self.folders if (f / f"{label}.csv").is_file()),
-                    self.folders[0] / f"{label}.csv")
-        if not path.is_file():
-            raise Unmeasured(f"{path.name} missing")
-        self._vouch(label, path)
-        try:
-            frame = schema.read(path, label)
-        except schema.SchemaError as error:
-            raise Unmeasured(str(error)) from None
-        if schema.placeholder(frame):
-            raise Unmeasured(f"{path.name}: " + "; ".join(frame.note.astype(str)))
+        record, frame = self._vouched(label)
         if "seed" in frame:
             self.seeds.update(int(seed) for seed in frame.seed.dropna())
-            frame = frame[frame.seed != self.without_seed] if self.without_seed is not None else frame
+            if self.draw is not None:
+                frame = pd.concat([frame[frame.seed == seed].assign(seed=i) for i, seed in enumerate(self.draw)],
+                                  ignore_index=True)
         return complete(frame if where is None else frame[frame[where].astype(bool)], label, columns)
 
-    def _vouch(self, label: str, path: Path) -> None:
+    def _vouched(self, label: str) -> tuple[dict, pd.DataFrame]:
+        """The record and the parsed table of ``label``, vouched for (once per file) and agreeing with the
+        claim's other tables."""
+        if label not in self._read:
+            path = next((f / f"{label}.csv" for f in self.folders if (f / f"{label}.csv").is_file()),
+                        self.folders[0] / f"{label}.csv")
+            if not path.is_file():
+                raise Unmeasured(f"{path.name} missing")
+            record = self._record(label, path)
+            try:
+                frame = schema.read(path, label)
+            except schema.SchemaError as error:
+                raise Unmeasured(str(error)) from None
+            if schema.placeholder(frame):
+                raise Unmeasured(f"{path.name}: " + "; ".join(frame.note.astype(str)))
+            self._read[label] = (record, frame)
+        record, frame = self._read[label]
+        wanted = self.profile or next((r["profile"] for r in self.records.values()), record["profile"])
+        if record["profile"] != wanted:
+            raise Unmeasured(f"{label}.csv was made at profile {record['profile']}, not {wanted}")
+        for other, known in self.records.items():
+            _agree((f"{label}.csv", record), (f"{other}.csv", known))
+        self.records[label] = record
+        return record, frame
+
+    def _record(self, label: str, path: Path) -> dict:
+        """The provenance record that vouches for the file at ``path``: made by the pipeline and holding
+        its hash (``Unmeasured`` otherwise)."""
         name = path.name
         try:
             record = json.loads((path.parent / f"{label}.json").read_text("utf-8"))
@@ -77,17 +102,12 @@ class Results:
         profile = record.get("profile")
         if not profile:
             raise Unmeasured(f"{name} was made outside the pipeline (no profile in its record)")
-        wanted = self.profile or next((r["profile"] for r in self.records.values()), profile)
-        if profile != wanted:
-            raise Unmeasured(f"{name} was made at profile {profile}, not {wanted}")
         digest = {Path(file).name: value for file, value in (record.get("sha256") or {}).items()}.get(name)
         if digest is None:
             raise Unmeasured(f"{name}'s record holds no hash of it (an older record): run its chapter again")
         if provenance.sha256(path) != digest:
             raise Unmeasured(f"{name} does not match its record: edited or from another run")
-        for other, known in self.records.items():
-            _agree((name, record), (f"{other}.csv", known))
-        self.records[label] = record
+        return record
 
     def shown(self) -> str:
         """The profile of the claim's results: its records', else the build's, else "unknown"."""

@@ -92,6 +92,10 @@ _CELL = {"setup": LABEL, "layers": Column("integer", 1), "method": LABEL, "runs"
          "best_std": maybe(NONNEGATIVE), "validation": SHARE, "multiple": NONNEGATIVE, "lr": NONNEGATIVE,
          "paper": maybe(PERCENT), "paper_epochs": maybe(COUNT)}
 
+#: The null of a sparsity measure (``sparsity.change_table``): the dual change's density, the init weighting's
+#: and their product.
+_NULL = {"dual_density": maybe(SHARE), "weighting_density": maybe(SHARE), "null_density": maybe(SHARE)}
+
 TABLES: dict[str, Table] = {
     # 01-03: the synthetic paths
     "fig-e1-paths": Table({"train_p": EXPONENT, "svm_p": EXPONENT, "step": COUNT, "mean": NONNEGATIVE,
@@ -108,6 +112,17 @@ TABLES: dict[str, Table] = {
     "table-sentiment-runs": Table({"grid": Column("label", pattern="replication|variation"), "setup": LABEL,
                                    "analysed": FLAG, **_RUN},
                                   ("grid", "layers", "method", "multiple", "seed"), "run"),
+    "table-sentiment-predictions": Table({"grid": Column("label", pattern="replication|variation|allocation"),
+                                          "layers": Column("integer", 1), "method": LABEL, "seed": COUNT,
+                                          "example": COUNT, "correct": Column("integer", 0, 1)},
+                                         ("grid", "layers", "method", "seed", "example"), "run and test sentence"),
+    "table-sentiment-allocation": Table({**_RUN, "steps": Column("label", pattern="global|per tensor")},
+                                        ("layers", "method", "seed"), "run"),
+    "table-sentiment-effective-steps": Table({"setup": LABEL, "method": LABEL, "lr": NONNEGATIVE, "group": LABEL,
+                                              "effective_step": NONNEGATIVE, "vs_gd": maybe(NONNEGATIVE)},
+                                             ("setup", "method", "group"), "method and parameter group"),
+    "fig-sentiment-scale-series": Table({"embedding_std": Column("number", 0), **_RUN},
+                                        ("embedding_std", "layers", "method", "multiple", "seed"), "run"),
     "table-sentiment-baseline": Table({"baseline": LABEL, "description": LABEL, "C": maybe(NONNEGATIVE),
                                        "validation_accuracy": SHARE, "test_accuracy": SHARE, "train_size": COUNT},
                                       ("baseline",), "baseline", ({"baseline": "naive_bayes"},)),
@@ -119,12 +134,16 @@ TABLES: dict[str, Table] = {
     "table-token-selection-seeds": Table({"sentences": LABEL, "set": LABEL, "seed": COUNT, "wins": COUNT,
                                           "losses": COUNT, "ties": COUNT}, ("sentences", "seed"),
                                          "sentence set and seed"),
+    "table-token-selection-sentences": Table({"sentences": LABEL, "set": LABEL, "seed": COUNT, "sentence": COUNT,
+                                              "wins": Column("integer", 0, 1), "losses": Column("integer", 0, 1),
+                                              "ties": Column("integer", 0, 1)}, ("set", "seed", "sentence"),
+                                             "sentence of a seed pair"),
     "table-token-concentration": Table({"method": LABEL, "seed": COUNT, "entropy": SHARE, "top_share": SHARE,
                                         "sentences": COUNT}, ("method", "seed"), "model"),
     # 06: weights
     "table-weights-change": Table({"method": LABEL, "seed": COUNT, "top_share": maybe(SHARE),
                                    "effective_density": maybe(SHARE), "relative_change": maybe(NONNEGATIVE),
-                                   "epochs": COUNT, "reached": FLAG}, ("method", "seed"), "model"),
+                                   **_NULL, "epochs": COUNT, "reached": FLAG}, ("method", "seed"), "model"),
     "table-weights-kqv": Table({"method": LABEL, "seed": COUNT, "K": COUNT, "Q": COUNT, "V": COUNT,
                                 "K > 0.06": COUNT, "Q > 0.06": COUNT, "V > 0.06": COUNT}, ("method", "seed"), "model"),
     "fig-pruning": Table({"method": LABEL, "seed": COUNT, "sparsity": SHARE, "test_accuracy": SHARE},
@@ -143,8 +162,10 @@ TABLES: dict[str, Table] = {
                        ("dataset", "optimizer"), "optimizer and data set"),
     "table-vit-change": Table({"steps": LABEL, "dataset": LABEL, "lr": NONNEGATIVE, "method": LABEL, "seed": COUNT,
                                "top_share": maybe(SHARE), "effective_density": maybe(SHARE),
-                               "relative_change": maybe(NONNEGATIVE), "loss_share": maybe(NUMBER), "levelled": FLAG},
-                              ("steps", "dataset", "method", "seed"), "model"),
+                               "relative_change": maybe(NONNEGATIVE), **_NULL, "loss_share": maybe(NUMBER),
+                               "levelled": FLAG}, ("steps", "dataset", "method", "seed"), "model"),
+    "table-vit-diverged": Table({"dataset": LABEL, "method": METHOD, "seed": COUNT}, ("dataset", "method", "seed"),
+                                "final run that diverged"),
     "fig-vit-weights": Table({"dataset": LABEL, "method": LABEL, "seed": COUNT, "matrix": LABEL, "count": COUNT,
                               "key": METHOD},
                              ("dataset", "method", "seed", "matrix"), "matrix of a model"),

@@ -8,8 +8,8 @@ link to the figure or table. ``mdlib.book.scorecard_page`` makes the page of the
 Each claim is a builder: it reads the claim's tables, takes its number from
 ``mdlib.experiments.estimates`` (the function its chapter glues, so the chapter and the scorecard show
 one computation) and judges it by a rule of ``mdlib.book.verdicts``. A comparative verdict is also
-rebuilt with each seed left out in turn (``Row.hinges``). Every comparative row states the smallest
-effect its design detects (``stats.detectable_effect``).
+rebuilt on bootstrap resamples of its seeds (``Row.stability``; ``Row.fragile`` below ``STABLE_SHARE``).
+Every comparative row states the smallest effect its design detects (``stats.detectable_effect``).
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ import pandas as pd
 from mdlib.book import chapters, provenance
 from mdlib.book.evidence import Results, Unmeasured, complete
 from mdlib.book.verdicts import (COST_BAND, E2_MIN_POINTS, KQV_PAPER_REDUCTION, NOT_MEASURED, PARITY_MARGIN, PRUNE_AT,
-                                 Effect, Verdict, concentration_rule, cost_rule, e1_rule, e2_norm_rule, e2_rate_rule,
+                                 Effect, Verdict, allocation_rule, concentration_rule, cost_rule, e1_rule, e2_norm_rule,
+                                 e2_rate_rule,
                                  e3_rule, not_measured, parity_rule, pruning_rule, sparser_rule, table1_rule,
                                  token_rule)
 from mdlib.experiments import estimates, methods, paper
 from mdlib.experiments.estimates import Estimate
 from mdlib.experiments.stats import seeds_for_half_width
 
-__all__ = ["CLAIMS", "HINGES", "LeftOut", "Row", "reference", "rows", "verdicts"]
+__all__ = ["CLAIMS", "FRAGILE", "RESAMPLES", "Row", "STABLE_SHARE", "Stability", "reference", "rows", "verdicts"]
 
 
 @dataclass(frozen=True)
@@ -48,33 +49,43 @@ class Row:
     effect: Effect | None = None
     short: str = ""  #: the claim's name without its statement, e.g. "Table 1 (3 layers)"
     headline: str = ""  #: ours in a few words (the short table's cell)
-    left_out: "LeftOut | None" = None  #: the verdict rebuilt without each seed in turn (None: not checked)
+    stability: "Stability | None" = None  #: the verdict over resamples of the seeds (None: not checked)
 
     @property
-    def hinges(self) -> bool:
-        """Whether leaving out one seed changes the verdict (a seed's numbers differ between machines)."""
-        return bool(self.left_out and self.left_out.changes)
+    def fragile(self) -> bool:
+        """Whether resamples of the seeds change the verdict too often to call it settled (a seed's
+        numbers differ between machines: another machine's seeds are another sample)."""
+        return bool(self.stability and self.stability.fragile)
 
     @property
-    def seeds_left_out(self) -> str:
-        """What leaving out one seed does to the verdict, in words ("" where not checked)."""
-        if self.left_out is None:
+    def stability_text(self) -> str:
+        """How often resamples of the seeds give the same verdict, in words ("" where not checked)."""
+        if self.stability is None:
             return ""
-        n, changes = self.left_out
-        if not changes:
-            return f"the verdict stays when any one of the {n} seeds is left out"
-        moves = "; ".join(f"seed {seed}: {outcome}" for seed, outcome in changes)
-        return f"leaving out {moves} (of {n} seeds): this verdict {HINGES}'s numbers, which differ between machines"
+        n, same, seeds = self.stability
+        return (f"{same:.0%} of {n} resamples of the {seeds} seeds (drawn with replacement) give the same verdict"
+                + (f": {FRAGILE}, below {STABLE_SHARE:.0%}" if self.fragile else ""))
 
 
-class LeftOut(NamedTuple):
-    """A comparative verdict rebuilt without each of its ``seeds`` in turn: the (seed, outcome) pairs
-    whose outcome differs from the verdict with every seed."""
+class Stability(NamedTuple):
+    """A comparative verdict rebuilt on ``resamples`` bootstrap resamples of its ``seeds`` seeds: the
+    share ``same`` that gives the same outcome."""
+    resamples: int
+    same: float
     seeds: int
-    changes: tuple[tuple[int, str], ...]
+
+    @property
+    def fragile(self) -> bool:
+        return self.same < STABLE_SHARE
 
 
-HINGES = "hinges on one seed"  #: the mark of a verdict that leaving out one seed changes
+FRAGILE = "fragile"  #: the mark of a verdict that resamples of the seeds change (``STABLE_SHARE``)
+#: The share of the seeds' resamples that must give a verdict for it to count as stable: one that at
+#: least one resample in five changes is marked fragile, never settled.
+STABLE_SHARE = 0.8
+#: How many bootstrap resamples of the seeds each comparative verdict is rebuilt on (seeded: the share
+#: is the same on every rebuild of the same results).
+RESAMPLES = 200
 
 
 def reference(notebook: str, label: str) -> str:
@@ -171,11 +182,23 @@ def _e3(r: Results):
 
 def _chosen_runs(r: Results, grid: str | None = None, extra=()) -> pd.DataFrame:
     """Chapter 04's chosen runs (``table-sentiment-runs``): of one ``grid`` ("replication" or
-    "variation"), or, with None, of the grid the chapters that read chapter 04's models analyse."""
-    runs = r.csv("table-sentiment-runs", ["grid", "setup", "analysed", "method", "seed", "last_test", "reached",
-                                          *extra], where="chosen")
-    runs = runs[runs.analysed.astype(bool)] if grid is None else runs[runs.grid == grid]
+    "variation"), or, with None, of the grid the chapters that read chapter 04's models analyse. The
+    grid is kept before its values are checked, so that a run of the other grid missing a value (a
+    diverged one) leaves this grid's claims alone."""
+    columns = ["method", "seed", "last_test", "reached", *extra]
+    runs = r.csv("table-sentiment-runs", ["grid", "setup", "analysed", "chosen"])
+    runs = runs[runs.chosen.astype(bool)]
+    runs = complete(runs[runs.analysed.astype(bool)] if grid is None else runs[runs.grid == grid],
+                    "table-sentiment-runs", columns)
     return runs.assign(method=runs.method.map(estimates.key_of))
+
+
+def _predictions(r: Results, grid: str) -> pd.DataFrame:
+    """Every chosen run's prediction on every test sentence (``table-sentiment-predictions``) of ``grid``
+    ("replication", "variation" or "allocation")."""
+    table = r.csv("table-sentiment-predictions", ["grid", "layers", "method", "seed", "example", "correct"])
+    table = table[table.grid == grid]
+    return table.assign(method=table.method.map(estimates.key_of))
 
 
 def _baseline(r: Results) -> float:
@@ -194,17 +217,17 @@ def _headline(e: Estimate, unit: str, digits: int = 2) -> str:
 
 
 def _accuracy_gap(runs: pd.DataFrame, gap: Estimate, name: str, paper_text: str | None, baseline: float,
-                  paper_gap: float) -> _Part:
+                  paper_gap: float, edges: str = "") -> _Part:
     means = runs.groupby("method").last_test.mean()
     best = runs.groupby("method").best_test.mean() if "best_test" in runs else None
     shown = [k for k in ("1.1", "2", "3") if k in means]
     seeds = runs.groupby("method").seed.nunique()
     ours = (f"test accuracy at the stop rule {' / '.join(f'{100 * means[k]:.2f}' for k in shown)} % "
             f"({' / '.join(_method(k) for k in shown)}; seeds {' / '.join(str(seeds[k]) for k in shown)}); "
-            f"ℓ1.1 − GD {gap.text()} points (paired, n = {gap.n} seeds)")
+            f"ℓ1.1 − GD {gap.both_text()} points (paired by seed, n = {gap.n})")
     if best is not None:
         ours += "; best over epochs " + " / ".join(f"{100 * best[k]:.2f}" for k in shown if k in best)
-    ours += f"; baseline {100 * baseline:.1f} %"
+    ours += f"; baseline {100 * baseline:.1f} %" + (f"; step choice at its grid's edge: {edges}" if edges else "")
     verdict = table1_rule(gap.low, gap.high, gap.n, estimates.unreached(runs), estimates.below_floor(runs, baseline),
                           paper_gap)
     return _Part(name, ours, verdict, paper_text, _effect(gap, "points of test accuracy, ℓ1.1 − GD", paper=paper_gap),
@@ -215,26 +238,41 @@ def _method(key: str) -> str:
     return methods.method_text(*methods.method(key))
 
 
+def _embedding_step(r: Results, setup: str) -> str:
+    """ℓ1.1's first-order embedding step over GD's in ``setup`` (chapter 04's effective-step table), in
+    words; "" when the table has no such row."""
+    try:
+        steps = r.csv("table-sentiment-effective-steps", ["setup", "method", "group", "vs_gd"])
+    except Unmeasured:
+        return ""
+    row = steps[(steps.setup == setup) & (steps.method.map(estimates.key_of) == "1.1") & (steps.group == "embeddings")]
+    return f"ℓ1.1's embedding step {row.vs_gd.iloc[0]:.2g}× GD's" if len(row) else ""
+
+
 def _table1_rows(r: Results, grid: str) -> list[_Part]:
-    """One row per depth of one of chapter 04's grids."""
+    """One row per depth of one of chapter 04's grids: ℓ1.1 − GD over seeds and test sentences."""
     runs = _chosen_runs(r, grid, extra=("layers", "best_test"))
     if runs.empty:
         raise Unmeasured(f"no {grid} runs at this profile")
     baseline = _baseline(r)
-    gaps = estimates.accuracy_gaps(runs)
+    gaps = estimates.accuracy_gaps(runs, predictions=_predictions(r, grid))
     setup = paper.SETUP_NAMES.get(str(runs.setup.iloc[0]), str(runs.setup.iloc[0]))
+    sweep = r.csv("table-sentiment-runs", ["grid", "layers", "method", "multiple", "chosen"])
+    edges = estimates.edges_text(sweep[sweep.grid == grid].assign(method=lambda t: t.method.map(estimates.key_of)))
+    step = _embedding_step(r, setup) if grid != "replication" else ""
     out = []
     for L in sorted(runs.layers.unique()):
         reported = paper.TABLE_1.get(int(L), {})
         gap = paper.TABLE_1_GAPS.get(int(L), math.nan)
         paper_text = (" / ".join(f"{reported.get(k, math.nan):.2f}" for k in ("1.1", "2", "3"))
-                      + f" (ℓ1.1 / GD / ℓ3); ℓ1.1 − GD {estimates.number(gap)} points")
-        name = f"{L} layers" if grid == "replication" else f"{setup}, {L} layers"
+                      + f" (ℓ1.1 / GD / ℓ3); ℓ1.1 − GD {estimates.number(gap)} points"
+                      + ("" if grid == "replication" else " (IMDb, the authors' setup: not this variation's claim)"))
+        name = f"{L} layers" if grid == "replication" else f"{setup}, {L} layers" + (f"; {step}" if step else "")
         row_runs = runs[runs.layers == L]
         if not set(estimates.COMPARED) <= set(row_runs.method):
             out.append(_Part(name, "no ℓ1.1 or GD runs", not_measured("no ℓ1.1 or GD runs"), paper_text))
             continue
-        out.append(_accuracy_gap(row_runs, gaps[int(L)], name, paper_text, baseline, gap))
+        out.append(_accuracy_gap(row_runs, gaps[int(L)], name, paper_text, baseline, gap, edges))
     return out
 
 
@@ -246,6 +284,38 @@ def _table1(r: Results):
 def _variation(r: Results):
     r.csv("table-1-variation", ["setup", "layers", "method"])
     return _table1_rows(r, "variation")
+
+
+#: The 2 x 2's judged contrasts (``estimates.CONTRASTS``) and how the scorecard names them.
+_DECOMPOSITION = {"geometry": "geometry: ℓ1.1 at GD's steps per tensor − GD",
+                  "allocation": "step allocation: GD at ℓ1.1's steps per tensor − GD"}
+
+
+def _allocation(r: Results):
+    """Chapter 04's 2 x 2 in the variation: the geometry and the allocation effects, each against GD at
+    its chosen global step, over seeds and test sentences."""
+    runs = r.csv("table-sentiment-allocation", ["layers", "method", "steps", "seed", "reached"])
+    runs = runs.assign(method=runs.method.map(estimates.key_of))
+    effects = estimates.allocation_effects(runs, pd.concat([_predictions(r, "variation"), _predictions(r, "allocation")]))
+    baseline, L = _baseline(r), int(runs.layers.iloc[0])
+    setup = paper.SETUP_NAMES.get("small-embeddings", "small embeddings")
+    paper_gap = paper.TABLE_1_GAPS.get(L, math.nan)
+    out = []
+    for name, text in _DECOMPOSITION.items():
+        arm, base = estimates.CONTRASTS[name]
+        pair = runs[runs.method.isin([arm, base])]
+        gap = effects[name]
+        unreached = estimates.unreached(pair, (arm, base))
+        below = estimates.below_floor(pair, baseline, compared=(arm, base))
+        means = pair.groupby("method").last_test.mean()
+        ours = (f"test accuracy at the stop rule {100 * means.get(arm, math.nan):.2f} % (the arm) against "
+                f"{100 * means.get(base, math.nan):.2f} % (GD); arm − GD {gap.both_text()} points (paired by seed, "
+                f"n = {gap.n}; {setup}, {L} layers)")
+        out.append(_Part(text, ours, allocation_rule(gap.low, gap.high, gap.n, unreached, below, paper_gap),
+                         f"no such experiment; the paper's ℓ1.1 − GD in its own setup: {estimates.number(paper_gap)} "
+                         f"points at {L} layers", _effect(gap, f"points, {text.split(':')[0]}", paper=paper_gap),
+                         _headline(gap, " points")))
+    return out
 
 
 def _sentiment_gates(r: Results) -> tuple[int, str, str]:
@@ -260,7 +330,7 @@ def _sentiment_gates(r: Results) -> tuple[int, str, str]:
 
 def _tokens(r: Results):
     unreached, below, setup = _sentiment_gates(r)
-    table = r.csv("table-token-selection-seeds", ["sentences", "seed", "wins", "losses", "ties"])
+    table = r.csv("table-token-selection-sentences", ["sentences", "seed", "sentence", "wins", "losses", "ties"])
     paper_rate = paper.token_win_rate()
     out = []
     for sentences, part in table.groupby("sentences", sort=False):
@@ -270,11 +340,11 @@ def _tokens(r: Results):
         if rate.n == 0:
             out.append(_Part(sentences, ours, not_measured("no non-tied comparison")))
             continue
-        shown = rate.text(1, 100, sign=False, suffix="%")
+        shown = rate.both_text(1, 100, sign=False, suffix="%")
         ours += f"; ℓ1.1's win rate, mean of the seeds {shown}"
         out.append(_Part(sentences, ours, token_rule(rate.low, rate.high, rate.n, unreached, below, paper_rate),
                          effect=_effect(rate, "ℓ1.1's win rate", (0.5, 0.5), paper=paper_rate),
-                         headline=f"win rate {shown} (n = {rate.n} seeds)"))
+                         headline=f"win rate {rate.text(1, 100, sign=False, suffix='%')} (n = {rate.n} seeds)"))
     if not out:
         raise Unmeasured("table-token-selection-seeds.csv has no sentence set")
     return out
@@ -304,18 +374,41 @@ def _kqv(r: Results):
     gap = estimates.density_gap(change)
     paper_effect = KQV_PAPER_REDUCTION * density["2"]
     unreached, _, setup = _sentiment_gates(r)
+    null, beyond = _null_text(change, "2", "GD")
     ours = (f"effective density of ΔW: ℓ1.1 {density['1.1']:.3f}, GD {density['2']:.3f}; ℓ1.1 − GD "
             f"{gap.text(3)} (paired, n = {gap.n}; models: {setup}); the paper's {-100 * KQV_PAPER_REDUCTION:.0f} % "
-            f"reduction here: {estimates.number(paper_effect, 3)}")
+            f"reduction here: {estimates.number(paper_effect, 3)}; {null}")
     counts = r.csv("table-weights-kqv", ["method", "seed", "K", "Q", "V"])
     counts = counts.assign(method=counts.method.map(estimates.key_of), total=counts.K + counts.Q + counts.V)
     totals = counts.groupby("method").total.mean()
     if set(estimates.COMPARED) <= set(totals.index):
         ours += f"; K + Q + V above the scaled threshold (not judged): ℓ1.1 {totals['1.1']:.0f}, GD {totals['2']:.0f}"
     unfinished = f"{unreached} sentiment run(s) did not reach the stop rule" if unreached else ""
-    return [_Part(None, ours, sparser_rule(gap.low, gap.high, gap.n, unfinished, paper_effect),
+    return [_Part(None, ours, sparser_rule(gap.low, gap.high, gap.n, unfinished, paper_effect, beyond),
                   effect=_effect(gap, "effective density, ℓ1.1 − GD", direction=-1, paper=paper_effect),
                   headline=_headline(gap, " density (ℓ1.1 − GD)", 3))]
+
+
+def _null_text(change: pd.DataFrame, baseline: str, name: str) -> tuple[str, str]:
+    """ℓ1.1's sparsity against its null, the weighting of the dual change by |W(0)|^0.9 (``sparsity.change_table``):
+    the words for the row, and the verdict's clause on whether the change is sparser beyond it ("" when the
+    table lacks the dual densities)."""
+    if "dual_density" not in change or change.dual_density.isna().all():
+        return "the dual change is not measured", ""
+    dual = estimates.density_gap(change, baseline, "dual_density")
+    means = change.groupby("method")[["dual_density", "weighting_density"]].mean()
+    predicted = means.weighting_density["1.1"] * change[change.method == baseline].effective_density.mean()
+    if dual.low != dual.low:
+        beyond = "beyond the init weighting: not measured (the dual change has no interval)"
+    elif dual.high < 0:
+        beyond = f"sparser beyond the init weighting: ℓ1.1's dual change is sparser than {name}'s too"
+    else:
+        beyond = (f"not sparser beyond the init weighting: ℓ1.1's dual change is not shown sparser than {name}'s, so "
+                  "the weighting by the initial magnitudes may account for the sparser ΔW")
+    return (f"against the null: ℓ1.1's dual change m(W) − m(W(0)) has density {means.dual_density['1.1']:.3f} "
+            f"(ℓ1.1 − {name} {dual.text(3)}, paired), its weighting |W(0)|^0.9 {means.weighting_density['1.1']:.3f}; "
+            f"the init weighting alone predicts ℓ1.1's ΔW density {predicted:.3f} ({name}'s ΔW density × ℓ1.1's "
+            "weighting)"), beyond
 
 
 def _pruning(r: Results):
@@ -356,10 +449,15 @@ def _vit_parity(r: Results):
     last = complete(history.loc[history.groupby(["dataset", "key", "seed"]).epoch.idxmax()], "fig-vit-accuracy",
                     ["test_accuracy"])  # training evaluates after the last epoch
     final = last.assign(points=100 * last.test_accuracy)
+    lost = r.csv("table-vit-diverged", ["dataset", "method", "seed"])  # final runs mirror descent refused
+    lost = lost.assign(key=lost.method.map(estimates.key_of),
+                       points=[100 / methods.DATASET_CLASSES[d] for d in lost.dataset])
     out = []
-    for dataset, frame in final.groupby("dataset", sort=False):
+    for dataset, frame in pd.concat([final, lost], ignore_index=True).groupby("dataset", sort=False):
         name = methods.dataset_text(dataset)
-        shown = dict(zip(frame.key, frame.method))  # method key -> the chapter's name for it
+        finished = frame[frame.test_accuracy.notna()]
+        shown = {k: methods.arm_text(k) for k in frame.key} | dict(zip(finished.key, finished.method))  # key -> name
+        diverged = len(frame) - len(finished)
         if "adam" not in shown:
             out.append(_Part(name, "no Adam runs", not_measured("no Adam runs")))
             continue
@@ -369,7 +467,9 @@ def _vit_parity(r: Results):
         levelled = _levelled(table, name)
         seeds = min((g.n for g in gaps.values()), default=0)
         ours = (f"{name}, final test accuracy (%), MD minus Adam, paired by seed: " + "; ".join(parts)
-                + f" (n ≥ {seeds} seeds" + ("" if levelled else "; loss not levelled off") + ")")
+                + f" (n ≥ {seeds} seeds" + ("" if levelled else "; loss not levelled off")
+                + (f"; {diverged} final run(s) diverged, paired at chance accuracy, "
+                   f"{100 / methods.DATASET_CLASSES[dataset]:g} %" if diverged else "") + ")")
         worst = max(gaps.values(), key=lambda g: max(abs(g.low), abs(g.high)) if g.low == g.low else math.inf,
                     default=estimates.NONE)
         out.append(_Part(name, ours, parity_rule([(g.low, g.high) for g in gaps.values()], seeds, levelled),
@@ -399,15 +499,16 @@ def _vit_sparsity(r: Results):
         gap = estimates.density_gap(frame, "adam")
         density = frame.groupby("method").effective_density.mean()
         lrs = frame.groupby("method").lr.first()
+        null, beyond = _null_text(frame, "adam", "Adam")
         ours = (f"effective density of ΔW, ℓ1.1 (lr {lrs['1.1']:g}) {density['1.1']:.3f}, Adam (lr {lrs['adam']:g}) "
-                f"{density['adam']:.3f}; ℓ1.1 − Adam {gap.text(3)} (paired, n = {gap.n})")
+                f"{density['adam']:.3f}; ℓ1.1 − Adam {gap.text(3)} (paired, n = {gap.n}); {null}")
         if steps == "swept":
             raw = counts[counts.dataset == dataset].groupby("key")["count"].sum() / max(1, counts.seed.nunique())
             if {"1.1", "adam"} <= set(raw.index):
                 ours += (f"; K + Q + V above the scaled threshold (not judged): ℓ1.1 {raw['1.1']:.0f}, "
                          f"Adam {raw['adam']:.0f}")
         unfinished = "" if frame.levelled.astype(bool).all() else "a training loss had not levelled off"
-        out.append(_Part(name, ours, sparser_rule(gap.low, gap.high, gap.n, unfinished),
+        out.append(_Part(name, ours, sparser_rule(gap.low, gap.high, gap.n, unfinished, beyond=beyond),
                          effect=_effect(gap, "effective density, ℓ1.1 − Adam", direction=-1),
                          headline=_headline(gap, " density (ℓ1.1 − Adam)", 3)))
     if not out:
@@ -448,6 +549,9 @@ CLAIMS = [
            paper.CLAIMS["table-1"], "table-1", _table1),
     _Claim("Table 1, a variation: from the authors' setup with one factor changed (named in the row), ℓ1.1 "
            "reaches a higher test accuracy than GD", paper.CLAIMS["table-1"], "table-1-variation", _variation),
+    _Claim("Table 1, taken apart: in the variation, ℓ1.1's geometry and its step allocation each against GD",
+           "no such experiment: the paper compares one global step per method", "table-sentiment-allocation",
+           _allocation),
     _Claim("Token selection: ℓ1.1 puts more attention on the pivotal word than GD in more sentences",
            paper.CLAIMS["table-token-selection"], "table-token-selection", _tokens),
     _Claim("Attention concentration: ℓ1.1's [CLS] attention is sharper than GD's",
@@ -472,11 +576,11 @@ def rows(results_dir: Path | str, *, profile: str | None = None, link: Callable[
     are judged (``evidence.Results``); with ``profile`` None (a caller that does not know it), each claim's
     results must come from one profile, whichever it is, and its row shows it. ``also``: the results
     folder that holds the labels ``results_dir`` lacks."""
-    out = []
+    out, read = [], {}
     for claim in CLAIMS:
         if notebook is not None and claim.notebook != notebook:
             continue
-        results = Results(Path(results_dir), profile, Path(also) if also is not None else None)
+        results = Results(Path(results_dir), profile, Path(also) if also is not None else None, _read=read)
         target = link(claim.notebook, claim.label)
         try:
             built = claim.build(results)
@@ -485,36 +589,35 @@ def rows(results_dir: Path | str, *, profile: str | None = None, link: Callable[
                            short=_short(claim.claim), headline="–"))
             continue
         shown = results.shown()  # the profile every record of the claim names
-        left_out = _leave_one_seed_out(claim, built, results)
+        stability = _stability(claim, built, results)
         for part in built:
             name = claim.claim if part.part is None else f"{claim.claim} ({part.part})"
             short = _short(claim.claim) + ("" if part.part is None else f" ({part.part})")
             out.append(Row(name, part.paper or claim.paper, part.ours, shown, part.verdict, target, part.effect, short,
-                           part.headline or part.ours, left_out.get(part.part)))
+                           part.headline or part.ours, stability.get(part.part)))
     return out
 
 
-LEAVE_OUT_SEEDS = 30  #: the most seeds a comparative claim is rebuilt without, one at a time
-
-
-def _leave_one_seed_out(claim: "_Claim", built: list[_Part], results: Results) -> dict[str | None, LeftOut]:
-    """Per comparative part of ``claim`` (one with an effect, judged on 3 to ``LEAVE_OUT_SEEDS`` seeds),
-    what its verdict becomes when the claim is rebuilt from its results without one seed, each seed in
-    turn: a seed's numbers differ between machines, so a verdict that changes without one of them
-    would not be reproduced elsewhere."""
+def _stability(claim: "_Claim", built: list[_Part], results: Results) -> dict[str | None, Stability]:
+    """Per comparative part of ``claim`` (one with an effect and a verdict other than not measured), the
+    share of ``RESAMPLES`` bootstrap resamples of the claim's seeds (drawn with replacement, a fixed
+    generator) on which the claim, rebuilt from its results, gives the part the same outcome: a seed's
+    numbers differ between machines, so a verdict that a resample of the seeds changes would not be
+    reproduced elsewhere. A resample that cannot be judged counts as a change."""
     parts = {p.part: p.verdict.outcome for p in built if p.effect is not None and p.verdict.outcome != NOT_MEASURED}
-    if not parts or not 3 <= len(results.seeds) <= LEAVE_OUT_SEEDS:
+    seeds = sorted(results.seeds)
+    if not parts or len(seeds) < 2:
         return {}
-    changes: dict[str | None, list[tuple[int, str]]] = {part: [] for part in parts}
-    for seed in sorted(results.seeds):
+    rng = np.random.default_rng(0)
+    same = dict.fromkeys(parts, 0)
+    for _ in range(RESAMPLES):
         try:
-            again = {p.part: p.verdict.outcome for p in claim.build(results.without(seed))}
+            again = {p.part: p.verdict.outcome for p in claim.build(results.resampled(rng.choice(seeds, len(seeds))))}
         except Unmeasured:
             again = {}
         for part, outcome in parts.items():
-            if again.get(part, NOT_MEASURED) != outcome:
-                changes[part].append((seed, again.get(part, NOT_MEASURED)))
-    return {part: LeftOut(len(results.seeds), tuple(moves)) for part, moves in changes.items()}
+            same[part] += again.get(part) == outcome
+    return {part: Stability(RESAMPLES, count / RESAMPLES, len(seeds)) for part, count in same.items()}
 
 
 def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:
@@ -529,7 +632,7 @@ def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:
     found = rows(results_dir or paths.output_dir() / "results", also=None if results_dir else paths.results_dir(),
                  profile=provenance.notebook_run()["profile"], notebook=notebook)
     return "; ".join(f"{r.short}: {r.verdict.outcome}" + (f" ({r.verdict.why})" if r.verdict.why else "")
-                     + (f" ({HINGES})" if r.hinges else "")
+                     + (f" ({FRAGILE}: {r.stability.same:.0%} of the seeds' resamples agree)" if r.fragile else "")
                      + (f" [smallest detectable effect {r.effect.detectable_text()}]" if r.effect else "")
                      for r in found)
 

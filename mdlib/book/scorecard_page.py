@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from mdlib.book.pages import md_text
-from mdlib.book.scorecard import HINGES, Row, reference, rows
+from mdlib.book.scorecard import FRAGILE, RESAMPLES, STABLE_SHARE, Row, reference, rows
 from mdlib.book.verdicts import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RULES, SMALLER
 from mdlib.experiments.paths import atomic_write
 
@@ -100,9 +100,10 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
         f"**{SMALLER}** (the interval contains no effect but excludes the paper's), **inconclusive** (the "
         "interval contains both), or **not measured at this profile** (a result is missing, the run did not "
         "reach the regime the claim is about, or the models do not generalize; the details say which). A "
-        "comparative verdict is also recomputed with each seed left out in turn; one that changes is marked "
-        f"*{HINGES}*, since a seed's numbers differ between machines and such a verdict may not be "
-        "reproduced on another. Our "
+        f"comparative verdict is also recomputed on {RESAMPLES} bootstrap resamples of its seeds (drawn with "
+        f"replacement); one that fewer than {STABLE_SHARE:.0%} of them give again is marked *{FRAGILE}*, never "
+        "settled, since a seed's numbers differ between machines and another machine's seeds are another "
+        "sample. Our "
         "real data are smaller stand-ins for the paper's (see each chapter), so accuracies are not comparable "
         "in level, only in the direction and size of a difference.",
     ]
@@ -119,7 +120,7 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
                       f'<a href="{archive_link}" download>artifacts.zip</a>.']
     lines += ["", "| Claim | Paper | Ours | Verdict |", "|---|---|---|---|"]
     lines += ["| " + " | ".join([md_text(r.short or r.claim), md_text(_paper_short(r)), md_text(r.headline or r.ours),
-                                 f"**{md_text(r.verdict.outcome)}**" + (f" ({HINGES})" if r.hinges else "")])
+                                 f"**{md_text(r.verdict.outcome)}**" + (f" ({FRAGILE})" if r.fragile else "")])
               + " |" for r in table]
     lines += ["", "## Details", ""]
     for r in table:
@@ -129,7 +130,7 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
                   f"**Ours** (profile {md_text(r.profile)}). {md_text(r.ours)}", "",
                   f"**Verdict.** {md_text(str(r.verdict))}"
                   + (f" Smallest detectable effect: {r.effect.detectable_text()}." if r.effect else "")
-                  + (f" One seed left out: {md_text(r.seeds_left_out)}." if r.seeds_left_out else ""), "",
+                  + (f" Stability: {md_text(r.stability_text)}." if r.stability_text else ""), "",
                   f"**From** {r.link}.", ":::", ""]
     lines += ["## The verdict rules", ""]
     lines += [f"- **{rule.rule_name}.** {rule.sentence}" for rule in RULES]

@@ -19,6 +19,7 @@ from mdlib.experiments import paper
 from mdlib.experiments.stats import GENERALIZATION, POWER
 
 __all__ = ["COST_BAND", "DIFFERS", "E3_CLOSE", "E3_FAR", "Effect", "HOLDS", "INCONCLUSIVE", "KQV_PAPER_REDUCTION",
+           "allocation_rule",
            "NOT_MEASURED", "PARITY_MARGIN", "PRUNE_AT", "RULES", "SMALLER", "Verdict", "concentration_rule",
            "cost_rule", "e1_rule", "e2_norm_rule", "e2_rate_rule", "e3_rule", "interval_rule", "not_measured",
            "parity_rule", "pruning_rule", "sparser_rule", "table1_rule", "token_rule"]
@@ -29,7 +30,7 @@ SMALLER = "smaller than the paper's"
 
 @dataclass(frozen=True)
 class Verdict:
-    """An outcome and, for ``not measured``, why."""
+    """An outcome and, for ``not measured``, why (for another outcome, a clause that qualifies it)."""
     outcome: str
     why: str = ""
 
@@ -186,12 +187,20 @@ def _gates(paired: str = "paired seeds", accuracy: str = "mean test accuracy at 
 
 
 _DETECTABLE = (f"The row shows the smallest effect the design detects with {100 * POWER:.0f} % power at the 5 % level, at "
-               f"the observed spread over seeds: (t₀.₉₇₅ + t₀.₈₀) s / √n.")
+               f"the observed spread: (t₀.₉₇₅ + t₀.₈₀) times the estimate's standard error (s / √n over seeds; over "
+               f"seeds and test sentences, the crossed interval's).")
+
+
+#: How the sentiment accuracy rules take their interval: over seeds and test sentences together.
+_CROSSED = ("with the 95 % interval over the seeds and the test sentences together (both are samples of what the "
+            "claim is about: the seeds' variance of the mean plus the sentences', from every model's prediction on "
+            "every test sentence; t quantile with the seeds' degrees of freedom; the paired t interval over seeds "
+            "alone is shown beside it)")
 
 
 @_rule("Table 1", "Per depth and setup (the authors' replication, and each named variation): ℓ1.1 minus GD in test "
                   "accuracy at the stop rule (the last epoch), seed by seed (a seed gives both the same "
-                  "initialization, data order and dropout), with the paired 95 % t interval. Holds when it lies "
+                  "initialization, data order and dropout), " + _CROSSED + ". Holds when it lies "
                   "above 0, differs when below; " + SMALLER_SENTENCE.format(
                       null="0", paper=f"its ℓ1.1 − GD gap at that depth, e.g. {paper.TABLE_1_GAPS[3]:+.2f} points at 3 layers") + ". "
                   + _gates() + " The paper's metric, the best test accuracy over epochs, selects on the test set "
@@ -215,10 +224,28 @@ def _gated(low: float, high: float, seeds: int, unreached: int, below: str = "",
     return interval_rule(low, high, paper_effect)
 
 
+@_rule("Table 1, taken apart", "Not an experiment of the paper's: in the named variation, each arm of the 2 × 2 "
+                               "against GD at its chosen global step, in test accuracy at the stop rule, seed by "
+                               "seed, " + _CROSSED + ". Geometry: ℓ1.1 with each tensor's step matched, at its "
+                               "initial mean |w|, to GD's (what is left is the geometry of the step); allocation: GD "
+                               "with each tensor's step matched to ℓ1.1's (what is left is how large a step each "
+                               "tensor gets). Holds when the interval lies above 0 (the factor alone raises the "
+                               "accuracy), differs when below; " + SMALLER_SENTENCE.format(
+                                   null="0", paper="the paper's ℓ1.1 − GD gap in its own setup at that depth: the "
+                                                   "factor alone cannot make a gap of the paper's size") + ". "
+                               + _gates() + " " + _DETECTABLE)
+def allocation_rule(low: float, high: float, seeds: int, unreached: int, below: str = "",
+                    paper_gap: float = math.nan) -> Verdict:
+    """As ``table1_rule``, for a contrast of the 2 x 2 (the arm and GD's runs)."""
+    return _gated(low, high, seeds, unreached, below, paper_gap)
+
+
 @_rule("Token selection", "Per sentence set: each seed's ℓ1.1 model against the same seed's GD model, the share "
                           "of the non-tied sentences that ℓ1.1 wins (puts more normalized [CLS] attention on the "
                           "pivotal word); the seeds are the units (the sentences are shared by every seed, so the "
-                          "comparisons cluster by seed): the mean of the per-seed rates with its 95 % t interval. "
+                          "comparisons cluster by seed): the mean of the per-seed rates, with the 95 % interval over "
+                          "the seeds and the sentences together (each seed's rate linearized over its sentences; "
+                          "the t interval over seeds alone is shown beside it). "
                           "Holds when it lies above 1/2, differs when below; " + SMALLER_SENTENCE.format(
                               null="1/2", paper=f"{100 * paper.token_win_rate():.1f} %, its "
                                                 f"{paper.TOKEN_SELECTION['wins']} wins of "
@@ -256,15 +283,23 @@ KQV_PAPER_REDUCTION = sum(paper.KQV_ABOVE["1.1"]) / sum(paper.KQV_ABOVE["2"]) - 
                            "there it is inconclusive") + ". Not measured with fewer "
        "than 2 seeds, or when the models were not trained to the end (sentiment: a run did not reach the stop "
        "rule; ViT: a training loss had not levelled off). The paper's counts of entries above 0.06 are shown "
-       "beside it, not judged: they follow the step size and the training length. " + _DETECTABLE)
-def sparser_rule(low: float, high: float, seeds: int, unfinished: str = "", paper_effect: float = math.nan) -> Verdict:
+       "beside it, not judged: they follow the step size and the training length. Against its null: mirror "
+       "descent sums its steps in the dual, Δu = m(W) − m(W(0)), and ΔW ≈ |W(0)|^(2−p) Δu / (p − 1), so the "
+       "initial magnitudes alone make ΔW sparser than Δu (for a uniform W(0) at p = 1.1, by a factor of about "
+       "0.78 in effective density); the verdict says whether ℓ1.1's dual change is itself sparser than the "
+       "baseline's change (paired 95 % t interval below 0: sparser beyond the init weighting), and the row shows "
+       "the density the weighting alone predicts. " + _DETECTABLE)
+def sparser_rule(low: float, high: float, seeds: int, unfinished: str = "", paper_effect: float = math.nan,
+                 beyond: str = "") -> Verdict:
     """``unfinished``: why the models are not trained to the end ("" when they are); ``paper_effect``: the
-    paper's ℓ1.1 − baseline difference in density (negative: sparser), NaN when it gives none."""
+    paper's ℓ1.1 − baseline difference in density (negative: sparser), NaN when it gives none; ``beyond``:
+    whether the change is sparser than the init weighting alone predicts, in words (the verdict's clause)."""
     if seeds < 2:
         return not_measured(f"{seeds} paired seed(s)")
     if unfinished:
         return not_measured(unfinished)
-    return interval_rule(-high, -low, -paper_effect)
+    verdict = interval_rule(-high, -low, -paper_effect)
+    return verdict if verdict.outcome == NOT_MEASURED else Verdict(verdict.outcome, beyond)
 
 
 PRUNE_AT = 0.5
@@ -320,5 +355,5 @@ def cost_rule(intervals: Iterable[tuple[float, float]]) -> Verdict:
                   holds=all(lo <= low and high <= hi for low, high in intervals))
 
 
-RULES = [e1_rule, e2_norm_rule, e2_rate_rule, e3_rule, table1_rule, token_rule, concentration_rule, sparser_rule,
-         pruning_rule, parity_rule, cost_rule]
+RULES = [e1_rule, e2_norm_rule, e2_rate_rule, e3_rule, table1_rule, allocation_rule, token_rule, concentration_rule,
+         sparser_rule, pruning_rule, parity_rule, cost_rule]
