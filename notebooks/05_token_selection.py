@@ -91,9 +91,10 @@ plots.save_figure(plots.token_heatmaps(heat, authors, shown, [k for k in ("1.1",
 # ```
 
 # %% tags=["hide-input"]
-per_seed = selection.win_table(scores, sets, pairs)
-plots.save_table(per_seed, "table-token-selection-seeds", glue=False)
-summary = selection.summary(per_seed, scores, sets, methods)
+outcomes = selection.win_table(scores, sets, pairs)
+plots.save_table(outcomes, "table-token-selection-sentences", glue=False)
+plots.save_table(selection.seed_counts(outcomes), "table-token-selection-seeds", glue=False)
+summary = selection.summary(outcomes, scores, sets, methods)
 plots.save_table(summary, "table-token-selection", styled=selection.summary_view(summary).style.hide(axis="index"))
 for key, row in summary[summary.key != "paper"].set_index("key").iterrows():
     glue(f"tok-{key}", selection.summary_text(row), display=False)
@@ -103,11 +104,13 @@ for key, row in summary[summary.key != "paper"].set_index("key").iterrows():
 # :name: table-token-selection
 #
 # $\ell_{1.1}$ against GD on the pivotal token, per sentence set: wins / losses / ties summed over
-# the seed pairs; $\ell_{1.1}$'s win rate among non-ties as the mean of the per-seed rates with a
-# 95 % t interval over seeds (the seed is the unit: the sentences are shared); the pooled rate with
-# the Wilson interval that treats every (sentence, seed) as independent, for comparison; the mean
-# normalized pivot score per method. Last row: the paper's numbers (one model each). Per seed:
-# `_build/results/table-token-selection-seeds.csv`.
+# the seed pairs; $\ell_{1.1}$'s win rate among non-ties as the mean of the per-seed rates, with a
+# 95 % interval over seeds and sentences together (the seed is the unit, the sentences a second
+# sample: another set of sentences would give another rate) and, beside it, the t interval over seeds
+# alone; the pooled rate with the Wilson interval that treats every (sentence, seed) as independent,
+# for comparison; the mean normalized pivot score per method. Last row: the paper's numbers (one model
+# each). Per seed: `_build/results/table-token-selection-seeds.csv`; per seed and sentence:
+# `_build/results/table-token-selection-sentences.csv`.
 # ```
 #
 # On the authors' 40 sentences: {glue:text}`tok-authors`. The paper: {glue:text}`paper-token-counts`,

@@ -244,6 +244,41 @@ def movement_bars(table: pd.DataFrame, methods: Sequence[str], groups: Iterable[
     return fig
 
 
+def scale_series_figure(runs: pd.DataFrame, gaps: pd.DataFrame, equal_std: float, paper_gap: float,
+                        variation_std: float) -> Figure:
+    """The embedding-scale series (``allocation.series``, ``series_gaps``): left, ℓ1.1 minus GD in points
+    per seed against the embedding std (log scale; filled: both runs reached the stop rule, open: one
+    stopped at the cap), their mean per std, 0 and the paper's gap in the authors' setup (dashed), the
+    std where the two methods' embedding steps are equal to first order at the paper's steps (grey
+    line) and the variation's std (the chapter's verdict); right, each method's test accuracy per seed."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 4.2))
+    for reached in (True, False):
+        part = gaps[gaps.reached == reached]
+        left.scatter(part.embedding_std, part.gap, facecolors="black" if reached else "none", edgecolors="black",
+                     label="seed pair" + ("" if reached else " (a run at the epoch cap)"), zorder=3)
+    means = gaps.groupby("embedding_std").gap.mean()
+    left.plot(means.index, means.values, color="black", lw=1.2, label="mean over seeds")
+    left.axhline(0, color="0.5", lw=0.8)
+    left.axhline(paper_gap, color="black", ls="--", lw=1, label=f"paper, authors' setup ({paper_gap:+.2f})")
+    for x, text, style in ((equal_std, "equal embedding steps (paper's steps)", ":"),
+                           (variation_std, "the variation", "-.")):
+        left.axvline(x, color="0.4", ls=style, lw=1, label=text)
+    left.set(xscale="log", xlabel="embedding std σ", ylabel="ℓ1.1 − GD (points of test accuracy)")
+    left.legend(fontsize="x-small")
+    chosen = runs[runs.chosen.astype(bool)]
+    for key, part in chosen.groupby(chosen.method.astype(str), sort=False):
+        color, label = _method_style(key)
+        right.scatter(part.embedding_std, 100 * part.last_test, color=color, label=label,
+                      facecolors=[color if r else "none" for r in part.reached.astype(bool)])
+        right.plot(*zip(*part.groupby("embedding_std").last_test.mean().mul(100).items()), color=color, lw=1)
+    right.set(xscale="log", xlabel="embedding std σ", ylabel="test accuracy at the stop rule (%)")
+    right.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
 def token_heatmaps(heat: pd.DataFrame, sentences: SentenceSet, shown: Sequence[int], methods: Sequence[str],
                    seed: int) -> Figure:
     """Heat maps of the normalized [CLS] scores (``selection.heat_table``) of the sentences ``shown``

@@ -11,8 +11,8 @@ A ``SentenceSet`` holds token ids and, where a word is designated pivotal, its p
 designates a pivot in, and every test sentence (no pivot: for the concentration of attention).
 
 Each seed gives one model per method from the same initialization, so a seed is a pair and the
-sentences are shared by every pair: win counts are kept per seed (``win_table``) and their rate is
-summarized with the seed as the unit (``estimates.win_rate``); concentration is compared seed by
+sentences are shared by every pair: outcomes are kept per seed and sentence (``win_table``) and their
+rate is summarized with the seed as the unit and the sentences as a second sample (``estimates.win_rate``); concentration is compared seed by
 seed (``estimates.entropy_gap``): the numbers the scorecard judges.
 """
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AUTHORS_SHOWN", "pivotal_sentences", "authors_sentences", "pad", "tokens", "designated_positions",
            "lexicon_pivots", "attention_scores", "deletion_drops",
-           "SentenceSet", "sentence_sets", "scores", "heat_table", "win_table", "summary", "summary_view",
+           "SentenceSet", "sentence_sets", "scores", "heat_table", "win_table", "seed_counts", "summary", "summary_view",
            "summary_text", "concentration_table", "concentration_text", "deletion_table", "deletion_text",
            "gate_text"]
 
@@ -192,15 +192,24 @@ def heat_table(scored: _Scored, s: SentenceSet, methods: Iterable[str]) -> pd.Da
 
 
 def win_table(scored: _Scored, sets: Mapping[str, SentenceSet], pairs: Sequence[int]) -> pd.DataFrame:
-    """Per set with pivots and seed pair: ℓ1.1's wins, losses and ties against GD on the pivot's score."""
+    """Per set with pivots, seed pair and sentence: whether ℓ1.1's pivot score beats GD's (``wins`` 1),
+    falls below it (``losses`` 1) or ties (``ties`` 1; ``analysis.win_loss_tie``'s tolerance)."""
     rows = []
     for name, s in sets.items():
         if s.positions is None:
             continue
         for seed in pairs:
-            w, l, t = analysis.win_loss_tie(_pivot_scores(scored, "1.1", seed, s), _pivot_scores(scored, "2", seed, s))
-            rows.append({"sentences": s.title, "set": name, "seed": seed, "wins": w, "losses": l, "ties": t})
+            first, second = _pivot_scores(scored, "1.1", seed, s), _pivot_scores(scored, "2", seed, s)
+            for i, (a, b) in enumerate(zip(first, second)):
+                w, l, t = analysis.win_loss_tie(a[None], b[None])
+                rows.append({"sentences": s.title, "set": name, "seed": seed, "sentence": i, "wins": w, "losses": l,
+                             "ties": t})
     return pd.DataFrame(rows)
+
+
+def seed_counts(outcomes: pd.DataFrame) -> pd.DataFrame:
+    """``win_table``'s outcomes summed per set and seed pair: wins, losses and ties."""
+    return outcomes.groupby(["sentences", "set", "seed"], sort=False)[["wins", "losses", "ties"]].sum().reset_index()
 
 
 def _most_attended(rows) -> np.ndarray:
@@ -208,20 +217,22 @@ def _most_attended(rows) -> np.ndarray:
     return np.array([1 + int(np.argmax(r[1:-1])) for r in rows])
 
 
-def summary(per_seed: pd.DataFrame, scored: _Scored, sets: Mapping[str, SentenceSet],
+def summary(outcomes: pd.DataFrame, scored: _Scored, sets: Mapping[str, SentenceSet],
             methods: Sequence[str]) -> pd.DataFrame:
     """One row per set with pivots (and the paper's): the counts, ℓ1.1's win rate as the mean of the
-    per-seed rates with its t interval over seeds, the pooled rate with a Wilson interval (which
+    per-seed rates with its interval over seeds and sentences (``estimates.win_rate``; ``low``, ``high``)
+    and over seeds only (``seeds_low``, ``seeds_high``), the pooled rate with a Wilson interval (which
     wrongly treats every comparison as independent; shown for contrast), and per method the mean pivot
-    score and how often the pivot is the most-attended token."""
+    score and how often the pivot is the most-attended token. ``outcomes``: ``win_table``."""
     rows = []
-    for name, part in per_seed.groupby("set", sort=False):
+    for name, part in outcomes.groupby("set", sort=False):
         s = sets[name]
         wins, losses, ties = (int(part[c].sum()) for c in ("wins", "losses", "ties"))
         rate = estimates.win_rate(part)
         pooled_low, pooled_high = wilson_interval(wins, wins + losses) if wins + losses else (np.nan, np.nan)
-        row = {"key": name, "sentences": s.title, "n": len(s.ids), "seeds": len(part), "wins": wins, "losses": losses,
-               "ties": ties, "rate": rate.value, "low": rate.low, "high": rate.high,
+        row = {"key": name, "sentences": s.title, "n": len(s.ids), "seeds": part.seed.nunique(), "wins": wins,
+               "losses": losses, "ties": ties, "rate": rate.value, "low": rate.low, "high": rate.high,
+               "seeds_low": rate.seeds_low, "seeds_high": rate.seeds_high,
                "pooled": wins / (wins + losses) if wins + losses else np.nan, "pooled_low": pooled_low,
                "pooled_high": pooled_high}
         for key in methods:  # every seed of the method (l3 may have fewer)
@@ -238,12 +249,18 @@ def summary(per_seed: pd.DataFrame, scored: _Scored, sets: Mapping[str, Sentence
     return pd.DataFrame(rows)
 
 
+def _percent(x) -> str:
+    return estimates.number(x, 1, 100, sign=False, suffix="%", missing="–")
+
+
+def _bounds(low, high) -> str:
+    """"[40.1%, 62.0%]"; "–" without an interval."""
+    return "–" if pd.isna(low) else f"[{_percent(low)}, {_percent(high)}]"
+
+
 def _interval(rate, low, high) -> str:
     """"51.2% [40.1%, 62.0%]"; "–" for no rate, no brackets without an interval."""
-    def percent(x) -> str:
-        return estimates.number(x, 1, 100, sign=False, suffix="%", missing="–")
-
-    return percent(rate) + ("" if pd.isna(low) else f" [{percent(low)}, {percent(high)}]")
+    return _percent(rate) + ("" if pd.isna(low) else f" {_bounds(low, high)}")
 
 
 def summary_view(table: pd.DataFrame) -> pd.DataFrame:
@@ -252,8 +269,9 @@ def summary_view(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "sentences": table.sentences, "sentences × seeds": [f"{n} × {k}" for n, k in zip(table.n, table.seeds)],
         "ℓ1.1 / GD wins / ties": [f"{w} / {l} / {t}" for w, l, t in zip(table.wins, table.losses, table.ties)],
-        "ℓ1.1 win rate, per-seed mean [95 % t, seeds]": [_interval(r, a, b) for r, a, b in
-                                                         zip(table.rate, table.low, table.high)],
+        "ℓ1.1 win rate, per-seed mean [95 %, seeds and sentences]": [_interval(r, a, b) for r, a, b in
+                                                                    zip(table.rate, table.low, table.high)],
+        "[95 % t, seeds only]": [_bounds(a, b) for a, b in zip(table.seeds_low, table.seeds_high)],
         "pooled [Wilson, as if independent]": [_interval(r, a, b) for r, a, b in
                                                zip(table.pooled, table.pooled_low, table.pooled_high)]}
         | {f"pivot score {method_text('md', float(k))}": table[f"score_{k}"].map(
@@ -264,7 +282,8 @@ def summary_text(row: pd.Series) -> str:
     """One set's row of ``summary`` in words."""
     scores = " / ".join(f"{row[f'score_{k}']:.2f}" for k in ("1.1", "2") if f"score_{k}" in row)
     return (f"ℓ1.1 / GD / ties {row.wins} / {row.losses} / {row.ties} over {row.seeds} seed pairs; ℓ1.1's win rate "
-            f"{_interval(row.rate, row.low, row.high)} (mean of the per-seed rates, 95 % t interval over seeds; "
+            f"{_interval(row.rate, row.low, row.high)} (mean of the per-seed rates, 95 % interval over seeds and "
+            f"sentences; over seeds only {_bounds(row.seeds_low, row.seeds_high)}; "
             f"pooled as if independent: {_interval(row.pooled, row.pooled_low, row.pooled_high)}); mean pivot "
             f"scores {scores} (ℓ1.1 / GD)")
 
