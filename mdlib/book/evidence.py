@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from mdlib.book import chapters, provenance, schema
@@ -55,17 +56,18 @@ class Results:
         a value in every row."""
         if label not in schema.TABLES:
             raise KeyError(f"{label} has no results schema: declare it in mdlib.book.schema.TABLES")
-        record, frame = self._vouched(label)
-        if "seed" in frame:
-            self.seeds.update(int(seed) for seed in frame.seed.dropna())
+        record, frame, rows_of_seed = self._vouched(label)
+        if rows_of_seed is not None:
+            self.seeds.update(rows_of_seed)
             if self.draw is not None:
-                frame = pd.concat([frame[frame.seed == seed].assign(seed=i) for i, seed in enumerate(self.draw)],
-                                  ignore_index=True)
+                taken = [rows_of_seed.get(seed, np.empty(0, dtype=int)) for seed in self.draw]
+                frame = frame.iloc[np.concatenate(taken)].assign(
+                    seed=np.repeat(np.arange(len(taken)), [len(rows) for rows in taken]))
         return complete(frame if where is None else frame[frame[where].astype(bool)], label, columns)
 
-    def _vouched(self, label: str) -> tuple[dict, pd.DataFrame]:
+    def _vouched(self, label: str) -> tuple[dict, pd.DataFrame, dict[int, np.ndarray] | None]:
         """The record and the parsed table of ``label``, vouched for (once per file) and agreeing with the
-        claim's other tables."""
+        claim's other tables, with the row positions of each seed (None: no seed column)."""
         if label not in self._read:
             path = next((f / f"{label}.csv" for f in self.folders if (f / f"{label}.csv").is_file()),
                         self.folders[0] / f"{label}.csv")
@@ -78,15 +80,20 @@ class Results:
                 raise Unmeasured(str(error)) from None
             if schema.placeholder(frame):
                 raise Unmeasured(f"{path.name}: " + "; ".join(frame.note.astype(str)))
-            self._read[label] = (record, frame)
-        record, frame = self._read[label]
+            seeds = None
+            if "seed" in frame:
+                known = frame.seed.notna().to_numpy()
+                seeds = {int(seed): np.flatnonzero(known & (frame.seed.to_numpy() == seed))
+                         for seed in pd.unique(frame.seed[known])}
+            self._read[label] = (record, frame, seeds)
+        record, frame, seeds = self._read[label]
         wanted = self.profile or next((r["profile"] for r in self.records.values()), record["profile"])
         if record["profile"] != wanted:
             raise Unmeasured(f"{label}.csv was made at profile {record['profile']}, not {wanted}")
         for other, known in self.records.items():
             _agree((f"{label}.csv", record), (f"{other}.csv", known))
         self.records[label] = record
-        return record, frame
+        return record, frame, seeds
 
     def _record(self, label: str, path: Path) -> dict:
         """The provenance record that vouches for the file at ``path``: made by the pipeline and holding

@@ -190,7 +190,7 @@ def _chosen_runs(r: Results, grid: str | None = None, extra=()) -> pd.DataFrame:
     runs = runs[runs.chosen.astype(bool)]
     runs = complete(runs[runs.analysed.astype(bool)] if grid is None else runs[runs.grid == grid],
                     "table-sentiment-runs", columns)
-    return runs.assign(method=runs.method.map(estimates.key_of))
+    return runs.assign(method=estimates.keyed(runs.method))
 
 
 def _predictions(r: Results, grid: str) -> pd.DataFrame:
@@ -198,7 +198,7 @@ def _predictions(r: Results, grid: str) -> pd.DataFrame:
     ("replication", "variation" or "allocation")."""
     table = r.csv("table-sentiment-predictions", ["grid", "layers", "method", "seed", "example", "correct"])
     table = table[table.grid == grid]
-    return table.assign(method=table.method.map(estimates.key_of))
+    return table.assign(method=estimates.keyed(table.method))
 
 
 def _baseline(r: Results) -> float:
@@ -287,8 +287,8 @@ def _variation(r: Results):
 
 
 #: The 2 x 2's judged contrasts (``estimates.CONTRASTS``) and how the scorecard names them.
-_DECOMPOSITION = {"geometry": "geometry: ℓ1.1 at GD's steps per tensor − GD",
-                  "allocation": "step allocation: GD at ℓ1.1's steps per tensor − GD"}
+_DECOMPOSITION = {"geometry": ("geometry", "ℓ1.1 at GD's steps per tensor − GD"),
+                  "allocation": ("step allocation", "GD at ℓ1.1's steps per tensor − GD")}
 
 
 def _allocation(r: Results):
@@ -301,7 +301,7 @@ def _allocation(r: Results):
     setup = paper.SETUP_NAMES.get("small-embeddings", "small embeddings")
     paper_gap = paper.TABLE_1_GAPS.get(L, math.nan)
     out = []
-    for name, text in _DECOMPOSITION.items():
+    for name, (factor, contrast) in _DECOMPOSITION.items():
         arm, base = estimates.CONTRASTS[name]
         pair = runs[runs.method.isin([arm, base])]
         gap = effects[name]
@@ -311,9 +311,10 @@ def _allocation(r: Results):
         ours = (f"test accuracy at the stop rule {100 * means.get(arm, math.nan):.2f} % (the arm) against "
                 f"{100 * means.get(base, math.nan):.2f} % (GD); arm − GD {gap.both_text()} points (paired by seed, "
                 f"n = {gap.n}; {setup}, {L} layers)")
-        out.append(_Part(text, ours, allocation_rule(gap.low, gap.high, gap.n, unreached, below, paper_gap),
+        out.append(_Part(f"{factor}, {contrast}", ours,
+                         allocation_rule(gap.low, gap.high, gap.n, unreached, below, paper_gap),
                          f"no such experiment; the paper's ℓ1.1 − GD in its own setup: {estimates.number(paper_gap)} "
-                         f"points at {L} layers", _effect(gap, f"points, {text.split(':')[0]}", paper=paper_gap),
+                         f"points at {L} layers", _effect(gap, f"points, {factor}: {contrast}", paper=paper_gap),
                          _headline(gap, " points")))
     return out
 

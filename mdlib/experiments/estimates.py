@@ -31,7 +31,7 @@ from mdlib.experiments.stats import (clustered_rate, crossed_interval, detectabl
                                      generalization_floor, mean_interval, paired_interval, seeds_for_half_width)
 
 __all__ = ["COMPARED", "CONTRASTS", "Estimate", "accuracy_gaps", "allocation_effects", "below_floor", "crossed",
-           "density_gap", "depths_text", "edges_text", "entropy_gap", "key_of", "number", "PAIRED_SD_SEEN", "paired",
+           "density_gap", "depths_text", "edges_text", "entropy_gap", "key_of", "keyed", "number", "PAIRED_SD_SEEN", "paired",
            "parity_gaps", "power_text", "pruned_gap", "scale_trend", "step_edges", "unreached", "win_rate"]
 
 #: The two methods every sentiment claim compares: ℓ1.1 mirror descent and GD (ℓ2).
@@ -107,6 +107,12 @@ def key_of(value) -> str:
         return str(value)
 
 
+def keyed(methods_column: pd.Series) -> pd.Series:
+    """``key_of`` of every value of a column (computed once per distinct value: a table of predictions has
+    thousands of rows and a few methods)."""
+    return methods_column.map({value: key_of(value) for value in pd.unique(methods_column)})
+
+
 def paired(frame: pd.DataFrame, first: str, second: str, value: str, by: str = "method",
            unit: str = "seed") -> Estimate:
     """``value`` of ``first`` minus that of ``second`` (rows told apart by ``by``), matched on ``unit``:
@@ -129,19 +135,29 @@ def crossed(predictions: pd.DataFrame, first: str, second: str, value: str = "co
     units both have (each with every example): the mean with the interval over units and examples
     (``stats.crossed_interval``), the seeds-only interval beside it and the detectable effect of the
     crossed standard error."""
-    keyed = predictions.assign(**{by: predictions[by].map(key_of)})
-    sides = [keyed[keyed[by] == k].pivot_table(index=unit, columns=example, values=value) for k in (first, second)]
-    units = sides[0].index.intersection(sides[1].index)
-    if units.empty:
+    keys = keyed(predictions[by]).to_numpy()
+    sides = [_matrix(predictions[keys == k], unit, example, value) for k in (first, second)]
+    units = sorted(set(sides[0][0]) & set(sides[1][0]))
+    if not units:
         return NONE
-    table = scale * (sides[0].loc[units] - sides[1].loc[units])
-    if table.isna().any().any():
+    rows = [np.stack([side[2][side[0].index(u)] for u in units]) for side in sides]
+    if sides[0][1] != sides[1][1] or np.isnan(rows[0]).any() or np.isnan(rows[1]).any():
         raise ValueError(f"crossed: the predictions of {first} and {second} do not cover the same examples")
-    mean, low, high, se, seeds_se = crossed_interval(table.to_numpy())
-    _, seeds_low, seeds_high = mean_interval(table.mean(axis=1))
+    table = scale * (rows[0] - rows[1])
+    mean, low, high, se, _ = crossed_interval(table)
     means = table.mean(axis=1)
+    _, seeds_low, seeds_high = mean_interval(means)
     return Estimate(mean, low, high, len(units), detectable_from_se(se, len(units)),
                     float(means.std(ddof=1)) if len(units) > 1 else math.nan, seeds_low, seeds_high)
+
+
+def _matrix(frame: pd.DataFrame, unit: str, example: str, value: str) -> tuple[list, list, np.ndarray]:
+    """(units, examples, a units x examples array of ``value``, NaN where a unit lacks an example)."""
+    units, row = np.unique(frame[unit].to_numpy(), return_inverse=True)
+    examples, column = np.unique(frame[example].to_numpy(), return_inverse=True)
+    table = np.full((len(units), len(examples)), np.nan)
+    table[row, column] = frame[value].to_numpy(float)
+    return units.tolist(), examples.tolist(), table
 
 
 def accuracy_gaps(runs: pd.DataFrame, metric: str = "last_test",
@@ -229,36 +245,34 @@ def scale_trend(gaps: pd.DataFrame) -> Estimate:
 
 
 def step_edges(runs: pd.DataFrame, cell: tuple[str, ...] = ("layers", "method"), candidate: str = "multiple",
-               ) -> dict[tuple, str]:
+               ) -> dict[tuple, tuple[str, float, list[float]]]:
     """Where each cell's chosen step sits among the candidates its grid tried (a grid's runs, with
-    ``chosen``): "" between a smaller and a larger one, "the smallest" or "the largest" at an end of the
-    grid (the best step may lie beyond it), "the only" when nothing else was tried."""
+    ``chosen``): (where, the chosen value, the values tried), where is "" between a smaller and a larger
+    one, "the smallest" or "the largest" at an end of the grid (the best step may lie beyond it), "the
+    only" when nothing else was tried."""
     out = {}
     for key, part in runs.groupby(list(cell), sort=False):
         tried = sorted(set(part[candidate]))
-        chosen = set(part.loc[part.chosen.astype(bool), candidate])
+        chosen = set(part[candidate][part.chosen.astype(bool)])
         if len(chosen) != 1:
             continue
         value = chosen.pop()
-        out[key if isinstance(key, tuple) else (key,)] = (
-            "the only" if len(tried) == 1 else "the smallest" if value == tried[0]
-            else "the largest" if value == tried[-1] else "")
+        where = ("the only" if len(tried) == 1 else "the smallest" if value == tried[0]
+                 else "the largest" if value == tried[-1] else "")
+        out[key if isinstance(key, tuple) else (key,)] = (where, value, tried)
     return out
 
 
 def edges_text(runs: pd.DataFrame, cell: tuple[str, ...] = ("layers", "method"), candidate: str = "multiple") -> str:
     """``step_edges`` in words, the choices at an end of their grid only ("" when every choice is inside):
-    "ℓ1.1 at 3 layers: 1× is the only candidate; GD at 3 layers: 1× is the smallest of 1×, 3×"."""
+    "3 layers ℓ1.1: 1× is the only candidate; 3 layers ℓ2 (GD): 1× is the smallest of 1×, 3×"."""
     parts = []
-    for key, edge in step_edges(runs, cell, candidate).items():
-        if not edge:
-            continue
-        part = runs[np.logical_and.reduce([runs[c] == v for c, v in zip(cell, key)])]
-        tried = sorted(set(part[candidate]))
-        chosen = part.loc[part.chosen.astype(bool), candidate].iloc[0]
-        where = _cell_name(key if len(key) > 1 else key[0])
-        parts.append(f"{where}: {chosen:g}× is {edge} candidate" if edge == "the only" else
-                     f"{where}: {chosen:g}× is {edge} of {', '.join(f'{x:g}×' for x in tried)}")
+    for key, (where, chosen, tried) in step_edges(runs, cell, candidate).items():
+        name = _cell_name(key if len(key) > 1 else key[0])
+        if where == "the only":
+            parts.append(f"{name}: {chosen:g}× is the only candidate")
+        elif where:
+            parts.append(f"{name}: {chosen:g}× is {where} of {', '.join(f'{x:g}×' for x in tried)}")
     return "; ".join(parts)
 
 
