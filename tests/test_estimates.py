@@ -103,3 +103,97 @@ def test_estimate_text(estimate, args, text):
 ])
 def test_number_is_the_books_one_formatter(x, args, kwargs, text):
     assert estimates.number(x, *args, **kwargs) == text
+
+
+def predictions_of(accuracies: dict[str, list[float]], n: int = 1000, layers: int = 3) -> pd.DataFrame:
+    """Per method and seed, ``round(a n)`` correct test examples out of ``n`` (the first ones, shifted by the
+    seed so that seeds disagree on some examples)."""
+    rows = []
+    for key, values in accuracies.items():
+        for seed, a in enumerate(values):
+            correct = np.roll(np.arange(n) < round(a * n), 7 * seed)
+            rows.append(pd.DataFrame({"layers": layers, "method": key, "seed": seed, "example": np.arange(n),
+                                      "correct": correct.astype(int)}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_crossed_gap_is_the_seeds_gap_with_a_wider_interval():
+    first, second = [0.70, 0.72, 0.69, 0.71], [0.66, 0.69, 0.67, 0.66]
+    preds = predictions_of({"1.1": first, "2": second})
+    runs = pd.DataFrame([{"layers": 3, "method": k, "seed": s, "chosen": True, "last_test": a}
+                         for k, values in (("1.1", first), ("2", second)) for s, a in enumerate(values)])
+    seeds_only = estimates.accuracy_gaps(runs)[3]
+    both = estimates.accuracy_gaps(runs, predictions=preds)[3]
+    assert both.value == pytest.approx(seeds_only.value) and both.n == 4 and both.crossed and not seeds_only.crossed
+    assert (both.seeds_low, both.seeds_high) == pytest.approx((seeds_only.low, seeds_only.high))
+    assert both.low < seeds_only.low and both.high > seeds_only.high  # the examples add their variance
+    assert both.detectable > seeds_only.detectable
+    assert "over seeds and examples (seeds only [" in both.both_text() and both.both_text() != seeds_only.both_text()
+    assert estimates.accuracy_gaps(runs, "best_test" if "best_test" in runs else "last_test")[3].n == 4
+    with pytest.raises(ValueError, match="do not cover the same examples"):
+        estimates.crossed(preds[~((preds.method == "2") & (preds.seed == 0) & (preds.example == 3))], "1.1", "2")
+
+
+def test_allocation_effects_are_the_three_contrasts_seed_by_seed():
+    accuracies = {"1.1": [0.72, 0.73], "2": [0.76, 0.77], "1.1@2": [0.70, 0.72], "2@1.1": [0.76, 0.76]}
+    runs = pd.DataFrame([{"method": k, "seed": s, "last_test": a} for k, v in accuracies.items()
+                         for s, a in enumerate(v)])
+    effects = estimates.allocation_effects(runs)
+    assert list(effects) == ["gap", "geometry", "allocation"]
+    assert effects["gap"].value == pytest.approx(-4.0) and effects["geometry"].value == pytest.approx(-5.5)
+    assert effects["allocation"].value == pytest.approx(-0.5)
+    crossed = estimates.allocation_effects(runs, predictions_of(accuracies))
+    assert crossed["geometry"].value == pytest.approx(-5.5) and crossed["geometry"].crossed
+
+
+def test_crossed_win_rate_keeps_the_per_seed_rates_and_widens_with_the_sentences():
+    rng = np.random.default_rng(3)
+    rows = [{"seed": s, "sentence": i, "wins": int(w), "losses": int(not w and i % 9), "ties": int(not w and not i % 9)}
+            for s in range(5) for i, w in enumerate(rng.random(40) < [0.55, 0.6, 0.5, 0.65, 0.58][s])]
+    table = pd.DataFrame(rows)
+    per_seed = table.groupby("seed")[["wins", "losses", "ties"]].sum().reset_index()
+    seeds_only, both = estimates.win_rate(per_seed), estimates.win_rate(table)
+    assert both.value == pytest.approx(seeds_only.value) and both.n == seeds_only.n == 5
+    assert (both.seeds_low, both.seeds_high) == pytest.approx((seeds_only.low, seeds_only.high))
+    assert both.high - both.low >= seeds_only.high - seeds_only.low - 1e-12
+    # the linearization: each seed's rate is its row mean
+    assert both.value == pytest.approx(np.mean([w / (w + l) for w, l in zip(per_seed.wins, per_seed.losses)]))
+
+
+def test_step_edges_say_where_each_choice_sits():
+    runs = pd.DataFrame([{"layers": 3, "method": m, "multiple": x, "chosen": x == c}
+                         for m, xs, c in (("1.1", [1], 1), ("2", [1, 3], 1), ("3", [100, 300, 1000], 300),
+                                          ("adam", [0.3, 1], 1))
+                         for x in xs])
+    assert {k: v[0] for k, v in estimates.step_edges(runs).items()} == {
+        (3, "1.1"): "the only", (3, "2"): "the smallest", (3, "3"): "", (3, "adam"): "the largest"}
+    assert estimates.step_edges(runs)[3, "3"] == ("", 300, [100, 300, 1000])
+    text = estimates.edges_text(runs)
+    assert "3 layers ℓ1.1: 1× is the only candidate" in text and "ℓ2 (GD): 1× is the smallest of 1×, 3×" in text
+    assert "ℓ3" not in text and "Adam: 1× is the largest of 0.3×, 1×" in text
+    assert estimates.edges_text(runs[runs.method == "3"]) == ""
+
+
+def test_scale_trend_is_the_least_squares_slope_per_decade_over_pairs_at_the_stop_rule():
+    gaps = pd.DataFrame({"embedding_std": [0.02, 0.02, 0.1, 0.1, 0.3, 0.3, 1.0, 1.0],
+                         "gap": [-3.0, -2.0, 0.0, 1.0, 1.5, 2.5, 9.0, 9.0], "reached": [True] * 6 + [False] * 2})
+    trend = estimates.scale_trend(gaps)
+    fit = scipy_stats.linregress(np.log10(gaps.embedding_std[:6]), gaps.gap[:6])
+    half = scipy_stats.t.ppf(0.975, 4) * fit.stderr
+    assert trend.n == 6 and trend.value == pytest.approx(fit.slope)
+    assert (trend.low, trend.high) == pytest.approx((fit.slope - half, fit.slope + half))
+    assert math.isnan(estimates.scale_trend(gaps.iloc[:2]).value)
+
+
+def test_power_text_sizes_seeds_on_the_largest_spread_and_names_the_examples_floor():
+    sd = 1.0
+    gap = Estimate(-2.0, -3.5, -0.5, 8, 2.0, sd, -2.9, -1.1)
+    text = estimates.power_text(gap, 0.9)
+    needed = next(n for n in range(2, 100)
+                  if scipy_stats.t.ppf(0.975, n - 1) * estimates.PAIRED_SD_SEEN / math.sqrt(n) <= 0.9)
+    assert f"needs {needed} pairs at a paired sd of {estimates.PAIRED_SD_SEEN:.2f}" in text
+    assert "±1.50 points over seeds and sentences (±0.90 over seeds only) with 8 pairs" in text
+    t = scipy_stats.t.ppf(0.975, 7)
+    floor = 1.96 * math.sqrt((1.5 / t) ** 2 - (0.9 / t) ** 2)
+    assert f"the test sentences alone leave ±{floor:.2f}" in text
+    assert estimates.power_text(estimates.NONE, 0.9).startswith("no interval")

@@ -186,7 +186,7 @@ def test_plan_of_the_paper_profile_runs_without_apt_or_data(tmp_path):
     for name in profiles.chapters():
         assert re.search(rf"^{name}\s", done.stdout, re.M), name
     assert re.search(r"^04_sentiment\s+Table 1 grid \(replication\)\s+90\s+\d+ \(<= 1,000\)\s+2\.1 M", done.stdout, re.M)
-    assert re.search(r"^total\s+178\s+<= [\d,.]+\s+<= [\d,.]+$", done.stdout, re.M)
+    assert re.search(r"^total\s+184\s+<= [\d,.]+\s+<= [\d,.]+$", done.stdout, re.M)
     assert list(data.iterdir()) == [] and not (tmp_path / "b").exists()  # nothing fetched, nothing written
 
 
@@ -212,4 +212,4 @@ def test_plan_names_a_profile_value_of_the_wrong_type_in_one_line(tmp_path, monk
     assert cli.main(["plan", "--profile", "smoke"]) == 1
     err = capsys.readouterr().err
     assert err == ("error: 04_sentiment: parameter 'seeds' from params/smoke.yaml should be a mapping like its "
-                   'default {"1.1": 2, "2": 2, "3": 1}, got \'four\'\n'), err
+                   'default {"1.1": 1, "2": 1, "3": 1}, got \'four\'\n'), err

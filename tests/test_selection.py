@@ -32,15 +32,19 @@ def sentences():
 def test_win_table_counts_each_seed_pair():
     nets, s = models(), sentences()
     scored = selection.scores(nets, {"authors": s})
-    table = selection.win_table(scored, {"authors": s}, [0, 1, 2])
+    outcomes = selection.win_table(scored, {"authors": s}, [0, 1, 2])
+    assert len(outcomes) == 3 * 25 and (outcomes.wins + outcomes.losses + outcomes.ties == 1).all()
+    table = selection.seed_counts(outcomes)
     assert table.seed.tolist() == [0, 1, 2] and (table.wins + table.losses + table.ties == 25).all()
     for seed in (0, 1, 2):
         pivot = lambda key: np.array([r[j] for r, j in zip(scored[key, seed]["authors"], s.positions)])  # noqa: E731
         assert tuple(table.loc[table.seed == seed, ["wins", "losses", "ties"]].iloc[0]) == \
             analysis.win_loss_tie(pivot("1.1"), pivot("2"))
-    summary = selection.summary(table, scored, {"authors": s}, ["1.1", "2"])
+    summary = selection.summary(outcomes, scored, {"authors": s}, ["1.1", "2"])
     row = summary.iloc[0]
-    assert (row.rate, row.low, row.high) == pytest.approx(stats.clustered_rate(table.wins, table.losses))
+    assert row.rate == pytest.approx(stats.clustered_rate(table.wins, table.losses)[0])
+    assert (row.seeds_low, row.seeds_high) == pytest.approx(stats.clustered_rate(table.wins, table.losses)[1:])
+    assert row.low <= row.seeds_low + 1e-12 and row.high >= row.seeds_high - 1e-12  # sentences widen it
     assert (row.pooled_low, row.pooled_high) == pytest.approx(
         stats.wilson_interval(table.wins.sum(), table.wins.sum() + table.losses.sum()))
     assert summary.key.tolist() == ["authors", "paper"] and summary.wins.iloc[1] == 22

@@ -1,0 +1,188 @@
+"""Chapter 04's 2 x 2 and embedding-scale series (mdlib.experiments.allocation): the arms' optimizers
+against matched_lr and an independent first step, the effective steps against numpy, the std of equal
+embedding steps against numerical integration, the series' grids, and the two training pools."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import integrate
+
+from mdlib import matched_lr
+from mdlib.experiments import allocation, estimates, methods, sentiment, store
+from mdlib.experiments.grid import Optimizer
+
+
+def grid_config(**overrides) -> sentiment.SentimentGrid:
+    return sentiment.SentimentGrid(**(dict(
+        dataset="rotten_tomatoes", max_length=16, train_size=None, width=6, setup="small-embeddings", epochs=100,
+        layers=[3], methods=["1.1", "2"], seeds=4, multiples={"1.1": [1], "2": [1, 3]}) | overrides))
+
+
+CHOSEN = {(3, "1.1"): 1.0, (3, "2"): 3.0}
+
+
+def test_the_arms_take_the_other_method_s_chosen_step_per_tensor():
+    """ℓ1.1 at GD's steps: each tensor's lr is matched_lr(GD's chosen lr, 1.1, its mean |w|); GD at ℓ1.1's
+    steps: matched_lr(ℓ1.1's chosen lr, 2, mean |w|, reference_p=1.1). Everything else is the trained
+    method's run at that seed."""
+    config = grid_config()
+    gd_lr, md_lr = 3 * sentiment.reference_step(3, "2"), sentiment.reference_step(3, "1.1")
+    arm = allocation.arm_config(config, CHOSEN, "1.1@2", seed=2)
+    assert arm.optimizer == Optimizer("md", gd_lr, 1.1, 2.0)
+    assert dataclass_without_optimizer(arm) == dataclass_without_optimizer(config.run((3, "1.1"), 1.0, 2))
+    back = allocation.arm_config(config, CHOSEN, "2@1.1", seed=0)
+    assert back.optimizer == Optimizer("md", md_lr, 2.0, 1.1)
+    model = sentiment.initial_model(arm)
+    optimizer = arm.optimizer.make(model.parameters())
+    assert len(optimizer.param_groups) == len(list(model.parameters()))
+    for group in optimizer.param_groups:
+        (w,) = group["params"]
+        assert group["lr"] == pytest.approx(matched_lr(gd_lr, 1.1, float(w.detach().abs().double().mean())))
+    gd = back.optimizer.make(sentiment.initial_model(back).parameters())
+    for group in gd.param_groups:
+        (w,) = group["params"]
+        scale = float(w.detach().abs().double().mean())
+        assert group["lr"] == pytest.approx(md_lr * 10 * scale ** 0.9)
+    assert arm.to_dict()["optimizer"]["matched_p"] == 2.0
+    assert "matched_p" not in config.run((3, "1.1"), 1.0, 2).to_dict()["optimizer"]  # stored keys unchanged
+    with pytest.raises(ValueError, match="unknown arm"):
+        allocation.arm_config(config, CHOSEN, "3@2", seed=0)
+
+
+def dataclass_without_optimizer(run):
+    return {k: v for k, v in run.to_dict().items() if k != "optimizer"}
+
+
+def test_an_arm_s_first_step_moves_a_typical_entry_as_far_as_the_matched_method():
+    """Independent of the formula: one step of the arm ℓ1.1@2 on a tensor of constant magnitude s (the
+    mean |w| is then every entry's) moves each entry as far as GD at its chosen step does, to first order."""
+    w = torch.nn.Parameter(torch.full((50,), 0.04, dtype=torch.float64) * torch.tensor([1.0, -1.0]).repeat(25))
+    g = torch.linspace(-1, 1, 50, dtype=torch.float64)
+    spec = Optimizer("md", 1e-5, 1.1, 2.0)
+    optimizer = spec.make([w])
+    w.grad = g.clone()
+    before = w.detach().clone()
+    optimizer.step()
+    moved = (w.detach() - before).numpy()
+    np.testing.assert_allclose(moved, -1e-5 * g.numpy(), rtol=2e-3, atol=1e-12)
+
+
+def test_effective_steps_are_the_mean_first_order_step_of_each_group():
+    config = allocation.arm_config(grid_config(), CHOSEN, "1.1@2", seed=0)
+    steps = allocation.effective_steps(config)
+    model = sentiment.initial_model(config)
+    optimizer = config.optimizer.make(model.parameters())
+    lr = {id(w): g["lr"] for g in optimizer.param_groups for w in g["params"]}
+    named = dict(model.named_parameters())
+    for group, names in model.parameter_groups().items():
+        if not names:
+            continue
+        values = np.concatenate([lr[id(named[n])] * np.abs(named[n].detach().double().numpy().ravel()) ** 0.9 / 0.1
+                                 for n in names])
+        assert steps[group] == pytest.approx(values.mean(), rel=1e-9)
+    gd = grid_config().run((3, "2"), 3.0, 0)
+    assert list(allocation.effective_steps(gd).values()) == pytest.approx([gd.optimizer.lr] * 5)  # GD: lr everywhere
+    table = allocation.step_table({("small", "2"): gd, ("small", "1.1@2"): config})
+    assert (table[table.method == "2"].vs_gd == 1.0).all()
+    # matched at each tensor's mean |w|: within Jensen's gap of GD's (E|w|^0.9 <= (E|w|)^0.9)
+    assert table[table.method == "1.1@2"].vs_gd.between(0.9, 1.0 + 1e-9).all()
+    view = allocation.steps_view(table)
+    assert list(view.method) == ["ℓ2 (GD)", "ℓ1.1, GD's steps per tensor"] and "embeddings" in view
+    with pytest.raises(ValueError, match="mirror descent"):
+        allocation.effective_steps(sentiment.run_config(layers=3, optimizer="adam", lr=1e-3, width=6))
+
+
+@pytest.mark.parametrize("lr_md, lr_gd", [(8e-4, 4e-4), (8e-4, 1.2e-3)])
+def test_equal_step_std_equates_the_gaussian_mean_steps(lr_md, lr_gd):
+    sigma = allocation.equal_step_std(lr_md, lr_gd)
+    moment, _ = integrate.quad(lambda x: abs(x) ** 0.9 * math.exp(-x * x / (2 * sigma ** 2))
+                               / math.sqrt(2 * math.pi * sigma ** 2), -np.inf, np.inf)
+    assert lr_md * moment / 0.1 == pytest.approx(lr_gd, rel=1e-7)
+    assert allocation.equal_step_std(8e-4, 4e-4) == pytest.approx(0.0463, abs=5e-4)
+
+
+def test_series_grids_vary_only_the_embedding_std():
+    base = grid_config()
+    grids = allocation.series_grids(base, [0.02, 0.1, 1.0], [100, 150, 90], {"1.1": [0.3, 1], "2": [1, 3]}, 2)
+    assert [g.embedding_std for g in grids] == [None, 0.1, 1.0]  # 0.02 is the base's own: its runs are shared
+    assert [g.epochs for g in grids] == [100, 150, 90] and all(g.seeds == 2 for g in grids)
+    assert grids[0].run((3, "2"), 1, 0) == base.run((3, "2"), 1, 0)  # the variation's run, to the byte
+    assert grids[1].run((3, "2"), 1, 0).model.embedding_std == 0.1
+    assert allocation.series_grids(base, [], [100], {}, 2) == []
+    with pytest.raises(ValueError, match="2 epoch caps for 3 stds"):
+        allocation.series_grids(base, [0.02, 0.1, 1.0], [100, 150], {"1.1": [1], "2": [1]}, 2)
+    with pytest.raises(ValueError, match="small-embeddings"):
+        allocation.series_grids(grid_config(setup="authors"), [0.1], 100, {"1.1": [1], "2": [1]}, 2)
+    torch.manual_seed(0)
+    model = sentiment.initial_model(grids[2].run((3, "1.1"), 1, 0))
+    assert float(model.token.weight.detach().std()) == pytest.approx(1.0, rel=0.02)
+    with pytest.raises(ValueError, match="small-embeddings setup's sigma"):
+        sentiment.run_config(layers=3, optimizer="md", p=2.0, lr=1e-3, setup="authors", embedding_std=0.1)
+
+
+def fake_runs(calls: list, accuracy=lambda config: 0.7):
+    """A stand-in for ``sentiment.train_runs`` that stores a two-epoch history per config and records
+    each pool's configs that were not stored yet (what a pool trains)."""
+    def run(configs, workers=1, progress=True, skip=()):
+        fresh = [c for c in configs if store.load(sentiment.KIND, c) is None]
+        if fresh:
+            calls.append(fresh)
+        out = []
+        for c in configs:
+            if (found := store.load(sentiment.KIND, c)) is not None:
+                out.append(found)
+                continue
+            history = pd.DataFrame({"epoch": [1, 2], "train_accuracy": [0.5, 0.999], "test_accuracy": [0.5, accuracy(c)]})
+            store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": 0.7, "validation_n": 1000,
+                                           "state.x": np.zeros(1)})
+            out.append(store.load(sentiment.KIND, c))
+        return out
+    return run
+
+
+def test_chapter_runs_train_in_two_pools_and_the_2x2_reads_them_back(monkeypatch, tmp_path):
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
+    calls = []
+    gd_step = {1.0: 0.70, 3.0: 0.80}  # validation is 0.7 for all: tied, the smaller step; test by step
+    monkeypatch.setattr(sentiment, "train_runs", fake_runs(calls, lambda c: gd_step.get(
+        round(c.optimizer.lr / sentiment.reference_step(3, "2"), 3), 0.6) if c.optimizer.matched_p is None else 0.65))
+    config = grid_config()
+    allocation.train_chapter([config], config, 3, workers=2)
+    assert len(calls) == 2  # the sweeps; then the finals and the arms together
+    sweeps, second = calls
+    assert {(c.optimizer.p, c.fit.seed) for c in sweeps} == {(1.1, s) for s in range(4)} | {(2.0, s) for s in (0, 1)}
+    assert {(c.optimizer.p, c.optimizer.matched_p, c.fit.seed) for c in second} == (
+        {(1.1, 2.0, s) for s in range(3)} | {(2.0, 1.1, s) for s in range(3)} | {(2.0, None, s) for s in (2, 3)})
+    grid = sentiment.grid(config)
+    assert grid.chosen == {(3, "1.1"): 1.0, (3, "2"): 1.0}  # tied validation: the smaller step
+    calls.clear()
+    both = allocation.allocation(grid, 3)
+    assert calls == []  # every run of the 2 x 2 was trained in the second pool
+    assert list(both.runs.method.unique()) == ["1.1", "2", "1.1@2", "2@1.1"]
+    assert set(both.runs.steps) == {"global", "per tensor"} and both.runs.chosen.all()
+    arm_runs = both.runs[both.runs.steps == "per tensor"]
+    assert (arm_runs[arm_runs.method == "1.1@2"].lr == sentiment.reference_step(3, "2")).all()
+    assert set(both.configs) == {(3, arm, s) for arm in allocation.ARMS for s in range(3)}
+    effects = estimates.allocation_effects(both.runs)
+    assert effects["geometry"].value == pytest.approx(100 * (0.65 - 0.70)) and effects["geometry"].n == 3
+    assert list(allocation.runs_view(both.runs).method) == [methods.arm_text(k) for k in
+                                                             ("1.1", "2", "1.1@2", "2@1.1")]
+    with pytest.raises(LookupError, match="not in the results store"):
+        allocation.allocation(grid, 5, stored_only=True)
+
+
+def test_series_gaps_pair_the_chosen_runs_per_std():
+    rows = [{"embedding_std": std, "method": m, "multiple": mult, "seed": s, "chosen": chosen, "reached": reached,
+             "last_test": acc} for std, reached in ((0.02, True), (1.0, False))
+            for m, mult, chosen, acc in (("1.1", 1.0, True, 0.75), ("2", 1.0, True, 0.77), ("2", 3.0, False, 0.9))
+            for s in range(2)]
+    gaps = allocation.series_gaps(pd.DataFrame(rows))
+    assert list(gaps.embedding_std) == [0.02, 0.02, 1.0, 1.0] and gaps.gap.tolist() == pytest.approx([-2.0] * 4)
+    assert gaps.reached.tolist() == [True, True, False, False] and (gaps["multiple_2"] == 1.0).all()
+    assert "σ 0.02: −2.00 (ℓ1.1 1×, GD 1×; 2 pairs, at the stop rule)" in allocation.series_text(gaps)
+    assert "2 pair(s) at the epoch cap" in allocation.series_text(gaps)
