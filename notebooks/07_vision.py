@@ -230,11 +230,13 @@ glue("vit-attention-size", f"{sum(w.numel() for w in starts[(datasets[0], 0)].at
 paper_steps = vision.grid(paper_config, workers=workers)
 change = vision.change_table({"swept": grid, "paper": paper_steps}, flat_share=flat_share)
 view = change.groupby(["steps", "dataset", "method"], sort=False).agg(
-    lr=("lr", "first"), effective_density=("effective_density", "mean"), top_share=("top_share", "mean"),
+    lr=("lr", "first"), effective_density=("effective_density", "mean"), dual_density=("dual_density", "mean"),
+    weighting_density=("weighting_density", "mean"), top_share=("top_share", "mean"),
     relative_change=("relative_change", "mean"), levelled=("levelled", "all")).reset_index()
 plots.save_table(change, "table-vit-change", styled=view.assign(dataset=view.dataset.map(dataset_names),
                  method=view.method.map(name)).style.format({"lr": "{:g}", "effective_density": "{:.3f}",
-                 "top_share": "{:.3f}", "relative_change": "{:.3f}"}).hide(axis="index"))
+                 "dual_density": "{:.3f}", "weighting_density": "{:.3f}", "top_share": "{:.3f}",
+                 "relative_change": "{:.3f}"}).hide(axis="index"))
 glue("vit-change", "; ".join(f"{r.steps} steps, {dataset_names[r.dataset]}: {name[r.method]} (lr {r.lr:g}) "
                              f"{r.effective_density:.3f}" for r in view.itertuples()), display=False)
 
@@ -243,13 +245,17 @@ glue("vit-change", "; ".join(f"{r.steps} steps, {dataset_names[r.dataset]}: {nam
 # :name: table-vit-change
 #
 # What training changed in the key, query and value matrices, $\Delta W = W - W(0)$, per step-size
-# set, data set and optimizer: the effective density (lower: sparser), the share of
-# $\lVert \Delta W \rVert^2$ in the largest 1 % of the entries, $\lVert \Delta W \rVert /
-# \lVert W(0) \rVert$, and whether every seed's training loss levelled off; means over seeds. Per
-# seed: `_build/results/table-vit-change.csv`.
+# set, data set and optimizer: the effective density (lower: sparser); against its null, the
+# density of the dual change $m(W) - m(W(0))$ (mirror descent's summed steps; Adam's: $\Delta W$) and
+# of the init weighting $|W(0)|^{2-p}$ that turns the one into the other to first order (chapter 06);
+# the share of $\lVert \Delta W \rVert^2$ in the largest 1 % of the entries, $\lVert \Delta W
+# \rVert / \lVert W(0) \rVert$, and whether every seed's training loss levelled off; means over
+# seeds. Per seed: `_build/results/table-vit-change.csv`.
 # ```
 #
-# Effective density of $\Delta W$: {glue:text}`vit-change`.
+# Effective density of $\Delta W$: {glue:text}`vit-change`. A sparser $\Delta W$ under small $p$ is
+# sparser beyond the initialization only when its dual change is sparser than Adam's $\Delta W$
+# too; the scorecard's verdict says which.
 #
 # ## Pruning by magnitude
 

@@ -194,6 +194,17 @@ plots.save_table(moved, "table-steps-movement", styled=step_sizes.movement_view(
 # and tend to limit the step size. Near 1, watch for a FloatingPointError: the inverse map
 # $|u|^{1/(p-1)}$ overflows float32 when a large dual value builds up, which can take many steps.
 #
+# **One step per tensor.** A model's tensors start at different scales (embeddings at 0.02 or 1,
+# matrices at $1/\sqrt{\text{fan in}}$, LayerNorm gains at 1), and one global step gives each of
+# them a different effective step: at $p = 1.1$ the gains move fastest and cap the step size, while
+# small embeddings barely move. `mdlib.matched_param_groups(model.parameters(), sgd_lr, p)` gives
+# every tensor its own step, `matched_lr` at that tensor's mean $|w|$, so that every tensor starts
+# moving as far as under SGD at `sgd_lr` (an all-zero tensor has no matched step and keeps `sgd_lr`:
+# give it its own group if that is not what it needs); pass the groups to `LpMirrorDescent` as they
+# are. It is what porting an SGD script asks for, and what chapter 04's 2 × 2 uses to take Table 1's
+# gap apart into the geometry of the step and its allocation (`reference_p` matches another exponent
+# instead of SGD).
+#
 # **What it does not show.** One small task (a two-layer encoder of width 16, a few epochs, one data
 # set), {glue:text}`steps-seeds`, a grid a factor of about 3 apart. One seed cannot tell apart step
 # sizes whose losses differ by little: when we built this page, the same SGD run trained with two CPU
