@@ -113,7 +113,16 @@ def _depart(self, node):
     self.depart_figure(node)
 
 
+def quote_the_build(app, config) -> None:
+    """The numbers the prose pages quote from this build's parameters (``mdlib.book.pages.substitutions``),
+    as MyST substitutions."""
+    from mdlib.book import pages
+
+    config.myst_substitutions = {**(getattr(config, "myst_substitutions", None) or {}), **pages.substitutions()}
+
+
 def setup(app):
+    app.connect("config-inited", quote_the_build)
     app.add_enumerable_node(table_figure, "table", html=(_visit, _depart))
     app.add_transform(TablesAsTables)
     app.connect("doctree-resolved", add_reproduce_blocks)

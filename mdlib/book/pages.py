@@ -1,5 +1,5 @@
-"""The generated parameters page (``book/parameters.md``) and the Markdown escaping of the generated
-pages.
+"""The generated parameters page (``book/parameters.md``), the numbers the prose pages quote from this
+build (``substitutions``) and the Markdown escaping of the generated pages.
 """
 
 from __future__ import annotations
@@ -8,14 +8,11 @@ import html
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 
 from mdlib.experiments import paths
-from mdlib.book import profiles
-
-if TYPE_CHECKING:
-    pass
+from mdlib.book import chapters, profiles
 
 
 
@@ -123,5 +120,17 @@ def write_parameters_page(target: Path | None = None, profile: str | None = None
     return paths.atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))
 
 
+def substitutions(results: Path | None = None) -> dict[str, str]:
+    """MyST substitutions for the prose pages (``{{ name }}`` in ``book/intro.md``), read from the parameters
+    this build's chapter 04 executed with (the record of its runs' table in ``results``, default
+    ``paths.results_dir()``), else from the default profile's: ``sentiment_pairs``, "8 paired seeds"."""
+    import json
 
-
+    record = (results or paths.results_dir()) / "table-sentiment-runs.json"
+    try:
+        values = json.loads(record.read_text("utf-8"))["parameters"]
+    except (OSError, ValueError, KeyError, TypeError):
+        values = profiles.executed_parameters(chapters.BY_CLAIM["table-1"], "default")  # the Table 1 chapter
+    seeds = values.get("variation_seeds", {})
+    counts = [seeds.get(k, 0) for k in ("1.1", "2")] if isinstance(seeds, dict) else [seeds]
+    return {"sentiment_pairs": f"{min(counts)} paired seeds"}
