@@ -612,6 +612,7 @@ def test_provenance_tables_as_tables_and_the_archive(smoke_book):
 GLUED_ESTIMATES = {
     "table-1": ("04_sentiment", "t1-gaps", lambda e: e.text()),
     "table-1-variation": ("04_sentiment", "t1v-gaps", lambda e: e.text()),
+    "table-sentiment-allocation": ("04_sentiment", "t1a-", lambda e: e.text()),
     "table-token-selection": ("05_token_selection", "tok-", lambda e: f"{e.value:.1%} [{e.low:.1%}, {e.high:.1%}]"),
     "fig-token-concentration": ("05_token_selection", "tok-sharp", lambda e: e.text(3)),
     "table-weights-change": ("06_weights", "w-density-gap", lambda e: e.text(3)),

@@ -521,10 +521,12 @@ def test_a_smoke_build_s_results_build_a_page():
     verdicts = {row[0]: row[4] for row in rows}
     assert verdict_of(verdicts[short_name(2)]) == HOLDS  # E2's rate
     cost = [row for row in rows if row[0].startswith("Cost")]
-    assert [verdict_of(row[4]) for row in cost] == [INCONCLUSIVE, HOLDS]
-    assert "ℓ1.1: 0.76 [0.71, 0.81]" in cost[0][2]
+    assert [verdict_of(row[4]) for row in cost] == [INCONCLUSIVE, INCONCLUSIVE]
+    assert "ℓ1.1: 0.94 [0.89, 0.98]" in cost[0][2]
     parity = next(row for row in rows if row[0].startswith("ViT parity"))
-    assert "Adam 10.00; p = 1.1: +0.00" in parity[2] and "not levelled off" in parity[4]
+    assert "Adam 10.00; ℓ1.1: +0.00" in parity[2] and "not levelled off" in parity[4]
+    taken_apart = [row for row in rows if row[0].startswith("Table 1, taken apart")]
+    assert [row[0].split("(")[1].split(",")[0] for row in taken_apart] == ["geometry", "step allocation"]
 
 
 def test_the_scorecard_reads_the_interval_bounds_not_the_display(results):
