@@ -57,7 +57,7 @@ def forest(table: list[Row], target: Path | str) -> Path | None:
             ax.plot([e.estimate], [0], "o", ms=7, color=colour, mfc="white" if hollow else colour)
         if math.isfinite(e.paper):  # the paper's effect: a black diamond above the axis
             ax.plot([e.paper], [0.55], "D", ms=5, color="black")
-            ax.text(e.paper, 0.55, " paper", fontsize=6, va="center", ha="left")
+            ax.text(e.paper, 0.55, f" {e.paper_label}", fontsize=6, va="center", ha="left")
         ax.set_xlim(lo, hi)
         ax.set_ylim(-1, 1)
         ax.set_yticks([])

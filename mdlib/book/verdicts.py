@@ -43,8 +43,9 @@ class Effect:
     """A comparative claim's estimate as the forest plot draws it: the estimate and its interval, the
     ``null`` value (or band, e.g. parity's ±2 points) the claim is judged against, the side the claim
     predicts (+1: above it, -1: below, 0: inside the band), the unit, the paper's effect on the same
-    scale (NaN: the paper gives none) and the smallest effect the design detects (``detectable``: its
-    distance from the null, NaN when it cannot be computed)."""
+    scale (NaN: the paper gives none; ``paper_label`` names it, e.g. as another setup's number) and the
+    smallest effect the design detects (``detectable``: its distance from the null, NaN when it cannot be
+    computed)."""
     estimate: float
     low: float
     high: float
@@ -53,6 +54,7 @@ class Effect:
     unit: str
     paper: float = math.nan
     detectable: float = math.nan
+    paper_label: str = "paper"  #: how the forest plot names the paper's effect ("paper, authors' setup")
 
     def detectable_text(self) -> str:
         """The smallest detectable effect in words: "±0.012 from 0 (unit; 80 % power, 5 % level)"."""
