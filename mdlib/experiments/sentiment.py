@@ -542,7 +542,8 @@ def movement(grid: "Grid", layers: int | None = None) -> pd.DataFrame:
 
 
 def _method_name(key: str) -> str:
-    return methods.method_label(*method(key))
+    """A method's label, or an arm's name (``methods.arm_text``: "ℓ1.1, GD's steps per tensor")."""
+    return methods.arm_text(key) if "@" in str(key) else methods.method_label(*method(key))
 
 
 def steps_view(steps: pd.DataFrame) -> pd.DataFrame:
