@@ -282,7 +282,8 @@ if arms:
     at_steps |= {(paper.SETUP_NAMES[variation.config.setup], arm): arms.configs[L, arm, 0]
                  for arm in allocation.ARMS if (L, arm, 0) in arms.configs}
 effective = allocation.step_table(at_steps)
-plots.save_table(effective, "table-sentiment-effective-steps", styled=allocation.steps_view(effective).style.hide(axis="index"))
+plots.save_table(effective, "table-sentiment-effective-steps", styled=allocation.steps_view(effective).style.hide(
+    axis="index").set_table_styles([{"selector": "th, td", "props": "padding: 0.1em 0.35em"}]))
 
 # %% [markdown]
 # ```{glue:figure} table-sentiment-effective-steps

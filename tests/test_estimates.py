@@ -169,8 +169,8 @@ def test_step_edges_say_where_each_choice_sits():
         (3, "1.1"): "the only", (3, "2"): "the smallest", (3, "3"): "", (3, "adam"): "the largest"}
     assert estimates.step_edges(runs)[3, "3"] == ("", 300, [100, 300, 1000])
     text = estimates.edges_text(runs)
-    assert "3 layers ℓ1.1: 1× is the only candidate" in text and "ℓ2 (GD): 1× is the smallest of 1×, 3×" in text
-    assert "ℓ3" not in text and "Adam: 1× is the largest of 0.3×, 1×" in text
+    assert "ℓ1.1 at 3 layers: 1× is the only candidate" in text and "ℓ2 (GD) at 3 layers: 1× is the smallest of 1×, 3×" in text
+    assert "ℓ3" not in text and "Adam at 3 layers: 1× is the largest of 0.3×, 1×" in text
     assert estimates.edges_text(runs[runs.method == "3"]) == ""
 
 

@@ -266,7 +266,7 @@ def scale_series_figure(runs: pd.DataFrame, gaps: pd.DataFrame, equal_std: float
                            (variation_std, "the variation", "-.")):
         left.axvline(x, color="0.4", ls=style, lw=1, label=text)
     left.set(xscale="log", xlabel="embedding std σ", ylabel="ℓ1.1 − GD (points of test accuracy)")
-    left.legend(fontsize="x-small")
+    left.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(0, -0.18), ncol=2, frameon=False)
     chosen = runs[runs.chosen.astype(bool)]
     for key, part in chosen.groupby(chosen.method.astype(str), sort=False):
         color, label = _method_style(key)
@@ -275,6 +275,10 @@ def scale_series_figure(runs: pd.DataFrame, gaps: pd.DataFrame, equal_std: float
         right.plot(*zip(*part.groupby("embedding_std").last_test.mean().mul(100).items()), color=color, lw=1)
     right.set(xscale="log", xlabel="embedding std σ", ylabel="test accuracy at the stop rule (%)")
     right.legend(fontsize="small")
+    stds = sorted(set(runs.embedding_std))
+    for ax in (left, right):  # a tick at each std of the series, written as it is
+        ax.set_xticks(stds, [f"{x:g}" for x in stds])
+        ax.xaxis.set_minor_locator(plt.NullLocator())
     fig.tight_layout()
     return fig
 

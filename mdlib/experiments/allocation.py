@@ -79,7 +79,7 @@ def allocation(grid: sentiment.Grid, seeds: int, *, workers: int = 1, progress: 
     seeds 0..``seeds``-1, trained when missing (a diverged arm run: a row with ``diverged``);
     ``stored_only``: read them back, never train (LookupError when one is missing)."""
     L = grid.config.layers[0]
-    missing = [k for k in {k for pair in ARMS.values() for k in pair} if (L, k) not in grid.chosen]
+    missing = [k for k in estimates.COMPARED if (L, k) not in grid.chosen]
     if missing:
         raise ValueError(f"the grid has no chosen {missing} runs at {L} layers: the 2 x 2 needs ℓ1.1 and GD")
     items = [(arm, seed) for arm in ARMS for seed in range(seeds)]
@@ -91,10 +91,11 @@ def allocation(grid: sentiment.Grid, seeds: int, *, workers: int = 1, progress: 
                               "build chapter 04 at this profile")
     else:
         results = sentiment.train_runs(configs, workers, progress, skip=grid_engine.DIVERGED)
-    rows = [sentiment.run_row((L, arm), grid.chosen[L, ARMS[arm][1]], seed, c, r) | {"steps": "per tensor", "chosen": True}
+    rows = [sentiment.run_row((L, arm), grid.chosen[L, ARMS[arm][1]], seed, c, r) | {"steps": "per tensor",
+                                                                                      "chosen": True}
             for (arm, seed), c, r in zip(items, configs, results)]
     chosen = grid.runs[grid.runs.chosen.astype(bool) & (grid.runs.layers == L)
-                       & grid.runs.method.isin([k for pair in ARMS.values() for k in pair])]
+                       & grid.runs.method.isin(estimates.COMPARED)]
     runs = pd.concat([chosen.assign(steps="global"), pd.DataFrame(rows)], ignore_index=True)
     lead = ["layers", "method", "steps"]
     kept = {(L, *item): (c, r) for item, c, r in zip(items, configs, results) if r is not None}
@@ -210,7 +211,7 @@ def series_grids(base: sentiment.SentimentGrid, stds: Sequence[float], epochs: i
     if stds and len(caps) != len(stds):
         raise ValueError(f"series_epochs gives {len(caps)} epoch caps for {len(stds)} stds: give one per std "
                          "(or one number for all)")
-    keys = list(ARMS["1.1@2"])
+    keys = list(estimates.COMPARED)
     return [dataclasses.replace(base, layers=list(base.layers[:1]), methods=keys, seeds=seeds,
                                 multiples={k: list(multiples[k]) for k in keys}, epochs=int(cap),
                                 embedding_std=None if std == SMALL_EMBEDDING_STD else float(std))

@@ -265,7 +265,7 @@ def step_edges(runs: pd.DataFrame, cell: tuple[str, ...] = ("layers", "method"),
 
 def edges_text(runs: pd.DataFrame, cell: tuple[str, ...] = ("layers", "method"), candidate: str = "multiple") -> str:
     """``step_edges`` in words, the choices at an end of their grid only ("" when every choice is inside):
-    "3 layers ℓ1.1: 1× is the only candidate; 3 layers ℓ2 (GD): 1× is the smallest of 1×, 3×"."""
+    "ℓ1.1 at 3 layers: 1× is the only candidate; ℓ2 (GD) at 3 layers: 1× is the smallest of 1×, 3×"."""
     parts = []
     for key, (where, chosen, tried) in step_edges(runs, cell, candidate).items():
         name = _cell_name(key if len(key) > 1 else key[0])
@@ -351,5 +351,8 @@ def below_floor(runs: pd.DataFrame, baseline: float, by=("method",), column: str
 
 
 def _cell_name(key) -> str:
+    """A cell in words, the method first: "ℓ1.1", "ℓ1.1 at 3 layers"."""
     parts = key if isinstance(key, tuple) else (key,)
-    return " ".join(f"{p} layers" if isinstance(p, (int, np.integer)) else methods.arm_text(key_of(p)) for p in parts)
+    depths = [f"{p} layers" for p in parts if isinstance(p, (int, np.integer))]
+    names = [methods.arm_text(key_of(p)) for p in parts if not isinstance(p, (int, np.integer))]
+    return " ".join(names) + (f" at {', '.join(depths)}" if depths else "")
