@@ -34,6 +34,7 @@ descent" (chapter 09) measures how well it predicts the best lr of a small trans
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 import torch
 from torch import Tensor
@@ -358,7 +359,7 @@ def matched_lr(sgd_lr: float, p: float, scale: float, reference_p: float = 2.0) 
     return lr
 
 
-def matched_param_groups(params, lr: float, p: float, reference_p: float = 2.0,
+def matched_param_groups(params: Iterable[Tensor], lr: float, p: float, reference_p: float = 2.0,
                          zero_lr: float | None = None) -> list[dict]:
     r"""Param groups for :class:`~mdlib.optim.LpMirrorDescent` at exponent ``p``, one per tensor, each with
     the step size whose first step moves the tensor's entries of mean magnitude

@@ -6,6 +6,7 @@ were typed (regenerate it only for a change that means to re-key runs)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mdlib.book import profiles
-from mdlib.experiments import sentiment, step_sizes, store, synthetic, vision
+from mdlib.experiments import allocation, sentiment, step_sizes, store, synthetic, vision
 
 FIXTURE = Path(__file__).parent / "fixtures" / "store_keys.json"
 
@@ -47,6 +48,11 @@ def _runs() -> list:
     grids = sentiment.chapter_grids(**profiles.executed_parameters("04_sentiment"))
     runs = [run for g in grids for run in _design_runs(g.design())]
     chapter = profiles.executed_parameters("04_sentiment")
+    variation = grids[1]  # the 2 x 2's arms at every candidate the variation's sweep may choose
+    for chosen in itertools.product(*([((L, k), m) for m in variation.multiples[k]]
+                                      for L in variation.layers[:1] for k in variation.methods)):
+        runs += [(sentiment.KIND, allocation.arm_config(variation, dict(chosen), arm, seed))
+                 for arm in allocation.ARMS for seed in range(chapter["allocation_seeds"])]
     runs.append((sentiment.BASELINE_KIND, {"dataset": chapter["dataset"], "split_seed": 0,
                                            "max_length": chapter["max_length"], "train_size": chapter["train_size"],
                                            "C": list(sentiment.BASELINE_C)}))

@@ -131,10 +131,15 @@ ARTIFACTS: Mapping[str, str | None] = {
     "fig-sentiment-movement": None,
     "fig-sentiment-movement-variation": None,
     "table-sentiment-batching": None,
+    "table-sentiment-predictions": "Table 1 (per run and test sentence)",
+    "table-sentiment-effective-steps": None,
+    "table-sentiment-allocation": None,
+    "fig-sentiment-scale-series": None,
     # 05: token selection
     "fig-token-attention": "Figures 8, 13, 14",
     "table-token-selection": "Figures 8, 13, 14 (wins and mean scores)",
     "table-token-selection-seeds": "Figures 8, 13, 14 (wins per seed pair)",
+    "table-token-selection-sentences": "Figures 8, 13, 14 (per seed pair and sentence)",
     "table-token-concentration": None,
     "fig-token-concentration": None,
     "fig-token-intervention": None,
@@ -149,6 +154,7 @@ ARTIFACTS: Mapping[str, str | None] = {
     "table-vit": "Figures 10, 11 (final test accuracy)",
     "fig-vit-weights": "Figure 12",
     "table-vit-change": None,
+    "table-vit-diverged": None,
     "fig-vit-pruning": None,
     # 08: cost
     "fig-cost-step": None,
