@@ -33,7 +33,8 @@ from mdlib.experiments import estimates, methods, paper
 from mdlib.experiments.estimates import Estimate
 from mdlib.experiments.stats import seeds_for_half_width
 
-__all__ = ["CLAIMS", "FRAGILE", "RESAMPLES", "Row", "STABLE_SHARE", "Stability", "reference", "rows", "verdicts"]
+__all__ = ["CLAIMS", "FRAGILE", "RESAMPLES", "Row", "STABLE_SHARE", "Stability", "chapter_rows", "reference", "rows",
+           "said", "verdicts", "verdicts_text"]
 
 
 @dataclass(frozen=True)
@@ -627,21 +628,37 @@ def _stability(claim: "_Claim", built: list[_Part], results: Results) -> dict[st
     return {part: Stability(RESAMPLES, count / RESAMPLES, len(seeds)) for part, count in same.items()}
 
 
-def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:
-    """The scorecard's verdicts on ``notebook``'s claims, as one line of text per claim row, from the
-    results the chapter has just written (``<output>/results``, ``paths.output_dir``: the book's own, a
-    variant's or the scratch folder; the book's ``paths.results_dir`` for the earlier chapters' tables a
-    claim also reads), at its own profile (``provenance.notebook_run``; outside the pipeline its results
-    have none, so each claim reads not measured), each comparative one with the smallest effect its design
-    detects: a chapter prints these, so that it and the scorecard cannot disagree."""
+def chapter_rows(notebook: str, results_dir: Path | str | None = None) -> list[Row]:
+    """The scorecard's rows of ``notebook``'s claims, from the results the chapter has just written
+    (``<output>/results``, ``paths.output_dir``: the book's own, a variant's or the scratch folder; the
+    book's ``paths.results_dir`` for the earlier chapters' tables a claim also reads), at its own profile
+    (``provenance.notebook_run``; outside the pipeline its results have none, so each claim reads not
+    measured)."""
     from mdlib.experiments import paths
 
-    found = rows(results_dir or paths.output_dir() / "results", also=None if results_dir else paths.results_dir(),
-                 profile=provenance.notebook_run()["profile"], notebook=notebook)
-    return "; ".join(f"{r.short}: {r.verdict.outcome}" + (f" ({r.verdict.why})" if r.verdict.why else "")
-                     + (f" ({FRAGILE}: {r.stability.same:.0%} of the seeds' resamples agree)" if r.fragile else "")
+    return rows(results_dir or paths.output_dir() / "results", also=None if results_dir else paths.results_dir(),
+                profile=provenance.notebook_run()["profile"], notebook=notebook)
+
+
+def verdicts_text(found: list[Row]) -> str:
+    """Rows' verdicts as one line of text per row, each comparative one with the smallest effect its design
+    detects, and marked where fragile: a chapter prints these, so that it and the scorecard cannot
+    disagree."""
+    return "; ".join(f"{r.short}: {said(r)}" + (f" ({r.verdict.why})" if r.verdict.why else "")
                      + (f" [smallest detectable effect {r.effect.detectable_text()}]" if r.effect else "")
                      for r in found)
+
+
+def said(row: Row) -> str:
+    """A row's outcome in words, with how stable it is where it is fragile: "holds", "differs (fragile: 62 %
+    of the seeds' resamples agree)"."""
+    return row.verdict.outcome + (f" ({FRAGILE}: {row.stability.same:.0%} of the seeds' resamples agree)"
+                                  if row.fragile else "")
+
+
+def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:
+    """``verdicts_text`` of ``chapter_rows``: the verdicts a chapter prints."""
+    return verdicts_text(chapter_rows(notebook, results_dir))
 
 
 def _short(claim: str) -> str:
