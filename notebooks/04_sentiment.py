@@ -302,11 +302,15 @@ if arms:
     effects = estimates.allocation_effects(arms.runs, predictions[predictions.grid.isin(["variation", "allocation"])])
     for name, effect in effects.items():
         glue(f"t1a-{name}", f"{effect.both_text()} ({effect.n} pairs)", display=False)
+        if name != "gap":  # the gap's power is the variation's, under the verdicts
+            glue(f"t1a-power-{name}", estimates.power_text(effect), display=False)
 else:
     plots.save_table(pd.DataFrame({"note": ["the 2 x 2 is not run at this profile (allocation_seeds = 0)"]}),
                      "table-sentiment-allocation")
     for name in estimates.CONTRASTS:
         glue(f"t1a-{name}", "not measured (allocation_seeds = 0)", display=False)
+        if name != "gap":
+            glue(f"t1a-power-{name}", "not measured", display=False)
 
 # %% [markdown]
 # ```{glue:figure} table-sentiment-allocation
@@ -323,6 +327,8 @@ else:
 # {glue:text}`t1a-gap`; **the geometry**, $\ell_{1.1}$ at GD's steps per tensor − GD,
 # {glue:text}`t1a-geometry`; **the allocation**, GD at $\ell_{1.1}$'s steps per tensor − GD,
 # {glue:text}`t1a-allocation`. The scorecard judges the geometry and the allocation (below).
+# **Power**, against the ±0.9 points the 2 × 2 was asked to resolve: the geometry's
+# {glue:text}`t1a-power-geometry`; the allocation's {glue:text}`t1a-power-allocation`.
 #
 # ## The embedding scale: does the sign of the gap follow it?
 #
@@ -347,6 +353,7 @@ glue("t1s-equal", f"{equal:.3f}", display=False)
 glue("t1s-multiples", allocation.multiples_text(series_runs), display=False)
 glue("t1s-source", allocation.source_text(record, profile), display=False)
 glue("t1s-table", allocation.series_text(gaps), display=False)
+glue("t1s-reading", allocation.series_reading(gaps), display=False)
 
 # %% [markdown]
 # ```{glue:figure} fig-sentiment-scale-series
@@ -475,14 +482,13 @@ glue("t1-pool", f"{replication.configs[next(iter(replication.configs))].fit.pool
 # %% tags=["hide-input"]
 judged = scorecard.chapter_rows("04_sentiment")
 glue("t1-verdict", scorecard.verdicts_text(judged), display=False)
-for name, start in (("variation", "Table 1, a variation"), ("geometry", "Table 1, taken apart (geometry"),
-                    ("allocation", "Table 1, taken apart (step allocation")):
-    glue(f"t1-said-{name}", next((scorecard.said(r) for r in judged if r.short.startswith(start)), "not run"),
-         display=False)
+for name, row in scorecard.table1_parts(judged).items():
+    glue(f"t1-said-{name}", scorecard.said(row) if row else "not run", display=False)
+glue("t1-reading", scorecard.table1_reading(judged), display=False)
 
 # %% tags=["hide-input"]
-glue("t1-power", estimates.power_text(estimates.accuracy_gaps(variation.runs, predictions=of_grid["variation"])[L],
-                                      target=0.9), display=False)
+glue("t1-power", estimates.power_text(estimates.accuracy_gaps(variation.runs, predictions=of_grid["variation"])[L]),
+     display=False)
 
 # %% [markdown]
 # **The verdicts** (the scorecard's rules, applied to the numbers above): {glue:text}`t1-verdict`.
@@ -517,7 +523,12 @@ glue("t1-power", estimates.power_text(estimates.accuracy_gaps(variation.runs, pr
 # of GD's embedding step, so that verdict alone cannot be read against the paper. With each tensor's
 # first step matched to GD's, so that only the geometry of the step differs, $\ell_{1.1}$ against GD
 # reads **{glue:text}`t1-said-geometry`**; GD given $\ell_{1.1}$'s per-tensor steps against GD, the
-# allocation alone, reads **{glue:text}`t1-said-allocation`**. TODO-READING
+# allocation alone, reads **{glue:text}`t1-said-allocation`**. {glue:text}`t1-reading` The 2 × 2 answers at
+# one scale, the variation's; across scales, {glue:text}`t1s-reading`, to be read against the std at
+# which the two methods' first-order embedding steps are equal ({glue:text}`t1s-equal` at the paper's
+# steps; the variation's 0.02 lies below it, where GD's embedding steps are the larger). The paper
+# fixes that scale without discussing it: the authors' code draws the tables $N(0, 1)$, the setup the
+# replication below follows.
 # What remains open is the paper's own setting: the authors' setup at IMDb's scale, trained to the
 # stop rule, which this CPU cannot reach and the `paper` profile runs on a GPU. Nothing here says the
 # paper's numbers are wrong there; it says which of them carry over to this model and data, and why.

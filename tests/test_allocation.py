@@ -186,3 +186,20 @@ def test_series_gaps_pair_the_chosen_runs_per_std():
     assert gaps.reached.tolist() == [True, True, False, False] and (gaps["multiple_2"] == 1.0).all()
     assert "σ 0.02: −2.00 (ℓ1.1 1×, GD 1×; 2 pairs, at the stop rule)" in allocation.series_text(gaps)
     assert "2 pair(s) at the epoch cap" in allocation.series_text(gaps)
+
+
+def _gaps(values: dict[float, list[float]], capped: tuple[float, ...] = ()) -> pd.DataFrame:
+    return pd.DataFrame([{"embedding_std": std, "seed": seed, "gap": gap, "reached": std not in capped,
+                          "multiple_1.1": 1.0, "multiple_2": 1.0}
+                         for std, gaps in values.items() for seed, gap in enumerate(gaps)])
+
+
+def test_series_reading_follows_the_trend_and_the_signs_at_the_stop_rule():
+    rising = allocation.series_reading(_gaps({0.01: [-2.1, -1.9], 0.1: [0.1, -0.1], 1.0: [2.0, 2.2], 3.0: [9, 9]},
+                                             capped=(3.0,)))
+    assert rising.startswith("the gap rises with the embedding scale (+2.05 [")
+    assert "negative at σ 0.01 and positive at σ 0.1 and 1" in rising and "at σ 3 the runs stopped" in rising
+    assert rising.endswith("moves with the scale its embeddings are drawn at")
+    flat = allocation.series_reading(_gaps({0.01: [-1.0, 1.0], 0.1: [1.0, -1.0], 1.0: [-1.0, 1.2]}))
+    assert flat.startswith("the series cannot tell a trend") and "moves with the scale" not in flat
+    assert allocation.series_reading(_gaps({0.1: [1.0, 2.0]})).startswith("the series has too few pairs")

@@ -786,3 +786,33 @@ def test_the_chapter_that_builds_the_runs_comes_first_by_the_registrys_reads(mon
     evidence._agree(builder, ("read.csv", {"notebook": "02_reader", "runs": ["kind/a"]}))  # a subset: agrees
     with pytest.raises(evidence.Unmeasured, match="read.csv analysed runs that built.csv does not list"):
         evidence._agree(("read.csv", {"notebook": "02_reader", "runs": ["kind/b"]}), builder)
+
+
+def _part_row(short: str, outcome: str, same: float = 1.0) -> scorecard.Row:
+    return scorecard.Row(claim=short, paper="", ours="", profile="default", verdict=verdicts.Verdict(outcome),
+                         link="", short=short, stability=scorecard.Stability(200, same, 8))
+
+
+@pytest.mark.parametrize("geometry, allocation, expected", [
+    (DIFFERS, INCONCLUSIVE, ["not the step allocation's alone", "does not move GD measurably"]),
+    (HOLDS, DIFFERS, ["favours ℓ1.1 as the paper says", "itself a cause of the variation's gap"]),
+    (INCONCLUSIVE, HOLDS, ["cannot be told from zero", "raises GD's accuracy"]),
+])
+def test_table1_reading_follows_the_outcomes_of_the_2x2(geometry, allocation, expected):
+    found = [_part_row("Table 1, a variation (small embeddings)", DIFFERS),
+             _part_row("Table 1, taken apart (geometry, 3 layers)", geometry),
+             _part_row("Table 1, taken apart (step allocation, 3 layers)", allocation)]
+    parts = scorecard.table1_parts(found)
+    assert [row.short for row in parts.values()] == [row.short for row in found]
+    reading = scorecard.table1_reading(found)
+    assert all(text in reading for text in expected) and reading[:1] == reading[:1].upper() and reading.endswith(".")
+    assert "not settled" not in reading
+
+
+def test_table1_reading_marks_a_fragile_part_and_an_unmeasured_one():
+    fragile = [_part_row("Table 1, taken apart (geometry, 3 layers)", DIFFERS, same=0.6)]
+    reading = scorecard.table1_reading(fragile)
+    assert "a lean, not settled" in reading and "the allocation effect is not measured" in reading
+    assert scorecard.table1_parts(fragile)["variation"] is None
+    unmeasured = [_part_row("Table 1, taken apart (step allocation, 3 layers)", NOT_MEASURED)]
+    assert "the allocation effect is not measured" in scorecard.table1_reading(unmeasured)

@@ -24,7 +24,8 @@ import pandas as pd
 
 from mdlib.book import chapters, provenance
 from mdlib.book.evidence import Results, Unmeasured, complete
-from mdlib.book.verdicts import (COST_BAND, E2_MIN_POINTS, KQV_PAPER_REDUCTION, NOT_MEASURED, PARITY_MARGIN, PRUNE_AT,
+from mdlib.book.verdicts import (COST_BAND, DIFFERS, E2_MIN_POINTS, HOLDS, INCONCLUSIVE, KQV_PAPER_REDUCTION,
+                                 NOT_MEASURED, PARITY_MARGIN, PRUNE_AT, SMALLER,
                                  Effect, Verdict, allocation_rule, concentration_rule, cost_rule, e1_rule, e2_norm_rule,
                                  e2_rate_rule,
                                  e3_rule, not_measured, parity_rule, pruning_rule, sparser_rule, table1_rule,
@@ -34,7 +35,7 @@ from mdlib.experiments.estimates import Estimate
 from mdlib.experiments.stats import seeds_for_half_width
 
 __all__ = ["CLAIMS", "FRAGILE", "RESAMPLES", "Row", "STABLE_SHARE", "Stability", "chapter_rows", "reference", "rows",
-           "said", "verdicts", "verdicts_text"]
+           "said", "table1_parts", "table1_reading", "verdicts", "verdicts_text"]
 
 
 @dataclass(frozen=True)
@@ -654,6 +655,52 @@ def said(row: Row) -> str:
     of the seeds' resamples agree)"."""
     return row.verdict.outcome + (f" ({FRAGILE}: {row.stability.same:.0%} of the seeds' resamples agree)"
                                   if row.fragile else "")
+
+
+#: Chapter 04's three comparisons: name -> the start of its row's short name.
+TABLE1_PARTS = {"variation": "Table 1, a variation", "geometry": "Table 1, taken apart (geometry",
+                "allocation": "Table 1, taken apart (step allocation"}
+
+
+def table1_parts(found: list[Row]) -> dict[str, Row | None]:
+    """Chapter 04's rows by ``TABLE1_PARTS`` name: the variation's gap, the geometry and the allocation
+    effects (None where the build has no such row)."""
+    return {name: next((r for r in found if r.short.startswith(start)), None) for name, start in TABLE1_PARTS.items()}
+
+
+_GEOMETRY_READS = {
+    HOLDS: "with the steps matched, ℓ1.1's geometry trains the more accurate model, so in this model the "
+           "geometry of the step favours ℓ1.1 as the paper says",
+    DIFFERS: "ℓ1.1 stays behind GD with GD's steps per tensor, so its deficit in this variation is not the step "
+             "allocation's alone: the geometry itself trains the less accurate model here",
+    SMALLER: "with the steps matched, the geometry's effect is smaller than the paper's gap: the geometry alone "
+             "cannot make a gap of the paper's size in this model",
+    INCONCLUSIVE: "with the steps matched, the geometry's effect cannot be told from zero by this design",
+}
+_ALLOCATION_READS = {
+    HOLDS: "ℓ1.1's step allocation raises GD's accuracy",
+    DIFFERS: "ℓ1.1's step allocation costs GD accuracy, so how large a step each tensor gets is itself a cause "
+             "of the variation's gap",
+    SMALLER: "ℓ1.1's step allocation moves GD by less than the paper's gap",
+    INCONCLUSIVE: "ℓ1.1's step allocation does not move GD measurably",
+}
+
+
+def table1_reading(found: list[Row]) -> str:
+    """What chapter 04's 2 x 2 lets a reader conclude, in words that follow the build's outcomes (the
+    geometry and the allocation effects; a fragile outcome is read as a lean, an unmeasured one as
+    nothing): the page's sentence under the verdicts."""
+    parts = table1_parts(found)
+    sentences = []
+    for name, reads in (("geometry", _GEOMETRY_READS), ("allocation", _ALLOCATION_READS)):
+        row = parts[name]
+        if row is None or row.verdict.outcome not in reads:
+            sentences.append(f"the {name} effect is not measured at this profile")
+            continue
+        text = reads[row.verdict.outcome]
+        sentences.append(text + (f" (a lean, not settled: the verdict is {FRAGILE})" if row.fragile else ""))
+    text = "; ".join(sentences)
+    return text[:1].upper() + text[1:] + "."
 
 
 def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:

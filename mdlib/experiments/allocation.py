@@ -35,7 +35,7 @@ from mdlib.experiments.grid import Optimizer
 from mdlib.models import SMALL_EMBEDDING_STD
 
 __all__ = ["ARMS", "Allocation", "SERIES_FILE", "SERIES_RECORD", "allocation", "arm_config",
-           "committed_series", "effective_steps", "equal_step_std", "runs_view", "series", "series_gaps", "series_grids",
+           "committed_series", "effective_steps", "equal_step_std", "runs_view", "series", "series_gaps", "series_grids", "series_reading",
            "multiples_text", "series_text", "source_text", "step_table", "steps_view", "train_chapter"]
 
 #: The arms of the 2 x 2 besides the grid's global runs: key -> (the method trained, the method whose
@@ -271,6 +271,28 @@ def series_text(gaps: pd.DataFrame) -> str:
         parts.append(f"σ {std:g}: {estimates.number(part.gap.mean())} (ℓ1.1 {part[f'multiple_{first}'].iloc[0]:g}×, "
                      f"GD {part[f'multiple_{second}'].iloc[0]:g}×; {len(part)} pairs, {reached})")
     return "; ".join(parts) or "no pairs"
+
+
+def series_reading(gaps: pd.DataFrame) -> str:
+    """What the series says about the sign of the gap, in words that follow its numbers: the trend of
+    ℓ1.1 − GD against log10 of the embedding std over the pairs at the stop rule
+    (``estimates.scale_trend``), and the stds at which the mean gap is negative and positive there."""
+    trend = estimates.scale_trend(gaps)
+    if trend.low != trend.low:
+        return f"the series has too few pairs at the stop rule for a trend ({trend.n})"
+    means = gaps[gaps.reached.astype(bool)].groupby("embedding_std").gap.mean()
+    signs = [f"{'negative' if negative else 'positive'} at σ " + " and ".join(f"{std:g}" for std in stds)
+             for negative, stds in ((True, means.index[means < 0]), (False, means.index[means >= 0])) if len(stds)]
+    capped = sorted(set(gaps.embedding_std) - set(means.index))
+    slope = f"{trend.text()} points per tenfold std over {trend.n} seed pairs at the stop rule"
+    moves = trend.low > 0 or trend.high < 0
+    return ((f"the gap {'rises' if trend.low > 0 else 'falls'} with the embedding scale ({slope})" if moves else
+             f"the series cannot tell a trend of the gap with the embedding scale from none ({slope})")
+            + f"; its mean is {' and '.join(signs)}"
+            + (f" (at σ {' and '.join(f'{std:g}' for std in capped)} the runs stopped at the epoch cap, out of the "
+               "regime)" if capped else "")
+            + ("; so the sign of ℓ1.1 − GD in this model moves with the scale its embeddings are drawn at"
+               if moves else ""))
 
 
 def source_text(record: Mapping[str, Any] | None, profile: str) -> str:
