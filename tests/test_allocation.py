@@ -203,3 +203,13 @@ def test_series_reading_follows_the_trend_and_the_signs_at_the_stop_rule():
     flat = allocation.series_reading(_gaps({0.01: [-1.0, 1.0], 0.1: [1.0, -1.0], 1.0: [-1.0, 1.2]}))
     assert flat.startswith("the series cannot tell a trend") and "moves with the scale" not in flat
     assert allocation.series_reading(_gaps({0.1: [1.0, 2.0]})).startswith("the series has too few pairs")
+
+
+def test_source_text_names_the_committed_build_or_this_execution():
+    record = {"command": "python -m mdlib run 04_sentiment --profile overnight", "git": {"commit": "bda87aa6effe0123"},
+              "time": "2026-12-05T04:21:35+00:00", "hardware": {"cpu": "AMD EPYC"},
+              "parameters": {"dataset": "rotten_tomatoes", "width": 24, "layers": [3]}}
+    text = allocation.source_text(record, "default")
+    assert "`python -m mdlib run 04_sentiment --profile overnight` at commit bda87aa6effe (2026-12-05" in text
+    assert "width 24, 3 layers" in text and f"data/{allocation.SERIES_FILE}" in text
+    assert allocation.source_text(None, "overnight").startswith("here it was trained by this execution (profile overnight)")

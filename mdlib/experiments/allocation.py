@@ -303,7 +303,9 @@ def source_text(record: Mapping[str, Any] | None, profile: str) -> str:
     commit = (record.get("git") or {}).get("commit") or "an unknown commit"
     machine = (record.get("hardware") or {}).get("cpu") or "an unrecorded CPU"
     values = record.get("parameters") or {}
+    layers = values.get("layers")
+    layers = " / ".join(map(str, layers)) if isinstance(layers, list) else layers
     return (f"this page plots its runs as measured once by `{record.get('command')}` at commit {commit[:12]} "
             f"({str(record.get('time', ''))[:10]}, {machine}; {values.get('dataset')}, width {values.get('width')}, "
-            f"{values.get('layers')} layers), committed as `data/{SERIES_FILE}` with that build's record "
+            f"{layers} layers), committed as `data/{SERIES_FILE}` with that build's record "
             f"(`data/{SERIES_RECORD}`); the overnight profile recomputes it from its own runs")
