@@ -658,8 +658,8 @@ def said(row: Row) -> str:
 
 
 #: Chapter 04's three comparisons: name -> the start of its row's short name.
-TABLE1_PARTS = {"variation": "Table 1, a variation", "geometry": "Table 1, taken apart (geometry",
-                "allocation": "Table 1, taken apart (step allocation"}
+TABLE1_PARTS = {"variation": "Table 1, a variation",
+                **{name: f"Table 1, taken apart ({factor}" for name, (factor, _) in _DECOMPOSITION.items()}}
 
 
 def table1_parts(found: list[Row]) -> dict[str, Row | None]:
