@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mdlib.book import chapters, profiles, scorecard
+from mdlib.book import book, chapters, execute, profiles, scorecard
 from mdlib.experiments import sentiment, store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +125,31 @@ def test_a_chapter_reads_only_earlier_chapters_and_claims_its_own_labels():
     with pytest.raises(ValueError, match="no chapter '10_new' in mdlib.book.chapters.CHAPTERS"):
         chapters.chapter("10_new")
 
+
+
+def test_the_single_core_chapters_run_side_by_side(monkeypatch):
+    names = list(chapters.NAMES)
+    groups = book.side_by_side(names, cores=2)
+    assert [name for group in groups for name in group] == names  # the book's order
+    assert groups[0] == [c.name for c in chapters.CHAPTERS if c.cores == 1] == list(names[:3])
+    assert all(len(group) == 1 for group in groups[1:])
+    assert book.side_by_side(names, cores=1) == [[name] for name in names]
+    fake = {name: chapters.Chapter(name, chapters.SentimentGrids(), reads=reads, cores=cores)
+            for name, reads, cores in [("a", (), 1), ("b", ("a",), 1), ("c", (), 1), ("d", (), None), ("e", (), 1)]}
+    monkeypatch.setattr(chapters, "_BY_NAME", fake)
+    assert book.side_by_side(list(fake), cores=2) == [["a"], ["b", "c"], ["d"], ["e"]]  # b reads a: after it
+
+
+def test_a_failed_chapter_beside_others_stops_the_build_after_its_group(monkeypatch):
+    ran = []
+    monkeypatch.setattr(book, "side_by_side", lambda names, cores: [names])
+    monkeypatch.setattr(book, "_cores", lambda: 2)
+    monkeypatch.setattr(book, "_run_apart", lambda name, profile: ran.append(name) or (int(name == "b"), 1.0))
+    with pytest.raises(execute.NotebookError, match="b failed at profile 'smoke'.*mdlib run b --profile smoke"):
+        book._execute(["a", "b", "c"], "smoke")
+    assert sorted(ran) == ["a", "b", "c"]  # the others finished
+    monkeypatch.setattr(book, "_run_apart", lambda name, profile: (0, 2.0))
+    assert book._execute(["a", "c"], "smoke") == {"a": 2.0, "c": 2.0}
 
 #: What each chapter read before the registry (``fetch.needed`` at 9ad93d2), at each profile: with no Table 1
 #: grid in the results store, and (``GRID``) once chapter 04 has recorded one built on IMDb.

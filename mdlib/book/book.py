@@ -3,21 +3,19 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
 from mdlib.experiments import paths
+from mdlib.book import chapters
 from mdlib.book import execute as execution  # build() has a parameter named execute
 from mdlib.book import pages, profiles
-
-if TYPE_CHECKING:
-    pass
-
 
 
 
@@ -84,11 +82,7 @@ def build(profile: str = "default", execute: bool = True) -> Path:
         profiles.resolve_parameters(nb_name, profile)
     timings = {}
     if execute:
-        for i, nb_name in enumerate(names, 1):
-            print(f"[{i}/{len(names)}] ", end="", file=sys.stderr, flush=True)
-            t0 = time.perf_counter()
-            execution.run_notebook(nb_name, profile=profile)
-            timings[nb_name] = time.perf_counter() - t0
+        timings = _execute(names, profile)
         execution.check_consistent(names)
     else:
         execution.check_executed(names)
@@ -107,6 +101,63 @@ def build(profile: str = "default", execute: bool = True) -> Path:
     summary = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
     print(f"book built in {time.perf_counter() - start:.0f} s ({summary}): {index}", file=sys.stderr, flush=True)
     return index
+
+
+def side_by_side(names: list[str], cores: int) -> list[list[str]]:
+    """The chapters ``names`` (in the book's order) as the groups ``build`` executes one after another:
+    a run of consecutive chapters that each keep one core busy (``Chapter.cores`` 1) and read none of
+    each other is one group, whose chapters run side by side, ``cores`` at a time; every other chapter
+    is a group of its own. With one core, every chapter is."""
+    groups: list[list[str]] = []
+    for name in names:
+        chapter = chapters.chapter(name)
+        last = groups[-1] if groups else []
+        if (cores > 1 and chapter.cores == 1 and last and chapters.chapter(last[0]).cores == 1
+                and not set(chapter.reads) & set(last)):
+            last.append(name)
+        else:
+            groups.append([name])
+    return groups
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _execute(names: list[str], profile: str) -> dict[str, float]:
+    """Execute the chapters at ``profile`` in ``side_by_side``'s groups; each chapter's seconds. A group
+    of one executes in this process; a larger one as ``python -m mdlib run`` processes, one per chapter and
+    as many at once as there are cores, and a failed chapter stops the build once its group has finished."""
+    timings: dict[str, float] = {}
+    done = 0
+    for group in side_by_side(names, _cores()):
+        first = done + 1
+        done += len(group)
+        if len(group) == 1:
+            print(f"[{first}/{len(names)}] ", end="", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            execution.run_notebook(group[0], profile=profile)
+            timings[group[0]] = time.perf_counter() - t0
+            continue
+        print(f"[{first}-{done}/{len(names)}] side by side: {', '.join(group)}", file=sys.stderr, flush=True)
+        with concurrent.futures.ThreadPoolExecutor(min(_cores(), len(group))) as pool:
+            outcomes = dict(zip(group, pool.map(lambda name: _run_apart(name, profile), group)))
+        failed = [name for name, (code, _) in outcomes.items() if code]
+        if failed:
+            raise execution.NotebookError(
+                f"{', '.join(failed)} failed at profile {profile!r} (the error is above; to execute one alone: "
+                f"python -m mdlib run {failed[0]} --profile {profile})")
+        timings |= {name: seconds for name, (_, seconds) in outcomes.items()}
+    return timings
+
+
+def _run_apart(name: str, profile: str) -> tuple[int, float]:
+    """``python -m mdlib run name --profile profile`` in this project: its exit code and seconds."""
+    env = dict(os.environ, **{paths.ROOT_ENV: str(paths.root())})
+    t0 = time.perf_counter()
+    code = subprocess.run([sys.executable, "-m", "mdlib", "run", name, "--profile", profile], env=env).returncode
+    return code, time.perf_counter() - t0
 
 
 def build_html() -> Path:
