@@ -35,11 +35,11 @@ profile = "default"  # the params/ profile that produced this page (set by the p
 sizes = [100000, 300000, 1000000, 3000000, 10000000]  # numbers of float32 parameters to time a step on
 ps = [1.1, 1.75, 2.0, 3.0]  # exponents of mirror descent
 modes = ["default", "fused"]  # LpMirrorDescent implementations: "default" (CPU: single-tensor), "foreach", "fused" (torch.compile)
-repeats = 31  # timed steps per contender and size (interleaved), reported as medians
+repeats = 21  # timed steps per contender and size (interleaved), reported as medians
 training_repeats = 21  # timed training steps per optimizer for the chapters' models (interleaved)
 vit = "paper"  # vision transformer to time: "paper" (CIFAR, 48 px, width 512, depth 6) or "tiny"
 vit_batch = 100  # batch size of the timed training step (the paper's)
-vit_repeats = 3  # timed training steps per optimizer
+vit_repeats = 2  # timed training steps per optimizer
 
 # %%
 import logging
