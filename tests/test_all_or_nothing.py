@@ -6,14 +6,17 @@ artifacts of one execution, for its own build folder."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from mdlib.book import execute
-from mdlib.experiments import paths
+from mdlib.experiments import lockfile, paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIX = dict(notebooks_dir=FIXTURES / "notebooks", params_dir=FIXTURES / "params")
@@ -73,12 +76,35 @@ def test_a_second_execution_of_a_running_chapter_is_refused_by_name(tmp_path):
                 pass
         with execute._chapter_lock("01_one", tmp_path):  # another chapter at once: fine
             pass
-    dead = subprocess.Popen([sys.executable, "-c", ""])
-    dead.wait()
     lock = execute._staging("03_three", tmp_path).with_name("03_three.lock")
-    write(lock, json.dumps({"host": paths.host(), "pid": dead.pid, "since": "then"}))
-    with execute._chapter_lock("03_three", tmp_path):  # its holder is gone: taken over
-        assert json.loads(lock.read_text())["pid"] != dead.pid
+    killed = subprocess.Popen([sys.executable, "-c", KILLED_HOLDER, str(lock)],
+                              env={**os.environ, "PYTHONPATH": str(paths.PACKAGE_DIR.parent)})
+    assert killed.wait(60) == -signal.SIGKILL and lock.exists()
+    with execute._chapter_lock("03_three", tmp_path):  # its holder is gone: taken over at once
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
+def test_a_chapter_lock_of_another_host_is_refused_until_its_heartbeat_stops(tmp_path, monkeypatch):
+    monkeypatch.setenv(lockfile.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
+    lock = execute._staging("03_three", tmp_path).with_name("03_three.lock")
+    write(lock, json.dumps({"host": "another-host", "pid": 1, "pids": "", "token": "another-host:1:x",
+                            "started": "2026-01-01T00:00:00+00:00"}))
+    with pytest.raises(execute.BookError, match=r"by another-host:1 \(since 2026-01-01T00:00:00\+00:00\)"):
+        with execute._chapter_lock("03_three", tmp_path):
+            pass
+    os.utime(lock, (time.time() - 60, time.time() - 60))  # its heartbeat stopped a minute ago
+    with execute._chapter_lock("03_three", tmp_path):
+        assert json.loads(lock.read_text())["host"] == paths.host()
+    assert not lock.exists()
+
+
+#: A process that takes a lock (``sys.argv[1]``) and is killed while it holds it.
+KILLED_HOLDER = """import os, signal, sys
+from pathlib import Path
+from mdlib.experiments import lockfile
+with lockfile.hold(Path(sys.argv[1]), "a chapter"):
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
 
 
 SLEEPER = """# %% tags=["parameters"]
@@ -110,8 +136,6 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _start(root: Path, *argv: str) -> subprocess.Popen:
-    import os
-
     script = f"import sys; from mdlib.book import cli; sys.exit(cli.main(['--root', {str(root)!r}, *{list(argv)!r}]))"
     return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": str(paths.PACKAGE_DIR.parent)},
@@ -119,8 +143,6 @@ def _start(root: Path, *argv: str) -> subprocess.Popen:
 
 
 def _wait_for(path: Path, process: subprocess.Popen) -> None:
-    import time
-
     deadline = time.monotonic() + 180
     while not path.exists():
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
@@ -130,9 +152,6 @@ def _wait_for(path: Path, process: subprocess.Popen) -> None:
 @pytest.mark.slow
 def test_killing_one_chapter_and_running_another_keeps_both_chapters_files(tmp_path):
     """The issue's replay: kill 02 mid-run, re-run 01, run 02's recovery: 01's new files stay."""
-    import os
-    import signal
-
     root = _project(tmp_path)
     build = root / "_build"
     assert subprocess.run([sys.executable, "-m", "mdlib", "--root", str(root), "run", "01_fixture"],

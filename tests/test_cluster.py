@@ -106,6 +106,19 @@ def test_cluster_lock_with_an_old_heartbeat_is_taken_over_by_one_of_two_waiters(
     assert not list(_lock().parent.iterdir())  # neither the stale lock nor a guard left behind
 
 
+
+def test_cluster_lock_asked_not_to_wait_names_its_live_holder_and_takes_a_stale_one(monkeypatch):
+    _foreign_lock(age=0)
+    with pytest.raises(lockfile.LockHeld, match=r"held by another-host:1 \(since 2026-01-01") as held:
+        with lockfile.hold(_lock(), "a run", wait=False):
+            pass
+    assert held.value.record["host"] == "another-host" and held.value.path == _lock()
+    monkeypatch.setenv(lockfile.LOCK_TIMEOUT_ENV, "0.01")  # the same lock, now stale (0.6 s)
+    os.utime(_lock(), (time.time() - 60, time.time() - 60))
+    with lockfile.hold(_lock(), "a run", wait=False):
+        assert json.loads(_lock().read_text())["pid"] == os.getpid()
+    assert not _lock().exists()
+
 @pytest.mark.parametrize("elsewhere", ["another host", "another pid namespace"])
 def test_cluster_lock_of_another_host_is_waited_for_until_its_heartbeat_is_old(monkeypatch, capsys, elsewhere):
     monkeypatch.setenv(lockfile.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NoReturn
 
 
 from mdlib import first_line
-from mdlib.experiments import paths
+from mdlib.experiments import lockfile, paths
 from mdlib.book import chapters, profiles
 
 if TYPE_CHECKING:
@@ -306,40 +306,20 @@ def _recover(nb_name: str, artifacts: Path) -> str | None:
 
 @contextlib.contextmanager
 def _chapter_lock(nb_name: str, artifacts: Path) -> Iterator[None]:
-    """Hold ``<artifacts>/.staging/<nb_name>.lock`` for the block: one execution of a chapter into one
-    folder at a time. A lock whose holder no longer runs on this host (or left it unreadable) is taken
-    over; one held by a live process, or by another host, is refused by name (BookError)."""
+    """Hold ``<artifacts>/.staging/<nb_name>.lock`` for the block (``lockfile.hold``, with its heartbeat):
+    one execution of a chapter into one folder at a time. A lock whose holder is gone (no longer running
+    on this host, a heartbeat older than the lock timeout, an unreadable record) is taken over; one held
+    by a live process is refused by name (BookError)."""
     lock = _staging(nb_name, artifacts).with_name(f"{nb_name}.lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    record = {"host": paths.host(), "pid": os.getpid(),
-              "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())}
-    for _ in range(3):
+    with contextlib.ExitStack() as stack:
         try:
-            descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            break
-        except FileExistsError:
-            try:
-                holder = json.loads(lock.read_text("utf-8"))
-            except (OSError, ValueError):
-                holder = None
-            if not isinstance(holder, dict):  # written at creation: unreadable means its writer was killed
-                if time.time() - lock.stat().st_mtime < 5:
-                    time.sleep(5)
-                    continue
-            elif holder.get("host") != paths.host() or paths.alive(int(holder.get("pid", 0))):
-                raise BookError(f"{nb_name} is being executed into {artifacts} by {holder.get('host')}:"
-                                f"{holder.get('pid')} (since {holder.get('since')}): wait until it finishes, or "
-                                f"execute into another folder (MDLIB_BUILD_DIR or --output-dir); if no such "
-                                f"process runs, delete {lock}")
-            lock.unlink(missing_ok=True)
-    else:
-        raise BookError(f"could not take the lock {lock}: delete it if no execution of {nb_name} runs")
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(record))
-    try:
+            stack.enter_context(lockfile.hold(lock, f"chapter {nb_name}", wait=False))
+        except lockfile.LockHeld as held:
+            raise BookError(f"{nb_name} is being executed into {artifacts} by {held.record.get('host')}:"
+                            f"{held.record.get('pid')} (since {held.record.get('started')}): wait until it "
+                            f"finishes, or execute into another folder (MDLIB_BUILD_DIR or --output-dir); if no "
+                            f"such process runs, delete {lock}") from None
         yield
-    finally:
-        lock.unlink(missing_ok=True)
 
 
 def _raise_notebook_error(exc: BaseException, nb_name: str, profile: str, output: Path, kept: list[Path]) -> NoReturn:

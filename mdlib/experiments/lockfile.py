@@ -1,9 +1,11 @@
-"""The lock of a run being computed, safe on NFS: two processes asked for the same missing run (two
-notebooks, two jobs on a cluster sharing the build folder) compute it once.
+"""A lock file, safe on NFS, for one holder at a time: of a run being computed (the results store: two
+processes asked for the same missing run, two notebooks or two jobs on a cluster sharing the build
+folder, compute it once) and of a chapter being executed into a folder (``mdlib.book.execute``).
 
 :func:`hold` creates the lock file with ``O_CREAT | O_EXCL`` (atomic on NFS), holding the holder's host,
 pid and start time; the holder touches it every few seconds while it computes (its heartbeat). Another
-process says once that it waits for ``host:pid``, polls, and goes on when the lock goes. A lock is taken
+process says once that it waits for ``host:pid``, polls, and goes on when the lock goes; or, asked not
+to wait, raises :class:`LockHeld` naming the holder (the chapters: a second execution is refused). A lock is taken
 over when its holder is no longer running on this host, when its heartbeat is older than
 ``$MDLIB_LOCK_TIMEOUT`` minutes (default 10; a holder on another host that died; a heartbeat in the
 future, a clock ahead, ages from when the waiter first saw it), or when it holds no readable record
@@ -29,7 +31,7 @@ from typing import Any, Iterator
 
 from mdlib.experiments import paths
 
-__all__ = ["LOCK_TIMEOUT_ENV", "LockWarning", "UNREADABLE_LOCK_SECONDS", "hold", "is_held", "lock_timeout"]
+__all__ = ["LOCK_TIMEOUT_ENV", "LockHeld", "LockWarning", "UNREADABLE_LOCK_SECONDS", "hold", "is_held", "lock_timeout"]
 
 LOCK_TIMEOUT_ENV = "MDLIB_LOCK_TIMEOUT"  #: minutes without a heartbeat after which a run's lock is taken over
 LOCK_TIMEOUT_MINUTES = 10.0
@@ -42,6 +44,16 @@ log = logging.getLogger(__name__)
 
 class LockWarning(UserWarning):
     """A lock was taken over while its holder still ran: the run may be computed twice."""
+
+
+class LockHeld(RuntimeError):
+    """A live process holds the lock that ``hold(..., wait=False)`` asked for: ``path`` and the holder's
+    ``record`` (``host``, ``pid``, ``started``)."""
+
+    def __init__(self, path: Path, record: dict[str, Any]):
+        super().__init__(f"the lock {path} is held by {record.get('host')}:{record.get('pid')} "
+                         f"(since {record.get('started')})")
+        self.path, self.record = path, record
 
 
 def lock_timeout() -> float:
@@ -136,10 +148,12 @@ def is_held(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def hold(path: Path, what: str) -> Iterator[None]:
+def hold(path: Path, what: str, *, wait: bool = True) -> Iterator[None]:
     """Hold the lock file ``path`` for the block (see the module's docstring): wait while a live process
-    holds it, take it over when it is stale, and keep a heartbeat on it meanwhile. ``what`` names what
-    the holder computes in the waiter's message (e.g. "run e4-sentiment/0123456789ab")."""
+    holds it (``wait``; else raise ``LockHeld``), take it over when it is stale, and keep a heartbeat on
+    it meanwhile. ``what`` names what the holder computes in the waiter's message (e.g. "run
+    e4-sentiment/0123456789ab"). A lock without a readable record is waited for even when not
+    ``wait``: its writer is writing it, or was killed and it turns stale within seconds."""
     timeout = lock_timeout()
     path.parent.mkdir(parents=True, exist_ok=True)
     token = f"{paths.host()}:{os.getpid()}:{uuid.uuid4().hex}"
@@ -160,6 +174,8 @@ def hold(path: Path, what: str) -> Iterator[None]:
             log.info("taking over the stale lock %s (%s)", path, record)
             _break(path, (record or {}).get("token"), timeout)
             continue
+        if record is not None and not wait:
+            raise LockHeld(path, record)
         if not waited:
             waited = True
             if record is None:
