@@ -13,7 +13,7 @@ import torch
 
 from mdlib.book import chapters, profiles
 from mdlib.experiments import estimates, methods, sentiment, store, train
-from mdlib.experiments import grid as grid_engine
+from mdlib.experiments import step_grid
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -118,13 +118,13 @@ def test_choose_needs_the_stop_rule_at_every_sweep_seed_then_validation_beyond_s
 
 
 def test_tied_accuracies_follow_the_binomial_standard_error():
-    assert grid_engine.tied(0.74, 0.7363, 2112, 2112)  # chapter 04's GD 3x and 1x on one machine: not a choice
-    assert not grid_engine.tied(0.80, 0.70, 2000, 2000)
-    assert grid_engine.tied(1.0, 1.0, 10, 10) and not grid_engine.tied(1.0, 0.0, 10, 10)
+    assert step_grid.tied(0.74, 0.7363, 2112, 2112)  # chapter 04's GD 3x and 1x on one machine: not a choice
+    assert not step_grid.tied(0.80, 0.70, 2000, 2000)
+    assert step_grid.tied(1.0, 1.0, 10, 10) and not step_grid.tied(1.0, 0.0, 10, 10)
     z = (0.75 - 0.70) / np.sqrt(0.75 * 0.25 / 500 + 0.70 * 0.30 / 500)
-    assert grid_engine.tied(0.75, 0.70, 500, 500, z=z + 1e-9) and not grid_engine.tied(0.75, 0.70, 500, 500, z=z - 1e-9)
+    assert step_grid.tied(0.75, 0.70, 500, 500, z=z + 1e-9) and not step_grid.tied(0.75, 0.70, 500, 500, z=z - 1e-9)
     with pytest.raises(ValueError, match="at least one prediction"):
-        grid_engine.tied(0.5, 0.5, 0, 10)
+        step_grid.tied(0.5, 0.5, 0, 10)
 
 
 def test_reference_steps_are_the_papers():

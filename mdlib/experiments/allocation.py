@@ -29,9 +29,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from mdlib.experiments import grid as grid_engine
+from mdlib.experiments import step_grid
 from mdlib.experiments import estimates, methods, paths, sentiment, store
-from mdlib.experiments.grid import Optimizer
+from mdlib.experiments.step_grid import Optimizer
 from mdlib.models import SMALL_EMBEDDING_STD
 
 __all__ = ["ARMS", "Allocation", "SERIES_FILE", "SERIES_RECORD", "allocation", "arm_config",
@@ -90,7 +90,7 @@ def allocation(grid: sentiment.Grid, seeds: int, *, workers: int = 1, progress: 
             raise LookupError(f"{sum(r is None for r in results)} runs of the 2 x 2 are not in the results store: "
                               "build chapter 04 at this profile")
     else:
-        results = sentiment.train_runs(configs, workers, progress, skip=grid_engine.DIVERGED)
+        results = sentiment.train_runs(configs, workers, progress, skip=step_grid.DIVERGED)
     rows = [sentiment.run_row((L, arm), grid.chosen[L, ARMS[arm][1]], seed, c, r) | {"steps": "per tensor",
                                                                                       "chosen": True}
             for (arm, seed), c, r in zip(items, configs, results)]
@@ -188,7 +188,7 @@ def train_chapter(grids: Sequence[sentiment.SentimentGrid], variation: sentiment
     finals, seen = [], set()
     for config in grids:
         design = config.design()
-        _, chosen = grid_engine.sweep(design, workers=workers, progress=False)  # stored: trains nothing
+        _, chosen = step_grid.sweep(design, workers=workers, progress=False)  # stored: trains nothing
         runs = [design.final_config(*item) for item in design.final_items(chosen)]
         if config is variation:
             runs += [arm_config(config, chosen, arm, seed) for arm in ARMS for seed in range(seeds)]
@@ -196,7 +196,7 @@ def train_chapter(grids: Sequence[sentiment.SentimentGrid], variation: sentiment
             if (key := store.canonical_json(run)) not in seen:
                 seen.add(key)
                 finals.append(run)
-    sentiment.train_runs(finals, workers, progress, skip=grid_engine.DIVERGED)
+    sentiment.train_runs(finals, workers, progress, skip=step_grid.DIVERGED)
 
 
 def series_grids(base: sentiment.SentimentGrid, stds: Sequence[float], epochs: int | Sequence[int],

@@ -34,8 +34,8 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from mdlib.experiments import analysis, data, methods, paper, paths, pool, store
-from mdlib.experiments import grid as grid_engine
-from mdlib.experiments.grid import Optimizer
+from mdlib.experiments import step_grid
+from mdlib.experiments.step_grid import Optimizer
 from mdlib.experiments.methods import method, method_key
 from mdlib.models import SETUPS, EncoderClassifier, check_setup
 
@@ -349,7 +349,7 @@ def choose(candidates: pd.DataFrame) -> float:
                          f"(multiples {sorted(candidates.multiple.unique())}): try smaller ones")
     ranked = finished[finished.reached] if finished.reached.any() else finished
     best = ranked.loc[ranked.validation.idxmax()]
-    tied = ranked[[grid_engine.tied(best.validation, v, int(best.n), int(n)) for v, n in zip(ranked.validation, ranked.n)]]
+    tied = ranked[[step_grid.tied(best.validation, v, int(best.n), int(n)) for v, n in zip(ranked.validation, ranked.n)]]
     return float(tied.lr.idxmin())
 
 
@@ -406,7 +406,7 @@ class SentimentGrid(store.Config):
                           dataset=self.dataset, max_length=self.max_length, train_size=self.train_size,
                           width=self.width, setup=self.setup, epochs=self.epochs, embedding_std=self.embedding_std)
 
-    def design(self) -> grid_engine.Design:
+    def design(self) -> step_grid.Design:
         """The grid as a ``grid.Design``: seeds 0..SWEEP_SEEDS-1 of every cell at each candidate (every seed
         of a cell with one candidate: nothing to choose there), the sweep's runs being final runs too; the
         choice by ``choose``; a final run that diverges is recorded (``diverged``), never trained again."""
@@ -414,7 +414,7 @@ class SentimentGrid(store.Config):
             seeds = self.seeds_of(cell[1])
             return range(seeds if len(self.multiples[cell[1]]) == 1 else min(SWEEP_SEEDS, seeds))
 
-        return grid_engine.Design(
+        return step_grid.Design(
             kind=GRID_KIND, run_kind=KIND, config=self,
             cells=[(L, key) for L in self.layers for key in self.methods],
             candidates=lambda cell: self.multiples[cell[1]], seeds=lambda cell: self.seeds_of(cell[1]),
@@ -471,8 +471,8 @@ def train_grids(configs: list[SentimentGrid | Mapping[str, Any]], *, workers: in
     that no worker waits for another grid's runs; ``grid`` then reads them from the store (and trains
     the remaining seeds of cells that had several candidates)."""
     designs = [SentimentGrid.of(config).design() for config in configs]
-    train_runs([c for design in designs for c in grid_engine.sweep_configs(design)], workers,
-               skip=grid_engine.DIVERGED, progress=progress)
+    train_runs([c for design in designs for c in step_grid.sweep_configs(design)], workers,
+               skip=step_grid.DIVERGED, progress=progress)
 
 
 def sweep(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> pd.DataFrame:
@@ -480,7 +480,7 @@ def sweep(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progre
     candidate step ``multiples[method]`` times the reference step (``reference_step``), and every seed
     of a cell with a single candidate (nothing to choose there). One row per run (``Grid.runs``' columns, with
     ``chosen``: the candidate ``choose`` picks, by the validation split at the stop rule)."""
-    return grid_engine.sweep(SentimentGrid.of(config).design(), workers=workers, progress=progress)[0]
+    return step_grid.sweep(SentimentGrid.of(config).design(), workers=workers, progress=progress)[0]
 
 
 def grid(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progress: bool = True,
@@ -497,7 +497,7 @@ def grid(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progres
     ``missing_hint``."""
     typed = SentimentGrid.of(config)
     design = typed.design()
-    built = grid_engine.build(design, workers=workers, progress=progress, name=name, stored_only=stored_only,
+    built = step_grid.build(design, workers=workers, progress=progress, name=name, stored_only=stored_only,
                               missing_hint=missing_hint, what="Table 1 grid")
     order = {cell: i for i, cell in enumerate(design.cells)}
     runs = pd.concat([t for t in (built.sweep, built.finals) if len(t)], ignore_index=True)

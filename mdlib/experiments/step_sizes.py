@@ -4,7 +4,7 @@ One config, ``StepSizeGrid`` (the store hashes its ``to_dict()``), names the who
 sentiment encoder (``EncoderClassifier``, BERT-like "modern" initialization) trained for a fixed number
 of epochs on a seeded, stratified subset of the offline Rotten Tomatoes training split, with the batch's
 mean binary cross-entropy, and evaluated once, after training, on the validation split (the test split
-is never read). Every method is one cell of a ``mdlib.experiments.grid`` design:
+is never read). Every method is one cell of a ``mdlib.experiments.step_grid`` design:
 
 * mirror descent at each exponent p of ``ps`` at the step sizes ``multiples`` times the centre
   ``matched_lr(sgd_lr, p, scale)`` (``mdlib.mirror.matched_lr``): every p's grid spans the same
@@ -47,8 +47,8 @@ import pandas as pd
 import torch
 
 from mdlib.experiments import analysis, methods, pool, sentiment, store
-from mdlib.experiments import grid as grid_engine
-from mdlib.experiments.grid import Optimizer
+from mdlib.experiments import step_grid
+from mdlib.experiments.step_grid import Optimizer
 from mdlib.experiments.sentiment import TextModel
 from mdlib.mirror import check_p, matched_lr
 from mdlib.models import EncoderClassifier, check_setup
@@ -169,13 +169,13 @@ class StepSizeGrid(store.Config):
                        Optimizer(name, float(lr), p),
                        StepFit(self.epochs, self.batch_size, seed, "binary", "mean", 16))
 
-    def design(self) -> grid_engine.Design:
+    def design(self) -> step_grid.Design:
         """The sweep as a ``grid.Design``: one cell per method, every candidate at every seed; the final
         runs are the sweep's at the chosen candidate (nothing more is trained)."""
         def config(cell: tuple[str], multiple: float, seed: int) -> StepRun:
             return self.run(cell[0], multiple * self.centre(cell[0]), seed)
 
-        return grid_engine.Design(
+        return step_grid.Design(
             kind=GRID_KIND, run_kind=KIND, config=self, cells=[(key,) for key in self.methods],
             candidates=lambda cell: self.candidates(cell[0]), seeds=lambda cell: self.seeds,
             sweep_seeds=lambda cell: range(self.seeds), sweep_config=config, final_config=config,
@@ -390,12 +390,12 @@ def sweep(config: StepSizeGrid | Mapping[str, Any], *, workers: int = 1, progres
     loss by about 0.01 in the chapter's pilot."""
     grid = StepSizeGrid.of(config)
     design = grid.design()
-    built = grid_engine.build(design, workers=workers, progress=progress, what="step-size sweep")
+    built = step_grid.build(design, workers=workers, progress=progress, what="step-size sweep")
     chosen = {cell[0]: value for cell, value in built.chosen.items()}
     sgd_lr = chosen["2"] * grid.centre("2")
     references = [grid.run("sgd", sgd_lr, seed) for seed in range(grid.seeds)]
     with _threads(1 if workers > 1 else None):  # the arithmetic of run_many's one-thread workers, which trained p = 2
-        found = train_runs(references, workers, progress, skip=grid_engine.DIVERGED)
+        found = train_runs(references, workers, progress, skip=step_grid.DIVERGED)
     reference_rows = [summary_row(grid, "sgd", 1.0, seed, c, r) for seed, (c, r) in enumerate(zip(references, found))]
     runs = pd.concat([built.sweep, pd.DataFrame(reference_rows).assign(chosen=True)], ignore_index=True)
     configs = {(cell[0], seed): c for (*cell, seed), c in built.configs.items()}

@@ -34,8 +34,8 @@ import pandas as pd
 import torch
 
 from mdlib.experiments import analysis, data, fetch, methods, paper, pool, store, train
-from mdlib.experiments import grid as grid_engine
-from mdlib.experiments.grid import Optimizer
+from mdlib.experiments import step_grid
+from mdlib.experiments.step_grid import Optimizer
 from mdlib.models import VISION_SETUPS, VisionTransformer, check_setup
 from mdlib.experiments.methods import method, method_key
 
@@ -261,11 +261,11 @@ class VisionGrid(store.Config):
                 "validation_accuracy": np.nan if result is None else
                 result["history"].test_accuracy.dropna().iloc[-self.sweep_window:].mean()}
 
-    def design(self) -> grid_engine.Design:
+    def design(self) -> step_grid.Design:
         """The grid as a ``grid.Design``: ``sweep_seeds`` sweep runs per candidate of every cell with more
         than one, on held-out validation images, reduced to their mean per candidate and chosen by
         ``choose``; diverged final runs are recorded."""
-        return grid_engine.Design(
+        return step_grid.Design(
             kind=GRID_KIND, run_kind=KIND, config=self,
             cells=[(d, key) for d in self.datasets for key in self.methods],
             candidates=lambda cell: self.step_sizes[cell[1]], seeds=lambda cell: self.seeds,
@@ -328,7 +328,7 @@ def sweep(config: VisionGrid | Mapping[str, Any], *, workers: int = 1, progress:
     without the ``validation`` held-out images and evaluated on them after every epoch. One row per
     (dataset, method, lr): p, paper (the paper's step size), validation_accuracy (mean over the last
     ``sweep_window`` evaluations and the seeds; NaN: diverged), chosen (``choose``)."""
-    return grid_engine.sweep(VisionGrid.of(config).design(), workers=workers, progress=progress)[0]
+    return step_grid.sweep(VisionGrid.of(config).design(), workers=workers, progress=progress)[0]
 
 
 @dataclass
@@ -365,7 +365,7 @@ def grid(config: VisionGrid | Mapping[str, Any], *, workers: int = 1, progress: 
     for dataset in typed.datasets:  # before the training processes start
         if dataset != "fashion_mnist":
             image_sets(typed.run((dataset, typed.methods[0]), 1.0, 0).data, download=True)
-    built = grid_engine.build(typed.design(), workers=workers, progress=progress, what="vision grid")
+    built = step_grid.build(typed.design(), workers=workers, progress=progress, what="vision grid")
     history = pd.concat([built.results[key]["history"].assign(dataset=key[0], method=key[1], seed=key[2])
                          for key in built.configs], ignore_index=True)
     return Grid(typed, built.sweep, built.chosen, built.configs, built.results, built.diverged, history)

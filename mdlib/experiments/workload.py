@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from mdlib.experiments import grid as grid_engine
+from mdlib.experiments import step_grid
 from mdlib.experiments import paper, store
 from mdlib.experiments.methods import method_key
 
@@ -139,7 +139,7 @@ def run_work(kind: str, config: store.Config) -> RunWork:
     return _WORK[kind](config)
 
 
-def grid_runs(designs: Iterable[grid_engine.Design]) -> dict[str, tuple[str, store.Config]]:
+def grid_runs(designs: Iterable[step_grid.Design]) -> dict[str, tuple[str, store.Config]]:
     """The distinct runs the grids train, by store key: ``{key: (kind, config)}``. A sweep run that is
     also a final run counts once, as ``grid.build`` trains it once; the count does not depend on
     which candidate the sweep chooses (every candidate's sweep seeds are trained, and the finals

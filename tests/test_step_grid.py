@@ -1,4 +1,4 @@
-"""The one step-size grid (``mdlib.experiments.grid``) on fake runs, and the typed configs of the two
+"""The one step-size grid (``mdlib.experiments.step_grid``) on fake runs, and the typed configs of the two
 chapters that use it: what it trains, what it chooses on, what it reads back."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mdlib.experiments import grid, methods, sentiment, store, vision
+from mdlib.experiments import methods, sentiment, step_grid, store, vision
 
 
 @pytest.fixture(autouse=True)
@@ -166,7 +166,7 @@ def test_the_engine_refuses_a_cell_with_candidates_but_no_sweep():
     design = vision.VisionGrid.of(vision_config()).design()
     broken = dataclasses.replace(design, sweep_seeds=lambda cell: [], train_runs=lambda *a, **k: [])
     with pytest.raises(ValueError, match=r"cell \('fashion_mnist', '1.1'\) has 3 candidates but no sweep seeds"):
-        grid.sweep(broken)
+        step_grid.sweep(broken)
 
 
 def test_typed_run_configs_are_the_dicts_the_store_keeps():
@@ -191,7 +191,7 @@ def test_typed_run_configs_are_the_dicts_the_store_keeps():
         "fit": {"epochs": 10, "batch_size": 100, "seed": 1, "loss": "multiclass", "eval_every": 1}}
     typed = sentiment.SentimentRun(
         "rotten_tomatoes", 0, 64, None, sentiment.TextModel(6, 3, 3, 24, 0.2, "authors"),
-        grid.Optimizer("gd", 1e-3, None), sentiment.TextFit(5, 100, 0, "binary", "sum", 0.995, 16))
+        step_grid.Optimizer("gd", 1e-3, None), sentiment.TextFit(5, 100, 0, "binary", "sum", 0.995, 16))
     plain = typed.to_dict()
     assert store.config_key(sentiment.KIND, typed) == store.config_key(sentiment.KIND, plain)
     assert store.canonical_json(typed) == store.canonical_json(plain)
