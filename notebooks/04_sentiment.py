@@ -89,7 +89,7 @@ import pandas as pd
 from myst_nb import glue
 
 from mdlib.book import plots, provenance, scorecard
-from mdlib.experiments import methods as method_keys
+from mdlib.experiments.methods import method
 from mdlib.experiments import allocation, estimates, paper, sentiment, stats, train
 
 plots.set_theme()
@@ -114,7 +114,7 @@ arms = allocation.allocation(variation, allocation_seeds, workers=workers) if al
 print(f"profile={profile}: {dataset}, width {width}; replication ({setup}) seeds {seeds}; variation "
       f"({variation_setup}) seeds {variation_seeds}, 2 x 2 arms {allocation_seeds} seeds; series stds {series_stds or 'committed'}; "
       f"chapters 05-06 analyse the {analysed}")
-text = {key: plots.method_text(*method_keys.method(key)) for key in dict.fromkeys(methods + variation_methods)}
+text = {key: plots.method_text(*method(key)) for key in dict.fromkeys(methods + variation_methods)}
 
 # %% tags=["hide-input"]
 predictions = pd.concat([sentiment.predictions(g.configs, g.results).assign(grid=name) for name, g in grids.items()]

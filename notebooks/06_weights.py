@@ -47,7 +47,7 @@ import pandas as pd
 from myst_nb import glue
 
 from mdlib.book import plots, provenance, scorecard
-from mdlib.experiments import methods as method_keys
+from mdlib.experiments.methods import method
 from mdlib.experiments import analysis, estimates, paper, selection, sentiment, sparsity, train
 
 plots.set_theme()
@@ -56,8 +56,8 @@ grid = sentiment.built_grid(table1 or profile, depth, provenance.notebook_run()[
 dataset, max_length, width, methods = grid.config.dataset, grid.config.max_length, grid.config.width, grid.config.methods
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
 initial = {seed: sentiment.initial_model(grid.configs[depth, key, seed]).eval() for key, seed in models}
-label = {key: plots.method_label(*method_keys.method(key)) for key in methods} | {"init": "initialization"}
-names = " / ".join(plots.method_text(*method_keys.method(k)) for k in methods)
+label = {key: plots.method_label(*method(key)) for key in methods} | {"init": "initialization"}
+names = " / ".join(plots.method_text(*method(k)) for k in methods)
 entries = depth * width * width
 scaled = analysis.scaled_threshold(width, paper.KQV_WIDTH, threshold)  # the same multiple of the init bound
 print(f"profile={profile}: {len(models)} models ({dataset}, {depth} layers, width {width}); threshold {scaled:.3f}; "
@@ -137,7 +137,7 @@ glue("w-methods", names, display=False)
 # {glue:text}`w-dual-gap`. The verdict (below) says which of the two the sparser $\Delta W$ is.
 
 # %% tags=["hide-input"]
-colors = {k: plots.method_color(*method_keys.method(k)) for k in methods} | {"init": "0.6"}
+colors = {k: plots.method_color(*method(k)) for k in methods} | {"init": "0.6"}
 first = min(initial)
 fig = plots.weight_histograms({f"seed {first}": {(label[k], colors[k]): (initial[first] if k == "init" else models[k, first])
                                                   .attention_weights() for k in ["init"] + methods}}, scaled,

@@ -70,12 +70,12 @@ import torch
 from myst_nb import glue
 
 from mdlib.book import plots, scorecard
-from mdlib.experiments import methods as method_keys
+from mdlib.experiments.methods import dataset_text, method, method_key, method_text
 from mdlib.experiments import analysis, paper, vision
 
 plots.set_theme()
 plots.glue_paper()
-dataset_names = {d: method_keys.dataset_text(d) for d in datasets}
+dataset_names = {d: dataset_text(d) for d in datasets}
 
 # %% tags=["remove-stderr"]
 config, paper_config = vision.chapter_grids(  # the swept grid, and Adam and l_1.1 at the paper's steps
@@ -85,7 +85,7 @@ config, paper_config = vision.chapter_grids(  # the swept grid, and Adam and l_1
     precision=precision)
 methods = config.methods
 grid = vision.grid(config, workers=workers)
-name = {k: method_keys.method_text(*method_keys.method(k)) for k in methods}
+name = {k: method_text(*method(k)) for k in methods}
 swept = [k for k in methods if len(config.step_sizes[k]) > 1]
 print(f"profile={profile}: {len(grid.sweep)} candidate step sizes swept, "
       f"{int(grid.sweep.validation_accuracy.isna().sum())} diverged")
@@ -199,7 +199,7 @@ def per_dataset(text):
 
 # %% tags=["hide-input"]
 styles = [("initialization", "initialization", "black")] + [
-    (name[m], plots.method_label(*method_keys.method(m)), plots.method_color(*method_keys.method(m))) for m in methods]
+    (name[m], plots.method_label(*method(m)), plots.method_color(*method(m))) for m in methods]
 fig = plots.weight_histograms({dataset_names[d]: {(label, color): nets[(d, key, 0)].attention_weights()
                                                   for key, label, color in styles} for d in datasets}, scaled, kinds)
 plots.save_figure(fig, "fig-vit-weights", data=counts)
@@ -272,7 +272,7 @@ glue("vit-pruning", per_dataset(lambda d: ", ".join(
     f"{name[m]} " + " / ".join(f"{100 * at[(d, m, x)]:.1f}" for x in levels) for m in methods)), display=False)
 glue("vit-pruning-levels", " / ".join(f"{100 * x:.0f} %" for x in levels) or "(none of 50, 80, 90 % measured)",
      display=False)
-smallest = method_keys.method_key("md", float(min(ps)))  # the paper's Figure 12 contrast: mirror descent with small p against Adam
+smallest = method_key("md", float(min(ps)))  # the paper's Figure 12 contrast: mirror descent with small p against Adam
 heavy = max(sparsities)
 
 

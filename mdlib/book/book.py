@@ -14,7 +14,7 @@ import yaml
 
 from mdlib.experiments import paths
 from mdlib.book import chapters
-from mdlib.book import execute as execution  # build() has a parameter named execute
+from mdlib.book import execute
 from mdlib.book import pages, profiles
 
 
@@ -53,7 +53,7 @@ def _check_toc(names: list[str]) -> None:
     missing = [n for n in names if n not in in_toc]
     absent = [n for n in in_toc if n not in names]
     if missing or absent:
-        raise execution.BookError("_toc.yml and notebooks/ disagree: "
+        raise execute.BookError("_toc.yml and notebooks/ disagree: "
                         + (f"not in _toc.yml: {', '.join(missing)}; " if missing else "")
                         + (f"listed but no notebooks/<name>.py: {', '.join(absent)}" if absent else ""))
 
@@ -65,8 +65,8 @@ def _executed_profile(ipynb: Path) -> str | None:
     return nb.metadata.get("papermill", {}).get("parameters", {}).get("profile")
 
 
-def build(profile: str = "default", execute: bool = True) -> Path:
-    """Execute every chapter notebook at ``profile`` (unless ``execute`` is false; each first fetches the
+def build(profile: str = "default", skip_execute: bool = False) -> Path:
+    """Execute every chapter notebook at ``profile`` (unless ``skip_execute``; each first fetches the
     data it reads, ``execute.run_notebook``), generate
     ``book/parameters.md`` and ``book/scorecard.md``, zip every figure, table and provenance record
     into ``<build>/artifacts.zip`` and build the HTML book with ``jupyter-book build -W --keep-going``,
@@ -76,17 +76,17 @@ def build(profile: str = "default", execute: bool = True) -> Path:
     profiles.load_profile(profile)  # unknown profile -> clear error before anything runs
     names = profiles.chapters()
     if not names:
-        raise execution.BookError(f"no chapter notebooks ({paths.notebooks_dir()}/[0-9][0-9]_*.py)")
+        raise execute.BookError(f"no chapter notebooks ({paths.notebooks_dir()}/[0-9][0-9]_*.py)")
     _check_toc(names)
     for nb_name in names:  # validate parameters and profiles before spending time executing
         profiles.resolve_parameters(nb_name, profile)
     timings = {}
-    if execute:
+    if not skip_execute:
         timings = _execute(names, profile)
-        execution.check_consistent(names)
+        execute.check_consistent(names)
     else:
-        execution.check_executed(names)
-        execution.check_consistent(names)
+        execute.check_executed(names)
+        execute.check_consistent(names)
         used = {_executed_profile(paths.notebooks_dir() / f"{n}.ipynb") for n in names}
         profile = used.pop() if len(used) == 1 and None not in used else "mixed (see each chapter)"
     pages.write_parameters_page(profile=profile)
@@ -137,7 +137,7 @@ def _execute(names: list[str], profile: str) -> dict[str, float]:
         if len(group) == 1:
             print(f"[{first}/{len(names)}] ", end="", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
-            execution.run_notebook(group[0], profile=profile)
+            execute.run_notebook(group[0], profile=profile)
             timings[group[0]] = time.perf_counter() - t0
             continue
         print(f"[{first}-{done}/{len(names)}] side by side: {', '.join(group)}", file=sys.stderr, flush=True)
@@ -145,7 +145,7 @@ def _execute(names: list[str], profile: str) -> dict[str, float]:
             outcomes = dict(zip(group, pool.map(lambda name: _run_apart(name, profile), group)))
         failed = [name for name, (code, _) in outcomes.items() if code]
         if failed:
-            raise execution.NotebookError(
+            raise execute.NotebookError(
                 f"{', '.join(failed)} failed at profile {profile!r} (the error is above; to execute one alone: "
                 f"python -m mdlib run {failed[0]} --profile {profile})")
         timings |= {name: seconds for name, (_, seconds) in outcomes.items()}
@@ -169,8 +169,8 @@ def build_html() -> Path:
     proc = subprocess.run(cmd, cwd=project)
     index = paths.html_dir() / "index.html"
     if proc.returncode != 0:
-        raise execution.BookError(f"jupyter-book build failed (exit {proc.returncode}); warnings count as errors, "
+        raise execute.BookError(f"jupyter-book build failed (exit {proc.returncode}); warnings count as errors, "
                         "see the messages above")
     if not index.is_file():
-        raise execution.BookError(f"jupyter-book build finished but {index} does not exist")
+        raise execute.BookError(f"jupyter-book build finished but {index} does not exist")
     return index

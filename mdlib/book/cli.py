@@ -267,7 +267,7 @@ def _book_command(args: argparse.Namespace) -> int:
             elif args.command == "notebook":
                 print(execute.write_notebook(args.notebook, args.output, force=args.force))
             else:
-                book.build(profile=args.profile, execute=not args.skip_execute)
+                book.build(profile=args.profile, skip_execute=args.skip_execute)
     except (ValueError, TypeError, execute.NotebookError, execute.BookError, fetch.DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
