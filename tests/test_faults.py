@@ -175,17 +175,11 @@ SLOW_BUILD = textwrap.dedent("""
     import torch
     from torch import nn
     from torch.utils.data import Dataset
-    from mdlib.experiments import pool, store
-
-    @dataclass(frozen=True)
-    class Fit(store.Config):
-        epochs: int
-        batch_size: int
-        seed: int
+    from mdlib.experiments import pool, store, train
 
     @dataclass(frozen=True)
     class Run(store.Config):
-        fit: Fit
+        fit: train.FitOptions
 
     class Slow(Dataset):
         def __len__(self):
@@ -204,11 +198,11 @@ SLOW_BUILD = textwrap.dedent("""
 PARENT = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
-    from slowbuild import Fit, Run, build
-    from mdlib.experiments import pool
+    from slowbuild import Run, build
+    from mdlib.experiments import pool, train
 
     if __name__ == "__main__":
-        configs = [Run(Fit(50, 8, seed)) for seed in range(3)]
+        configs = [Run(train.FitOptions(epochs=50, batch_size=8, seed=seed)) for seed in range(3)]
         pool.run_many("fault", configs, build, workers=2, progress=False)
 """)
 

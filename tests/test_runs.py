@@ -236,24 +236,16 @@ def test_check_keys_names_what_is_missing_and_unknown():
 
 
 @dataclasses.dataclass(frozen=True)
-class ToyFit(store.Config):
-    WHAT = "a toy fit config"
-
-    epochs: int
-    batch_size: int
-    seed: int
-    loss: str
-
-
-@dataclasses.dataclass(frozen=True)
 class ToyRun(store.Config):
+    NESTED_KEPT = {"fit": ("epochs", "batch_size", "seed", "loss")}
+
     data: dict
     model: dict
-    fit: ToyFit
+    fit: train.FitOptions
 
 
 def test_a_typed_config_is_its_dict_to_the_store():
-    typed = ToyRun({"n": 40}, {"seed": 0}, ToyFit(3, 8, 0, "multiclass"))
+    typed = ToyRun({"n": 40}, {"seed": 0}, train.FitOptions(epochs=3, batch_size=8, seed=0, loss="multiclass"))
     plain = {"data": {"n": 40}, "model": {"seed": 0}, "fit": {"epochs": 3, "batch_size": 8, "seed": 0,
                                                               "loss": "multiclass"}}
     assert typed.to_dict() == plain
@@ -261,10 +253,10 @@ def test_a_typed_config_is_its_dict_to_the_store():
     store.save("toy", typed, {"x": np.arange(3)})
     assert store.load("toy", plain) is not None and json.loads(
         (store.entry_dir("toy", plain) / "config.json").read_text("utf-8")) == plain
-    assert ToyFit.from_dict(plain["fit"]) == typed.fit
-    with pytest.raises(ValueError, match=r"a toy fit config has exactly the keys epochs, batch_size, seed, loss; "
-                                         r"missing \['loss'\], unknown \['lr'\]"):
-        ToyFit.from_dict({"epochs": 3, "batch_size": 8, "seed": 0, "lr": 1.0})
+    assert ToyRun.from_dict(plain) == typed
+    with pytest.raises(ValueError, match=r"the fit settings of a run config has exactly the keys epochs, batch_size, "
+                                         r"seed, loss, .*; missing \['loss'\], unknown \['lr'\]"):
+        ToyRun.from_dict(plain | {"fit": {"epochs": 3, "batch_size": 8, "seed": 0, "lr": 1.0}})
     with pytest.raises(dataclasses.FrozenInstanceError):
         typed.fit.epochs = 4
 
@@ -275,7 +267,7 @@ def test_a_typed_config_is_its_dict_to_the_store():
 
 def test_run_stores_the_result_and_returns_it_without_training_again(build_dir):
     x, y = blobs(40, classes=3)
-    config = ToyRun({"n": 40}, {"seed": 0}, ToyFit(3, 8, 0, "multiclass"))
+    config = ToyRun({"n": 40}, {"seed": 0}, train.FitOptions(epochs=3, batch_size=8, seed=0, loss="multiclass"))
     builds = []
 
     def build(cfg):
@@ -315,7 +307,7 @@ def test_run_stores_the_result_and_returns_it_without_training_again(build_dir):
 
 def test_run_resumes_an_interrupted_training(build_dir):
     x, y = blobs(40)
-    config = ToyRun({}, {}, ToyFit(3, 8, 0, "binary"))
+    config = ToyRun({}, {}, train.FitOptions(epochs=3, batch_size=8, seed=0, loss="binary"))
     crash = {"after": 2 * 40 + 5}
 
     def build(cfg):
@@ -331,16 +323,9 @@ def test_run_resumes_an_interrupted_training(build_dir):
     result = pool.run("toy-resume", config, build, progress=True)  # the bar hides outside terminals
     model = mlp(0)
     reference = train.fit(model, torch.optim.Adam(model.parameters(), lr=0.01), TensorDataset(x, y), None,
-                          train.FitOptions.of(config.fit), progress=False)
+                          config.fit, progress=False)
     same_history(result["history"], reference)
     assert not list(folder.glob("*/checkpoint.pt"))
-
-
-@dataclasses.dataclass(frozen=True)
-class BlobsFit(store.Config):
-    epochs: int
-    batch_size: int
-    seed: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -348,15 +333,17 @@ class BlobsRun(store.Config):
     """A run of ``build_blobs`` at step size ``lr``; ``diverge``: at one that overflows (``build_either``);
     ``count``: a file ``test_cluster``'s builders append a line to."""
 
+    NESTED_KEPT = {"fit": ("epochs", "batch_size", "seed")}
+
     lr: float
-    fit: BlobsFit
+    fit: train.FitOptions
     diverge: bool = False
     count: str | None = None
 
 
 def blobs_run(seed: int, epochs: int = 1, lr: float = 0.05, **rest) -> BlobsRun:
     """A ``BlobsRun`` in batches of 16."""
-    return BlobsRun(lr, BlobsFit(epochs, 16, seed), **rest)
+    return BlobsRun(lr, train.FitOptions(epochs=epochs, batch_size=16, seed=seed), **rest)
 
 
 def build_blobs(config: BlobsRun):

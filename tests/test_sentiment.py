@@ -92,7 +92,7 @@ def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):
     assert again.cached
     model = sentiment.trained_model(config, again)
     setup = sentiment.build(config)
-    train.fit(setup.model, setup.optimizer, setup.train_set, None, train.FitOptions.of(config.fit),
+    train.fit(setup.model, setup.optimizer, setup.train_set, None, config.fit,
               collate_fn=setup.collate_fn, lengths=setup.lengths, progress=False)
     for (name, mine), theirs in zip(model.state_dict().items(), setup.model.state_dict().values()):
         assert torch.equal(mine, theirs), name

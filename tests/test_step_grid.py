@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mdlib.experiments import methods, sentiment, step_grid, store, vision
+from mdlib.experiments import methods, sentiment, step_grid, store, train, vision
 
 
 @pytest.fixture(autouse=True)
@@ -191,10 +191,22 @@ def test_typed_run_configs_are_the_dicts_the_store_keeps():
         "fit": {"epochs": 10, "batch_size": 100, "seed": 1, "loss": "multiclass", "eval_every": 1}}
     typed = sentiment.SentimentRun(
         "rotten_tomatoes", 0, 64, None, sentiment.TextModel(6, 3, 3, 24, 0.2, "authors"),
-        step_grid.Optimizer("gd", 1e-3, None), sentiment.TextFit(5, 100, 0, "binary", "sum", 0.995, 16))
+        step_grid.Optimizer("gd", 1e-3, None),
+        train.FitOptions(epochs=5, batch_size=100, seed=0, loss="binary", reduction="sum", stop_train_accuracy=0.995))
     plain = typed.to_dict()
     assert store.config_key(sentiment.KIND, typed) == store.config_key(sentiment.KIND, plain)
     assert store.canonical_json(typed) == store.canonical_json(plain)
+    # one fit type: each kind keeps the fit settings it kept before, the others only where changed
+    assert plain["fit"] == {"epochs": 5, "batch_size": 100, "seed": 0, "loss": "binary", "reduction": "sum",
+                            "stop_train_accuracy": 0.995, "pool": 16}
+    assert sentiment.SentimentRun.from_dict(plain) == typed
+    bf16 = dataclasses.replace(typed, fit=dataclasses.replace(typed.fit, eval_every=2, precision="bf16"))
+    assert bf16.to_dict()["fit"] == plain["fit"] | {"eval_every": 2, "precision": "bf16"}
+    assert sentiment.SentimentRun.from_dict(bf16.to_dict()) == bf16
+    assert store.config_key(sentiment.KIND, bf16) != store.config_key(sentiment.KIND, typed)
+    assert set(config.to_dict()["fit"]) == {"epochs", "batch_size", "seed", "loss", "eval_every"}  # vision's
+    with pytest.raises(ValueError, match=r"the fit settings of a run config has exactly the keys .*missing \['pool'\]"):
+        sentiment.SentimentRun.from_dict(plain | {"fit": {k: v for k, v in plain["fit"].items() if k != "pool"}})
 
 
 def test_typed_grid_configs_are_frozen_and_keep_the_old_errors():

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from mdlib.experiments import methods, step_sizes, store
+from mdlib.experiments import methods, step_sizes, store, train
 from mdlib.experiments.step_grid import Optimizer
 from mdlib.mirror import matched_lr
 
@@ -34,8 +34,8 @@ def test_each_exponents_grid_is_centred_on_matched_lr():
             assert config.sgd_equivalent(key, run.optimizer.lr) == pytest.approx(0.1 * multiple)
     assert design.sweep_config(("adamw",), 1.0, 0).optimizer == Optimizer("adamw", 1e-3, None)
     assert config.run("sgd", 0.3, 2).optimizer == Optimizer("sgd", 0.3, None)
-    assert config.run("sgd", 0.3, 2).fit == step_sizes.StepFit(epochs=1, batch_size=4, seed=2, loss="binary",
-                                                               reduction="mean", pool=16)
+    assert config.run("sgd", 0.3, 2).fit == train.FitOptions(epochs=1, batch_size=4, seed=2, loss="binary",
+                                                             reduction="mean", pool=16)
     assert math.isnan(config.sgd_equivalent("adamw", 1e-3))
     assert config.work() == step_sizes.work(**TINY | dict(ps=[1.1, 1.75, 2.0, 3.0], multiples=[0.1, 1.0, 10.0]))
     assert config.work() == (4 * 3 + 1 + 1, 14 * 2)  # runs (and the SGD reference), 2 steps each

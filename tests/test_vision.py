@@ -74,7 +74,7 @@ def test_seeds_give_distinct_initializations_and_reruns_are_identical():
     assert not model.training and not torch.equal(model.embed.weight, first.embed.weight)
     setup = vision.build(run_config)  # the same run again, outside the store
     history = train.fit(setup.model, setup.optimizer, setup.train_set, setup.test_set,
-                        train.FitOptions.of(run_config.fit), progress=False)
+                        run_config.fit, progress=False)
     cols = ["train_loss", "train_accuracy", "test_loss", "test_accuracy"]
     assert history[cols].equals(stored["history"][cols])
     for name, value in setup.model.state_dict().items():

@@ -59,8 +59,8 @@ def run(kind: str, config: Config, build: Callable[[Config], Setup], *,
         device: str | torch.device | None = None, num_workers: int = 0, force: bool = False) -> RunResult:
     """The stored result of training run (``kind``, ``config``), training it first if it is not stored.
 
-    ``config``, a typed run config, holds every setting that changes the numbers; its ``fit`` part (a
-    ``Config``) holds ``train.FitOptions``' fields (epochs, batch_size, seed, loss, ...). On a miss,
+    ``config``, a typed run config, holds every setting that changes the numbers; its ``fit`` part is
+    a ``train.FitOptions`` (epochs, batch_size, seed, loss, ...). On a miss,
     ``build(config)`` makes the ``Setup``, ``train.fit`` trains it with checkpoints in
     ``<build>/checkpoints/<kind>/<key>/`` (so an interrupted run resumes), and the store keeps
     ``history`` (the DataFrame ``fit`` returns), the loss and accuracy of the trained model on each of
@@ -68,10 +68,10 @@ def run(kind: str, config: Config, build: Callable[[Config], Setup], *,
     DataFrames or JSON values, e.g. ``model_state(model)``); the checkpoint is deleted once stored.
     Under torchrun every process trains, rank 0 stores, and all return the stored result.
     """
-    if not isinstance(config, Config) or not isinstance(getattr(config, "fit", None), Config):
-        raise TypeError(f"config must be a typed run config (a store.Config) whose fit part holds fit()'s "
-                        f"settings (epochs, batch_size, seed, ...), got {type(config).__name__}")
-    options = train.FitOptions.of(config.fit)
+    if not isinstance(config, Config) or not isinstance(getattr(config, "fit", None), train.FitOptions):
+        raise TypeError(f"config must be a typed run config (a store.Config) whose fit part is a "
+                        f"train.FitOptions, got {type(config).__name__}")
+    options = config.fit
     if not force and (hit := load(kind, config)) is not None:
         return hit
     world = train.process_world(device)

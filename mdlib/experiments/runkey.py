@@ -98,31 +98,43 @@ class Config:
     #: of ``to_dict()`` while it holds its default (so those runs keep their keys), and ``from_dict``
     #: fills it in when a mapping lacks it.
     OMIT_AT_DEFAULT: typing.ClassVar[tuple[str, ...]] = ()
+    #: Per nested config field, the fields of it this config always keeps (e.g. a sentiment run's fit
+    #: settings); its other fields are kept only where they differ from their defaults, so a setting a
+    #: kind of run never used leaves its runs' keys as they were.
+    NESTED_KEPT: typing.ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
-    def to_dict(self) -> dict[str, Any]:
-        """The config as the store keeps it: every field (but ``OMIT_AT_DEFAULT``'s at their default),
-        nested configs as dicts."""
+    @classmethod
+    def _optional(cls, kept: tuple[str, ...] | None) -> tuple[str, ...]:
+        """The fields left out at their defaults: ``OMIT_AT_DEFAULT``'s and, inside a config that keeps
+        only ``kept`` of them, the others."""
+        return cls.OMIT_AT_DEFAULT + tuple(f.name for f in fields(cls) if kept is not None and f.name not in kept)
+
+    def to_dict(self, kept: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """The config as the store keeps it: every field (but the optional ones at their default:
+        ``OMIT_AT_DEFAULT``'s, and those a parent config does not keep, ``kept``), nested configs as dicts."""
+        optional = self._optional(kept)
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in self.OMIT_AT_DEFAULT and value == f.default:
+            if f.name in optional and value == f.default:
                 continue
-            out[f.name] = value.to_dict() if isinstance(value, Config) else copy.deepcopy(value)
+            nested = self.NESTED_KEPT.get(f.name)
+            out[f.name] = value.to_dict(nested) if isinstance(value, Config) else copy.deepcopy(value)
         return out
 
     @classmethod
-    def from_dict(cls: type[_C], config: Mapping[str, Any]) -> _C:
-        """The typed config of a mapping with exactly its fields, those of ``OMIT_AT_DEFAULT`` optional
-        (ValueError naming the missing and the unknown ones otherwise); a field typed as a ``Config``
-        is made from its mapping in turn."""
+    def from_dict(cls: type[_C], config: Mapping[str, Any], kept: tuple[str, ...] | None = None) -> _C:
+        """The typed config of a mapping with exactly its fields, the optional ones (``to_dict``'s) at
+        will (ValueError naming the missing and the unknown ones otherwise); a field typed as a
+        ``Config`` is made from its mapping in turn."""
         names = tuple(f.name for f in fields(cls))
-        check_keys({name: None for name in cls.OMIT_AT_DEFAULT} | dict(config), names, cls.WHAT)
+        check_keys({name: None for name in cls._optional(kept)} | dict(config), names, cls.WHAT)
         hints = typing.get_type_hints(cls)
         values = {}
         for name, value in config.items():
             hint = hints[name]
             nested = isinstance(hint, type) and issubclass(hint, Config) and isinstance(value, Mapping)
-            values[name] = hint.from_dict(value) if nested else value
+            values[name] = hint.from_dict(value, cls.NESTED_KEPT.get(name)) if nested else value
         return cls(**values)
 
     @classmethod

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from mdlib.experiments import analysis, data, methods, paper, paths, pool, store
+from mdlib.experiments import analysis, data, methods, paper, paths, pool, store, train
 from mdlib.experiments import step_grid
 from mdlib.experiments.step_grid import Optimizer
 from mdlib.experiments.methods import method, method_key
@@ -48,7 +48,7 @@ __all__ = ["ADAM_STEP", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "baseline", "baseline_view", "build", "built_config", "built_grid", "by_length", "cell_table",
            "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "encode", "grid",
            "grid_name", "initial_model", "movement", "paper_table1_view",
-           "pilots", "pilots_view", "predictions", "reference_step", "run_config", "run_row", "SentimentGrid", "SentimentRun", "TextFit", "TextModel",
+           "pilots", "pilots_view", "predictions", "reference_step", "run_config", "run_row", "SentimentGrid", "SentimentRun", "TextModel",
            "seeds_of", "steps_view", "splits",
            "sweep", "test_correct", "tokenizer", "train_grids", "train_run", "train_runs", "table1_view", "trained_model",
            "training_subset"]
@@ -129,21 +129,11 @@ class TextModel(store.Config):
 
 
 @dataclass(frozen=True)
-class TextFit(store.Config):
-    """The fit part of a sentiment run config: ``train.fit``'s settings."""
-
-    epochs: int
-    batch_size: int
-    seed: int
-    loss: str
-    reduction: str
-    stop_train_accuracy: float
-    pool: int
-
-
-@dataclass(frozen=True)
 class SentimentRun(store.Config):
-    """A sentiment run config (the module docstring); ``to_dict()`` is what the store keeps."""
+    """A sentiment run config (the module docstring); ``to_dict()`` is what the store keeps (of the fit
+    settings: those of ``NESTED_KEPT``, the others where they differ from their defaults)."""
+
+    NESTED_KEPT = {"fit": ("epochs", "batch_size", "seed", "loss", "reduction", "stop_train_accuracy", "pool")}
 
     dataset: str
     split_seed: int
@@ -151,7 +141,7 @@ class SentimentRun(store.Config):
     train_size: int | None
     model: TextModel
     optimizer: Optimizer
-    fit: TextFit
+    fit: train.FitOptions
 
     def __post_init__(self) -> None:
         check_setup(self.model.setup)
@@ -179,7 +169,8 @@ def run_config(*, layers: int, optimizer: str, lr: float, p: float | None = None
         dataset, split_seed, max_length, train_size,
         TextModel(width, layers, layers, mlp or 4 * width, dropout, setup, embedding_std),
         Optimizer(optimizer, float(lr), None if p is None else float(p), None if matched_p is None else float(matched_p)),
-        TextFit(epochs, batch_size, seed, "binary", "sum", stop_train_accuracy, pool))
+        train.FitOptions(epochs=epochs, batch_size=batch_size, seed=seed, loss="binary", reduction="sum",
+                         stop_train_accuracy=stop_train_accuracy, pool=pool))
 
 
 def initial_model(config: SentimentRun) -> EncoderClassifier:

@@ -46,14 +46,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib.experiments import analysis, methods, pool, sentiment, store
+from mdlib.experiments import analysis, methods, pool, sentiment, store, train
 from mdlib.experiments import step_grid
 from mdlib.experiments.step_grid import Optimizer
 from mdlib.experiments.sentiment import TextModel
 from mdlib.mirror import check_p, matched_lr
 from mdlib.models import EncoderClassifier, check_setup
 
-__all__ = ["GRID_KIND", "KIND", "MOVEMENT_GROUPS", "OUTCOMES", "StepFit", "StepRun", "StepSizeGrid", "StepSizes",
+__all__ = ["GRID_KIND", "KIND", "MOVEMENT_GROUPS", "OUTCOMES", "StepRun", "StepSizeGrid", "StepSizes",
            "best_table", "best_view", "build", "chapter_config", "choose", "first_step_table", "first_step_view",
            "initial_model", "kept_state", "matrix_scale", "movement", "movement_view", "summary_row", "summary_texts",
            "sweep", "task_text", "train_runs", "work"]
@@ -71,20 +71,11 @@ _STATE = "state."
 
 
 @dataclass(frozen=True)
-class StepFit(store.Config):
-    """The fit part of a run config: ``train.fit``'s settings (no stop rule: a fixed number of epochs)."""
-
-    epochs: int
-    batch_size: int
-    seed: int
-    loss: str
-    reduction: str
-    pool: int
-
-
-@dataclass(frozen=True)
 class StepRun(store.Config):
-    """A run config of the sweep (the module docstring); ``to_dict()`` is what the store keeps."""
+    """A run config of the sweep (the module docstring); ``to_dict()`` is what the store keeps (of the fit
+    settings: those of ``NESTED_KEPT``; no stop rule: a fixed number of epochs)."""
+
+    NESTED_KEPT = {"fit": ("epochs", "batch_size", "seed", "loss", "reduction", "pool")}
 
     dataset: str
     split_seed: int
@@ -92,7 +83,7 @@ class StepRun(store.Config):
     train_size: int
     model: TextModel
     optimizer: Optimizer
-    fit: StepFit
+    fit: train.FitOptions
 
     def __post_init__(self) -> None:
         check_setup(self.model.setup)
@@ -167,7 +158,8 @@ class StepSizeGrid(store.Config):
         return StepRun(self.dataset, 0, self.max_length, self.train_size,
                        self.model,
                        Optimizer(name, float(lr), p),
-                       StepFit(self.epochs, self.batch_size, seed, "binary", "mean", 16))
+                       train.FitOptions(epochs=self.epochs, batch_size=self.batch_size, seed=seed, loss="binary",
+                                        reduction="mean", pool=16))
 
     def design(self) -> step_grid.Design:
         """The sweep as a ``grid.Design``: one cell per method, every candidate at every seed; the final

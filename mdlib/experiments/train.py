@@ -3,8 +3,8 @@
     options = FitOptions(epochs=20, batch_size=100, seed=0, loss="binary", stop_train_accuracy=0.995)
     history = fit(model, optimizer, train_set, test_set, options, checkpoint="ckpt/")
 
-``FitOptions`` holds the settings that change the numbers, grouped as a run config's ``fit`` part
-groups them (``FitOptions.of(config.fit)``); ``fit``'s keywords are the data's helpers (``collate_fn``,
+``FitOptions`` holds the settings that change the numbers, and is the ``fit`` part of every run config
+(``config.fit``); ``fit``'s keywords are the data's helpers (``collate_fn``,
 ``lengths``) and where and how it runs (checkpoint, device, workers, progress).
 
 (``mdlib.experiments.pool.run`` trains a run config this way unless the results store holds it.)
@@ -47,7 +47,7 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -62,6 +62,7 @@ from tqdm.auto import tqdm
 
 from mdlib import first_line
 from mdlib.experiments import paths
+from mdlib.experiments.runkey import Config
 
 __all__ = ["COLUMNS", "PRECISIONS", "FitOptions", "World", "batching", "check_precision", "evaluate", "fit", "process_world"]
 
@@ -78,8 +79,11 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class FitOptions:
-    """The settings of ``fit`` that change the numbers."""
+class FitOptions(Config):
+    """The settings of ``fit`` that change the numbers: the ``fit`` part of every run config (a
+    ``Config``; each kind of run says which of them its stored configs always hold, ``NESTED_KEPT``)."""
+
+    WHAT = "the fit settings of a run config"
 
     epochs: int  #: the most epochs to train (counting epochs restored from the checkpoint)
     batch_size: int  #: the global batch size (split evenly over torchrun processes); an epoch's last may be smaller
@@ -100,11 +104,6 @@ class FitOptions:
     def __post_init__(self) -> None:
         _check_fit_options(self)
         check_precision(self.precision)
-
-    @classmethod
-    def of(cls, part: Any) -> "FitOptions":
-        """The options of a run config's ``fit`` part (a dataclass whose fields are some of these)."""
-        return cls(**{f.name: getattr(part, f.name) for f in fields(part)})
 
 
 def _derived_seed(seed: int, *tags: int) -> int:

@@ -39,7 +39,7 @@ from mdlib.experiments.step_grid import Optimizer
 from mdlib.models import VISION_SETUPS, VisionTransformer, check_setup
 from mdlib.experiments.methods import method, method_key
 
-__all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "ImageFit", "KIND", "PAPER_STEP_SIZES", "PRUNING_KIND",
+__all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "KIND", "PAPER_STEP_SIZES", "PRUNING_KIND",
            "VisionGrid", "VisionModel", "VisionPruning", "VisionRun", "build", "change_table", "chapter_grids", "choose", "dataset_shape", "grid", "image_sets",
            "make_model", "pruning", "run_config", "run_scores", "split_indices", "summary_table", "summary_texts", "summary_view", "by_dataset",
            "sweep", "train_runs", "trained_model", "pruning_table"]
@@ -74,24 +74,6 @@ class ImageData(store.Config):
 
 
 @dataclass(frozen=True)
-class ImageFit(store.Config):
-    """The fit part of a vision run config: ``train.fit``'s settings; ``precision`` is left out of
-    ``to_dict()`` at its default "fp32"."""
-
-    OMIT_AT_DEFAULT = ("precision",)
-
-    epochs: int
-    batch_size: int
-    seed: int
-    loss: str
-    eval_every: int
-    precision: str = "fp32"
-
-    def __post_init__(self) -> None:
-        train.check_precision(self.precision)
-
-
-@dataclass(frozen=True)
 class VisionModel(store.Config):
     """The model part of a vision run config: ``VisionTransformer``'s arguments but the image's size,
     channels and classes (the data's)."""
@@ -111,12 +93,15 @@ class VisionModel(store.Config):
 
 @dataclass(frozen=True)
 class VisionRun(store.Config):
-    """A vision run config; ``to_dict()`` is what the store keeps."""
+    """A vision run config; ``to_dict()`` is what the store keeps (of the fit settings: those of
+    ``NESTED_KEPT``, the others, ``precision`` among them, where they differ from their defaults)."""
+
+    NESTED_KEPT = {"fit": ("epochs", "batch_size", "seed", "loss", "eval_every")}
 
     data: ImageData
     model: VisionModel
     optimizer: Optimizer
-    fit: ImageFit
+    fit: train.FitOptions
 
 
 def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = None, seed: int, epochs: int,
@@ -128,7 +113,8 @@ def run_config(dataset: str, *, optimizer: str, lr: float, p: float | None = Non
     authors' or "modern". ``precision``: "fp32" or "bf16" (autocast)."""
     data_part = ImageData(dataset, image_size or dataset_shape(dataset)[2], train_size, validation, data_seed, root)
     return VisionRun(data_part, VisionModel(**model, setup=setup), Optimizer(optimizer, lr, p),
-                     ImageFit(epochs, batch_size, seed, "multiclass", eval_every, precision))
+                     train.FitOptions(epochs=epochs, batch_size=batch_size, seed=seed, loss="multiclass",
+                                      eval_every=eval_every, precision=precision))
 
 
 def split_indices(labels: np.ndarray, train_size: int | None, validation: int,
