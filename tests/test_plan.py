@@ -19,7 +19,7 @@ from mdlib.book import plan, profiles
 from mdlib.experiments import methods as method_keys
 from mdlib.experiments import paper, sentiment, store, vision, workload
 from mdlib.models import EncoderClassifier, VisionTransformer
-from test_grid import FakeRuns, SENTIMENT, multiple_of, key_of, sentiment_config  # tests/test_grid.py
+from test_step_grid import FakeRuns, SENTIMENT, multiple_of, key_of, sentiment_config  # tests/test_step_grid.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
