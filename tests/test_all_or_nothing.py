@@ -149,6 +149,41 @@ def _wait_for(path: Path, process: subprocess.Popen) -> None:
         time.sleep(0.2)
 
 
+#: ``mdlib run`` as ``mdlib book`` starts a chapter beside others: a child told its parent's pid.
+BOOK_CHILD = """import os, subprocess, sys
+env = dict(os.environ, MDLIB_PARENT_PID=str(os.getpid()))
+subprocess.run([sys.executable, "-c", sys.argv[1]], env=env)
+"""
+
+
+@pytest.mark.slow
+def test_a_chapter_the_book_started_stops_when_the_book_is_killed(tmp_path):
+    root = _project(tmp_path)
+    build = root / "_build"
+    script = f"import sys; from mdlib.book import cli; sys.exit(cli.main(['--root', {str(root)!r}, 'run', '02_sleeper']))"
+    book = subprocess.Popen([sys.executable, "-c", BOOK_CHILD, script], start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(paths.PACKAGE_DIR.parent)})
+    _wait_for(execute._staging("02_sleeper", build) / "figures" / "fig-sleeper.png", book)
+    child = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(book.pid)], capture_output=True, text=True
+                                                  ).stdout.split()]
+    assert len(child) == 1
+    book.kill()  # kill -9 of the book's process, mid-cell of the chapter it started
+    book.wait()
+    deadline = time.monotonic() + 60
+    while paths.alive(child[0]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not paths.alive(child[0]), "the chapter kept running without its book"
+    assert not execute._staging("02_sleeper", build).exists() and not (build / "figures" / "fig-sleeper.png").exists()
+    try:  # its kernel stopped with it: nothing of the book's process group is left
+        while time.monotonic() < deadline:
+            os.killpg(book.pid, 0)
+            time.sleep(0.2)
+        os.killpg(book.pid, signal.SIGKILL)
+        raise AssertionError("the chapter's kernel kept running")
+    except ProcessLookupError:
+        pass
+
+
 @pytest.mark.slow
 def test_killing_one_chapter_and_running_another_keeps_both_chapters_files(tmp_path):
     """The issue's replay: kill 02 mid-run, re-run 01, run 02's recovery: 01's new files stay."""

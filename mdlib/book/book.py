@@ -153,8 +153,9 @@ def _execute(names: list[str], profile: str) -> dict[str, float]:
 
 
 def _run_apart(name: str, profile: str) -> tuple[int, float]:
-    """``python -m mdlib run name --profile profile`` in this project: its exit code and seconds."""
-    env = dict(os.environ, **{paths.ROOT_ENV: str(paths.root())})
+    """``python -m mdlib run name --profile profile`` in this project, stopping if this process dies
+    (``paths.PARENT_ENV``): its exit code and seconds."""
+    env = dict(os.environ, **{paths.ROOT_ENV: str(paths.root()), paths.PARENT_ENV: str(os.getpid())})
     t0 = time.perf_counter()
     code = subprocess.run([sys.executable, "-m", "mdlib", "run", name, "--profile", profile], env=env).returncode
     return code, time.perf_counter() - t0

@@ -331,9 +331,17 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> None:
-    """``run``: the book's chapter, or a variant into its own folder (printed before it executes)."""
+    """``run``: the book's chapter, or a variant into its own folder (printed before it executes). A run
+    that ``mdlib book`` started (``$MDLIB_PARENT_PID``, its parent) interrupts itself, as Ctrl-C would,
+    when the book's process is gone: it keeps no half-written files and stops its kernel."""
+    import signal
+
     from mdlib.book import execute
     from mdlib.experiments import paths
+
+    if os.environ.get(paths.PARENT_ENV) == str(os.getppid()):
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with it ignored
+        paths.watch_parent(os.getppid(), lambda: signal.raise_signal(signal.SIGINT))
 
     given = overrides(args.notebook, args.parameter)
     if args.output_dir:

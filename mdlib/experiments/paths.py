@@ -55,6 +55,8 @@ import contextlib
 import os
 import re
 import socket
+import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -63,6 +65,8 @@ from typing import Callable, Iterator
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 ROOT_ENV = "MDLIB_ROOT"
+#: Set by ``mdlib book`` for the chapters it runs as processes (``mdlib run``): the pid they stop with.
+PARENT_ENV = "MDLIB_PARENT_PID"
 BUILD_ENV = "MDLIB_BUILD_DIR"
 OUTPUT_ENV = "MDLIB_OUTPUT_DIR"
 CACHE_ENV = "XDG_CACHE_HOME"
@@ -236,6 +240,17 @@ def jupyter_book_output() -> Path:
 def host() -> str:
     """This machine's name, as file names and lock records hold it (letters, digits, '_')."""
     return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40]
+
+
+def watch_parent(parent: int, on_death: Callable[[], None]) -> None:
+    """Call ``on_death`` from a daemon thread as soon as process ``parent`` is no longer this process's
+    parent (it died, even by kill -9, and this process was reparented); checked twice a second."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        on_death()
+
+    threading.Thread(target=watch, name="mdlib-parent-watchdog", daemon=True).start()
 
 
 def alive(pid: int) -> bool:

@@ -19,7 +19,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -135,13 +134,7 @@ def _worker_init(parent: int, devices=None) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass  # the watchdog below still applies
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="mdlib-parent-watchdog", daemon=True).start()
+    paths.watch_parent(parent, lambda: os._exit(1))
 
 
 def _device_slots() -> list[str]:
