@@ -807,6 +807,8 @@ def test_table1_reading_follows_the_outcomes_of_the_2x2(geometry, allocation, ex
     reading = scorecard.table1_reading(found)
     assert all(text in reading for text in expected) and reading[:1] == reading[:1].upper() and reading.endswith(".")
     assert "not settled" not in reading
+    assert scorecard.table1_stability(found) == ("the variation's gap 100%, the geometry 100%, the allocation 100% "
+                                                 "(of 200 resamples of 8 seeds)")
 
 
 def test_table1_reading_marks_a_fragile_part_and_an_unmeasured_one():
@@ -814,5 +816,6 @@ def test_table1_reading_marks_a_fragile_part_and_an_unmeasured_one():
     reading = scorecard.table1_reading(fragile)
     assert "a lean, not settled" in reading and "the allocation effect is not measured" in reading
     assert scorecard.table1_parts(fragile)["variation"] is None
+    assert scorecard.table1_stability(fragile) == "the geometry 60% (of 200 resamples of 8 seeds)"
     unmeasured = [_part_row("Table 1, taken apart (step allocation, 3 layers)", NOT_MEASURED)]
     assert "the allocation effect is not measured" in scorecard.table1_reading(unmeasured)
