@@ -131,11 +131,12 @@ def test_the_single_core_chapters_run_side_by_side(monkeypatch):
     names = list(chapters.NAMES)
     groups = book.side_by_side(names, cores=2)
     assert [name for group in groups for name in group] == names  # the book's order
-    assert groups[0] == [c.name for c in chapters.CHAPTERS if c.cores == 1] == list(names[:3])
+    assert groups[0] == [c.name for c in chapters.CHAPTERS if c.one_thread] == list(names[:3])
     assert all(len(group) == 1 for group in groups[1:])
     assert book.side_by_side(names, cores=1) == [[name] for name in names]
-    fake = {name: chapters.Chapter(name, chapters.SentimentGrids(), reads=reads, cores=cores)
-            for name, reads, cores in [("a", (), 1), ("b", ("a",), 1), ("c", (), 1), ("d", (), None), ("e", (), 1)]}
+    fake = {name: chapters.Chapter(name, chapters.SentimentGrids(), reads=reads, one_thread=one)
+            for name, reads, one in [("a", (), True), ("b", ("a",), True), ("c", (), True), ("d", (), False),
+                                     ("e", (), True)]}
     monkeypatch.setattr(chapters, "_BY_NAME", fake)
     assert book.side_by_side(list(fake), cores=2) == [["a"], ["b", "c"], ["d"], ["e"]]  # b reads a: after it
 

@@ -10,9 +10,9 @@
   models of a chapter it reads (``Evaluates``);
 - ``at_scale``: what the paper profile trains at the paper's scale, for the chapters that need a GPU
   there (``execute.gpu_warning``);
-- ``cores``: 1 for a chapter whose work runs in one thread, which ``mdlib book`` executes beside the
-  neighbouring such chapters (``book.side_by_side``); None (the rest) for one that keeps every core busy,
-  or times itself (08), and runs alone.
+- ``one_thread``: its work runs in one thread, so ``mdlib book`` executes it beside the neighbouring such
+  chapters (``book.side_by_side``); the others keep every core busy, or time themselves (08), and run
+  alone.
 
 No other module of mdlib types a chapter's name: each looks its chapter up here (``chapter``). A test
 holds the list to ``_toc.yml``, to ``notebooks/`` and to every profile's sections.
@@ -141,7 +141,7 @@ class Chapter:
     reads: tuple[str, ...] = ()
     claims: tuple[str, ...] = ()
     at_scale: str | None = None
-    cores: int | None = None
+    one_thread: bool = False
 
     def needed(self, parameters: Parameters) -> list[str]:
         """The data sources (``fetch.NAMES``) the chapter reads at ``parameters``, each once; a
@@ -162,12 +162,12 @@ class Chapter:
 CHAPTERS: tuple[Chapter, ...] = (
     # 01-03 train in one thread (``synthetic.train``): the book runs them side by side
     Chapter("01_fixed_decoder_paths", OnCpu("fixed-decoder paths (trials)", _e1, Measured(76.7, "2026-12-02")),
-            claims=("fig-e1-paths",), cores=1),
+            claims=("fig-e1-paths",), one_thread=True),
     Chapter("02_single_instance_path", OnCpu("single-instance paths (normalized and plain)", _e2,
                                              Measured(62.4, "2026-12-02")),
-            claims=("fig-e2-norm-growth",), cores=1),
+            claims=("fig-e2-norm-growth",), one_thread=True),
     Chapter("03_joint_training", OnCpu("joint training of W and v", _e3, Measured(15.6, "2026-12-02")),
-            claims=("table-e3-final",), cores=1),
+            claims=("table-e3-final",), one_thread=True),
     Chapter("04_sentiment", SentimentGrids(), _text, claims=("table-1", "table-1-variation", "table-sentiment-allocation"),
             at_scale="about a hundred encoder runs of up to 1,000 epochs on IMDb"),
     # 05: attention on the lexicon-pivot sentences and on every test sentence, then two deletions each
