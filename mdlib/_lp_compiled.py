@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import types
 import warnings
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from mdlib import first_line
-from mdlib._lp_steps import _BITS, _normalized, _sgd_direction
+from mdlib._lp_steps import _BITS, _sgd_direction
 from mdlib.mirror import _fused_signed_power
 
 # --- the fused implementation ---------------------------------------------------------------------
@@ -121,22 +121,17 @@ def _resync_on_device(w: Tensor, u: Tensor, p: float) -> None:
     u.copy_(torch.where(inverse.view(bits) == w.view(bits), u, _fused_signed_power(w.to(u.dtype), p - 1.0)))
 
 
-def _traced_update(group: dict[str, Any], params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                   spares: list[Tensor], buffers: list[Tensor | None], *, check_edits: bool,
+def _traced_update(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spares: list[Tensor],
+                   buffers: list[Tensor | None], *, lr: float | Tensor, p: float, momentum: float, dampening: float,
+                   weight_decay: float, nesterov: bool, maximize: bool, check_edits: bool,
                    refused: Tensor) -> list[Tensor | None]:
-    """``LpMirrorDescent._traced_step`` for one group with p != 2, as ``torch.compile`` traces it (no host
-    read): with ``check_edits``, u <- u where w = m^-1(u) bit for bit, else m(w); s = u - lr d (d: the
-    gradient after normalize and SGD's options); u <- s and w <- m^-1(s) only if every new parameter of
-    the group is finite, decided on the device (else u, w and the momentum buffers stay, and ``refused``
-    counts the step). Returns the momentum buffers the state keeps."""
-    p, lr = group["p"], group["lr"]
+    """The update (p != 2) as ``torch.compile`` traces it, without a host read: with ``check_edits``,
+    u <- u where w = m^-1(u) bit for bit, else m(w); s = u - lr d (d: the gradient after SGD's options);
+    u <- s and w <- m^-1(s) only if every new parameter is finite, decided on the device (else u, w and
+    the momentum buffers stay, and ``refused`` counts the step). Returns the momentum buffers to keep."""
     r = 1.0 / (p - 1.0)
-    if group["normalize"]:
-        grads = _normalized(grads, p, group["eps"])
-    direction, new_buffers = _sgd_direction(params, grads, buffers, weight_decay=group["weight_decay"],
-                                            momentum=group["momentum"], dampening=group["dampening"],
-                                            nesterov=group["nesterov"], maximize=group["maximize"],
-                                            foreach=False)
+    direction, new_buffers = _sgd_direction(params, grads, buffers, weight_decay=weight_decay, momentum=momentum,
+                                            dampening=dampening, nesterov=nesterov, maximize=maximize, foreach=False)
     extremes = []
     for w, d, u, s in zip(params, direction, duals, spares):
         if check_edits:

@@ -193,6 +193,13 @@ def _default_foreach(tensors: list[Tensor]) -> bool:
     return all(type(t) in _FOREACH_TYPES and t.device.type in devices for t in tensors)
 
 
+def _resolved_foreach(foreach: bool | None, params: list[Tensor], grads: list[Tensor]) -> bool:
+    """Whether the eager implementation is foreach: ``foreach``, else torch's default; never with a
+    sparse gradient (the single-tensor loop steps its rows)."""
+    chosen = _default_foreach(params) if foreach is None else bool(foreach)
+    return chosen and not any(g.is_sparse for g in grads)
+
+
 def _normalized(grads: list[Tensor], p: float, eps: float) -> list[Tensor]:
     """g / (||g||_q + eps) per tensor, q = p/(p-1). A non-finite gradient gives a NaN entry (inf / inf),
     so the step's finiteness check refuses it; nothing is read on the host."""
@@ -208,3 +215,14 @@ def _inverse(duals: list[Tensor], outs: list[Tensor], r: float, foreach: bool) -
         else:
             for i in index:
                 _signed_power_into(duals[i], r, outs[i])
+
+
+def _resync(params: list[Tensor], duals: list[Tensor], spares: list[Tensor], p: float, foreach: bool) -> None:
+    """The edit check on the device, for the eager implementations (no host read): u <- u where w is
+    m^-1(u) as they compute it, bit for bit (what they last wrote), else m(w) (as ``mirror_map`` computes
+    it). ``spares`` are scratch."""
+    _inverse(duals, spares, 1.0 / (p - 1.0), foreach)
+    for w, u, s in zip(params, duals, spares):
+        synced = (s if s.dtype == w.dtype else s.to(w.dtype)) == w
+        _signed_power(w.detach().to(u.dtype), p - 1.0, out=s)
+        torch.where(synced, u, s, out=u)

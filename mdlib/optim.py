@@ -1,7 +1,11 @@
 r"""``LpMirrorDescent``: l_p mirror descent as a ``torch.optim`` optimizer, with torch's conventions.
 
-The class gathers each parameter's state (the dual variable) and calls one of three implementations
-of the same update, named as torch names its own (in ``mdlib._lp_steps`` and ``mdlib._lp_compiled``):
+Its update is one function, ``lp_mirror_descent`` (as torch's ``adam()`` is Adam's), which every route of
+``LpMirrorDescent.step`` calls: each param group's step is the guard's edit check (``mdlib._lp_guard``),
+``lp_mirror_descent`` on the group's parameters, gradients, duals and momentum buffers, and the guard's
+acceptance pending the finiteness check; p = 2 and the step traced by ``torch.compile`` call it too.
+It runs one of three implementations of the update, named as torch names its own (in
+``mdlib._lp_steps`` and ``mdlib._lp_compiled``):
 
 - single-tensor (``_single_tensor_lpmirrordescent``): a loop over the parameters, in-place torch
   operations (the default on CPU);
@@ -82,8 +86,9 @@ Conventions (those of torch's optimizers, and where this one differs):
 - State of one optimizer is its own: the fused kernels' lr tensors and compile failure live on the
   instance; the compiled kernels are shared, keyed by layout (pure functions of their arguments).
 
-This module is the optimizer (param groups, state, the step and its check and undo) and its functional
-form ``lp_mirror_descent``; beside it, one job each: the eager steps (``mdlib._lp_steps``), what runs
+This module is the optimizer (param groups, state, ``state_dict``) and its update ``lp_mirror_descent``;
+beside it, one job each: what makes a step safe to take and to take back, the edit check, the pending
+finiteness check and the undo (``mdlib._lp_guard``), the eager steps (``mdlib._lp_steps``), what runs
 through ``torch.compile`` (``mdlib._lp_compiled``), what the optimizer refuses (``mdlib._lp_checks``)
 and what it keeps for checkpoints of earlier versions (``mdlib._lp_compat``).
 """
@@ -102,26 +107,17 @@ from torch.optim.sgd import sgd as _torch_sgd  # torch's functional SGD: the ste
 from mdlib._lp_checks import _check_fused_param, _check_group, _check_group_keys, _check_sparse
 from mdlib._lp_compat import _DROPPED_STATE, _upgrade
 from mdlib._lp_compiled import _Fused, _fused_lpmirrordescent, _traced_update
-from mdlib._lp_steps import (_by_device_and_dtype, _default_foreach, _finite, _inverse,
-                             _multi_tensor_lpmirrordescent, _normalized, _same_bits, _sgd_direction,
-                             _single_tensor_lpmirrordescent)
-from mdlib.mirror import _signed_power, check_p, mirror_map
+from mdlib._lp_guard import Opened, _dual_dtype, _StepGuard
+from mdlib._lp_steps import (_finite, _multi_tensor_lpmirrordescent, _normalized, _resolved_foreach, _resync,
+                             _sgd_direction, _single_tensor_lpmirrordescent)
+from mdlib.mirror import check_p
 
-__all__ = ["LpMirrorDescent", "lp_mirror_descent"]
+__all__ = ["LpMirrorDescent", "LpUpdate", "lp_mirror_descent"]
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
 #: Per-parameter state that only serves the next step and is not saved by ``state_dict()``: the spare
 #: dual buffer (``"copy"`` when it holds the parameter as the last immediately checked step left it) and
 #: ``"p"``, the exponent that copy was made with (a 0-dim float64 CPU tensor).
 _UNSAVED = ("spare", "copy", "p")
-
-
-def _dual_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of a parameter's dual: float32 for fp16/bf16 parameters, the real dtype of a complex
-    parameter (its dual is that of its ``view_as_real``), else the parameter's."""
-    if dtype.is_complex:
-        return torch.empty((), dtype=dtype).real.dtype
-    return torch.float32 if dtype in _LOW_PRECISION else dtype
 
 
 def _eager(foreach: bool) -> Callable[..., Tensor | None]:
@@ -130,60 +126,88 @@ def _eager(foreach: bool) -> Callable[..., Tensor | None]:
     return _multi_tensor_lpmirrordescent if foreach else _single_tensor_lpmirrordescent
 
 
-def lp_mirror_descent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor] | None,
-                      spares: list[Tensor] | None, *, lr: float | Tensor, p: float, maximize: bool = False,
-                      normalize: bool = False, eps: float = 1e-12, foreach: bool | None = None,
-                      fused: bool | None = None) -> Tensor | None:
-    r"""Functional l_p mirror descent; see :class:`LpMirrorDescent` for the update.
+class LpUpdate(NamedTuple):
+    """What one call of :func:`lp_mirror_descent` did: ``finite``, whether each new parameter is finite (a
+    bool tensor on the parameters' device; None at p = 2, whose gradient the caller checks first, and for a
+    step decided on the device, ``refused``); the momentum buffers after it (new tensors, so a refused
+    step returns to the old ones); and the implementation that ran (``foreach``, ``fused``)."""
 
-    For p != 2 it writes :math:`s = u - \eta g` (:math:`\eta` = ``lr``; :math:`u + \eta g` with
-    ``maximize``; u: ``duals``, left untouched) into ``spares`` and
-    :math:`\operatorname{sign}(s)\,|s|^{1/(p-1)}` into ``params``, and returns a bool tensor on the
-    parameters' device: whether each new parameter is finite (a refusal is the caller's to undo). For
-    p = 2 it performs ``param.add_(grad, alpha=-lr)`` (SGD; ``duals``/``spares`` unused, the caller checks
-    gradients first) and returns None. The duals are the caller's to keep in step with the parameters
-    (:class:`LpMirrorDescent` verifies them every step). ``foreach``/``fused`` choose the implementation
-    as in torch's optimizers: ``foreach=None`` means foreach on CUDA, ``fused=None`` means not fused.
+    finite: Tensor | None
+    momentum_buffers: list[Tensor | None]
+    foreach: bool
+    fused: bool
+
+
+def lp_mirror_descent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor] | None,
+                      spares: list[Tensor] | None, momentum_buffers: list[Tensor | None] | None = None, *,
+                      lr: float | Tensor, p: float, momentum: float = 0.0, dampening: float = 0.0,
+                      weight_decay: float = 0.0, nesterov: bool = False, normalize: bool = False, eps: float = 1e-12,
+                      maximize: bool = False, foreach: bool | None = None, fused: bool | None = None,
+                      check_edits: bool = False, refused: Tensor | None = None,
+                      fused_state: _Fused | None = None) -> LpUpdate:
+    r"""Functional l_p mirror descent: the update of :class:`LpMirrorDescent`, which every route of its
+    step calls (single-tensor, foreach, fused, traced by ``torch.compile``, and p = 2).
+
+    The direction d is the gradient after ``normalize`` (g / (||g||_q + eps)), ``maximize`` and SGD's
+    ``weight_decay`` and ``momentum`` (``momentum_buffers``, one per parameter, None before the first
+    step). For p != 2 it writes :math:`s = u - \eta d` (:math:`\eta` = ``lr``; u: ``duals``) into
+    ``spares`` and :math:`\operatorname{sign}(s)\,|s|^{1/(p-1)}` into ``params``, leaving u as it is;
+    the caller swaps u and s once the step is accepted. ``check_edits``: first u <- m(w) where w is not
+    m^-1(u) bit for bit (a parameter edited since the step that wrote it), on the device, into u. For
+    p = 2 it is ``torch.optim.SGD``'s functional step (``duals``/``spares`` unused).
+
+    ``foreach``/``fused`` choose the implementation as in torch's optimizers (``foreach=None``: foreach on
+    CUDA; ``fused=None``: not fused); a fused kernel that fails to compile falls back, warned once per
+    ``fused_state`` (the lr tensors and failure the caller keeps). ``refused`` (a 0-dim integer tensor):
+    the form ``torch.compile`` traces, with no host read, where a step that would make a parameter
+    non-finite is skipped on the device (p != 2) and counted in ``refused``.
     """
     if foreach and fused:
         raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+    buffers = list(momentum_buffers) if momentum_buffers is not None else [None] * len(params)
     if not params:
-        return None
+        return LpUpdate(None, buffers, bool(foreach), bool(fused))
     if normalize:
         grads = _normalized(grads, p, eps)
-    if foreach is None:
-        foreach = _default_foreach(params)
-    if fused and p != 2.0:
-        flags = _fused_lpmirrordescent(params, grads, duals, spares, lr=lr, p=p, maximize=maximize)
-        if flags is not None:
-            return flags
-    return _eager(foreach or bool(fused and p == 2.0))(params, grads, duals, spares, lr=float(lr), p=p,
-                                                        maximize=maximize)
-
-
-class _Pending:
-    """One param group's step awaiting its finiteness check: what undoing it needs (``keys``: the
-    parameters as ``state`` knows them; ``params``: the real tensors the step wrote, their
-    ``view_as_real`` for complex ones)."""
-
-    def __init__(self, keys: list[Tensor], params: list[Tensor], labels: list[str], states: list[dict],
-                 old_duals: list[Tensor], new_duals: list[Tensor], backups: list[Tensor | None], flags: Tensor,
-                 lr: float | Tensor, p: float, implementation: tuple[bool, bool]):
-        self.keys, self.params, self.labels, self.states = keys, params, labels, states
-        self.old_duals, self.new_duals, self.backups, self.lr, self.p = old_duals, new_duals, backups, lr, p
-        self.implementation = implementation  # (foreach, fused) as the step ran
-        if isinstance(flags, Tensor) and flags.is_cuda:  # to pinned host memory without waiting; read after the event
-            self.host = torch.empty(flags.shape, dtype=flags.dtype, pin_memory=True)
-            self.host.copy_(flags, non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record()
+    sgd = dict(weight_decay=weight_decay, momentum=momentum, dampening=dampening, nesterov=nesterov)
+    if refused is not None:  # traced: no host read
+        if p == 2.0:
+            _torch_sgd(params, grads, buffers, foreach=foreach, fused=fused, lr=lr, maximize=maximize, **sgd)
+            return LpUpdate(None, buffers, bool(foreach), bool(fused))
+        buffers = _traced_update(params, grads, duals, spares, buffers, lr=lr, p=p, maximize=maximize,
+                                 check_edits=check_edits, refused=refused, **sgd)
+        return LpUpdate(None, buffers, False, False)
+    sparse = any(g.is_sparse for g in grads)
+    foreach = _resolved_foreach(foreach, params, grads)
+    if p == 2.0:
+        if fused:
+            _torch_sgd(params, grads, buffers, fused=True, lr=lr, maximize=maximize, has_sparse_grad=sparse, **sgd)
         else:
-            self.host, self.event = flags, None
+            options = dict(has_sparse_grad=sparse, **sgd) if momentum or weight_decay else None
+            _eager(foreach)(params, grads, buffers, None, lr=float(lr), p=2.0, maximize=maximize, sgd=options)
+        return LpUpdate(None, buffers, foreach, bool(fused))
+    if momentum or weight_decay:
+        grads, buffers = _sgd_direction(params, grads, buffers, maximize=maximize, foreach=foreach, **sgd)
+        maximize = False  # the direction has done it
+    if fused:
+        finite = _fused_lpmirrordescent(params, grads, duals, spares, lr=lr, p=p, maximize=maximize,
+                                        check=check_edits, fused=fused_state)
+        if finite is not None:
+            return LpUpdate(finite, buffers, foreach, True)
+    if check_edits:
+        _resync(params, duals, spares, p, foreach)
+    finite = _eager(foreach)(params, grads, duals, spares, lr=float(lr), p=p, maximize=maximize)
+    return LpUpdate(finite, buffers, foreach, False)
 
-    def finite(self) -> list[bool]:
-        if self.event is not None:
-            self.event.synchronize()
-        return self.host.tolist()
+
+def _inverse_into(targets: list[Tensor], duals: list[Tensor], work: list[Tensor], p: float, foreach: bool,
+                  fused: bool, fused_state: _Fused | None = None) -> None:
+    """targets <- m^-1(u) by the very computation of a step (:func:`lp_mirror_descent` with a zero gradient
+    and the same implementation): bit for bit the parameters a step that ended at these duals wrote.
+    ``work`` receives copies of u. The step guard's (``mdlib._lp_guard``) way back."""
+    zeros = [torch.zeros_like(w) for w in targets]
+    lp_mirror_descent(targets, zeros, duals, work, lr=1.0, p=p, foreach=foreach and not fused, fused=fused,
+                      fused_state=fused_state)
 
 
 class _Job(NamedTuple):
@@ -197,11 +221,6 @@ class _Job(NamedTuple):
     params: list[Tensor]
     grads: list[Tensor]
     labels: list[str]
-
-
-def _exponent(state: dict[str, Any], default: float | None) -> float | None:
-    """The exponent recorded in a parameter's state (``state["p"]``, a 0-dim tensor), or ``default``."""
-    return state["p"].item() if "p" in state else default
 
 
 class LpMirrorDescent(Optimizer):
@@ -271,9 +290,7 @@ class LpMirrorDescent(Optimizer):
                 raise ValueError(f"{name} must be {'None, ' if name == 'lazy_check' else ''}True or False, "
                                  f"got {value!r}")
         self.lazy_check, self.check_edits = lazy_check, check_edits
-        self._pending: list[_Pending] = []  # the last step's groups, while their check is outstanding
-        self._fused = _Fused()  # the fused kernels' lr tensors and failure: this optimizer's own
-        self._refused = torch.zeros((), dtype=torch.int64)  # steps traced by torch.compile and refused
+        self._guard = _StepGuard(_inverse_into)  # pending steps, refused traced steps, fused kernels' state
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -302,8 +319,7 @@ class LpMirrorDescent(Optimizer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         _upgrade(self.__dict__, self.param_groups)  # pickles and checkpoints of earlier versions
-        self._pending, self._fused = [], _Fused()
-        self._refused = torch.zeros((), dtype=torch.int64)
+        self._guard = _StepGuard(_inverse_into)
 
     @staticmethod
     def _process_value_according_to_param_policy(param: Tensor, value: Tensor, param_id: int | None,
@@ -386,15 +402,15 @@ class LpMirrorDescent(Optimizer):
                 if job.p != 2.0:
                     self._mirror_step(job, lazy)
         except BaseException:
-            self._undo_pending()  # the groups this step already updated
+            self._guard.undo(self.state)  # the groups this step already updated
             raise
         if not lazy:
-            self._settle(keep_copies=self.check_edits)
+            self._guard.settle(self.state, keep_copies=self.check_edits)
         # p = 2 last: SGD's update has no dual to return to (with lazy_check it is not undone with the
         # mirror-descent groups of a step refused later)
         for job in work:
             if job.p == 2.0:
-                self._sgd_step(job)
+                self._update(job, None)
         return loss
 
     def _init_group(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
@@ -417,17 +433,16 @@ class LpMirrorDescent(Optimizer):
         buffers.extend(self.state[w].get("momentum_buffer") for w in keys)
         if p == 2.0:
             return
-        duals.extend(self._duals(keys, real, p)[0])
-        spares.extend(self._spares(keys, duals, p)[0])
+        duals.extend(self._guard.duals(self.state, keys, real, p, self.check_edits)[0])
+        spares.extend(self._guard.spares(self.state, keys, duals, p)[0])
 
     def _traced_step(self, closure: Callable[[], Any] | None) -> Any:
-        """The step as ``torch.compile`` traces it: no host read, so no graph break. Per group with p != 2
-        (with ``check_edits``) u <- u where w = m^-1(u) bit for bit, else m(w), as a lazily checked step
-        does; s = u - lr d (d: the gradient after normalize and SGD's options, :func:`_sgd_direction`);
-        the step is kept only if every new parameter of the group is finite (u <- s, w <- m^-1(s); else u
-        and w stay, and the momentum buffers), decided on the device; a refused step is counted and
-        :meth:`check` (eager) raises FloatingPointError for it. p = 2 is torch's SGD as torch compiles it
-        (without the finiteness check: it would read the host)."""
+        """The step as ``torch.compile`` traces it: :func:`lp_mirror_descent` with ``refused``, so no host
+        read and no graph break. Per group with p != 2 (with ``check_edits``) u <- u where w = m^-1(u) bit
+        for bit, else m(w), as a lazily checked step does; the step is kept only if every new parameter of
+        the group is finite, decided on the device; a refused step is counted and :meth:`check` (eager)
+        raises FloatingPointError for it. p = 2 is torch's SGD as torch compiles it (without the
+        finiteness check: it would read the host)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -441,17 +456,11 @@ class LpMirrorDescent(Optimizer):
             self._init_group(group, params, grads, duals, spares, buffers)
             if not params:
                 continue
-            p, momentum = group["p"], group["momentum"]
-            if p == 2.0:
-                _torch_sgd(params, grads, buffers, foreach=group["foreach"], fused=group["fused"],
-                           weight_decay=group["weight_decay"], momentum=momentum, lr=group["lr"],
-                           dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"])
-            else:
-                buffers = _traced_update(group, params, grads, duals, spares, buffers,
-                                         check_edits=self.check_edits, refused=self._refused)
-            if momentum:
+            update = lp_mirror_descent(params, grads, duals, spares, buffers, **self._options(group),
+                                       check_edits=self.check_edits, refused=self._guard.refused)
+            if group["momentum"]:
                 keys = [w for w in group["params"] if w.grad is not None]
-                for key, buffer in zip(keys, buffers):
+                for key, buffer in zip(keys, update.momentum_buffers):
                     self.state[key]["momentum_buffer"] = buffer
         return loss
 
@@ -477,9 +486,7 @@ class LpMirrorDescent(Optimizer):
             raise FloatingPointError(f"lr is not finite ({float(lr)}) in param_groups[{index}]: parameters "
                                      "left unchanged")
         grads = [w.grad for w in keys]
-        if p == 2.0:  # SGD: the gradient is checked before the step
-            if group["normalize"]:
-                grads = _normalized(grads, 2.0, group["eps"])
+        if p == 2.0:  # SGD: the gradient is checked before the step (normalizing keeps it finite or not)
             bad = [name for name, ok in zip(labels, _finite(grads).tolist()) if not ok]
             if bad:
                 raise FloatingPointError(f"non-finite gradient in {', '.join(bad)}: parameters left unchanged; "
@@ -489,241 +496,42 @@ class LpMirrorDescent(Optimizer):
         grads = [torch.view_as_real(g) if g.is_complex() else g for g in grads]
         return _Job(group, p, keys, params, grads, labels)
 
-    def _sgd_step(self, job: _Job) -> None:
-        """p = 2: ``torch.optim.SGD``'s step, by the p = 2 case of the single-tensor or foreach
-        implementation (with momentum or weight decay: torch's own SGD, its momentum buffers in
-        ``state[param]["momentum_buffer"]`` as SGD keeps them); fused: torch's fused SGD."""
-        group, params = job.group, job.params
-        momentum, sparse = group["momentum"], any(g.is_sparse for g in job.grads)
-        buffers = [self.state[w].get("momentum_buffer") for w in params] if momentum else [None] * len(params)
-        sgd = None
-        if momentum or group["weight_decay"]:
-            sgd = dict(has_sparse_grad=sparse, weight_decay=group["weight_decay"], momentum=momentum,
-                       dampening=group["dampening"], nesterov=group["nesterov"])
-        if group["fused"]:
-            _torch_sgd(params, job.grads, buffers, fused=True, lr=group["lr"], maximize=group["maximize"],
-                       **(sgd or dict(has_sparse_grad=sparse, weight_decay=0.0, momentum=0.0, dampening=0.0,
-                                      nesterov=False)))
-        else:
-            foreach = self._foreach(group, params) and not sparse
-            _eager(foreach)(params, job.grads, buffers, None, lr=float(group["lr"]), p=2.0,
-                            maximize=group["maximize"], sgd=sgd)
+    @staticmethod
+    def _options(group: dict[str, Any]) -> dict[str, Any]:
+        """The group's options as :func:`lp_mirror_descent` takes them."""
+        return {name: group[name] for name in ("lr", "p", "momentum", "dampening", "weight_decay", "nesterov",
+                                               "normalize", "eps", "maximize", "foreach", "fused")}
+
+    def _update(self, job: _Job, opened: Opened | None) -> LpUpdate:
+        """:func:`lp_mirror_descent` on the job's parameters (p != 2: from the duals ``opened`` gives), its
+        momentum buffers kept in the state (``state[param]["momentum_buffer"]``, as SGD keeps them)."""
+        group = job.group
+        momentum = group["momentum"]
+        buffers = [self.state[key].get("momentum_buffer") for key in job.keys] if momentum else None
+        start, spares = (opened.start, opened.spares) if opened is not None else (None, None)
+        update = lp_mirror_descent(job.params, job.grads, start, spares, buffers, **self._options(group),
+                                   check_edits=opened is not None and opened.check_on_device,
+                                   fused_state=self._guard.fused)
         if momentum:
-            for w, buffer in zip(params, buffers):
-                self.state[w]["momentum_buffer"] = buffer
+            for key, buffer in zip(job.keys, update.momentum_buffers):
+                self.state[key]["momentum_buffer"] = buffer
+        return update
+
+    def _mirror_step(self, job: _Job, lazy: bool) -> None:
+        """One group's step (p != 2): the edit check, the update into the spare duals, and its acceptance
+        (duals and spares swap) pending its finiteness check (``mdlib._lp_guard``)."""
+        group = job.group
+        opened = self._guard.open(self.state, job.keys, job.params, job.p, check_edits=self.check_edits, lazy=lazy,
+                                  foreach=_resolved_foreach(group["foreach"], job.params, job.grads),
+                                  fused=bool(group["fused"]))
+        update = self._update(job, opened)
+        self._guard.hold(self.state, job.keys, job.params, job.labels, opened, update.finite,
+                         (update.foreach, update.fused), group["lr"], job.p, check_edits=self.check_edits, lazy=lazy)
 
     def _lazy(self) -> bool:
         if self.lazy_check is not None:
             return bool(self.lazy_check)
         return any(w.device.type != "cpu" for group in self.param_groups for w in group["params"])
-
-    @staticmethod
-    def _foreach(group: dict[str, Any], params: list[Tensor]) -> bool:
-        """Whether the group's eager implementation is foreach: its ``foreach``, else torch's default."""
-        return _default_foreach(params) if group["foreach"] is None else bool(group["foreach"])
-
-    def _duals(self, keys: list[Tensor], params: list[Tensor], p: float) -> tuple[list[Tensor], list[bool]]:
-        """Each parameter's dual (created as m(w), in the dual's dtype, for a parameter that has none, whose
-        shape changed or, when edits are not checked, whose dual was made with another p; moved to the
-        parameter's device and dtype if it is elsewhere), and whether it was created now."""
-        duals, fresh = [], []
-        for key, w in zip(keys, params):
-            state = self.state[key]
-            dtype = _dual_dtype(w.dtype)
-            u = state.get("dual")
-            new = u is None or u.shape != w.shape or not self.check_edits and _exponent(state, p) != p
-            if new:
-                u = mirror_map(w.detach().to(dtype), p)
-            elif u.dtype != dtype or u.device != w.device:
-                u = u.to(device=w.device, dtype=dtype)
-            state["dual"] = u
-            duals.append(u)
-            fresh.append(new)
-        return duals, fresh
-
-    def _spares(self, keys: list[Tensor], duals: list[Tensor], p: float) -> tuple[list[Tensor], list[bool]]:
-        """Each parameter's spare dual buffer (allocated on first use, like the dual; ``state["spare"]``),
-        and whether it holds a copy of the parameter as the last immediately checked step, with this p,
-        left it."""
-        spares, copies = [], []
-        for key, u in zip(keys, duals):
-            state = self.state[key]
-            s = state.pop("copy", None)
-            copy = s is not None and _exponent(state, None) == p
-            if s is None:
-                s = state.pop("spare", None)
-            if s is None or s.shape != u.shape or s.dtype != u.dtype or s.device != u.device or s is u:
-                s, copy = torch.empty_like(u), False
-            state["spare"] = s
-            spares.append(s)
-            copies.append(copy)
-        return spares, copies
-
-    def _synchronize(self, params: list[Tensor], duals: list[Tensor], spares: list[Tensor], fresh: list[bool],
-                     copies: list[bool], backups: list[Tensor | None], p: float, foreach: bool, fused: bool,
-                     lazy: bool) -> tuple[list[Tensor], bool]:
-        """The duals this step starts from: u where the parameter is what this optimizer last wrote, bit for
-        bit, and m(w) where it is not (edited outside the optimizer, loaded, p changed); and whether the
-        fused kernel still compiles. What it last wrote: the spare's copy (kept by an immediately checked
-        step), or m^-1(u) as the implementation computes it (into the spare; the fused kernel into new
-        buffers). Immediately checked: per tensor on the host; an edited tensor gets a backup and a new dual
-        beside u (u stays for a refusal to return to). Lazily checked (eager implementations; the fused
-        kernel checks itself): on the device, into u."""
-        checked = [i for i, new in enumerate(fresh) if not new]
-        if not checked:
-            return duals, fused
-        refs = {i: spares[i] for i in checked if copies[i]}
-        probed = [i for i in checked if not copies[i]]
-        if probed and fused:
-            targets = [torch.empty_like(params[i]) for i in probed]
-            if _fused_lpmirrordescent(targets, [torch.zeros_like(t) for t in targets], [duals[i] for i in probed],
-                                      [spares[i] for i in probed], lr=1.0, p=p, maximize=False,
-                                      fused=self._fused) is None:
-                fused = False
-            else:
-                refs.update(zip(probed, targets))
-        if probed and not fused:
-            _inverse([duals[i] for i in probed], [spares[i] for i in probed], 1.0 / (p - 1.0), foreach)
-            refs.update((i, spares[i]) for i in probed)
-        refs = {i: ref if ref.dtype == params[i].dtype else ref.to(params[i].dtype) for i, ref in refs.items()}
-        if lazy:
-            for i in checked:
-                w, u, s = params[i], duals[i], spares[i]
-                synced = refs[i] == w
-                _signed_power(w.detach().to(u.dtype), p - 1.0, out=s)  # m(w), as mirror_map computes it
-                torch.where(synced, u, s, out=u)
-            return duals, fused
-        if all(params[i].device.type == "cpu" for i in checked):
-            equal = [_same_bits(refs[i], params[i]) for i in checked]
-        else:  # one host read for all tensors
-            equal = torch.stack([torch.eq(refs[i], params[i]).all() for i in checked]).tolist()
-        out = list(duals)
-        for i, ok in zip(checked, equal):
-            if not ok:
-                w, u = params[i], duals[i]
-                backups[i] = w.detach().clone()
-                out[i] = torch.where(refs[i] == w, u, mirror_map(w.detach().to(u.dtype), p))
-        return out, fused
-
-    def _direction(self, job: _Job, grads: list[Tensor], foreach: bool) -> tuple[list[Tensor], bool]:
-        """The gradients after SGD's weight decay and momentum (:func:`_sgd_direction`; the new momentum
-        buffers go into the state, which a refused step restores), and whether the update still has to
-        maximize (the direction has done it)."""
-        group = job.group
-        if not group["weight_decay"] and not group["momentum"]:
-            return grads, group["maximize"]
-        buffers = [self.state[key].get("momentum_buffer") for key in job.keys]
-        direction, buffers = _sgd_direction(job.params, grads, buffers, weight_decay=group["weight_decay"],
-                                            momentum=group["momentum"], dampening=group["dampening"],
-                                            nesterov=group["nesterov"], maximize=group["maximize"], foreach=foreach)
-        if group["momentum"]:
-            for key, buffer in zip(job.keys, buffers):
-                self.state[key]["momentum_buffer"] = buffer
-        return direction, False
-
-    def _mirror_step(self, job: _Job, lazy: bool) -> None:
-        """One pass into the spare duals; the step is accepted (duals and spares swap) pending its check."""
-        group, p, keys, params = job.group, job.p, job.keys, job.params
-        lr = group["lr"]
-        states = [dict(self.state[key]) for key in keys]  # what a refusal restores (the tensors stay untouched)
-        duals, fresh = self._duals(keys, params, p)
-        spares, copies = self._spares(keys, duals, p)
-        backups: list[Tensor | None] = [w.detach().clone() if new else None for w, new in zip(params, fresh)]
-        grads = job.grads
-        if group["normalize"]:
-            grads = _normalized(grads, p, group["eps"])
-        foreach = self._foreach(group, params) and not any(g.is_sparse for g in grads)
-        grads, maximize = self._direction(job, grads, foreach)
-        fused = bool(group["fused"]) and self._fused.failure is None
-        flags = None
-        if fused and lazy:  # the kernel verifies the parameters itself, on the device
-            flags = _fused_lpmirrordescent(params, grads, duals, spares, lr=lr, p=p, maximize=maximize,
-                                           check=self.check_edits and not all(fresh), fused=self._fused)
-            fused = flags is not None
-        if flags is None:
-            start = duals
-            if self.check_edits:
-                start, fused = self._synchronize(params, duals, spares, fresh, copies, backups, p, foreach, fused,
-                                                 lazy)
-            if fused:
-                flags = _fused_lpmirrordescent(params, grads, start, spares, lr=lr, p=p, maximize=maximize,
-                                               fused=self._fused)
-                fused = flags is not None
-            if flags is None:
-                flags = _eager(foreach)(params, grads, start, spares, lr=float(lr), p=p, maximize=maximize)
-        self._pending.append(_Pending(keys, params, job.labels, states, duals, spares, backups, flags, lr, p,
-                                      (foreach, fused)))
-        for key, s in zip(keys, spares):
-            state = self.state[key]
-            state["spare"], state["dual"] = state["dual"], s
-            if not self.check_edits and _exponent(state, None) != p:  # the dual's exponent, edits not checked
-                state["p"] = torch.tensor(p, dtype=torch.float64)  # a new tensor: a refusal restores the old
-
-    @torch.no_grad()
-    def _undo_pending(self) -> None:
-        """Undo the pending groups' steps: duals back, parameters rebuilt from them (or from backups)."""
-        pending, self._pending = self._pending, []
-        for entry in reversed(pending):
-            _inverse_into(entry.params, entry.old_duals, entry.new_duals, entry.p, *entry.implementation,
-                          fused_state=self._fused)
-            for key, w, state, backup in zip(entry.keys, entry.params, entry.states, entry.backups):
-                if backup is not None:
-                    w.copy_(backup)
-                if state:
-                    if "copy" in state:  # its buffer received the refused dual: a spare again
-                        state["spare"] = state.pop("copy")
-                    self.state[key] = state
-                else:  # the step had created it
-                    del self.state[key]
-
-    @torch.no_grad()
-    def _settle(self, keep_copies: bool) -> None:
-        """:meth:`check`; ``keep_copies`` (a step checked right after its update): an accepted step's
-        parameters are also copied into their spare buffers, the reference of the next step's check."""
-        if not self._pending:
-            return
-        verdicts = [(entry, entry.finite()) for entry in self._pending]
-        if all(all(finite) for _, finite in verdicts):
-            pending, self._pending = self._pending, []
-            if keep_copies:
-                for entry in pending:
-                    self._keep_copies(entry.keys, entry.params, entry.p, entry.implementation[0])
-            return
-        gradient, overflow, lr, p = [], [], None, None
-        for entry, finite in verdicts:
-            bad = [i for i, ok in enumerate(finite) if not ok]
-            if bad:
-                lr, p = float(entry.lr), entry.p
-                duals_ok = _finite([entry.new_duals[i] for i in bad]).tolist()  # u - lr g itself not finite?
-                for i, ok in zip(bad, duals_ok):
-                    (overflow if ok else gradient).append(entry.labels[i])
-        self._undo_pending()
-        where = " (found at the next step: lazy_check)" if self._lazy() else ""
-        if gradient:
-            raise FloatingPointError(f"non-finite gradient in {', '.join(gradient)}{where}: parameters left "
-                                     f"unchanged; check the loss or reduce lr (now {lr})")
-        r = 1.0 / (p - 1.0)
-        raise FloatingPointError(
-            f"the inverse mirror map overflowed in {', '.join(overflow)}{where} (|u|^{r:.3g} exceeds the float "
-            f"range): parameters left unchanged; reduce lr (now {lr}, p={p})")
-
-    def _keep_copies(self, keys: list[Tensor], params: list[Tensor], p: float, foreach: bool) -> None:
-        """Copy each parameter into its spare buffer (``state["copy"]``, made with exponent ``state["p"]``)."""
-        spares = []
-        for key in keys:
-            state = self.state[key]
-            spares.append(state.pop("spare"))
-            state["copy"] = spares[-1]
-            if "p" in state:
-                state["p"].fill_(p)
-            else:
-                state["p"] = torch.tensor(p, dtype=torch.float64)
-        if foreach:
-            for index in _by_device_and_dtype(spares, params):
-                torch._foreach_copy_([spares[i] for i in index], [params[i] for i in index])
-        else:
-            for s, w in zip(spares, params):
-                s.copy_(w)
 
     def resync(self) -> None:
         """Re-derive every dual from its parameter at the next step (u = m(w)): what to call after editing
@@ -738,21 +546,4 @@ class LpMirrorDescent(Optimizer):
         parameter is not finite, undo that step and raise FloatingPointError naming the parameters.
         ``step()``, ``state_dict()`` and pickling call it; a training loop calls it after its last step.
         Also raises if steps traced by ``torch.compile`` were refused (left undone) since the last call."""
-        self._settle(keep_copies=False)
-        refused = int(self._refused.item()) if self._refused.any() else 0
-        if refused:
-            self._refused.zero_()
-            raise FloatingPointError(f"{refused} step(s) under torch.compile would have made a parameter "
-                                     "non-finite and were skipped (parameters and state left as they were); "
-                                     "check the loss or reduce lr")
-
-
-def _inverse_into(targets: list[Tensor], duals: list[Tensor], work: list[Tensor], p: float, foreach: bool,
-                  fused: bool, fused_state: _Fused | None = None) -> None:
-    """targets <- m^-1(u) by the very computation of a step (a zero gradient, the same implementation):
-    bit for bit the parameters a step that ended at these duals wrote. ``work`` receives copies of u."""
-    zeros = [torch.zeros_like(w) for w in targets]
-    if fused and _fused_lpmirrordescent(targets, zeros, duals, work, lr=1.0, p=p, maximize=False,
-                                        fused=fused_state) is not None:
-        return
-    _eager(foreach)(targets, zeros, duals, work, lr=1.0, p=p, maximize=False)
+        self._guard.check(self.state)

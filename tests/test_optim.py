@@ -233,7 +233,7 @@ def test_defaults_follow_torch_single_tensor_on_cpu(monkeypatch):
     model = make_model()
     opt = LpMirrorDescent(model.parameters(), lr=0.01, p=1.5)
     train(model, opt, 1)
-    assert calls == ["_single_tensor_lpmirrordescent"] and not opt._lazy() and not opt._pending
+    assert calls == ["_single_tensor_lpmirrordescent"] and not opt._lazy() and not opt._guard.pending
     assert _lp_steps._default_foreach([torch.zeros(1)]) is False
     assert _lp_steps._default_foreach([torch.zeros(1, device="meta")]) is False
 
@@ -427,14 +427,14 @@ def test_fused_finiteness_flag_sees_one_bad_entry_anywhere():
     duals = [torch.linspace(-1, 1, n) for n in sizes]
     params = [torch.empty(n) for n in sizes]
     spares = [torch.empty(n) for n in sizes]
-    flags = lp_mirror_descent(params, [torch.zeros(n) for n in sizes], duals, spares, lr=1e-3, p=1.1, fused=True)
+    flags = lp_mirror_descent(params, [torch.zeros(n) for n in sizes], duals, spares, lr=1e-3, p=1.1, fused=True).finite
     assert flags.all()
     for bad in (float("nan"), float("inf"), -float("inf"), 1e30):  # 1e30: |u - lr g|^10 overflows
         for k, n in enumerate(sizes):
             for position in sorted({0, n // 2, n - 2, n - 1} - {-1}):
                 grads = [torch.zeros(m) for m in sizes]
                 grads[k][position] = bad
-                flags = lp_mirror_descent(params, grads, duals, spares, lr=1e-3, p=1.1, fused=True)
+                flags = lp_mirror_descent(params, grads, duals, spares, lr=1e-3, p=1.1, fused=True).finite
                 assert flags.tolist() == [j != k for j in range(len(sizes))], (bad, n, position)
 
 

@@ -39,7 +39,8 @@ def fresh_dynamo():
 
 
 @pytest.mark.parametrize("p, kwargs", [(1.75, {}), (3.0, dict(momentum=0.9, weight_decay=0.01, nesterov=True)),
-                                       (1.1, dict(momentum=0.9, maximize=True)), (2.0, dict(momentum=0.9))])
+                                       (1.1, dict(momentum=0.9, maximize=True)), (2.0, dict(momentum=0.9)),
+                                       (2.0, dict(normalize=True))])
 def test_a_compiled_training_step_has_no_break_in_the_optimizer_and_no_recompile(p, kwargs):
     model, opt, step = setup(p, **kwargs)
     eager_model, eager_opt, eager_step = setup(p, **kwargs)

@@ -634,7 +634,7 @@ def test_the_lazy_check_is_settled_by_the_documented_calls(settle):
     before = params_of(model)
     refused_lazy_step(model, opt)
     opt.zero_grad()  # not a settle point: it would make the host wait for the device every iteration
-    assert opt._pending
+    assert opt._guard.pending
     with pytest.raises(FloatingPointError, match=r"0\.weight.*lazy_check"):
         {"check": opt.check, "state_dict": opt.state_dict, "step": opt.step,
          "deepcopy": lambda: copy.deepcopy(opt)}[settle]()
@@ -649,7 +649,7 @@ def test_load_state_dict_discards_a_pending_lazy_step():
     refused_lazy_step(model, opt)
     opt.load_state_dict(saved)
     model.load_state_dict(good)
-    assert not opt._pending
+    assert not opt._guard.pending
     train(model, opt, 1, start=3)
 
 
