@@ -1,6 +1,8 @@
 """Runs are keyed by the code that computes them: an edit of that code is recomputed, never served the
 stored numbers of the old code, and the provenance record names the code it came from."""
 
+import ast
+import importlib
 import json
 import os
 import shutil
@@ -9,7 +11,7 @@ import sys
 
 import pytest
 
-from mdlib.experiments import fingerprint, paths, store
+from mdlib.experiments import fingerprint, paths, runkey, store
 
 E1 = dict(seeds=2, steps={"1.75": 4, "3": 5}, lr=0.1, n=3, T=4, d=3, svm_ps=[1.75, 3.0], seed=0, eps=None, points=3)
 SCRIPT = f"""
@@ -102,11 +104,51 @@ def test_store_lists_and_prunes_entries_of_other_code(tmp_path, monkeypatch):
     assert store.load("prune-test", {"n": 1})["x"] == 1
 
 
-def test_a_kind_belongs_to_one_module():
-    assert store.kind("kind-test", "mdlib.experiments.synthetic") == "kind-test"
-    assert store.kind("kind-test", "mdlib.experiments.synthetic") == "kind-test"  # a re-import declares it again
-    with pytest.raises(ValueError, match="declared by mdlib.experiments.synthetic already"):
-        store.kind("kind-test", "mdlib.experiments.vision")
+def test_a_kind_is_declared_by_the_module_the_table_names():
+    assert store.kind("e1-fixed-decoder", "mdlib.experiments.synthetic") == "e1-fixed-decoder"
+    assert store.kind("e1-fixed-decoder", "mdlib.experiments.synthetic") == "e1-fixed-decoder"  # a re-import
+    with pytest.raises(ValueError, match=r"'e1-fixed-decoder' is computed by mdlib.experiments.synthetic "
+                                         r"\(mdlib.experiments.runkey.KINDS\); mdlib.experiments.vision must use"):
+        store.kind("e1-fixed-decoder", "mdlib.experiments.vision")
+    with pytest.raises(ValueError, match=r"'kind-test' is not in mdlib.experiments.runkey.KINDS: add it there"):
+        store.kind("kind-test", "mdlib.experiments.synthetic")
+
+
+def _declared_kinds() -> dict[str, str]:
+    """{kind: module} of every ``kind("name", __name__)`` call in mdlib's sources, read statically."""
+    found = {}
+    for path in sorted(fingerprint._ROOT.rglob("*.py")):
+        module = ".".join(("mdlib", *path.relative_to(fingerprint._ROOT).with_suffix("").parts)).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            name = getattr(node, "func", None)
+            if (isinstance(node, ast.Call) and getattr(name, "attr", getattr(name, "id", None)) == "kind"
+                    and len(node.args) == 2 and isinstance(node.args[1], ast.Name) and node.args[1].id == "__name__"):
+                assert isinstance(node.args[0], ast.Constant), f"{path}: a kind is declared by its literal name"
+                found[node.args[0].value] = module
+    return found
+
+
+def test_the_table_holds_exactly_the_kinds_the_modules_declare():
+    declared = _declared_kinds()
+    assert len(declared) >= 11  # the e1-e3, e4, e7 and e9 kinds: the search still finds the declarations
+    assert dict(runkey.KINDS) == declared
+
+
+def test_the_code_of_a_kind_needs_no_import_of_its_module():
+    """A process that imports only the store knows every kind's code: the same as after importing its module."""
+    script = ("import json, sys\nfrom mdlib.experiments import runkey, store\n"
+              "codes = {kind: store.code_of(kind) for kind in runkey.KINDS}\n"
+              "print(json.dumps({'codes': codes, 'imported': sorted(set(runkey.KINDS.values()) & set(sys.modules))}))")
+    env = dict(os.environ, PYTHONPATH=str(fingerprint._ROOT.parent))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    fresh = json.loads(out.stdout)
+    assert fresh["imported"] == []
+    for module in set(runkey.KINDS.values()):
+        importlib.import_module(module)
+    assert fresh["codes"] == {kind: store.code_of(kind) for kind in runkey.KINDS}
+    assert fresh["codes"]["e4-sentiment"] == fingerprint.fingerprint("mdlib.experiments.sentiment") != fingerprint.fingerprint()
+    assert store.code_of("toy") == fingerprint.fingerprint()  # a kind not in the table: all of mdlib
 
 
 def test_a_public_name_counts_as_its_module_and_type_checking_imports_do_not(tmp_path, monkeypatch):

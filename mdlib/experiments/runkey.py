@@ -2,8 +2,8 @@
 
 A run is identified by ``kind`` (what computes it, e.g. ``"e1-paths"``), its full ``config`` (every
 setting that changes the numbers: data sizes, seeds, step sizes, steps, p values) and the code that
-computes it: the fingerprint (``mdlib.experiments.fingerprint``) of the module that declared the kind with
-:func:`kind` and of every mdlib module it imports (of all of mdlib for a kind nobody declared). Its key
+computes it: the fingerprint (``mdlib.experiments.fingerprint``) of the module that computes the kind
+(:data:`KINDS`) and of every mdlib module it imports (of all of mdlib for a kind not in the table). Its key
 is the sha256 of the canonical JSON of ``{"kind": kind, "config": config, "code": fingerprint}``
 (sorted keys, no whitespace), so a change of that code is recomputed, never served the old numbers.
 
@@ -21,13 +21,14 @@ import re
 import typing
 from dataclasses import fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping, TypeVar
 
 import numpy as np
 
 from mdlib.experiments import fingerprint
 
-__all__ = ["Config", "canonical_json", "check_keys", "check_name", "code_of", "config_key", "kind", "plain"]
+__all__ = ["KINDS", "Config", "canonical_json", "check_keys", "check_name", "code_of", "config_key", "kind", "plain"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MAX_NAME = 128  #: the most characters of a kind, run name or result name
@@ -143,24 +144,43 @@ class Config:
         return config if isinstance(config, cls) else cls.from_dict(config)
 
 
-_KIND_MODULES: dict[str, str] = {}  # kind -> the module that computes its runs
+#: Every run kind and the module that computes its runs: the code in their keys is that module's
+#: fingerprint (:func:`code_of`), read from this table so that no module need be imported to know it.
+#: The module declares the kind with :func:`kind`, which checks it against this table.
+KINDS: Mapping[str, str] = MappingProxyType({
+    "e1-fixed-decoder": "mdlib.experiments.synthetic",
+    "e2-single-instance": "mdlib.experiments.synthetic",
+    "e3-joint": "mdlib.experiments.synthetic",
+    "e4-sentiment": "mdlib.experiments.sentiment",
+    "e4-grid": "mdlib.experiments.sentiment",
+    "e4-baseline": "mdlib.experiments.sentiment",
+    "e7-vit": "mdlib.experiments.vision",
+    "e7-grid": "mdlib.experiments.vision",
+    "e7-pruning": "mdlib.experiments.vision",
+    "e9-step-sizes": "mdlib.experiments.step_sizes",
+    "e9-step-grid": "mdlib.experiments.step_sizes",
+})
 
 
 def kind(name: str, module: str) -> str:
-    """Declare that the runs of kind ``name`` are computed by ``module`` (the caller's ``__name__``), so
-    that their keys hold the fingerprint of that module's code; returns ``name``. For example
-    ``KIND = store.kind("e4-sentiment", __name__)``."""
+    """Declare, in ``module`` (the caller's ``__name__``), that it computes the runs of kind ``name``;
+    returns ``name``, e.g. ``KIND = store.kind("e4-sentiment", __name__)``. A ValueError unless
+    :data:`KINDS` pairs them."""
     check_name(name, "run kind")
-    known = _KIND_MODULES.setdefault(name, module)
+    known = KINDS.get(name)
+    if known is None:
+        raise ValueError(f"run kind {name!r} is not in mdlib.experiments.runkey.KINDS: add it there, "
+                         f"computed by {module}")
     if known != module:
-        raise ValueError(f"run kind {name!r} is declared by {known} already; {module} must use another name")
+        raise ValueError(f"run kind {name!r} is computed by {known} (mdlib.experiments.runkey.KINDS); "
+                         f"{module} must use another name")
     return name
 
 
 def code_of(kind: str) -> str:
-    """The code fingerprint in the keys of ``kind``'s runs: its module's (see :func:`kind`), else all of
-    mdlib's."""
-    return fingerprint.fingerprint(_KIND_MODULES.get(kind))
+    """The code fingerprint in the keys of ``kind``'s runs: that of its module in :data:`KINDS`, else
+    (a kind not in the table, e.g. a test's) all of mdlib's."""
+    return fingerprint.fingerprint(KINDS.get(kind))
 
 
 def config_key(kind: str, config: Config | Mapping[str, Any]) -> str:
