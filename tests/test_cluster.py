@@ -229,7 +229,7 @@ def test_cluster_run_many_trains_first_the_runs_no_other_process_trains(tmp_path
     held = threading.Event()
 
     def hold_the_first():  # as another process would: until the second run is trained here
-        with store._run_lock("cluster", store.config_key("cluster", first)):
+        with store._run_lock(store.RunId.of("cluster", first)):
             held.set()
             deadline = time.monotonic() + 60
             while not count.exists() and time.monotonic() < deadline:
@@ -450,10 +450,10 @@ def test_cluster_a_bad_executor_is_refused_before_anything_runs(chapter, capsys)
 def test_cluster_a_result_of_locked_runs_is_computed_without_its_own_lock():
     import threading
 
-    key, held, done = store.config_key("race", {"a": 1}), threading.Event(), threading.Event()
+    run, held, done = store.RunId.of("race", {"a": 1}), threading.Event(), threading.Event()
 
     def hold():
-        with store._run_lock("race", key):
+        with store._run_lock(run):
             held.set()
             done.wait(30)
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from mdlib.experiments import methods, paths, pool, runfiles, store, train
+from mdlib.experiments import methods, paths, pool, runfiles, runkey, store, train
 from mdlib.optim import LpMirrorDescent
 from test_train import Crashing, blobs, mlp, same_history
 
@@ -374,6 +374,21 @@ def build_either(config: BlobsRun):
     if config.diverge:
         setup.optimizer = methods.make_optimizer(setup.model.parameters(), "md", 1e38, p=1.1)
     return setup
+
+
+@pytest.fixture
+def ids_made(monkeypatch) -> list[str]:
+    """The kinds of the run ids made (``RunId.of`` asks ``code_of`` once per id), in order."""
+    made = []
+    real = runkey.code_of
+    monkeypatch.setattr(runkey, "code_of", lambda kind: made.append(kind) or real(kind))
+    return made
+
+
+def test_the_store_makes_a_runs_id_once_for_all_its_visits(ids_made):
+    """load_or_run of a missing run finds, locks, finds again, writes and reads back one run id."""
+    assert store.load_or_run("once", {"a": 1}, lambda: {"x": 1})["x"] == 1 and ids_made == ["once"]
+    assert store.load_or_run("once", {"a": 1}, lambda: {"x": 2})["x"] == 1 and ids_made == ["once"] * 2
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -486,11 +486,11 @@ def store(args: argparse.Namespace) -> dict:
     out = {}
     for kind in sorted({e.kind for e in found}):
         of = [e.path for e in found if e.kind == kind]
-        config = {path: json.loads((path / "config.json").read_text("utf-8")) for path in of}
+        run = {path: results.RunId.of(kind, json.loads((path / "config.json").read_text("utf-8"))) for path in of}
         meta = {path: json.loads((path / "meta.json").read_text("utf-8")) for path in of}
 
-        def read_all(of=of, config=config, kind=kind):
-            if any(results._read(path, kind, config[path]) is None for path in of):
+        def read_all(of=of, run=run, kind=kind):
+            if any(results._read(path, run[path]) is None for path in of):
                 raise ValueError(f"a {kind} entry does not read back: python -m mdlib store --prune")
 
         def check_all(of=of, meta=meta):

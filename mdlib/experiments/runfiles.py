@@ -32,7 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from mdlib.experiments import paths
-from mdlib.experiments.runkey import Config, canonical_json, check_name, code_of, plain
+from mdlib.experiments.runkey import RunId, canonical_json, check_name, plain
 
 __all__ = ["FORMAT", "STALE_SECONDS", "check_content", "clean_stale", "discard", "read_entry", "temp_folder",
            "write_entry"]
@@ -78,19 +78,19 @@ def discard(path: Path, key: str = "") -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def read_entry(path: Path, kind: str, config: Config | Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(values, meta) of the entry at ``path`` of run (``kind``, ``config``); an exception (any) when it
-    does not read back completely or is not that run's, computed by the code its kind runs now."""
+def read_entry(path: Path, run: RunId) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(values, meta) of the entry at ``path`` of ``run``; an exception (any) when it does not read back
+    completely or is not that run's, computed by the code its kind runs now (``run.code``)."""
     import pandas as pd
 
     meta = json.loads((path / "meta.json").read_text("utf-8"))
-    if meta.get("format") != FORMAT or meta.get("kind") != kind:
+    if meta.get("format") != FORMAT or meta.get("kind") != run.kind:
         raise ValueError("format or kind mismatch")
-    if meta.get("code") != code_of(kind):
+    if meta.get("code") != run.code:
         raise ValueError("computed by other code (its fingerprint differs)")
     check_content(path, meta)
     stored_config = json.loads((path / "config.json").read_text("utf-8"))
-    if canonical_json(stored_config) != canonical_json(config):
+    if canonical_json(stored_config) != canonical_json(run.config):
         raise ValueError("stored config differs from the requested one")
     entries: dict[str, str] = meta["entries"]
     values: dict[str, Any] = {}
@@ -148,10 +148,8 @@ def _to_numpy(value: Any) -> np.ndarray | None:
     return None
 
 
-def write_entry(folder: Path, kind: str, key: str, config: Config | Mapping[str, Any],
-                result: Mapping[str, Any], seconds: float) -> None:
-    """Write the entry of run (``kind``, ``config``) with key ``key`` into the empty folder ``folder``:
-    its files, meta.json last."""
+def write_entry(folder: Path, run: RunId, result: Mapping[str, Any], seconds: float) -> None:
+    """Write the entry of ``run`` into the empty folder ``folder``: its files, meta.json last."""
     import pandas as pd
 
     entries: dict[str, str] = {}
@@ -178,7 +176,7 @@ def write_entry(folder: Path, kind: str, key: str, config: Config | Mapping[str,
                 raise TypeError(f"result {name!r}: store numpy arrays, pandas DataFrames or JSON values "
                                 f"({exc})") from None
             entries[name] = "json"
-    (folder / "config.json").write_text(canonical_json(config) + "\n", "utf-8")
+    (folder / "config.json").write_text(canonical_json(run.config) + "\n", "utf-8")
     if arrays:
         with open(folder / "arrays.npz", "wb") as handle:
             np.savez(handle, **arrays)
@@ -186,13 +184,13 @@ def write_entry(folder: Path, kind: str, key: str, config: Config | Mapping[str,
 
     meta = {
         "format": FORMAT,
-        "kind": kind,
-        "key": key,
+        "kind": run.kind,
+        "key": run.key,
         "entries": entries,
         "values": values,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "seconds": round(seconds, 3),
-        "code": code_of(kind),
+        "code": run.code,
         "mdlib_version": __version__,
     }
     meta["sha256"] = _content(folder, meta)

@@ -6,6 +6,7 @@ computes it: the fingerprint (``mdlib.experiments.fingerprint``) of the module t
 (:data:`KINDS`) and of every mdlib module it imports (of all of mdlib for a kind not in the table). Its key
 is the sha256 of the canonical JSON of ``{"kind": kind, "config": config, "code": fingerprint}``
 (sorted keys, no whitespace), so a change of that code is recomputed, never served the old numbers.
+A ``RunId`` holds the four, made once per run and passed to whatever visits the run in the store.
 
 A config is a typed ``Config`` (a frozen dataclass that callers read by attribute) or a plain mapping;
 the key is taken of its ``to_dict()``, the one place a typed config becomes the dict the store keeps.
@@ -19,7 +20,7 @@ import json
 import math
 import re
 import typing
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, TypeVar
@@ -28,7 +29,8 @@ import numpy as np
 
 from mdlib.experiments import fingerprint
 
-__all__ = ["KINDS", "Config", "canonical_json", "check_keys", "check_name", "code_of", "config_key", "kind", "plain"]
+__all__ = ["KINDS", "Config", "RunId", "canonical_json", "check_keys", "check_name", "code_of", "config_key", "kind",
+           "plain"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MAX_NAME = 128  #: the most characters of a kind, run name or result name
@@ -183,8 +185,28 @@ def code_of(kind: str) -> str:
     return fingerprint.fingerprint(KINDS.get(kind))
 
 
+@dataclass(frozen=True)
+class RunId:
+    """A run's identity, made once (:meth:`of`) and passed to whatever finds, locks, writes or reads the
+    run: its ``kind``, its ``config`` as the store keeps it (plain JSON data, ``Config.to_dict()`` of a
+    typed one), the fingerprint of the ``code`` that computes it (:func:`code_of`) and its ``key``, the
+    sha256 of the three. Two ids are equal when their kind, code and key are."""
+
+    kind: str
+    config: dict[str, Any] = field(compare=False)
+    code: str
+    key: str
+
+    @classmethod
+    def of(cls, kind: str, config: Config | Mapping[str, Any]) -> "RunId":
+        """The identity of run (``kind``, ``config``): the key is the sha256 (hex) of the canonical JSON of
+        ``{"kind": kind, "config": config, "code": code_of(kind)}``."""
+        check_name(kind, "run kind")
+        config, code = plain(config), code_of(kind)
+        payload = canonical_json({"kind": kind, "config": config, "code": code})
+        return cls(kind, config, code, hashlib.sha256(payload.encode("utf-8")).hexdigest())
+
+
 def config_key(kind: str, config: Config | Mapping[str, Any]) -> str:
-    """sha256 (hex) of the canonical JSON of ``{"kind": kind, "config": config, "code": code_of(kind)}``."""
-    check_name(kind, "run kind")
-    payload = {"kind": kind, "config": config, "code": code_of(kind)}
-    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+    """The key of run (``kind``, ``config``): ``RunId.of(kind, config).key``."""
+    return RunId.of(kind, config).key

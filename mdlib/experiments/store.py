@@ -6,10 +6,12 @@
     result.cached, result.path    # whether it came from the store, and where it lives
 
 A run is named by its kind, its config (a typed ``Config`` or a plain mapping) and the code that
-computes it, and filed under their key (``mdlib.experiments.runkey``, whose ``Config``, ``kind``,
-``config_key``, ``code_of``, ``canonical_json`` and ``check_keys`` this module passes on as its own
-vocabulary): ``<build>/runs/<kind>/<key>/``, written atomically and checked when read back
-(``mdlib.experiments.runfiles``); an entry that does not read back is ignored, recomputed and replaced.
+computes it, and filed under their key (``mdlib.experiments.runkey``, whose ``RunId``, ``Config``,
+``KINDS``, ``kind``, ``config_key``, ``code_of``, ``canonical_json`` and ``check_keys`` this module
+passes on as its own vocabulary): ``<build>/runs/<kind>/<key>/``, written atomically and checked when
+read back (``mdlib.experiments.runfiles``); an entry that does not read back is ignored, recomputed and
+replaced. Each function takes its run as a kind and its config, or as the ``RunId`` of the two, made
+once by a caller that visits the store several times for one run (``mdlib.experiments.pool``).
 The entries of other code fingerprints stay on disk unused until :func:`prune` (``python -m mdlib store
 --prune``) removes them.
 
@@ -34,11 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from mdlib.experiments import lockfile, paths, runfiles
-from mdlib.experiments.runkey import Config, canonical_json, check_keys, check_name, code_of, config_key, kind
+from mdlib.experiments import lockfile, paths, runfiles, runkey
+from mdlib.experiments.runkey import (KINDS, Config, RunId, canonical_json, check_keys, check_name, code_of, config_key,
+                                      kind)
 
-__all__ = ["Config", "RunResult", "StoreWarning", "busy", "canonical_json", "check_keys", "code_of", "config_key",
-           "entries", "entry_dir", "kind", "load", "load_or_run", "prune", "save"]
+__all__ = ["KINDS", "Config", "RunId", "RunResult", "StoreWarning", "busy", "canonical_json", "check_keys", "code_of",
+           "config_key", "entries", "entry_dir", "kind", "load", "load_or_run", "prune", "save"]
 
 _used: dict[str, None] = {}  # "kind/key" of the runs loaded or stored by this process, in first-use order
 
@@ -60,18 +63,31 @@ class StoreWarning(UserWarning):
     """A stored entry was unusable and is being recomputed."""
 
 
-def entry_dir(kind: str, config: Config | Mapping[str, Any]) -> Path:
-    """The folder of run (``kind``, ``config``)'s entry."""
-    return paths.runs_dir() / kind / config_key(kind, config)
+def _identify(run: RunId | str, config: Config | Mapping[str, Any] | None) -> RunId:
+    """``run`` when it is a ``RunId`` (and no config is given), else the id of run (kind ``run``,
+    ``config``): how each function of the store takes its run."""
+    if isinstance(run, RunId):
+        if config is not None:
+            raise TypeError(f"run {run.kind}/{run.key[:12]} is a RunId: give it without a config")
+        return run
+    if config is None:
+        raise TypeError(f"run kind {run!r} needs its config")
+    return RunId.of(run, config)
 
 
-def _read(path: Path, kind: str, config: Config | Mapping[str, Any]) -> RunResult | None:
-    """The entry at ``path``, or None when it is absent or does not read back completely (a
+def entry_dir(run: RunId | str, config: Config | Mapping[str, Any] | None = None) -> Path:
+    """The folder of the entry of ``run`` (a ``RunId``, or a kind and its ``config``)."""
+    run = _identify(run, config)
+    return paths.runs_dir() / run.kind / run.key
+
+
+def _read(path: Path, run: RunId) -> RunResult | None:
+    """The entry at ``path`` of ``run``, or None when it is absent or does not read back completely (a
     ``StoreWarning`` says why)."""
     if not path.is_dir():
         return None
     try:
-        values, meta = runfiles.read_entry(path, kind, config)
+        values, meta = runfiles.read_entry(path, run)
     except Exception as exc:  # noqa: BLE001 - any failure means: not a usable entry
         warnings.warn(f"ignoring unreadable run entry {path} ({type(exc).__name__}: {exc}); recomputing",
                       StoreWarning, stacklevel=3)
@@ -79,13 +95,15 @@ def _read(path: Path, kind: str, config: Config | Mapping[str, Any]) -> RunResul
     return RunResult(values, key=path.name, path=path, cached=True, meta=meta)
 
 
-def load(kind: str, config: Config | Mapping[str, Any]) -> RunResult | None:
-    """The stored result of this run, or None. A hit is recorded in :func:`used_runs`."""
-    path = entry_dir(kind, config)
+def load(run: RunId | str, config: Config | Mapping[str, Any] | None = None) -> RunResult | None:
+    """The stored result of ``run`` (a ``RunId``, or a kind and its ``config``), or None. A hit is
+    recorded in :func:`used_runs`."""
+    run = _identify(run, config)
+    path = entry_dir(run)
     runfiles.clean_stale(path.parent)
-    result = _read(path, kind, config)
+    result = _read(path, run)
     if result is not None:
-        _used[f"{kind}/{path.name}"] = None
+        _used[f"{run.kind}/{run.key}"] = None
     return result
 
 
@@ -147,13 +165,14 @@ class Entry:
 
 
 def entries() -> list[Entry]:
-    """Every entry in ``<build>/runs/`` (the runs names and temporary folders aside), by kind and key.
-    ``current`` needs the kind's module imported (``python -m mdlib store`` imports all of mdlib)."""
+    """Every entry in ``<build>/runs/`` (the runs names and temporary folders aside), by kind and key;
+    ``current`` compares its code with its kind's today (``runkey.code_of``: no module is imported)."""
     out = []
     root = paths.runs_dir()
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
         if not folder.is_dir() or folder.name.startswith(("_", ".")):
             continue
+        today = runkey.code_of(folder.name)  # the code RunId.of puts in the keys of this kind's runs
         for path in sorted(folder.iterdir()):
             if not path.is_dir() or path.name.startswith("."):
                 continue
@@ -162,7 +181,7 @@ def entries() -> list[Entry]:
             except (OSError, ValueError):
                 code = None
             size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-            out.append(Entry(folder.name, path.name, code, code is not None and code == code_of(folder.name), size, path))
+            out.append(Entry(folder.name, path.name, code, code is not None and code == today, size, path))
     return out
 
 
@@ -179,28 +198,31 @@ def prune() -> list[Entry]:
 # writing
 
 
-def save(kind: str, config: Config | Mapping[str, Any], result: Mapping[str, Any], *, seconds: float = 0.0) -> Path:
-    """Write ``result`` as the entry of this run (atomically) and return its folder; the run is
-    recorded in :func:`used_runs`."""
-    key = config_key(kind, config)
-    final = paths.runs_dir() / kind / key
+def save(run: RunId | str, config: Config | Mapping[str, Any] | None = None, result: Mapping[str, Any] | None = None,
+         *, seconds: float = 0.0) -> Path:
+    """Write ``result`` as the entry of ``run`` (a ``RunId``, or a kind and its ``config``), atomically,
+    and return its folder; the run is recorded in :func:`used_runs`."""
+    run = _identify(run, config)
+    if result is None:
+        raise TypeError("save() needs the result to store")
+    final = entry_dir(run)
     final.parent.mkdir(parents=True, exist_ok=True)
     runfiles.clean_stale(final.parent)
-    tmp = runfiles.temp_folder(final.parent, "tmp", key)
+    tmp = runfiles.temp_folder(final.parent, "tmp", run.key)
     try:
-        runfiles.write_entry(tmp, kind, key, config, result, seconds)
+        runfiles.write_entry(tmp, run, result, seconds)
         try:
             os.replace(tmp, final)
         except OSError:
             # Something is already there: a complete entry from a concurrent run (keep it), or a
             # corrupt one (move it aside, then put ours in place).
-            if _read(final, kind, config) is None and final.exists():
-                runfiles.discard(final, key)
+            if _read(final, run) is None and final.exists():
+                runfiles.discard(final, run.key)
                 os.replace(tmp, final)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    _used[f"{kind}/{key}"] = None
+    _used[f"{run.kind}/{run.key}"] = None
     return final
 
 
@@ -208,24 +230,27 @@ def save(kind: str, config: Config | Mapping[str, Any], result: Mapping[str, Any
 # the lock of a run being computed
 
 
-def _lock_path(kind: str, key: str) -> Path:
-    return paths.runs_dir() / ".locks" / kind / f"{key}.lock"
+def _lock_path(run: RunId) -> Path:
+    return paths.runs_dir() / ".locks" / run.kind / f"{run.key}.lock"
 
 
-def busy(kind: str, config: Config | Mapping[str, Any]) -> bool:
-    """Whether another process computes run (``kind``, ``config``) now: its lock is held and not stale."""
-    return lockfile.is_held(_lock_path(kind, config_key(kind, config)))
+def busy(run: RunId | str, config: Config | Mapping[str, Any] | None = None) -> bool:
+    """Whether another process computes ``run`` (a ``RunId``, or a kind and its ``config``) now: its lock
+    is held and not stale."""
+    return lockfile.is_held(_lock_path(_identify(run, config)))
 
 
-def _run_lock(kind: str, key: str) -> contextlib.AbstractContextManager[None]:
-    """The lock of run ``kind``/``key`` (``lockfile.hold``), to hold while computing it."""
-    return lockfile.hold(_lock_path(kind, key), f"run {kind}/{key[:12]}")
+def _run_lock(run: RunId) -> contextlib.AbstractContextManager[None]:
+    """The lock of ``run`` (``lockfile.hold``), to hold while computing it."""
+    return lockfile.hold(_lock_path(run), f"run {run.kind}/{run.key[:12]}")
 
 
-def load_or_run(kind: str, config: Config | Mapping[str, Any], compute: Callable[[], Mapping[str, Any]], *,
-                force: bool = False, lock: bool = True) -> RunResult:
-    """The stored result of run (``kind``, ``config``); if there is none, ``compute()`` it, store it and
-    return it as read back from the store (so a fresh and a cached result look exactly the same).
+def load_or_run(run: RunId | str, config: Config | Mapping[str, Any] | None = None,
+                compute: Callable[[], Mapping[str, Any]] | None = None, *, force: bool = False,
+                lock: bool = True) -> RunResult:
+    """The stored result of ``run`` (a kind and its ``config``, or a ``RunId`` and ``compute=``); if there
+    is none, ``compute()`` it, store it and return it as read back from the store (so a fresh and a
+    cached result look exactly the same).
 
     ``compute()`` returns a dict of name -> numpy array (or torch tensor), pandas DataFrame/Series, or
     JSON value. ``force=True`` recomputes and replaces a stored entry. While computing it holds the
@@ -234,31 +259,34 @@ def load_or_run(kind: str, config: Config | Mapping[str, Any], compute: Callable
     for a result gathered from runs that hold their own locks (a grid): processes that compute it at
     once share those runs out, and the first stored result is the one all of them return.
     """
+    run = _identify(run, config)
+    if compute is None:
+        raise TypeError("load_or_run() needs compute, the function that computes the run")
     if not force:
-        hit = load(kind, config)
+        hit = load(run)
         if hit is not None:
             return hit
-    with _run_lock(kind, config_key(kind, config)) if lock else contextlib.nullcontext():
-        hit = None if force else load(kind, config)  # a racing process may have stored it meanwhile
+    with _run_lock(run) if lock else contextlib.nullcontext():
+        hit = None if force else load(run)  # a racing process may have stored it meanwhile
         if hit is not None:
             return hit
         start = time.perf_counter()
         result = compute()
         seconds = time.perf_counter() - start
-        return _store_computed(kind, config, result, seconds, force)
+        return _store_computed(run, result, seconds, force)
 
 
-def _store_computed(kind: str, config: Config | Mapping[str, Any], result: Any, seconds: float, force: bool) -> RunResult:
+def _store_computed(run: RunId, result: Any, seconds: float, force: bool) -> RunResult:
     """``load_or_run``'s last step: store what ``compute()`` returned and read it back."""
     if not isinstance(result, Mapping):
-        raise TypeError(f"compute() for run kind {kind!r} must return a dict of name -> value, "
+        raise TypeError(f"compute() for run kind {run.kind!r} must return a dict of name -> value, "
                         f"got {type(result).__name__}")
     if force:
-        existing = entry_dir(kind, config)
+        existing = entry_dir(run)
         if existing.exists():
             runfiles.discard(existing)
-    path = save(kind, config, result, seconds=seconds)
-    loaded = _read(path, kind, config)
+    path = save(run, result=result, seconds=seconds)
+    loaded = _read(path, run)
     if loaded is None:  # pragma: no cover - save() just wrote it
         raise RuntimeError(f"run entry {path} could not be read back after writing it")
     loaded.cached = False
