@@ -349,7 +349,8 @@ def test_cluster_a_bad_executor_in_the_environment_stops_run_many(monkeypatch):
 def test_cluster_a_worker_with_another_results_store_says_so(tmp_path):
     config = blobs_run(0, count=str(tmp_path / "count"))
     with pytest.raises(RuntimeError, match=f"start the workers with MDLIB_BUILD_DIR={tmp_path / 'elsewhere'}"):
-        pool._train_job(str(tmp_path / "elsewhere"), "cluster", config, build_counted, None, "cpu")
+        pool._train_job(str(tmp_path / "elsewhere"), store.RunId.of("cluster", config), config, build_counted, None,
+                        "cpu")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -391,6 +391,24 @@ def test_the_store_makes_a_runs_id_once_for_all_its_visits(ids_made):
     assert store.load_or_run("once", {"a": 1}, lambda: {"x": 2})["x"] == 1 and ids_made == ["once"] * 2
 
 
+def test_the_pool_makes_a_runs_id_once_for_all_its_visits(ids_made):
+    """A run's key and code are computed once per run asked for, however often the pool and the store
+    visit it (find, sort by lock, train, lock, store, read back)."""
+    configs = [blobs_run(seed) for seed in (0, 1)]
+    trained = pool.run_many("once", configs, build_blobs, progress=False)  # both trained in this process
+    assert [r.cached for r in trained] == [True, True] and ids_made == ["once", "once"]
+    ids_made.clear()
+    assert pool.run("once", configs[0], build_blobs, progress=False).cached and ids_made == ["once"]
+
+
+def test_a_worker_that_keys_a_run_otherwise_refuses_to_train_it(tmp_path):
+    config = blobs_run(0, count=str(tmp_path / "count"))
+    launcher = dataclasses.replace(store.RunId.of("other", config), key="0" * 64)  # the launcher's other code
+    with pytest.raises(RuntimeError, match="runs other mdlib code than the launcher"):
+        pool._train_job(str(paths.build_dir()), launcher, config, build_blobs, None, "cpu")
+    assert not (tmp_path / "count").exists() and store.load("other", config) is None
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_run_many_skips_runs_that_raise_the_named_errors(build_dir, workers):
     good, bad = blobs_run(0), blobs_run(0, diverge=True)

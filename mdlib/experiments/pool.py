@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from mdlib.experiments import paths, train
 from mdlib.experiments.executors import EXECUTOR_ENV, open_executor, parse_executor
-from mdlib.experiments.store import Config, RunResult, busy, config_key, entry_dir, load, load_or_run
+from mdlib.experiments.store import Config, RunId, RunResult, busy, entry_dir, load, load_or_run
 
 __all__ = ["Setup", "load_model_state", "model_state", "run", "run_many"]
 
@@ -67,14 +67,23 @@ def run(kind: str, config: Config, build: Callable[[Config], Setup], *,
     DataFrames or JSON values, e.g. ``model_state(model)``); the checkpoint is deleted once stored.
     Under torchrun every process trains, rank 0 stores, and all return the stored result.
     """
+    return _run(RunId.of(kind, config), config, build, extras=extras, progress=progress, device=device,
+                num_workers=num_workers, force=force)
+
+
+def _run(run_id: RunId, config: Config, build: Callable[[Config], Setup], *,
+         extras: Callable[[nn.Module], Mapping[str, Any]] | None, progress: bool, device: str | torch.device | None,
+         num_workers: int = 0, force: bool = False) -> RunResult:
+    """``run``, given the run's id (that of ``config``), made once by the caller and passed to each visit
+    of the store."""
     if not isinstance(config, Config) or not isinstance(getattr(config, "fit", None), train.FitOptions):
         raise TypeError(f"config must be a typed run config (a store.Config) whose fit part is a "
                         f"train.FitOptions, got {type(config).__name__}")
     options = config.fit
-    if not force and (hit := load(kind, config)) is not None:
+    if not force and (hit := load(run_id)) is not None:
         return hit
     world = train.process_world(device)
-    folder = paths.checkpoints_dir() / kind / config_key(kind, config)
+    folder = paths.checkpoints_dir() / run_id.kind / run_id.key
 
     def compute() -> dict[str, Any]:
         setup = build(config)
@@ -98,8 +107,8 @@ def run(kind: str, config: Config, build: Callable[[Config], Setup], *,
     if world.rank != 0:
         compute()
         dist.barrier()
-        return load(kind, config)
-    result = load_or_run(kind, config, compute, force=force)
+        return load(run_id)
+    result = load_or_run(run_id, compute=compute, force=force)
     shutil.rmtree(folder, ignore_errors=True)
     if world.size > 1:
         dist.barrier()
@@ -190,14 +199,19 @@ def _stop(pool) -> None:
         process.join(5)
 
 
-def _train_job(build_dir: str, kind: str, config: Config, build: Callable[[Config], Setup],
-               extras: Callable[[nn.Module], Mapping[str, Any]] | None, device: str | None) -> str:
-    """``run(kind, config, build, extras=extras)`` in a worker process, which must store into the
-    launcher's results store ``build_dir``; returns the run's key (the launcher reads the result)."""
+def _train_job(build_dir: str, run_id: RunId, config: Config, build: Callable[[Config], Setup],
+               extras: Callable[[nn.Module], Mapping[str, Any]] | None, device: str | None) -> None:
+    """Train and store the launcher's run ``run_id`` (of ``config``) in a worker process, which must store
+    into the launcher's results store ``build_dir`` and run its code (the id of ``config`` here is
+    ``run_id``, else the run would be stored where the launcher does not look)."""
     if paths.build_dir().resolve() != Path(build_dir).resolve():
         raise RuntimeError(f"this worker's results store is {paths.build_dir()}, the launcher's {build_dir}: start "
                            f"the workers with {paths.BUILD_ENV}={build_dir} (a folder both see, e.g. on NFS)")
-    return run(kind, config, build, extras=extras, progress=False, device=device).key
+    here = RunId.of(run_id.kind, config)  # this process's code
+    if here != run_id:
+        raise RuntimeError(f"a worker keys run {run_id.kind}/{run_id.key[:12]} as {here.key[:12]}: it runs other "
+                           "mdlib code than the launcher; give the workers the same checkout or version")
+    _run(run_id, config, build, extras=extras, progress=False, device=device)
 
 
 def run_many(kind: str, configs: list[Config], build: Callable[[Config], Setup], *,
@@ -225,12 +239,12 @@ def run_many(kind: str, configs: list[Config], build: Callable[[Config], Setup],
     out: each starts with the runs no other process trains at that moment."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    missing = [config for config in configs if load(kind, config) is None]
-    missing = list({config_key(kind, c): c for c in missing}.values())  # each distinct run once
-    failed: dict[str, BaseException] = {}
+    runs = [(RunId.of(kind, config), config) for config in configs]  # each run's id, made once
+    missing = list({run_id: (run_id, config) for run_id, config in runs if load(run_id) is None}.values())
+    failed: dict[RunId, BaseException] = {}
     alone = int(os.environ.get("WORLD_SIZE", "1")) == 1
     if alone:  # the runs another process trains now last: by then they are stored, or it died
-        missing.sort(key=lambda config: busy(kind, config))
+        missing.sort(key=lambda run: busy(run[0]))
     spec = os.environ.get(EXECUTOR_ENV, "").strip() or "processes"
     if missing and alone and (executor is not None or parse_executor(spec)[0] != "processes"):
         with contextlib.nullcontext(executor) if executor is not None else open_executor(spec) as chosen:
@@ -239,17 +253,16 @@ def run_many(kind: str, configs: list[Config], build: Callable[[Config], Setup],
     elif alone and (devices := _pool_devices(workers, len(missing), device)) is not None:
         failed = _run_in_processes(kind, missing, build, extras, workers, skip, progress, devices)
     elif alone and len(missing) > 1:
-        failed = _run_free_first(kind, missing, build, extras, skip, progress, device)
+        failed = _run_free_first(missing, build, extras, skip, progress, device)
     results = []
-    for config in configs:
-        key = config_key(kind, config)
+    for run_id, config in runs:
         try:
-            if key in failed:
-                raise failed[key]
-            results.append(run(kind, config, build, extras=extras, progress=progress, device=device))
+            if run_id in failed:
+                raise failed[run_id]
+            results.append(_run(run_id, config, build, extras=extras, progress=progress, device=device))
         except skip as error:
-            failed[key] = error
-            log.info("run %s/%s failed and is skipped: %s", kind, key[:12], error)
+            failed[run_id] = error
+            log.info("run %s/%s failed and is skipped: %s", kind, run_id.key[:12], error)
             results.append(None)
     return results
 
@@ -266,21 +279,22 @@ def _pool_devices(workers: int, runs: int, device: str | torch.device | None) ->
     return devices if len(devices) > 1 else None
 
 
-def _run_free_first(kind: str, missing: list[Config], build: Callable[[Config], Setup],
+def _run_free_first(missing: list[tuple[RunId, Config]], build: Callable[[Config], Setup],
                     extras: Callable[[nn.Module], Mapping[str, Any]] | None, skip: tuple[type[BaseException], ...],
-                    progress: bool, device: str | torch.device | None) -> dict[str, BaseException]:
-    """Train the ``missing`` runs in this process, each time one that no other process trains now when
-    there is one (so two launchers on the same runs share them out); returns the errors of type
-    ``skip`` by config key."""
-    failed: dict[str, BaseException] = {}
+                    progress: bool, device: str | torch.device | None) -> dict[RunId, BaseException]:
+    """Train the ``missing`` runs (id, config) in this process, each time one that no other process
+    trains now when there is one (so two launchers on the same runs share them out); returns the errors
+    of type ``skip`` by run."""
+    failed: dict[RunId, BaseException] = {}
     pending = list(missing)
     while pending:
-        config = next((c for c in pending if not busy(kind, c)), pending[0])
-        pending.remove(config)
+        chosen = next((run for run in pending if not busy(run[0])), pending[0])
+        pending.remove(chosen)
+        run_id, config = chosen
         try:
-            run(kind, config, build, extras=extras, progress=progress, device=device)
+            _run(run_id, config, build, extras=extras, progress=progress, device=device)
         except skip as error:
-            failed[config_key(kind, config)] = error
+            failed[run_id] = error
     return failed
 
 
@@ -297,37 +311,34 @@ def _sendable(build: Callable, extras: Callable | None, where: str) -> None:
                              f"{function!r}, or train in this process (workers=1, executor processes)") from error
 
 
-def _gather(jobs: Mapping[Any, str], skip: tuple[type[BaseException], ...], bar) -> dict[str, BaseException]:
-    """Wait for the jobs (future -> config key) as they finish; returns the errors of type ``skip`` by
-    key, raises the first other error. A job must return its key: another key means the worker runs
-    other code (the run would be stored where this process does not look)."""
+def _gather(jobs: Mapping[Any, RunId], skip: tuple[type[BaseException], ...], bar) -> dict[RunId, BaseException]:
+    """Wait for the jobs (future -> run) as they finish; returns the errors of type ``skip`` by run,
+    raises the first other error."""
     import concurrent.futures
 
-    failed: dict[str, BaseException] = {}
+    failed: dict[RunId, BaseException] = {}
     for job in concurrent.futures.as_completed(jobs):
         error = job.exception()
         if error is not None and not isinstance(error, skip):
             raise error
         if error is not None:
             failed[jobs[job]] = error
-        elif job.result() != jobs[job]:
-            raise RuntimeError(f"a worker stored run {jobs[job][:12]} as {job.result()[:12]}: it runs other mdlib "
-                               "code than this process; give the workers the same checkout or version")
         bar.update()
     return failed
 
 
-def _run_on(executor, kind: str, missing: list[Config], build: Callable[[Config], Setup],
+def _run_on(executor, kind: str, missing: list[tuple[RunId, Config]], build: Callable[[Config], Setup],
             extras: Callable[[nn.Module], Mapping[str, Any]] | None, skip: tuple[type[BaseException], ...],
-            progress: bool, device: str | None) -> dict[str, BaseException]:
-    """Train and store the ``missing`` runs as jobs of ``executor`` (``run_many``'s part for an executor);
-    returns the errors of type ``skip`` by config key. Another error is raised once every job is done."""
+            progress: bool, device: str | None) -> dict[RunId, BaseException]:
+    """Train and store the ``missing`` runs (id, config) as jobs of ``executor`` (``run_many``'s part for
+    an executor); returns the errors of type ``skip`` by run. Another error is raised once every job is
+    done."""
     import concurrent.futures
 
     _sendable(build, extras, f"executor={type(executor).__name__}")
     build_dir = str(paths.build_dir())
-    jobs = {executor.submit(_train_job, build_dir, kind, config, build, extras, device): config_key(kind, config)
-            for config in missing}
+    jobs = {executor.submit(_train_job, build_dir, run_id, config, build, extras, device): run_id
+            for run_id, config in missing}
     with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs on {type(executor).__name__}",
               disable=not progress) as bar:
         try:
@@ -337,14 +348,14 @@ def _run_on(executor, kind: str, missing: list[Config], build: Callable[[Config]
             raise
 
 
-def _run_in_processes(kind: str, missing: list[Config], build: Callable[[Config], Setup],
+def _run_in_processes(kind: str, missing: list[tuple[RunId, Config]], build: Callable[[Config], Setup],
                       extras: Callable[[nn.Module], Mapping[str, Any]] | None, workers: int,
                       skip: tuple[type[BaseException], ...], progress: bool,
-                      devices: list[str]) -> dict[str, BaseException]:
-    """Train and store the ``missing`` runs in ``workers`` spawned processes, on the CPU or, with
-    ``devices``, one GPU each (``run_many``'s pool); returns the errors of type ``skip`` by config
-    key. Another error stops waiting (the running jobs still finish and are stored) and is raised;
-    Ctrl-C or SIGTERM kills the workers and one line says what was kept."""
+                      devices: list[str]) -> dict[RunId, BaseException]:
+    """Train and store the ``missing`` runs (id, config) in ``workers`` spawned processes, on the CPU or,
+    with ``devices``, one GPU each (``run_many``'s pool); returns the errors of type ``skip`` by run.
+    Another error stops waiting (the running jobs still finish and are stored) and is raised; Ctrl-C or
+    SIGTERM kills the workers and one line says what was kept."""
     _sendable(build, extras, f"workers={workers}")
     pool = _start_pool(min(workers, len(missing)), devices)
     build_dir, device = str(paths.build_dir()), "cuda" if devices else "cpu"
@@ -352,8 +363,8 @@ def _run_in_processes(kind: str, missing: list[Config], build: Callable[[Config]
     bar = tqdm(total=len(missing), desc=f"{kind}: {len(missing)} runs, {workers} processes{where}", disable=not progress)
     try:
         with _terminate_raises(), bar:
-            jobs = {pool.submit(_train_job, build_dir, kind, config, build, extras, device): config_key(kind, config)
-                    for config in missing}
+            jobs = {pool.submit(_train_job, build_dir, run_id, config, build, extras, device): run_id
+                    for run_id, config in missing}
             try:
                 failed = _gather(jobs, skip, bar)
             except Exception:
@@ -361,7 +372,7 @@ def _run_in_processes(kind: str, missing: list[Config], build: Callable[[Config]
                 raise
     except (KeyboardInterrupt, SystemExit):
         _stop(pool)
-        done = sum(entry_dir(kind, config).is_dir() for config in missing)
+        done = sum(entry_dir(run_id).is_dir() for run_id, _ in missing)
         print(f"interrupted: {done} of {len(missing)} {kind} runs finished and are stored; the running ones "
               "keep their checkpoint of their last finished epoch; run the same command again to resume",
               file=sys.stderr, flush=True)
