@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -102,6 +103,34 @@ def test_store_lists_and_prunes_entries_of_other_code(tmp_path, monkeypatch):
     assert cli.main(["store", "--prune"]) == 0
     assert now.is_dir() and not old.exists()
     assert store.load("prune-test", {"n": 1})["x"] == 1
+
+
+PRUNE = """
+import json, sys
+from mdlib.book import cli
+from mdlib.experiments import runkey
+code = cli.main(["store", "--prune"])
+print(json.dumps({"exit": code, "imported": sorted(set(runkey.KINDS.values()) & set(sys.modules))}))
+"""
+
+
+def test_store_prune_knows_each_kinds_code_without_importing_its_module(tmp_path):
+    """``python -m mdlib store --prune`` keeps a chapter's entries of today's code and removes the others,
+    in a process that imports no experiment module (the kinds' table names their code)."""
+    env = dict(os.environ, PYTHONPATH=str(fingerprint._ROOT.parent), **{paths.BUILD_ENV: str(tmp_path)})
+    save = ("from mdlib.experiments import store\n"
+            "for n in (1, 2):\n    print(store.save('e1-fixed-decoder', {'n': n}, {'x': n}))")
+    out = subprocess.run([sys.executable, "-c", save], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    now, old = (Path(line) for line in out.stdout.split())
+    meta = json.loads((old / "meta.json").read_text("utf-8"))
+    (old / "meta.json").write_text(json.dumps(meta | {"code": "0" * 64}), "utf-8")  # computed by other code
+    out = subprocess.run([sys.executable, "-c", PRUNE], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    *listing, last = out.stdout.strip().splitlines()
+    assert json.loads(last) == {"exit": 0, "imported": []}
+    assert "  e1-fixed-decoder: 1 from today's code" in listing[1] and "1 from other code" in listing[1]
+    assert now.is_dir() and not old.exists()
 
 
 def test_a_kind_is_declared_by_the_module_the_table_names():

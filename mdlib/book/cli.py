@@ -290,8 +290,6 @@ def _fetch(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from mdlib.book import bench
 
-    if args.what == "store":
-        _declare_run_kinds()
     try:
         result = getattr(bench, args.what)(args)
     except ValueError as exc:
@@ -387,24 +385,11 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
             os.environ[name] = previous
 
 
-def _declare_run_kinds() -> None:
-    """Import every module of mdlib: each declares its run kinds (and their code) on import."""
-    import importlib
-    import pkgutil
-
-    import mdlib
-
-    for info in pkgutil.walk_packages(mdlib.__path__, "mdlib."):
-        if info.name != "mdlib.__main__":
-            importlib.import_module(info.name)
-
-
 def _store(args: argparse.Namespace) -> int:
     """Per run kind: the entries computed by the code it runs now and by other code (older or newer
     edits), with their sizes; ``--prune``: remove the latter."""
     from mdlib.experiments import paths, store
 
-    _declare_run_kinds()
     found = store.entries()
     print(f"results store {paths.runs_dir()}: {len(found)} entries")
     for kind in sorted({e.kind for e in found}):
