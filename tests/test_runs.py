@@ -237,7 +237,7 @@ def test_check_keys_names_what_is_missing_and_unknown():
 
 @dataclasses.dataclass(frozen=True)
 class ToyRun(store.Config):
-    NESTED_KEPT = {"fit": ("epochs", "batch_size", "seed", "loss")}
+    OMIT_AT_DEFAULT = ("fit.reduction", "fit.stop_train_accuracy", "fit.eval_every", "fit.pool")
 
     data: dict
     model: dict
@@ -333,7 +333,7 @@ class BlobsRun(store.Config):
     """A run of ``build_blobs`` at step size ``lr``; ``diverge``: at one that overflows (``build_either``);
     ``count``: a file ``test_cluster``'s builders append a line to."""
 
-    NESTED_KEPT = {"fit": ("epochs", "batch_size", "seed")}
+    OMIT_AT_DEFAULT = ("fit.loss", "fit.reduction", "fit.stop_train_accuracy", "fit.eval_every", "fit.pool")
 
     lr: float
     fit: train.FitOptions

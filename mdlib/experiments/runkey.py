@@ -99,51 +99,47 @@ class Config:
     WHAT = "a config"
     #: Compatibility with the entries stored before these fields existed: a field named here is left out
     #: of ``to_dict()`` while it holds its default (so those runs keep their keys), and ``from_dict``
-    #: fills it in when a mapping lacks it.
+    #: fills it in when a mapping lacks it. A field of a nested config is named by its path
+    #: (``"fit.eval_every"``: a setting this kind of run did not have), besides that config's own.
     OMIT_AT_DEFAULT: typing.ClassVar[tuple[str, ...]] = ()
-    #: Per nested config field, the fields of it this config always keeps (e.g. a sentiment run's fit
-    #: settings); its other fields are kept only where they differ from their defaults, so a setting a
-    #: kind of run never used leaves its runs' keys as they were.
-    NESTED_KEPT: typing.ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
-    @classmethod
-    def _optional(cls, kept: tuple[str, ...] | None) -> tuple[str, ...]:
-        """The fields left out at their defaults: ``OMIT_AT_DEFAULT``'s and, inside a config that keeps
-        only ``kept`` of them, the others."""
-        return cls.OMIT_AT_DEFAULT + tuple(f.name for f in fields(cls) if kept is not None and f.name not in kept)
-
-    def to_dict(self, kept: tuple[str, ...] | None = None) -> dict[str, Any]:
-        """The config as the store keeps it: every field (but the optional ones at their default:
-        ``OMIT_AT_DEFAULT``'s, and those a parent config does not keep, ``kept``), nested configs as dicts."""
-        optional = self._optional(kept)
+    def to_dict(self, omitted: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The config as the store keeps it: every field but those of ``OMIT_AT_DEFAULT`` (and ``omitted``,
+        a parent config's names for this one) at their default, nested configs as dicts."""
+        omit = self.OMIT_AT_DEFAULT + omitted
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in optional and value == f.default:
+            if f.name in omit and value == f.default:
                 continue
-            nested = self.NESTED_KEPT.get(f.name)
-            out[f.name] = value.to_dict(nested) if isinstance(value, Config) else copy.deepcopy(value)
+            out[f.name] = value.to_dict(_inside(omit, f.name)) if isinstance(value, Config) else copy.deepcopy(value)
         return out
 
     @classmethod
-    def from_dict(cls: type[_C], config: Mapping[str, Any], kept: tuple[str, ...] | None = None) -> _C:
-        """The typed config of a mapping with exactly its fields, the optional ones (``to_dict``'s) at
-        will (ValueError naming the missing and the unknown ones otherwise); a field typed as a
+    def from_dict(cls: type[_C], config: Mapping[str, Any], omitted: tuple[str, ...] = ()) -> _C:
+        """The typed config of a mapping with exactly its fields, those ``to_dict`` omits at their default
+        at will (ValueError naming the missing and the unknown ones otherwise); a field typed as a
         ``Config`` is made from its mapping in turn."""
+        omit = cls.OMIT_AT_DEFAULT + omitted
         names = tuple(f.name for f in fields(cls))
-        check_keys({name: None for name in cls._optional(kept)} | dict(config), names, cls.WHAT)
+        check_keys({name: None for name in omit if name in names} | dict(config), names, cls.WHAT)
         hints = typing.get_type_hints(cls)
         values = {}
         for name, value in config.items():
             hint = hints[name]
             nested = isinstance(hint, type) and issubclass(hint, Config) and isinstance(value, Mapping)
-            values[name] = hint.from_dict(value, cls.NESTED_KEPT.get(name)) if nested else value
+            values[name] = hint.from_dict(value, _inside(omit, name)) if nested else value
         return cls(**values)
 
     @classmethod
     def of(cls: type[_C], config: "_C | Mapping[str, Any]") -> _C:
         """``config`` itself when it is one, else ``from_dict(config)``."""
         return config if isinstance(config, cls) else cls.from_dict(config)
+
+
+def _inside(names: tuple[str, ...], nested: str) -> tuple[str, ...]:
+    """The names of ``names`` inside the nested config ``nested``: "fit.pool" -> "pool" for "fit"."""
+    return tuple(name[len(nested) + 1:] for name in names if name.startswith(f"{nested}."))
 
 
 #: Every run kind and the module that computes its runs: the code in their keys is that module's

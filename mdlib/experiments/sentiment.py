@@ -131,9 +131,9 @@ class TextModel(store.Config):
 @dataclass(frozen=True)
 class SentimentRun(store.Config):
     """A sentiment run config (the module docstring); ``to_dict()`` is what the store keeps (of the fit
-    settings: those of ``NESTED_KEPT``, the others where they differ from their defaults)."""
+    settings: all but those of ``OMIT_AT_DEFAULT`` where they hold their defaults)."""
 
-    NESTED_KEPT = {"fit": ("epochs", "batch_size", "seed", "loss", "reduction", "stop_train_accuracy", "pool")}
+    OMIT_AT_DEFAULT = ("fit.eval_every",)
 
     dataset: str
     split_seed: int

@@ -73,9 +73,10 @@ _STATE = "state."
 @dataclass(frozen=True)
 class StepRun(store.Config):
     """A run config of the sweep (the module docstring); ``to_dict()`` is what the store keeps (of the fit
-    settings: those of ``NESTED_KEPT``; no stop rule: a fixed number of epochs)."""
+    settings: all but those of ``OMIT_AT_DEFAULT`` where they hold their defaults; no stop rule: a fixed
+    number of epochs)."""
 
-    NESTED_KEPT = {"fit": ("epochs", "batch_size", "seed", "loss", "reduction", "pool")}
+    OMIT_AT_DEFAULT = ("fit.stop_train_accuracy", "fit.eval_every")
 
     dataset: str
     split_seed: int

@@ -81,9 +81,11 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class FitOptions(Config):
     """The settings of ``fit`` that change the numbers: the ``fit`` part of every run config (a
-    ``Config``; each kind of run says which of them its stored configs always hold, ``NESTED_KEPT``)."""
+    ``Config``; a setting added after runs were stored is left out at its default, ``OMIT_AT_DEFAULT``
+    here, or in the run configs of the kinds that did not have it, e.g. ``"fit.eval_every"``)."""
 
     WHAT = "the fit settings of a run config"
+    OMIT_AT_DEFAULT = ("precision",)
 
     epochs: int  #: the most epochs to train (counting epochs restored from the checkpoint)
     batch_size: int  #: the global batch size (split evenly over torchrun processes); an epoch's last may be smaller

@@ -93,10 +93,10 @@ class VisionModel(store.Config):
 
 @dataclass(frozen=True)
 class VisionRun(store.Config):
-    """A vision run config; ``to_dict()`` is what the store keeps (of the fit settings: those of
-    ``NESTED_KEPT``, the others, ``precision`` among them, where they differ from their defaults)."""
+    """A vision run config; ``to_dict()`` is what the store keeps (of the fit settings: all but those of
+    ``OMIT_AT_DEFAULT``, and ``precision``, where they hold their defaults)."""
 
-    NESTED_KEPT = {"fit": ("epochs", "batch_size", "seed", "loss", "eval_every")}
+    OMIT_AT_DEFAULT = ("fit.reduction", "fit.stop_train_accuracy", "fit.pool")
 
     data: ImageData
     model: VisionModel
