@@ -19,13 +19,14 @@ import pytest
 import yaml
 
 from conftest import HTML, raw_html
-from mdlib.book import book, execute, pages, profiles, cli
+from mdlib.book import book, chapters, execute, pages, profiles, cli
 from mdlib.experiments import fetch, paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NBS = FIXTURES / "notebooks"
 PARAMS = FIXTURES / "params"
 FIX = dict(notebooks_dir=NBS, params_dir=PARAMS)
+FIXTURE_PAGE = dict(FIX, notebooks=["01_fixture"])  #: the parameters page of the fixture chapter
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,7 +150,7 @@ def _write_nb(folder: Path, name: str, body: str) -> Path:
 CELL_LINES = 20
 
 
-@pytest.mark.parametrize("chapter", profiles.chapters())
+@pytest.mark.parametrize("chapter", chapters.NAMES)
 def test_chapter_cells_are_thin(chapter):
     nb = profiles.read_notebook(profiles.resolve_notebook(chapter))
     long = [(i, len(cell.source.splitlines())) for i, cell in enumerate(nb.cells)
@@ -188,7 +189,7 @@ def test_cli_reports_errors(capsys):
 
 
 def test_parameters_page_from_fixture(tmp_path):
-    text = pages.parameters_page("smoke", **FIX)
+    text = pages.parameters_page("smoke", **FIXTURE_PAGE)
     assert "## Fixture chapter" in text
     assert "executed with the **smoke** profile" in text
     rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| `")}
@@ -204,7 +205,7 @@ def test_parameters_page_from_fixture(tmp_path):
     assert cells("verbose")[3] == "`True`"
     assert cells("profile")[2:4] == ['`"smoke"`', '`"paper"`']
     assert cells("schedule")[1] == '`dict(kind="constant")`'
-    path = pages.write_parameters_page(tmp_path / "parameters.md", profile="smoke", **FIX)
+    path = pages.write_parameters_page(tmp_path / "parameters.md", profile="smoke", **FIXTURE_PAGE)
     assert path.read_text() == text
 
 
@@ -213,7 +214,7 @@ def test_parameters_page_shows_only_profiles_that_set_values(tmp_path):
     shutil.copytree(PARAMS, params)
     (params / "default.yaml").write_text("01_fixture:\n  seeds: 7\n")
     (params / "gpu.yaml").write_text("01_fixture: {}\n")
-    text = pages.parameters_page(None, notebooks_dir=NBS, params_dir=params)
+    text = pages.parameters_page(None, notebooks=["01_fixture"], notebooks_dir=NBS, params_dir=params)
     header = next(line for line in text.splitlines() if line.startswith("| Parameter"))
     assert [c.strip() for c in header.strip("|").split("|")][2:-1] == ["smoke", "default", "paper"]
     assert "executed with" not in text
@@ -227,7 +228,7 @@ def test_html_in_a_profile_name_or_value_is_text_on_the_parameters_page(tmp_path
     (params / "smoke.yaml").write_text(f"01_fixture:\n  name: '`{HTML}` and ``'\n")
     (params / f"{HTML}.yaml").write_text("01_fixture:\n  seeds: 3\n")
     assert profiles.list_profiles(params) == ["smoke", "default", "paper"]
-    text = pages.parameters_page(HTML, notebooks_dir=NBS, params_dir=params)
+    text = pages.parameters_page(HTML, notebooks=["01_fixture"], notebooks_dir=NBS, params_dir=params)
     assert raw_html(text) == [] and "img" not in next(line for line in text.splitlines() if line.startswith("| Param"))
     assert "executed with the **&lt;img src=x onerror=alert(1)&gt;** profile" in text
     row = next(line for line in text.splitlines() if line.startswith("| `name`"))
@@ -235,7 +236,7 @@ def test_html_in_a_profile_name_or_value_is_text_on_the_parameters_page(tmp_path
 
 
 def test_toc_lists_exactly_the_chapter_notebooks():
-    book._check_toc(profiles.chapters())  # raises BookError naming the mismatch
+    book._check_toc()  # raises BookError naming the mismatch
     for file in book.toc_files():
         if not file.startswith("notebooks/") and file not in ("book/parameters", "book/scorecard"):  # generated
             assert (paths.root() / f"{file}.md").is_file(), file
@@ -244,7 +245,7 @@ def test_toc_lists_exactly_the_chapter_notebooks():
 def _book_sources() -> dict[str, str]:
     """The markdown of every page: book/*.md, and the chapters' markdown cells (comment marks removed)."""
     texts = {f"book/{path.stem}": path.read_text() for path in sorted((paths.root() / "book").glob("*.md"))}
-    for name in profiles.chapters():
+    for name in chapters.NAMES:
         cells = re.split(r"^# %%", (paths.notebooks_dir() / f"{name}.py").read_text(), flags=re.M)
         texts[f"notebooks/{name}"] = "\n".join(
             re.sub(r"^# ?", "", line) for cell in cells if cell.startswith(" [markdown]")
@@ -432,9 +433,8 @@ def smoke_book(tmp_path_factory):
     if proc.returncode != 0:
         pytest.fail(f"`python -m mdlib book --profile smoke` failed (exit {proc.returncode}) after {seconds:.0f} s\n"
                     f"--- stdout (tail)\n{proc.stdout[-6000:]}\n--- stderr (tail)\n{proc.stderr[-6000:]}")
-    chapters = profiles.chapters(root / "notebooks")
-    assert chapters, "no chapter notebooks were copied"
-    return SimpleNamespace(root=root, build=build, html=build / "html", chapters=chapters, seconds=seconds,
+    profiles.check_notebooks(root / "notebooks")  # the copy holds every chapter's notebook
+    return SimpleNamespace(root=root, build=build, html=build / "html", chapters=chapters.NAMES, seconds=seconds,
                            log=proc.stderr, commit=commit)
 
 

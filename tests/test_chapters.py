@@ -109,10 +109,42 @@ def test_the_registry_lists_the_books_chapters():
     listed = [entry["file"] for part in toc["parts"] for entry in part["chapters"]]
     in_toc = [Path(file).name for file in listed if file.startswith("notebooks/")]
     assert list(chapters.NAMES) == in_toc  # the book's order
-    assert list(chapters.NAMES) == profiles.chapters()  # notebooks/NN_*.py
+    book._check_toc()  # what the build checks
+    profiles.check_notebooks()  # notebooks/NN_*.py
     for profile in profiles.list_profiles():
         assert set(profiles.load_profile(profile)) == set(chapters.NAMES), profile
     assert len(set(chapters.NAMES)) == len(chapters.NAMES)
+
+
+def test_a_notebook_the_registry_lacks_or_a_missing_one_is_named(tmp_path):
+    """The registry is the one list of chapters: a chapter notebook it lacks is not quietly left out of
+    the book, and a chapter without its notebook is named before anything runs."""
+    for name in chapters.NAMES:
+        (tmp_path / f"{name}.py").write_text("# %%\n")
+    (tmp_path / "scratch.py").write_text("# %%\n")  # not a chapter's name: `mdlib run` may still execute it
+    profiles.check_notebooks(tmp_path)
+    (tmp_path / "10_new.py").write_text("# %%\n")
+    (tmp_path / f"{chapters.NAMES[1]}.py").unlink()
+    with pytest.raises(ValueError) as error:
+        profiles.check_notebooks(tmp_path)
+    assert str(error.value) == (f"no notebook {tmp_path / chapters.NAMES[1]}.py for the chapter {chapters.NAMES[1]}; "
+                                f"{tmp_path / '10_new'}.py is not a chapter of mdlib.book.chapters.CHAPTERS: add its "
+                                "Chapter entry there (and its line in _toc.yml)")
+    assert profiles.resolve_notebook("10", tmp_path) == tmp_path / "10_new.py"  # still found by `mdlib run`
+
+
+def test_the_toc_is_held_to_the_registry(monkeypatch):
+    names = list(chapters.NAMES)
+    monkeypatch.setattr(book, "toc_files", lambda: ["book/intro", *[f"notebooks/{n}" for n in toc_names]])
+    toc_names = names[::-1]
+    with pytest.raises(execute.BookError, match="another order than the registry's"):
+        book._check_toc()
+    toc_names = names[1:] + ["10_new"]
+    with pytest.raises(execute.BookError, match=f"not in _toc.yml: {names[0]}; listed but not a chapter of "
+                                                r"mdlib.book.chapters.CHAPTERS \(add its Chapter entry there\): 10_new"):
+        book._check_toc()
+    toc_names = names
+    book._check_toc()
 
 
 def test_a_chapter_reads_only_earlier_chapters_and_claims_its_own_labels():

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mdlib.book import plan, profiles
+from mdlib.book import chapters, plan, profiles
 from mdlib.experiments import methods as method_keys
 from mdlib.experiments import paper, sentiment, store, vision, workload
 from mdlib.models import EncoderClassifier, VisionTransformer
@@ -130,7 +130,7 @@ def test_a_reading_chapter_plans_over_the_grid_its_table1_parameter_names(notebo
 
 def test_the_paper_plan_counts_the_papers_runs():
     stages = {(s.notebook, s.what): s for s in plan.plan("paper")}
-    assert [n for n in profiles.chapters()] == list(dict.fromkeys(n for n, _ in stages))
+    assert list(chapters.NAMES) == list(dict.fromkeys(n for n, _ in stages))
     table1 = stages["04_sentiment", "Table 1 grid (replication)"]
     assert table1.runs == 3 * 3 * 10  # layers x methods x seeds
     expected = sum(10 * paper.EPOCHS_TO_STOP[L][k] for L in (3, 4, 6) for k in ("1.1", "2", "3"))
@@ -183,7 +183,7 @@ def test_plan_of_the_paper_profile_runs_without_apt_or_data(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mdlib", "plan", "--profile", "paper"], capture_output=True,
                           text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    for name in profiles.chapters():
+    for name in chapters.NAMES:
         assert re.search(rf"^{name}\s", done.stdout, re.M), name
     assert re.search(r"^04_sentiment\s+Table 1 grid \(replication\)\s+90\s+\d+ \(<= 1,000\)\s+2\.1 M", done.stdout, re.M)
     assert re.search(r"^total\s+184\s+<= [\d,.]+\s+<= [\d,.]+$", done.stdout, re.M)

@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from mdlib.book import profiles, cli, plots, provenance
+from mdlib.book import chapters, profiles, cli, plots, provenance
 from mdlib.experiments import paper, paths, store  # noqa: E402
 
 sys.path.insert(0, str(paths.book_dir() / "_ext"))
@@ -123,7 +123,7 @@ def _samples(default) -> list:
     return [None, 200, 1e-3, "1e-3", "yes", [1, "2"]]
 
 
-@pytest.mark.parametrize("notebook", profiles.chapters())
+@pytest.mark.parametrize("notebook", chapters.NAMES)
 def test_the_recorded_command_gives_back_every_value_of_every_type(notebook):
     """The command of a record, split as a shell would, parsed by the CLI and resolved against the
     notebook, gives exactly the overrides it was made from: every parameter of the chapter at once, with
@@ -175,7 +175,7 @@ def test_outside_the_pipeline_the_record_says_so_and_lands_in_scratch(build_dir,
 
 def test_every_labelled_artifact_of_the_notebooks_is_mapped():
     """Each label a notebook saves is in paper.ARTIFACTS (a paper figure/table, or None: new)."""
-    source = "\n".join(p.read_text() for p in sorted(paths.notebooks_dir().glob("[0-9][0-9]_*.py")))
+    source = "\n".join(p.read_text() for p in (paths.notebooks_dir() / f"{n}.py" for n in chapters.NAMES))
     labels = set(re.findall(r"save_(?:figure|table)\([^\"]*?\"((?:fig|table)-[^\"]+)\"", source, re.S))
     assert labels, "no labels found in the notebooks"
     assert labels <= set(paper.ARTIFACTS), sorted(labels - set(paper.ARTIFACTS))

@@ -48,14 +48,20 @@ def toc_files(toc: Path | None = None) -> list[str]:
     return found
 
 
-def _check_toc(names: list[str]) -> None:
+def _check_toc() -> None:
+    """A BookError unless ``_toc.yml`` lists the registry's chapters (``mdlib.book.chapters.NAMES``), in
+    its order."""
     in_toc = [f.split("/", 1)[1] for f in toc_files() if f.startswith("notebooks/")]
-    missing = [n for n in names if n not in in_toc]
-    absent = [n for n in in_toc if n not in names]
-    if missing or absent:
-        raise execute.BookError("_toc.yml and notebooks/ disagree: "
-                        + (f"not in _toc.yml: {', '.join(missing)}; " if missing else "")
-                        + (f"listed but no notebooks/<name>.py: {', '.join(absent)}" if absent else ""))
+    if in_toc == list(chapters.NAMES):
+        return
+    missing = [n for n in chapters.NAMES if n not in in_toc]
+    unknown = [n for n in in_toc if n not in chapters.NAMES]
+    problems = ([f"not in _toc.yml: {', '.join(missing)}"] if missing else []) + (
+        [f"listed but not a chapter of mdlib.book.chapters.CHAPTERS (add its Chapter entry there): {', '.join(unknown)}"]
+        if unknown else [])
+    raise execute.BookError("_toc.yml and the chapter registry disagree: "
+                            + ("; ".join(problems) or f"_toc.yml lists the chapters in another order than the "
+                                                       f"registry's: {', '.join(chapters.NAMES)}"))
 
 
 def _executed_profile(ipynb: Path) -> str | None:
@@ -74,10 +80,9 @@ def build(profile: str = "default", skip_execute: bool = False) -> Path:
     ``index.html``."""
     start = time.perf_counter()
     profiles.load_profile(profile)  # unknown profile -> clear error before anything runs
-    names = profiles.chapters()
-    if not names:
-        raise execute.BookError(f"no chapter notebooks ({paths.notebooks_dir()}/[0-9][0-9]_*.py)")
-    _check_toc(names)
+    names = list(chapters.NAMES)
+    profiles.check_notebooks()
+    _check_toc()
     for nb_name in names:  # validate parameters and profiles before spending time executing
         profiles.resolve_parameters(nb_name, profile)
     timings = {}

@@ -14,8 +14,11 @@
   chapters (``book.side_by_side``); the others keep every core busy, or time themselves (08), and run
   alone.
 
-No other module of mdlib types a chapter's name: each looks its chapter up here (``chapter``). A test
-holds the list to ``_toc.yml``, to ``notebooks/`` and to every profile's sections.
+:data:`NAMES` is the one list of the book's chapters: the build, the plan, the parameters page and the
+CLI read it, never the ``notebooks/`` folder. ``profiles.check_notebooks`` holds ``notebooks/`` to it (a
+chapter notebook it lacks gets its entry here), ``book._check_toc`` holds ``_toc.yml`` to it, and a test
+every profile's sections. No other module of mdlib types a chapter's name: each looks its chapter up
+here (``chapter``).
 """
 
 from __future__ import annotations

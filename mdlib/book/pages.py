@@ -58,11 +58,12 @@ def _title(nb, fallback: str) -> str:
 
 def parameters_page(profile: str | None = None, *, notebooks: list[str] | None = None,
                     notebooks_dir: Path | None = None, params_dir: Path | None = None) -> str:
-    """The markdown of the parameters page: per notebook, a table of every parameter with its default,
-    its value in each profile that sets it (smoke and paper always shown) and its description.
-    Every profile's values are validated against the notebooks (unknown names, wrong types)."""
+    """The markdown of the parameters page: per chapter (``notebooks``, by default the registry's,
+    ``mdlib.book.chapters.NAMES``), a table of every parameter with its default, its value in each
+    profile that sets it (smoke and paper always shown) and its description. Every profile's values are
+    validated against the notebooks (unknown names, wrong types)."""
     folder = Path(notebooks_dir or paths.notebooks_dir())
-    names = profiles.chapters(folder) if notebooks is None else list(notebooks)
+    names = list(chapters.NAMES if notebooks is None else notebooks)
     profile_names = profiles.list_profiles(params_dir)
     loaded = {p: profiles.load_profile(p, params_dir) for p in profile_names}
     known = set(profiles.list_notebooks(folder))

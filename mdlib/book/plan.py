@@ -294,9 +294,10 @@ def plan(profile: str, costs: Costs | None = None) -> list[Stage]:
     """Every chapter's stages at ``profile`` (``params/<profile>.yaml``), in the book's order, costed
     by ``costs`` (default: ``default_costs()``)."""
     profiles.load_profile(profile)
+    profiles.check_notebooks()
     costs = costs or default_costs()
     stages: list[Stage] = []
-    for name in profiles.chapters():
+    for name in chapters.NAMES:
         chapter = chapters.chapter(name)
         values = profiles.executed_parameters(name, profile)
         data = chapter.needed(values)

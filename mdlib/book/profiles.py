@@ -30,13 +30,14 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
 import yaml
 
 from mdlib import first_line
+from mdlib.book import chapters
 from mdlib.experiments import paths
 
 if TYPE_CHECKING:
     import nbformat
 
 
-CHAPTER_RE = re.compile(r"^[0-9][0-9]_.+\.py$")
+CHAPTER_RE = re.compile(r"^[0-9][0-9]_.+\.py$")  #: a chapter's notebook file: notebooks/NN_name.py
 PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  #: a profile's name: params/<name>.yaml, never a path
 PROFILE_ORDER = ("smoke", "default", "overnight", "paper")
 EXECUTOR_KEY = "executor"  #: a profile's one top-level key that is not a notebook: where runs train
@@ -88,15 +89,26 @@ def load_yaml(text: str, where: str, fix: str) -> Any:
 
 
 def list_notebooks(notebooks_dir: Path | None = None) -> list[str]:
-    """Names (without ``.py``) of every jupytext notebook in ``notebooks/``, sorted."""
+    """Names (without ``.py``) of every jupytext notebook in ``notebooks/``, sorted: the book's chapters
+    (``mdlib.book.chapters.NAMES``, which :func:`check_notebooks` holds the folder to) and any other
+    notebook there, which ``python -m mdlib run`` also executes."""
     folder = Path(notebooks_dir or paths.notebooks_dir())
     return sorted(path.stem for path in folder.glob("*.py") if not path.name.startswith((".", "_")))
 
 
-def chapters(notebooks_dir: Path | None = None) -> list[str]:
-    """The book's chapters: ``notebooks/[0-9][0-9]_*.py``, in order."""
+def check_notebooks(notebooks_dir: Path | None = None) -> None:
+    """A ValueError unless the chapter notebooks in ``notebooks/`` (``[0-9][0-9]_*.py``) are the
+    registry's chapters (``mdlib.book.chapters.NAMES``): it names a chapter whose notebook is missing and
+    a chapter notebook the registry lacks, which gets its ``Chapter`` entry there."""
     folder = Path(notebooks_dir or paths.notebooks_dir())
-    return sorted(path.stem for path in folder.glob("*.py") if CHAPTER_RE.match(path.name))
+    found = {path.stem for path in folder.glob("*.py") if CHAPTER_RE.match(path.name)}
+    missing = [name for name in chapters.NAMES if name not in found]
+    unknown = sorted(found - set(chapters.NAMES))
+    problems = ([f"no notebook {folder / name}.py for the chapter {name}" for name in missing]
+                + [f"{folder / name}.py is not a chapter of mdlib.book.chapters.CHAPTERS: add its Chapter entry "
+                   "there (and its line in _toc.yml)" for name in unknown])
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 def resolve_notebook(name: str | os.PathLike, notebooks_dir: Path | None = None) -> Path:
@@ -107,7 +119,7 @@ def resolve_notebook(name: str | os.PathLike, notebooks_dir: Path | None = None)
     for suffix in (".py", ".ipynb"):
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
-    numbered = [c for c in chapters(folder) if c.startswith(f"{stem}_")] if re.fullmatch(r"[0-9][0-9]", stem) else []
+    numbered = [n for n in list_notebooks(folder) if n.startswith(f"{stem}_")] if re.fullmatch(r"[0-9][0-9]", stem) else []
     if len(numbered) == 1:
         stem = numbered[0]
     path = folder / f"{stem}.py"
@@ -324,7 +336,7 @@ def resolve_parameters(name: str, profile: str = "default", overrides: Mapping[s
     for origin, values in ((f"params/{profile}.yaml", profile_values), ("the overrides", overrides or {})):
         for key, value in values.items():
             if key not in declared:
-                owners = [name for name in chapters(path.parent) if name != nb_name
+                owners = [name for name in list_notebooks(path.parent) if CHAPTER_RE.match(f"{name}.py") and name != nb_name
                           and key in notebook_parameters(path.parent / f"{name}.py")]
                 elsewhere = f" ({key!r} is a parameter of {', '.join(owners)})" if owners else ""
                 raise ValueError(f"{nb_name}: unknown parameter {key!r} in {origin}{elsewhere}; the parameters cell "
