@@ -89,7 +89,7 @@ import pandas as pd
 from myst_nb import glue
 
 from mdlib.book import plots, provenance, scorecard
-from mdlib.experiments.methods import method
+from mdlib.experiments.methods import GD, L1_1, method
 from mdlib.experiments import allocation, estimates, paper, sentiment, stats, train
 
 plots.set_theme()
@@ -277,7 +277,7 @@ plots.save_figure(plots.training_curves(variation.history, variation_methods), "
 # %% tags=["hide-input"]
 L = variation.config.layers[0]
 at_steps = {(paper.SETUP_NAMES[g.config.setup], key): g.configs[L, key, 0]
-            for g in (replication, variation) for key in ("1.1", "2") if (L, key, 0) in g.configs}
+            for g in (replication, variation) for key in (L1_1, GD) if (L, key, 0) in g.configs}
 if arms:
     at_steps |= {(paper.SETUP_NAMES[variation.config.setup], arm): arms.configs[L, arm, 0]
                  for arm in allocation.ARMS if (L, arm, 0) in arms.configs}
@@ -344,7 +344,7 @@ else:
 # %% tags=["hide-input"]
 series_runs, record = (allocation.series(series, workers=workers), None) if series else allocation.committed_series()
 gaps = allocation.series_gaps(series_runs)
-equal = allocation.equal_step_std(sentiment.reference_step(L, "1.1"), sentiment.reference_step(L, "2"))
+equal = allocation.equal_step_std(sentiment.reference_step(L, L1_1), sentiment.reference_step(L, GD))
 plots.save_figure(plots.scale_series_figure(series_runs, gaps, equal, paper.TABLE_1_GAPS.get(L, float("nan")),
                                             allocation.SMALL_EMBEDDING_STD), "fig-sentiment-scale-series", data=series_runs)
 trend = estimates.scale_trend(gaps)
@@ -424,8 +424,8 @@ def movement_text(table: pd.DataFrame) -> str:
     keys = list(dict.fromkeys(table.method))
     ratio = table.groupby(["group", "method"]).movement.mean().unstack().reindex(list(dict.fromkeys(table.group)))
     means = "; ".join(f"{g}: " + " / ".join(f"{ratio.loc[g, k]:.3g}" for k in keys) for g in ratio.index)
-    over = (" / ".join(f"{g} {ratio.loc[g, '1.1'] / ratio.loc[g, '2']:.1f}×" for g in ratio.index)
-            if {"1.1", "2"} <= set(keys) else "not measured")
+    over = (" / ".join(f"{g} {ratio.loc[g, L1_1] / ratio.loc[g, GD]:.1f}×" for g in ratio.index)
+            if {L1_1, GD} <= set(keys) else "not measured")
     return f"{means} ({' / '.join(text[k] for k in keys)}); ℓ1.1 over GD: {over}"
 
 

@@ -16,8 +16,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from mdlib.book import chapters, plan, profiles
-from mdlib.experiments import methods as method_keys
-from mdlib.experiments import paper, sentiment, store, vision, workload
+from mdlib.experiments import methods, paper, sentiment, store, vision, workload
 from mdlib.models import EncoderClassifier, VisionTransformer
 from test_step_grid import FakeRuns, SENTIMENT, multiple_of, key_of, sentiment_config  # tests/test_step_grid.py
 
@@ -98,11 +97,11 @@ def test_the_chapters_grids_are_the_configs_the_notebooks_built(profile):
         epochs=p["variation_epochs"], multiples=p["variation_multiples"], setup=p["variation_setup"])).to_dict()
     v = profiles.executed_parameters("07_vision", profile)
     swept, at_paper = vision.chapter_grids(**v)
-    methods = ["adam"] + [method_keys.method_key("md", float(x)) for x in v["ps"]]
+    vit_methods = [methods.ADAM] + [methods.method_key("md", float(x)) for x in v["ps"]]
     built = dict(datasets=v["datasets"], image_size=v["image_size"], train_size=v["train_size"],
                  validation=v["validation"], model=v["model"], setup=v["setup"], batch_size=v["batch_size"],
-                 root=v["cifar_root"], epochs=v["epochs"], eval_every=v["eval_every"], seeds=v["seeds"], methods=methods,
-                 step_sizes={method_keys.method_key(*method_keys.method(k)): x for k, x in v["step_sizes"].items()},
+                 root=v["cifar_root"], epochs=v["epochs"], eval_every=v["eval_every"], seeds=v["seeds"], methods=vit_methods,
+                 step_sizes={methods.method_key(*methods.method(k)): x for k, x in v["step_sizes"].items()},
                  sweep_seeds=v["sweep_seeds"], sweep_epochs=v["sweep_epochs"], sweep_window=v["sweep_window"])
     assert swept.to_dict() == vision.VisionGrid.of(built).to_dict()
     assert at_paper.to_dict() == vision.VisionGrid.of(dict(built, methods=list(vision.PAPER_STEP_SIZES), step_sizes={
@@ -133,7 +132,7 @@ def test_the_paper_plan_counts_the_papers_runs():
     assert list(chapters.NAMES) == list(dict.fromkeys(n for n, _ in stages))
     table1 = stages["04_sentiment", "Table 1 grid (replication)"]
     assert table1.runs == 3 * 3 * 10  # layers x methods x seeds
-    expected = sum(10 * paper.EPOCHS_TO_STOP[L][k] for L in (3, 4, 6) for k in ("1.1", "2", "3"))
+    expected = sum(10 * paper.EPOCHS_TO_STOP[L][k] for L in (3, 4, 6) for k in methods.PAPER_PS)
     assert table1.steps == 225 * expected and table1.steps_cap == 225 * 1000 * 90
     finals = stages["07_vision", "final runs"]
     assert finals.runs == 2 * 5 * 3 and finals.steps == 30 * 2000 * 500  # datasets x methods x seeds

@@ -3,6 +3,7 @@ step-size sweep's choice."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -12,10 +13,11 @@ import pytest
 import torch
 
 from mdlib.book import chapters, profiles
-from mdlib.experiments import estimates, methods, sentiment, store, train
+from mdlib.experiments import estimates, methods, paper, sentiment, store, train
 from mdlib.experiments import step_grid
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
 
 
 def small(**overrides):
@@ -45,6 +47,26 @@ def test_method_keys_round_trip():
     with pytest.raises(ValueError, match="unknown method 'rmsprop'"):
         methods.method("rmsprop")
     assert methods.method(1.1) == ("md", 1.1) and methods.method(2) == ("md", 2.0)  # a YAML key 1.1
+
+
+def test_the_papers_method_keys_are_named_in_methods():
+    assert [methods.method(k) for k in (methods.L1_1, methods.GD, methods.L3, methods.ADAM)] == [
+        ("md", 1.1), ("md", 2.0), ("md", 3.0), ("adam", None)]
+    assert methods.PAPER_PS == (methods.L1_1, methods.GD, methods.L3)
+    assert all(list(row) == list(methods.PAPER_PS) for row in paper.TABLE_1.values())  # Table 1's columns
+    assert estimates.COMPARED == (methods.L1_1, methods.GD)
+    assert methods.arm_key(methods.L1_1, methods.GD) == "1.1@2"
+    assert methods.arm_text(methods.arm_key(methods.GD, methods.L1_1)) == "GD, ℓ1.1's steps per tensor"
+
+
+@pytest.mark.parametrize("module", ["mdlib/book/scorecard.py", "mdlib/book/verdicts.py", "mdlib/experiments/estimates.py",
+                                    "mdlib/experiments/allocation.py", "mdlib/experiments/selection.py"])
+def test_the_claims_modules_type_no_method_key(module):
+    """The scorecard and the estimates it reads name the paper's methods through ``methods``' keys."""
+    tree = ast.parse((ROOT / module).read_text("utf-8"))
+    typed = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Constant)
+             and node.value in {methods.L1_1, methods.GD, methods.L3, methods.ADAM}]
+    assert typed == [], f"{module}: method keys typed on lines {typed}; use mdlib.experiments.methods' names"
 
 
 @pytest.mark.parametrize("key", ["1_1", "1e1", "inf", "nan", " 2", "2.", "+2", "1", "0.5", "Adam", "\uff11.\uff11",

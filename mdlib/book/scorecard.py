@@ -226,7 +226,7 @@ def _accuracy_gap(runs: pd.DataFrame, gap: Estimate, name: str, paper_text: str 
                   paper_gap: float, edges: str = "", paper_label: str = "paper") -> _Part:
     means = runs.groupby("method").last_test.mean()
     best = runs.groupby("method").best_test.mean() if "best_test" in runs else None
-    shown = [k for k in ("1.1", "2", "3") if k in means]
+    shown = [k for k in methods.PAPER_PS if k in means]
     seeds = runs.groupby("method").seed.nunique()
     ours = (f"test accuracy at the stop rule {' / '.join(f'{100 * means[k]:.2f}' for k in shown)} % "
             f"({' / '.join(_method(k) for k in shown)}; seeds {' / '.join(str(seeds[k]) for k in shown)}); "
@@ -251,7 +251,7 @@ def _embedding_step(r: Results, setup: str) -> str:
         steps = r.csv("table-sentiment-effective-steps", ["setup", "method", "group", "vs_gd"])
     except Unmeasured:
         return ""
-    row = steps[(steps.setup == setup) & (steps.method.map(estimates.key_of) == "1.1") & (steps.group == "embeddings")]
+    row = steps[(steps.setup == setup) & (steps.method.map(estimates.key_of) == methods.L1_1) & (steps.group == "embeddings")]
     return f"ℓ1.1's embedding step {row.vs_gd.iloc[0]:.2g}× GD's" if len(row) else ""
 
 
@@ -270,7 +270,7 @@ def _table1_rows(r: Results, grid: str) -> list[_Part]:
     for L in sorted(runs.layers.unique()):
         reported = paper.TABLE_1.get(int(L), {})
         gap = paper.TABLE_1_GAPS.get(int(L), math.nan)
-        paper_text = (" / ".join(f"{reported.get(k, math.nan):.2f}" for k in ("1.1", "2", "3"))
+        paper_text = (" / ".join(f"{reported.get(k, math.nan):.2f}" for k in methods.PAPER_PS)
                       + f" (ℓ1.1 / GD / ℓ3); ℓ1.1 − GD {estimates.number(gap)} points"
                       + ("" if grid == "replication" else " (IMDb, the authors' setup: not this variation's claim)"))
         name = f"{L} layers" if grid == "replication" else f"{setup}, {L} layers" + (f"; {step}" if step else "")
@@ -367,8 +367,9 @@ def _concentration(r: Results):
     if not set(estimates.COMPARED) <= set(means.index):
         raise Unmeasured("no ℓ1.1 or GD models")
     gap = estimates.entropy_gap(table)
-    ours = (f"normalized entropy of the [CLS] row ℓ1.1 {means.entropy['1.1']:.3f}, GD {means.entropy['2']:.3f}; "
-            f"top-token share {means.top_share['1.1']:.3f}, {means.top_share['2']:.3f}; GD − ℓ1.1 entropy "
+    ours = (f"normalized entropy of the [CLS] row ℓ1.1 {means.entropy[methods.L1_1]:.3f}, GD "
+            f"{means.entropy[methods.GD]:.3f}; top-token share {means.top_share[methods.L1_1]:.3f}, "
+            f"{means.top_share[methods.GD]:.3f}; GD − ℓ1.1 entropy "
             f"{gap.text(3)} (paired, n = {gap.n}; models: {setup})")
     return [_Part(None, ours, concentration_rule(gap.low, gap.high, gap.n, unreached),
                   effect=_effect(gap, "entropy, GD − ℓ1.1"), headline=_headline(gap, " entropy (GD − ℓ1.1)", 3))]
@@ -381,17 +382,18 @@ def _kqv(r: Results):
     if not set(estimates.COMPARED) <= set(density.index):
         raise Unmeasured("no ℓ1.1 or GD models")
     gap = estimates.density_gap(change)
-    paper_effect = KQV_PAPER_REDUCTION * density["2"]
+    paper_effect = KQV_PAPER_REDUCTION * density[methods.GD]
     unreached, _, setup = _sentiment_gates(r)
-    null, beyond = _null_text(change, "2", "GD")
-    ours = (f"effective density of ΔW: ℓ1.1 {density['1.1']:.3f}, GD {density['2']:.3f}; ℓ1.1 − GD "
+    null, beyond = _null_text(change, methods.GD, "GD")
+    ours = (f"effective density of ΔW: ℓ1.1 {density[methods.L1_1]:.3f}, GD {density[methods.GD]:.3f}; ℓ1.1 − GD "
             f"{gap.text(3)} (paired, n = {gap.n}; models: {setup}); the paper's {-100 * KQV_PAPER_REDUCTION:.0f} % "
             f"reduction here: {estimates.number(paper_effect, 3)}; {null}")
     counts = r.csv("table-weights-kqv", ["method", "seed", "K", "Q", "V"])
     counts = counts.assign(method=counts.method.map(estimates.key_of), total=counts.K + counts.Q + counts.V)
     totals = counts.groupby("method").total.mean()
     if set(estimates.COMPARED) <= set(totals.index):
-        ours += f"; K + Q + V above the scaled threshold (not judged): ℓ1.1 {totals['1.1']:.0f}, GD {totals['2']:.0f}"
+        ours += (f"; K + Q + V above the scaled threshold (not judged): ℓ1.1 {totals[methods.L1_1]:.0f}, "
+                 f"GD {totals[methods.GD]:.0f}")
     unfinished = f"{unreached} sentiment run(s) did not reach the stop rule" if unreached else ""
     return [_Part(None, ours, sparser_rule(gap.low, gap.high, gap.n, unfinished, paper_effect, beyond),
                   effect=_effect(gap, "effective density, ℓ1.1 − GD", direction=-1, paper=paper_effect),
@@ -406,7 +408,7 @@ def _null_text(change: pd.DataFrame, baseline: str, name: str) -> tuple[str, str
         return "the dual change is not measured", ""
     dual = estimates.density_gap(change, baseline, "dual_density")
     means = change.groupby("method")[["dual_density", "weighting_density"]].mean()
-    predicted = means.weighting_density["1.1"] * change[change.method == baseline].effective_density.mean()
+    predicted = means.weighting_density[methods.L1_1] * change[change.method == baseline].effective_density.mean()
     if dual.low != dual.low:
         beyond = "beyond the init weighting: not measured (the dual change has no interval)"
     elif dual.high < 0:
@@ -414,8 +416,8 @@ def _null_text(change: pd.DataFrame, baseline: str, name: str) -> tuple[str, str
     else:
         beyond = (f"not sparser beyond the init weighting: ℓ1.1's dual change is not shown sparser than {name}'s, so "
                   "the weighting by the initial magnitudes may account for the sparser ΔW")
-    return (f"against the null: ℓ1.1's dual change m(W) − m(W(0)) has density {means.dual_density['1.1']:.3f} "
-            f"(ℓ1.1 − {name} {dual.text(3)}, paired), its weighting |W(0)|^0.9 {means.weighting_density['1.1']:.3f}; "
+    return (f"against the null: ℓ1.1's dual change m(W) − m(W(0)) has density {means.dual_density[methods.L1_1]:.3f} "
+            f"(ℓ1.1 − {name} {dual.text(3)}, paired), its weighting |W(0)|^0.9 {means.weighting_density[methods.L1_1]:.3f}; "
             f"the init weighting alone predicts ℓ1.1's ΔW density {predicted:.3f} ({name}'s ΔW density × ℓ1.1's "
             "weighting)"), beyond
 
@@ -433,8 +435,8 @@ def _pruning(r: Results):
     gap = estimates.pruned_gap(curves, PRUNE_AT)
     unreached, below, setup = _sentiment_gates(r)
     unpruned = [100 * dense.get(k, math.nan) for k in estimates.COMPARED]
-    ours = (f"test accuracy with {PRUNE_AT:.0%} of the matrices pruned: ℓ1.1 {100 * kept['1.1']:.2f}, GD "
-            f"{100 * kept['2']:.2f} (unpruned {unpruned[0]:.2f}, {unpruned[1]:.2f}); ℓ1.1 − GD {gap.text()} points "
+    ours = (f"test accuracy with {PRUNE_AT:.0%} of the matrices pruned: ℓ1.1 {100 * kept[methods.L1_1]:.2f}, GD "
+            f"{100 * kept[methods.GD]:.2f} (unpruned {unpruned[0]:.2f}, {unpruned[1]:.2f}); ℓ1.1 − GD {gap.text()} points "
             f"(paired, n = {gap.n}; models: {setup})")
     return [_Part(None, ours, pruning_rule(gap.low, gap.high, gap.n, unreached, below),
                   effect=_effect(gap, "points of test accuracy, ℓ1.1 − GD"), headline=_headline(gap, " points"))]
@@ -467,11 +469,11 @@ def _vit_parity(r: Results):
         finished = frame[frame.test_accuracy.notna()]
         shown = {k: methods.arm_text(k) for k in frame.key} | dict(zip(finished.key, finished.method))  # key -> name
         diverged = len(frame) - len(finished)
-        if "adam" not in shown:
+        if methods.ADAM not in shown:
             out.append(_Part(name, "no Adam runs", not_measured("no Adam runs")))
             continue
         gaps = estimates.parity_gaps(frame)
-        parts = [f"{shown['adam']} {frame[frame.key == 'adam'].points.mean():.2f}"]
+        parts = [f"{shown[methods.ADAM]} {frame[frame.key == methods.ADAM].points.mean():.2f}"]
         parts += [f"{shown[key]}: {gap.text()} ({_parity_power(gap)})" for key, gap in gaps.items()]
         levelled = _levelled(table, name)
         seeds = min((g.n for g in gaps.values()), default=0)
@@ -502,20 +504,21 @@ def _vit_sparsity(r: Results):
     out = []
     for (steps, dataset), frame in change.groupby(["steps", "dataset"], sort=False):
         name = f"{methods.dataset_text(dataset)}, {steps} step sizes"
-        if not {"1.1", "adam"} <= set(frame.method):
+        if not {methods.L1_1, methods.ADAM} <= set(frame.method):
             out.append(_Part(name, "no Adam or ℓ1.1 models", not_measured("no Adam or ℓ1.1 models")))
             continue
-        gap = estimates.density_gap(frame, "adam")
+        gap = estimates.density_gap(frame, methods.ADAM)
         density = frame.groupby("method").effective_density.mean()
         lrs = frame.groupby("method").lr.first()
-        null, beyond = _null_text(frame, "adam", "Adam")
-        ours = (f"effective density of ΔW, ℓ1.1 (lr {lrs['1.1']:g}) {density['1.1']:.3f}, Adam (lr {lrs['adam']:g}) "
-                f"{density['adam']:.3f}; ℓ1.1 − Adam {gap.text(3)} (paired, n = {gap.n}); {null}")
+        null, beyond = _null_text(frame, methods.ADAM, "Adam")
+        ours = (f"effective density of ΔW, ℓ1.1 (lr {lrs[methods.L1_1]:g}) {density[methods.L1_1]:.3f}, Adam "
+                f"(lr {lrs[methods.ADAM]:g}) {density[methods.ADAM]:.3f}; ℓ1.1 − Adam {gap.text(3)} (paired, "
+                f"n = {gap.n}); {null}")
         if steps == "swept":
             raw = counts[counts.dataset == dataset].groupby("key")["count"].sum() / max(1, counts.seed.nunique())
-            if {"1.1", "adam"} <= set(raw.index):
-                ours += (f"; K + Q + V above the scaled threshold (not judged): ℓ1.1 {raw['1.1']:.0f}, "
-                         f"Adam {raw['adam']:.0f}")
+            if {methods.L1_1, methods.ADAM} <= set(raw.index):
+                ours += (f"; K + Q + V above the scaled threshold (not judged): ℓ1.1 {raw[methods.L1_1]:.0f}, "
+                         f"Adam {raw[methods.ADAM]:.0f}")
         unfinished = "" if frame.levelled.astype(bool).all() else "a training loss had not levelled off"
         out.append(_Part(name, ours, sparser_rule(gap.low, gap.high, gap.n, unfinished, beyond=beyond),
                          effect=_effect(gap, "effective density, ℓ1.1 − Adam", direction=-1),
@@ -530,7 +533,7 @@ def _cost(r: Results):
     table = table.assign(method=table.method.map(estimates.key_of))
     out = []
     for model, frame in table.groupby("model", sort=False):
-        md = frame[frame.method != "adam"]
+        md = frame[frame.method != methods.ADAM]
         intervals = list(zip(md.ci_low, md.ci_high))
         ours = "MD step time / Adam's, median [95 %]: " + "; ".join(
             f"{_method(key)}: {ratio:.2f} [{low:.2f}, {high:.2f}]"

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from mdlib.experiments import paper
+from mdlib.experiments import methods, paper
 from mdlib.experiments.stats import GENERALIZATION, POWER
 
 __all__ = ["COST_BAND", "DIFFERS", "E3_CLOSE", "E3_FAR", "Effect", "HOLDS", "INCONCLUSIVE", "KQV_PAPER_REDUCTION",
@@ -271,7 +271,7 @@ def concentration_rule(low: float, high: float, seeds: int, unreached: int) -> V
 
 
 #: The paper's K/Q/V counts above 0.06 (Fig. 9), ℓ1.1's total over GD's, less 1: its relative reduction.
-KQV_PAPER_REDUCTION = sum(paper.KQV_ABOVE["1.1"]) / sum(paper.KQV_ABOVE["2"]) - 1
+KQV_PAPER_REDUCTION = sum(paper.KQV_ABOVE[methods.L1_1]) / sum(paper.KQV_ABOVE[methods.GD]) - 1
 
 
 @_rule("Sparsity (K/Q/V and ViT)",

@@ -40,7 +40,8 @@ __all__ = ["ARMS", "Allocation", "SERIES_FILE", "SERIES_RECORD", "allocation", "
 
 #: The arms of the 2 x 2 besides the grid's global runs: key -> (the method trained, the method whose
 #: chosen global step each tensor's step is matched to).
-ARMS = {"1.1@2": ("1.1", "2"), "2@1.1": ("2", "1.1")}
+ARMS = {methods.arm_key(trained, matched): (trained, matched)
+        for trained, matched in ((methods.L1_1, methods.GD), (methods.GD, methods.L1_1))}
 
 
 def arm_config(config: sentiment.SentimentGrid, chosen: Mapping[tuple[int, str], float], arm: str, seed: int,
@@ -133,7 +134,7 @@ def step_table(configs: Mapping[tuple[str, str], sentiment.SentimentRun]) -> pd.
     rows = [{"setup": setup, "method": key, "lr": config.optimizer.lr, "group": group, "effective_step": step}
             for (setup, key), config in configs.items() for group, step in effective_steps(config).items()]
     table = pd.DataFrame(rows)
-    gd = table[table.method == "2"].set_index(["setup", "group"]).effective_step
+    gd = table[table.method == methods.GD].set_index(["setup", "group"]).effective_step
     return table.assign(vs_gd=[step / gd.get((s, g), math.nan) for s, g, step in
                                zip(table.setup, table.group, table.effective_step)])
 

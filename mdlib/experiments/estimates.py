@@ -35,7 +35,7 @@ __all__ = ["COMPARED", "CONTRASTS", "Estimate", "accuracy_gaps", "allocation_eff
            "parity_gaps", "power_text", "TARGET_HALF_WIDTH", "pruned_gap", "scale_trend", "step_edges", "unreached", "win_rate"]
 
 #: The two methods every sentiment claim compares: ℓ1.1 mirror descent and GD (ℓ2).
-COMPARED = ("1.1", "2")
+COMPARED = (methods.L1_1, methods.GD)
 
 
 def number(x: float, digits: int = 2, scale: float = 1.0, sign: bool = True, suffix: str = "",
@@ -177,7 +177,8 @@ def accuracy_gaps(runs: pd.DataFrame, metric: str = "last_test",
 #: The contrasts of chapter 04's 2 x 2 (``allocation.ARMS``), each the first arm minus the second, seed by
 #: seed: the gap at one global step each, the geometry (ℓ1.1 at GD's steps per tensor against GD) and the
 #: step allocation (GD at ℓ1.1's steps per tensor against GD).
-CONTRASTS = {"gap": ("1.1", "2"), "geometry": ("1.1@2", "2"), "allocation": ("2@1.1", "2")}
+CONTRASTS = {"gap": COMPARED, "geometry": (methods.arm_key(methods.L1_1, methods.GD), methods.GD),
+             "allocation": (methods.arm_key(methods.GD, methods.L1_1), methods.GD)}
 
 
 def allocation_effects(runs: pd.DataFrame, predictions: pd.DataFrame | None = None) -> dict[str, Estimate]:
@@ -310,7 +311,7 @@ def entropy_gap(table: pd.DataFrame) -> Estimate:
     return paired(table, COMPARED[1], COMPARED[0], "entropy")
 
 
-def density_gap(change: pd.DataFrame, baseline: str = "2", column: str = "effective_density") -> Estimate:
+def density_gap(change: pd.DataFrame, baseline: str = methods.GD, column: str = "effective_density") -> Estimate:
     """Sparsity: ℓ1.1 minus ``baseline`` ("2": GD, "adam") in the effective density of ΔW, seed by seed
     (negative: ℓ1.1's change is sparser); ``column="dual_density"``: of the dual change m(W) - m(W(0))
     (``sparsity.change_table``; the baseline's is its ΔW): whether ℓ1.1's summed gradients are sparser
@@ -328,7 +329,8 @@ def pruned_gap(curves: pd.DataFrame, sparsity: float) -> Estimate:
 def parity_gaps(final: pd.DataFrame) -> dict[str, Estimate]:
     """ViT parity on one data set: per method ``key`` other than Adam, its final test accuracy minus
     Adam's in points (``points``), seed by seed."""
-    return {key: paired(final, key, "adam", "points", by="key") for key in dict.fromkeys(final.key) if key != "adam"}
+    return {key: paired(final, key, methods.ADAM, "points", by="key") for key in dict.fromkeys(final.key)
+            if key != methods.ADAM}
 
 
 def unreached(runs: pd.DataFrame, compared: tuple[str, ...] = COMPARED) -> int:

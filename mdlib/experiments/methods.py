@@ -14,10 +14,16 @@ from typing import TYPE_CHECKING, Any, Iterable
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["OPTIMIZERS", "arm_text", "make_optimizer", "method", "method_key", "method_label", "method_text", "p_label",
-           "DATASET_CLASSES", "DATASET_NAMES", "dataset_text"]
+__all__ = ["ADAM", "GD", "L1_1", "L3", "OPTIMIZERS", "PAPER_PS", "arm_key", "arm_text", "make_optimizer", "method", "method_key",
+           "method_label", "method_text", "p_label", "DATASET_CLASSES", "DATASET_NAMES", "dataset_text"]
 
 OPTIMIZERS = ("md", "adam", "adamw", "sgd")
+
+#: The keys of the paper's methods, as run configs and results tables write them (``method_key``): ℓ1.1
+#: mirror descent (the paper's method), ℓ2 mirror descent, which is gradient descent, ℓ3, and Adam.
+L1_1, GD, L3, ADAM = "1.1", "2", "3", "adam"
+#: The paper's exponents p, Table 1's columns in its order: ℓ1.1, GD, ℓ3.
+PAPER_PS = (L1_1, GD, L3)
 
 
 def make_optimizer(params: Iterable[Any], name: str, lr: float, p: float | None = None,
@@ -104,6 +110,12 @@ def method_text(optimizer: str, p: float | None = None) -> str:
     if optimizer != "md":
         return method_label(optimizer, p)
     return f"ℓ{float(p):g}" + (" (GD)" if float(p) == 2.0 else "")
+
+
+def arm_key(trained: str, matched: str) -> str:
+    """The key of an arm of chapter 04's 2 x 2: method ``trained`` with each tensor's step matched to method
+    ``matched``'s, "a@b" (``arm_key(L1_1, GD)`` is "1.1@2")."""
+    return f"{trained}@{matched}"
 
 
 def arm_text(key: str) -> str:

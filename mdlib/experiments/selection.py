@@ -199,7 +199,7 @@ def win_table(scored: _Scored, sets: Mapping[str, SentenceSet], pairs: Sequence[
         if s.positions is None:
             continue
         for seed in pairs:
-            first, second = _pivot_scores(scored, "1.1", seed, s), _pivot_scores(scored, "2", seed, s)
+            first, second = (_pivot_scores(scored, key, seed, s) for key in estimates.COMPARED)
             for i, (a, b) in enumerate(zip(first, second)):
                 w, l, t = analysis.win_loss_tie(a[None], b[None])
                 rows.append({"sentences": s.title, "set": name, "seed": seed, "sentence": i, "wins": w, "losses": l,
@@ -280,7 +280,7 @@ def summary_view(table: pd.DataFrame) -> pd.DataFrame:
 
 def summary_text(row: pd.Series) -> str:
     """One set's row of ``summary`` in words."""
-    scores = " / ".join(f"{row[f'score_{k}']:.2f}" for k in ("1.1", "2") if f"score_{k}" in row)
+    scores = " / ".join(f"{row[f'score_{k}']:.2f}" for k in estimates.COMPARED if f"score_{k}" in row)
     return (f"ℓ1.1 / GD / ties {row.wins} / {row.losses} / {row.ties} over {row.seeds} seed pairs; ℓ1.1's win rate "
             f"{_interval(row.rate, row.low, row.high)} (mean of the per-seed rates, 95 % interval over seeds and "
             f"sentences; over seeds only {_bounds(row.seeds_low, row.seeds_high)}; "
@@ -314,7 +314,7 @@ def concentration_text(table: pd.DataFrame, methods: Sequence[str], pairs: Seque
         parts.append(f"{method_text('md', float(key))}: normalized entropy {m:.3f}"
                      + ("" if lo != lo else f" [{lo:.3f}, {hi:.3f}]") + f", top-token share {part.top_share.mean():.3f}")
     text = "Mean over the test sentences, then over seeds (95 % t interval): " + "; ".join(parts) + "."
-    if {"1.1", "2"} <= set(methods) and len(pairs) >= 1:
+    if set(estimates.COMPARED) <= set(methods) and len(pairs) >= 1:
         gap = estimates.entropy_gap(table[table.seed.isin(pairs)])
         text += f" GD minus ℓ1.1 in normalized entropy, seed by seed: {gap.text(3)} (positive: ℓ1.1's attention is sharper)."
     return text
