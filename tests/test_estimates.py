@@ -101,8 +101,8 @@ def test_estimate_text(estimate, args, text):
     (0.0, (3,), {}, "+0.000"),
     (math.nan, (1, 100), {"missing": "–"}, "–"),
 ])
-def test_number_is_the_books_one_formatter(x, args, kwargs, text):
-    assert estimates.number(x, *args, **kwargs) == text
+def test_number_text_is_the_books_one_formatter(x, args, kwargs, text):
+    assert estimates.number_text(x, *args, **kwargs) == text
 
 
 def predictions_of(accuracies: dict[str, list[float]], n: int = 1000, layers: int = 3) -> pd.DataFrame:

@@ -271,7 +271,7 @@ def _table1_rows(r: Results, grid: str) -> list[_Part]:
         reported = paper.TABLE_1.get(int(L), {})
         gap = paper.TABLE_1_GAPS.get(int(L), math.nan)
         paper_text = (" / ".join(f"{reported.get(k, math.nan):.2f}" for k in methods.PAPER_PS)
-                      + f" (ℓ1.1 / GD / ℓ3); ℓ1.1 − GD {estimates.number(gap)} points"
+                      + f" (ℓ1.1 / GD / ℓ3); ℓ1.1 − GD {estimates.number_text(gap)} points"
                       + ("" if grid == "replication" else " (IMDb, the authors' setup: not this variation's claim)"))
         name = f"{L} layers" if grid == "replication" else f"{setup}, {L} layers" + (f"; {step}" if step else "")
         row_runs = runs[runs.layers == L]
@@ -320,7 +320,7 @@ def _allocation(r: Results):
                 f"n = {gap.n}; {setup}, {L} layers)")
         out.append(_Part(f"{factor}, {contrast}", ours,
                          allocation_rule(gap.low, gap.high, gap.n, unreached, below, paper_gap),
-                         f"no such experiment; the paper's ℓ1.1 − GD in its own setup: {estimates.number(paper_gap)} "
+                         f"no such experiment; the paper's ℓ1.1 − GD in its own setup: {estimates.number_text(paper_gap)} "
                          f"points at {L} layers", _effect(gap, f"points, {factor}: {contrast}", paper=paper_gap,
                                                           paper_label=AUTHORS_SETUP),
                          _headline(gap, " points")))
@@ -387,7 +387,7 @@ def _kqv(r: Results):
     null, beyond = _null_text(change, methods.GD, "GD")
     ours = (f"effective density of ΔW: ℓ1.1 {density[methods.L1_1]:.3f}, GD {density[methods.GD]:.3f}; ℓ1.1 − GD "
             f"{gap.text(3)} (paired, n = {gap.n}; models: {setup}); the paper's {-100 * KQV_PAPER_REDUCTION:.0f} % "
-            f"reduction here: {estimates.number(paper_effect, 3)}; {null}")
+            f"reduction here: {estimates.number_text(paper_effect, 3)}; {null}")
     counts = r.csv("table-weights-kqv", ["method", "seed", "K", "Q", "V"])
     counts = counts.assign(method=counts.method.map(estimates.key_of), total=counts.K + counts.Q + counts.V)
     totals = counts.groupby("method").total.mean()

@@ -269,7 +269,7 @@ def series_text(gaps: pd.DataFrame) -> str:
     parts = []
     for std, part in gaps.groupby("embedding_std"):
         reached = "at the stop rule" if part.reached.all() else f"{int((~part.reached).sum())} pair(s) at the epoch cap"
-        parts.append(f"σ {std:g}: {estimates.number(part.gap.mean())} (ℓ1.1 {part[f'multiple_{first}'].iloc[0]:g}×, "
+        parts.append(f"σ {std:g}: {estimates.number_text(part.gap.mean())} (ℓ1.1 {part[f'multiple_{first}'].iloc[0]:g}×, "
                      f"GD {part[f'multiple_{second}'].iloc[0]:g}×; {len(part)} pairs, {reached})")
     return "; ".join(parts) or "no pairs"
 

@@ -31,18 +31,18 @@ from mdlib.experiments.stats import (clustered_rate, crossed_interval, detectabl
                                      generalization_floor, mean_interval, paired_interval, seeds_for_half_width)
 
 __all__ = ["COMPARED", "CONTRASTS", "Estimate", "accuracy_gaps", "allocation_effects", "below_floor", "crossed",
-           "density_gap", "depths_text", "edges_text", "entropy_gap", "key_of", "keyed", "number", "PAIRED_SD_SEEN", "paired",
+           "density_gap", "depths_text", "edges_text", "entropy_gap", "key_of", "keyed", "number_text", "PAIRED_SD_SEEN", "paired",
            "parity_gaps", "power_text", "TARGET_HALF_WIDTH", "pruned_gap", "scale_trend", "step_edges", "unreached", "win_rate"]
 
 #: The two methods every sentiment claim compares: ℓ1.1 mirror descent and GD (ℓ2).
 COMPARED = (methods.L1_1, methods.GD)
 
 
-def number(x: float, digits: int = 2, scale: float = 1.0, sign: bool = True, suffix: str = "",
-           missing: str = "n/a") -> str:
+def number_text(x: float, digits: int = 2, scale: float = 1.0, sign: bool = True, suffix: str = "",
+                missing: str = "n/a") -> str:
     """``scale * x`` as the book prints an estimate: ``digits`` decimals, "+" before a positive number when
-    ``sign``, a true minus sign (−), ``suffix`` after it; ``missing`` for NaN. ``number(0.512, 1, 100,
-    sign=False, suffix="%")`` is "51.2%"."""
+    ``sign``, a true minus sign (−), ``suffix`` after it; ``missing`` for NaN. ``number_text(0.512, 1,
+    100, sign=False, suffix="%")`` is "51.2%"."""
     if x != x:
         return missing
     return (f"{scale * x:+.{digits}f}" if sign else f"{scale * x:.{digits}f}").replace("-", "−") + suffix
@@ -78,7 +78,7 @@ class Estimate:
         """"+0.81 [−0.40, +2.02]" (values times ``scale``, ``suffix`` after each, a true minus sign;
         "(no interval)" without one)."""
         def shown(x: float) -> str:
-            return number(x, digits, scale, sign, suffix)
+            return number_text(x, digits, scale, sign, suffix)
 
         if self.low != self.low:
             return f"{shown(self.value)} (no interval)"
@@ -90,7 +90,7 @@ class Estimate:
         if not self.crossed:
             return self.text(digits, scale, sign, suffix)
         def shown(x: float) -> str:
-            return number(x, digits, scale, sign, suffix)
+            return number_text(x, digits, scale, sign, suffix)
 
         return (f"{self.text(digits, scale, sign, suffix)} over seeds and examples (seeds only "
                 f"[{shown(self.seeds_low)}, {shown(self.seeds_high)}])")

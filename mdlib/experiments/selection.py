@@ -250,7 +250,7 @@ def summary(outcomes: pd.DataFrame, scored: _Scored, sets: Mapping[str, Sentence
 
 
 def _percent(x) -> str:
-    return estimates.number(x, 1, 100, sign=False, suffix="%", missing="–")
+    return estimates.number_text(x, 1, 100, sign=False, suffix="%", missing="–")
 
 
 def _bounds(low, high) -> str:
