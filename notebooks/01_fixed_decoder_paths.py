@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 from myst_nb import glue
 
-from mdlib.book import plots
+from mdlib.book import artifacts, plots
 from mdlib.experiments import synthetic
 
 plots.set_theme()
@@ -96,7 +96,7 @@ print(f"profile={profile}: {seeds} seeds, n={n}, T={T}, d={d}, lr={lr}, steps={d
 # %% tags=["hide-input"]
 ps_order = sorted(curves["train_p"].unique())
 fig = plots.e1_paths_figure(curves, svm_ps)
-plots.save_figure(fig, "fig-e1-paths", data=curves)
+artifacts.save_figure(fig, "fig-e1-paths", data=curves)
 
 # %% [markdown]
 # ```{glue:figure} fig-e1-paths
@@ -116,7 +116,7 @@ wide = summary.assign(cell=[f"{m:.4f} ± {s:.4f}" for m, s in zip(summary["mean"
     index="train_p", columns="svm_p", values="cell")
 wide.index = [f"trained with {plots.p_label(p)}" for p in wide.index]
 wide.columns = [f"SVM {plots.p_label(q)}" for q in wide.columns]
-plots.save_table(summary, "table-e1-final", styled=wide.style)
+artifacts.save_table(summary, "table-e1-final", styled=wide.style)
 
 # Per seed: is the path's own SVM the nearest one?
 nearest = final.loc[final.groupby(["train_p", "seed"]).divergence.idxmin()]
@@ -173,7 +173,7 @@ exact, naive = stall_run(None), stall_run(stall_eps)
 normalizations = (("exact (log space)", exact), (f"gradient / (norm + {stall_eps:g})", naive))
 stall = pd.concat([res["curves"][(res["curves"].train_p == p) & (res["curves"].svm_p == p)].assign(method=name)
                    for p in sorted(train_ps) for name, res in normalizations], ignore_index=True)
-plots.save_figure(plots.e1_stall_figure(stall), "fig-e1-stall", data=stall)
+artifacts.save_figure(plots.e1_stall_figure(stall), "fig-e1-stall", data=stall)
 for name, res in (("exact", exact), ("naive", naive)):
     fin = res["final"]
     own_final = fin[fin.train_p == fin.svm_p].groupby("train_p").divergence.mean()

@@ -44,7 +44,7 @@ seed = 1  # the instance's seed
 import numpy as np
 from myst_nb import glue
 
-from mdlib.book import plots
+from mdlib.book import artifacts, plots
 from mdlib.experiments import synthetic
 
 plots.set_theme()
@@ -67,7 +67,7 @@ solutions
 # %% tags=["hide-input"]
 normalized = paths[paths.method == "normalized"]
 fig, entries = plots.e2_path_figure(normalized, curves[curves.method == "normalized"], ps)
-plots.save_figure(fig, "fig-e2-path", data=normalized[normalized.entry.isin(entries)])
+artifacts.save_figure(fig, "fig-e2-path", data=normalized[normalized.entry.isin(entries)])
 
 # %% [markdown]
 # ```{glue:figure} fig-e2-path
@@ -83,7 +83,7 @@ plots.save_figure(fig, "fig-e2-path", data=normalized[normalized.entry.isin(entr
 # %% tags=["hide-input"]
 plain = curves[(curves.method == "plain") & (curves.step > 0)]
 fig = plots.e2_growth_figure(plain, ps)
-plots.save_figure(fig, "fig-e2-norm-growth", data=plain)
+artifacts.save_figure(fig, "fig-e2-norm-growth", data=plain)
 
 # %% tags=["hide-input"]
 # Slope of the norm against log k over the last decade of steps, and the late rate of the divergence.

@@ -44,7 +44,7 @@ first_steps = 150  # window of the probability panel
 # %%
 from myst_nb import glue
 
-from mdlib.book import plots
+from mdlib.book import artifacts, plots
 from mdlib.experiments import synthetic
 
 plots.set_theme()
@@ -57,9 +57,9 @@ print(f"profile={profile}: steps={dict(zip(ps, steps))}, lr={lr}")
 
 # %% tags=["hide-input"]
 fig = plots.e3_joint_figure(probabilities, W_paths, v_paths, ps, first_steps)
-plots.save_figure(fig, "fig-e3-joint", data=probabilities)
-plots.save_table(W_paths, "fig-e3-joint-W", glue=False)
-plots.save_table(v_paths, "fig-e3-joint-v", glue=False)
+artifacts.save_figure(fig, "fig-e3-joint", data=probabilities)
+artifacts.save_table(W_paths, "fig-e3-joint-W", glue=False)
+artifacts.save_table(v_paths, "fig-e3-joint-v", glue=False)
 
 # %% [markdown]
 # ```{glue:figure} fig-e3-joint
@@ -77,7 +77,7 @@ plots.save_table(v_paths, "fig-e3-joint-v", glue=False)
 table = summary.rename(columns={"p": "p", "selected": "selected tokens (1-based)",
                                 "W_divergence": "W: divergence to attention SVM",
                                 "v_divergence": "v: divergence to decoder SVM", "final_loss": "final loss"})
-plots.save_table(summary, "table-e3-final", styled=table.style.format(
+artifacts.save_table(summary, "table-e3-final", styled=table.style.format(
     {"p": "{:g}", "W: divergence to attention SVM": "{:.2e}", "v: divergence to decoder SVM": "{:.2e}",
      "final loss": "{:.2e}"})
     .hide(axis="index"))

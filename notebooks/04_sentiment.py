@@ -88,14 +88,14 @@ workers = 2  # runs trained at once: CPU processes of one thread each, or one pr
 import pandas as pd
 from myst_nb import glue
 
-from mdlib.book import plots, provenance, scorecard
+from mdlib.book import artifacts, plots, provenance, scorecard
 from mdlib.experiments.methods import GD, L1_1, method
 from mdlib.experiments import allocation, estimates, paper, sentiment, stats, train
 
 plots.set_theme()
 glue("paper-table-1", sentiment.paper_table1_view().style.hide(axis="index").set_table_styles(
     [{"selector": "th, td", "props": "padding: 0.1em 0.7em"}]), display=False)
-plots.glue_paper()
+artifacts.glue_paper()
 
 # %% tags=["remove-stderr"]
 configs = dict(zip(sentiment.GRIDS, sentiment.chapter_grids(  # the replication's grid and the variation's
@@ -120,7 +120,7 @@ text = {key: plots.method_text(*method(key)) for key in dict.fromkeys(methods + 
 predictions = pd.concat([sentiment.predictions(g.configs, g.results).assign(grid=name) for name, g in grids.items()]
                         + ([sentiment.predictions(arms.configs, arms.results).assign(grid="allocation")] if arms else []),
                         ignore_index=True)
-plots.save_table(predictions, "table-sentiment-predictions", glue=False)  # per run and test sentence: correct or not
+artifacts.save_table(predictions, "table-sentiment-predictions", glue=False)  # per run and test sentence: correct or not
 of_grid = {name: predictions[predictions.grid == name] for name in ("replication", "variation")}
 
 # %% [markdown]
@@ -137,7 +137,7 @@ of_grid = {name: predictions[predictions.grid == name] for name in ("replication
 baseline = sentiment.baseline(dataset, 0, max_length, train_size)
 nb = float(baseline.set_index("baseline").test_accuracy["naive_bayes"])
 floor = stats.generalization_floor(nb)
-plots.save_table(baseline, "table-sentiment-baseline", styled=sentiment.baseline_view(baseline).style.hide(axis="index"))
+artifacts.save_table(baseline, "table-sentiment-baseline", styled=sentiment.baseline_view(baseline).style.hide(axis="index"))
 glue("t1-baseline", f"{nb:.1%}", display=False)
 glue("t1-floor", f"{floor:.1%}", display=False)
 
@@ -175,7 +175,7 @@ glue("t1-floor", f"{floor:.1%}", display=False)
 
 # %% tags=["hide-input"]
 steps = runs[runs.seed < sentiment.SWEEP_SEEDS]
-plots.save_table(steps, "table-sentiment-steps", styled=sentiment.steps_view(steps).style.hide(axis="index"))
+artifacts.save_table(steps, "table-sentiment-steps", styled=sentiment.steps_view(steps).style.hide(axis="index"))
 glue("t1-edges", "; ".join(f"{name}: {estimates.edges_text(part) or 'inside its grid for every method'}"
                            for name, part in runs.groupby("grid", sort=False)), display=False)
 
@@ -191,13 +191,13 @@ glue("t1-edges", "; ".join(f"{name}: {estimates.edges_text(part) or 'inside its 
 # ## Table 1, the judged variation: small embeddings
 
 # %% tags=["hide-input"]
-plots.save_table(runs, "table-sentiment-runs", glue=False)
+artifacts.save_table(runs, "table-sentiment-runs", glue=False)
 
 
 def glue_table1(grid, name: str, label: str, prefix: str) -> None:
     """Save a grid's Table 1 under ``label`` and glue its numbers under ``prefix``-..."""
     cells = sentiment.cell_table(grid.runs, grid.config.setup)
-    plots.save_table(cells, label, styled=sentiment.table1_view(cells, nb).style.hide(axis="index"))
+    artifacts.save_table(cells, label, styled=sentiment.table1_view(cells, nb).style.hide(axis="index"))
     chosen = grid.runs[grid.runs.chosen]
     glue(f"{prefix}-reached", f"{int(chosen.reached.sum())} of {len(chosen)}", display=False)
     glue(f"{prefix}-data", f"{dataset}, {train_size or 'all'} training texts, width {width}, setup "
@@ -238,7 +238,7 @@ glue_table1(variation, "variation", "table-1-variation", "t1v")
 # end of the chapter) also gives the smallest gap the design can detect.
 
 # %% tags=["hide-input"]
-plots.save_figure(plots.training_curves(variation.history, variation_methods), "fig-sentiment-curves-variation",
+artifacts.save_figure(plots.training_curves(variation.history, variation_methods), "fig-sentiment-curves-variation",
                   data=variation.history)
 
 # %% [markdown]
@@ -282,7 +282,7 @@ if arms:
     at_steps |= {(paper.SETUP_NAMES[variation.config.setup], arm): arms.configs[L, arm, 0]
                  for arm in allocation.ARMS if (L, arm, 0) in arms.configs}
 effective = allocation.step_table(at_steps)
-plots.save_table(effective, "table-sentiment-effective-steps", styled=allocation.steps_view(effective).style.hide(
+artifacts.save_table(effective, "table-sentiment-effective-steps", styled=allocation.steps_view(effective).style.hide(
     axis="index").set_table_styles([{"selector": "th, td", "props": "padding: 0.1em 0.35em"}]))
 
 # %% [markdown]
@@ -298,14 +298,14 @@ plots.save_table(effective, "table-sentiment-effective-steps", styled=allocation
 
 # %% tags=["hide-input"]
 if arms:
-    plots.save_table(arms.runs, "table-sentiment-allocation", styled=allocation.runs_view(arms.runs).style.hide(axis="index"))
+    artifacts.save_table(arms.runs, "table-sentiment-allocation", styled=allocation.runs_view(arms.runs).style.hide(axis="index"))
     effects = estimates.allocation_effects(arms.runs, predictions[predictions.grid.isin(["variation", "allocation"])])
     for name, effect in effects.items():
         glue(f"t1a-{name}", f"{effect.both_text()} ({effect.n} pairs)", display=False)
         if name != "gap":  # the gap's power is the variation's, under the verdicts
             glue(f"t1a-power-{name}", estimates.power_text(effect), display=False)
 else:
-    plots.save_table(pd.DataFrame({"note": ["the 2 x 2 is not run at this profile (allocation_seeds = 0)"]}),
+    artifacts.save_table(pd.DataFrame({"note": ["the 2 x 2 is not run at this profile (allocation_seeds = 0)"]}),
                      "table-sentiment-allocation")
     for name in estimates.CONTRASTS:
         glue(f"t1a-{name}", "not measured (allocation_seeds = 0)", display=False)
@@ -345,7 +345,7 @@ else:
 series_runs, record = (allocation.series(series, workers=workers), None) if series else allocation.committed_series()
 gaps = allocation.series_gaps(series_runs)
 equal = allocation.equal_step_std(sentiment.reference_step(L, L1_1), sentiment.reference_step(L, GD))
-plots.save_figure(plots.scale_series_figure(series_runs, gaps, equal, paper.TABLE_1_GAPS.get(L, float("nan")),
+artifacts.save_figure(plots.scale_series_figure(series_runs, gaps, equal, paper.TABLE_1_GAPS.get(L, float("nan")),
                                             allocation.SMALL_EMBEDDING_STD), "fig-sentiment-scale-series", data=series_runs)
 trend = estimates.scale_trend(gaps)
 glue("t1s-trend", f"{trend.text()} points per tenfold std ({trend.n} seed pairs at the stop rule)", display=False)
@@ -390,7 +390,7 @@ glue_table1(replication, "replication", "table-1", "t1")
 # seed: {glue:text}`t1-gaps`; best over epochs: {glue:text}`t1-best-gaps`.
 
 # %% tags=["hide-input"]
-plots.save_figure(plots.training_curves(replication.history, methods), "fig-sentiment-curves",
+artifacts.save_figure(plots.training_curves(replication.history, methods), "fig-sentiment-curves",
                   data=replication.history)
 
 # %% [markdown]
@@ -416,7 +416,7 @@ moved = {}
 for name, grid in grids.items():
     moved[name] = sentiment.movement(grid)
     label = "fig-sentiment-movement" + ("" if name == "replication" else f"-{name}")
-    plots.save_figure(plots.movement_bars(moved[name], grid.config.methods), label, data=moved[name])
+    artifacts.save_figure(plots.movement_bars(moved[name], grid.config.methods), label, data=moved[name])
 
 
 def movement_text(table: pd.DataFrame) -> str:
@@ -463,7 +463,7 @@ glue("t1v-moved", movement_text(moved["variation"]), display=False)
 lengths = [len(ids) for ids in sentiment.training_subset(sentiment.splits(dataset, 0, max_length)["train"],
                                                          train_size, 0).ids]
 pools = pd.DataFrame([{"pool (batches)": pool} | train.batching(lengths, 100, pool) for pool in (1, 4, 8, 16, 64)])
-plots.save_table(pools, "table-sentiment-batching", styled=pools.style.format(
+artifacts.save_table(pools, "table-sentiment-batching", styled=pools.style.format(
     {"padding": "{:.3f}", "again": "{:.1%}", "random_again": "{:.1%}"}).hide(axis="index"))
 glue("t1-pool", f"{replication.configs[next(iter(replication.configs))].fit.pool}", display=False)
 

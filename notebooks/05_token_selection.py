@@ -56,11 +56,11 @@ deletion_seed = 0  # seeds the random token of the deletion control
 # %% tags=["remove-stderr"]
 from myst_nb import glue
 
-from mdlib.book import plots, provenance, scorecard
+from mdlib.book import artifacts, plots, provenance, scorecard
 from mdlib.experiments import selection, sentiment
 
 plots.set_theme()
-plots.glue_paper()
+artifacts.glue_paper()
 grid = sentiment.built_grid(table1 or profile, depth, provenance.notebook_run()["variant"])
 dataset, max_length, width, methods = grid.config.dataset, grid.config.max_length, grid.config.width, grid.config.methods
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
@@ -77,7 +77,7 @@ print(f"profile={profile}: {len(models)} models ({dataset}, {depth} layers, widt
 authors = sets["authors"]
 shown = list(range(min(heatmap_sentences, len(authors.ids))))
 heat = selection.heat_table(scores, sets["authors"], methods)
-plots.save_figure(plots.token_heatmaps(heat, authors, shown, [k for k in ("1.1", "2") if k in methods], pairs[0]),
+artifacts.save_figure(plots.token_heatmaps(heat, authors, shown, [k for k in ("1.1", "2") if k in methods], pairs[0]),
                   "fig-token-attention", data=heat)
 
 # %% [markdown]
@@ -92,10 +92,10 @@ plots.save_figure(plots.token_heatmaps(heat, authors, shown, [k for k in ("1.1",
 
 # %% tags=["hide-input"]
 outcomes = selection.win_table(scores, sets, pairs)
-plots.save_table(outcomes, "table-token-selection-sentences", glue=False)
-plots.save_table(selection.seed_counts(outcomes), "table-token-selection-seeds", glue=False)
+artifacts.save_table(outcomes, "table-token-selection-sentences", glue=False)
+artifacts.save_table(selection.seed_counts(outcomes), "table-token-selection-seeds", glue=False)
 summary = selection.summary(outcomes, scores, sets, methods)
-plots.save_table(summary, "table-token-selection", styled=selection.summary_view(summary).style.hide(axis="index"))
+artifacts.save_table(summary, "table-token-selection", styled=selection.summary_view(summary).style.hide(axis="index"))
 for key, row in summary[summary.key != "paper"].set_index("key").iterrows():
     glue(f"tok-{key}", selection.summary_text(row), display=False)
 
@@ -125,8 +125,8 @@ for key, row in summary[summary.key != "paper"].set_index("key").iterrows():
 
 # %% tags=["hide-input"]
 sharp = selection.concentration_table(models, sets["test"])
-plots.save_table(sharp, "table-token-concentration", glue=False)
-plots.save_figure(plots.concentration_plot(sharp, methods), "fig-token-concentration", data=sharp)
+artifacts.save_table(sharp, "table-token-concentration", glue=False)
+artifacts.save_figure(plots.concentration_plot(sharp, methods), "fig-token-concentration", data=sharp)
 glue("tok-sharp", selection.concentration_text(sharp, methods, pairs), display=False)
 
 # %% [markdown]
@@ -145,7 +145,7 @@ glue("tok-sharp", selection.concentration_text(sharp, methods, pairs), display=F
 
 # %% tags=["hide-input"]
 drops = selection.deletion_table(models, scores, sets["lexicon"], deletion_seed)
-plots.save_figure(plots.deletion_bars(drops, methods), "fig-token-intervention", data=drops)
+artifacts.save_figure(plots.deletion_bars(drops, methods), "fig-token-intervention", data=drops)
 glue("tok-drops", selection.deletion_text(drops, methods), display=False)
 glue("tok-verdict", scorecard.verdicts("05_token_selection"), display=False)
 glue("tok-gate", selection.gate_text(grid, depth), display=False)

@@ -46,12 +46,12 @@ sparsities = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95]  # fractions o
 import pandas as pd
 from myst_nb import glue
 
-from mdlib.book import plots, provenance, scorecard
+from mdlib.book import artifacts, plots, provenance, scorecard
 from mdlib.experiments.methods import method
 from mdlib.experiments import analysis, estimates, paper, selection, sentiment, sparsity, train
 
 plots.set_theme()
-plots.glue_paper()
+artifacts.glue_paper()
 grid = sentiment.built_grid(table1 or profile, depth, provenance.notebook_run()["variant"])
 dataset, max_length, width, methods = grid.config.dataset, grid.config.max_length, grid.config.width, grid.config.methods
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
@@ -74,7 +74,7 @@ table = pd.DataFrame({"method": [label[k] for k in shown.index]} | {
            for k in shown.index] for kind in sparsity.KINDS.values()})
 reported = pd.DataFrame([{"method": name, **dict(zip("KQV", map(str, paper.KQV_ABOVE[key])))} for key, name in
                          (("1.1", "paper ℓ1.1 (IMDb, 6 layers, width 384)"), ("2", "paper ℓ2 (GD)"))])
-plots.save_table(counts, "table-weights-kqv", styled=pd.concat([table, reported], ignore_index=True).style.hide(axis="index"))
+artifacts.save_table(counts, "table-weights-kqv", styled=pd.concat([table, reported], ignore_index=True).style.hide(axis="index"))
 shares = counts.groupby("method")[list(sparsity.KINDS.values())].mean().sum(axis=1) / (3 * entries)
 glue("w-shares", " / ".join(f"{shares[k]:.2%}" for k in ["init"] + methods), display=False)
 glue("w-threshold", f"{scaled:.3f}", display=False)
@@ -96,7 +96,7 @@ glue("w-threshold", f"{scaled:.3f}", display=False)
 change = sparsity.change_table(models, initial, top_fraction).merge(
     grid.runs[grid.runs.chosen & (grid.runs.layers == depth)][["method", "seed", "epochs", "reached"]])
 summary = change.groupby("method", sort=False)[["top_share", "effective_density", "relative_change", "epochs"]].mean()
-plots.save_table(change, "table-weights-change", styled=summary.rename(index=label).reset_index().style.format(
+artifacts.save_table(change, "table-weights-change", styled=summary.rename(index=label).reset_index().style.format(
     {"top_share": "{:.3f}", "effective_density": "{:.3f}", "relative_change": "{:.3f}", "epochs": "{:.0f}"})
     .hide(axis="index"))
 gap = estimates.density_gap(change)
@@ -145,7 +145,7 @@ fig = plots.weight_histograms({f"seed {first}": {(label[k], colors[k]): (initial
 hist = pd.concat([pd.DataFrame({"method": k, "kind": kind, "abs_w": values[values > scaled]})
                   for k in methods for kind in sparsity.KINDS
                   for values in [analysis.magnitudes(models[k, first].attention_weights()[kind])]], ignore_index=True)
-plots.save_figure(fig, "fig-weights-kqv", data=hist)
+artifacts.save_figure(fig, "fig-weights-kqv", data=hist)
 
 # %% [markdown]
 # ```{glue:figure} fig-weights-kqv
@@ -167,7 +167,7 @@ def accuracy(model):
 
 
 pruning = sparsity.pruning_table(models, sparsities, accuracy)
-plots.save_figure(plots.pruning_curves(pruning, methods), "fig-pruning", data=pruning)
+artifacts.save_figure(plots.pruning_curves(pruning, methods), "fig-pruning", data=pruning)
 kept = pruning.groupby(["method", "sparsity"])["test_accuracy"].mean()
 for s in (0.5, 0.8, 0.9):
     glue(f"prune-{int(100 * s)}", " / ".join(f"{100 * kept[k, s]:.1f}" for k in methods) if s in sparsities

@@ -69,12 +69,12 @@ import pandas as pd
 import torch
 from myst_nb import glue
 
-from mdlib.book import plots, scorecard
+from mdlib.book import artifacts, plots, scorecard
 from mdlib.experiments.methods import dataset_text, method, method_key, method_text
 from mdlib.experiments import analysis, paper, vision
 
 plots.set_theme()
-plots.glue_paper()
+artifacts.glue_paper()
 dataset_names = {d: dataset_text(d) for d in datasets}
 
 # %% tags=["remove-stderr"]
@@ -100,7 +100,7 @@ edges = {side: [f"{name[k]} on {dataset_names[d]}" for (d, k), lr in grid.chosen
 glue("vit-edge", " ".join(f"The chosen step size is the grid's {side} for {', '.join(found)}." for side, found
                           in edges.items() if found) + " A wider grid might find a better one there."
      if any(edges.values()) else "Every chosen step size lies inside its grid.", display=False)
-plots.save_table(sweep, "table-vit-sweep", styled=sweep.assign(dataset=sweep.dataset.map(dataset_names)).style.format(
+artifacts.save_table(sweep, "table-vit-sweep", styled=sweep.assign(dataset=sweep.dataset.map(dataset_names)).style.format(
     {"p": lambda p: "" if pd.isna(p) else f"{p:g}", "lr": "{:g}", "chosen": lambda c: "chosen" if c else "",
      "paper": lambda c: "paper's" if c else ""}).format("{:.2%}", subset=["validation_accuracy"], na_rep="diverged")
     .hide(axis="index"))
@@ -109,7 +109,7 @@ final, results = grid.configs, grid.results
 methods = [m for m in methods if all(any((d, m, s) in final for s in range(seeds)) for d in datasets)]
 glue("vit-diverged", "; ".join(f"{name[m]} on {dataset_names[d]}, seed {s}" for d, m, s in grid.diverged) or "none",
      display=False)
-plots.save_table(pd.DataFrame(grid.diverged, columns=["dataset", "method", "seed"]), "table-vit-diverged", glue=False)
+artifacts.save_table(pd.DataFrame(grid.diverged, columns=["dataset", "method", "seed"]), "table-vit-diverged", glue=False)
 
 # %% [markdown]
 # ```{glue:figure} table-vit-sweep
@@ -135,7 +135,7 @@ plots.save_table(pd.DataFrame(grid.diverged, columns=["dataset", "method", "seed
 history = grid.history.assign(method=grid.history.method.map(name), key=grid.history.method)
 fig = plots.training_curves(grid.history, methods, stop=None, by="dataset", titles=dataset_names,
                             reference=paper.VIT_ACCURACY, reference_label=f"paper ({paper.VIT_EPOCHS} epochs)")
-plots.save_figure(fig, "fig-vit-accuracy", data=history)
+artifacts.save_figure(fig, "fig-vit-accuracy", data=history)
 
 # %% [markdown]
 # ```{glue:figure} fig-vit-accuracy
@@ -169,7 +169,7 @@ kinds = ("key", "query", "value")
 table = vision.summary_table(vision.run_scores(history), mean_counts, grid.chosen, methods=methods, names=name,
                              datasets=dataset_names, swept=swept, flat_share=flat_share, kinds=kinds)
 shown = vision.summary_view(table, scaled)
-plots.save_table(table, "table-vit", styled=shown.style.hide(axis="index"))
+artifacts.save_table(table, "table-vit", styled=shown.style.hide(axis="index"))
 
 # %% tags=["hide-input"]
 texts = vision.summary_texts(table, grid.chosen, names=name, datasets=dataset_names, swept=swept,
@@ -202,7 +202,7 @@ styles = [("initialization", "initialization", "black")] + [
     (name[m], plots.method_label(*method(m)), plots.method_color(*method(m))) for m in methods]
 fig = plots.weight_histograms({dataset_names[d]: {(label, color): nets[(d, key, 0)].attention_weights()
                                                   for key, label, color in styles} for d in datasets}, scaled, kinds)
-plots.save_figure(fig, "fig-vit-weights", data=counts)
+artifacts.save_figure(fig, "fig-vit-weights", data=counts)
 glue("vit-counts", per_dataset(lambda d: ", ".join(
     f"{label} " + " / ".join(f"{mean_counts[(d, label, kind)]:,.0f}" for kind in kinds)
     for label, _, _ in styles)), display=False)
@@ -233,7 +233,7 @@ view = change.groupby(["steps", "dataset", "method"], sort=False).agg(
     lr=("lr", "first"), effective_density=("effective_density", "mean"), dual_density=("dual_density", "mean"),
     weighting_density=("weighting_density", "mean"), top_share=("top_share", "mean"),
     relative_change=("relative_change", "mean"), levelled=("levelled", "all")).reset_index()
-plots.save_table(change, "table-vit-change", styled=view.assign(dataset=view.dataset.map(dataset_names),
+artifacts.save_table(change, "table-vit-change", styled=view.assign(dataset=view.dataset.map(dataset_names),
                  method=view.method.map(name)).style.format({"lr": "{:g}", "effective_density": "{:.3f}",
                  "dual_density": "{:.3f}", "weighting_density": "{:.3f}", "top_share": "{:.3f}",
                  "relative_change": "{:.3f}"}).hide(axis="index"))
@@ -263,7 +263,7 @@ glue("vit-change", "; ".join(f"{r.steps} steps, {dataset_names[r.dataset]}: {nam
 sizes = {d: [len(part) for part in vision.image_sets(final[(d, methods[0], 0)].data)] for d in datasets}
 pruning = vision.pruning_table(final, sparsities)
 fig = plots.pruning_curves(pruning, methods, chance=None, by="dataset", titles=dataset_names)
-plots.save_figure(fig, "fig-vit-pruning", data=pruning.assign(method=pruning.method.map(name)))
+artifacts.save_figure(fig, "fig-vit-pruning", data=pruning.assign(method=pruning.method.map(name)))
 
 # %% tags=["hide-input"]
 levels = [x for x in (0.5, 0.8, 0.9) if x in sparsities]

@@ -47,13 +47,13 @@ import logging
 import torch
 from myst_nb import glue
 
-from mdlib.book import bench, plots, provenance
+from mdlib.book import artifacts, bench, plots, provenance
 
 bench.choice("vit", vit, bench.VIT_MODELS)  # before any timing: any other value would time the tiny model
 for mode in modes:
     bench.choice("modes", mode, bench.MD_MODES)
 plots.set_theme()
-plots.glue_paper()
+artifacts.glue_paper()
 
 # %%
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "no CUDA runtime" on CPU machines
@@ -69,7 +69,7 @@ steps, targets = bench.step_tables(sizes, ps, repeats=repeats, modes=modes)
 
 # %% tags=["hide-input"]
 fig = plots.cost_step_figure(steps)
-plots.save_figure(fig, "fig-cost-step", data=steps)
+artifacts.save_figure(fig, "fig-cost-step", data=steps)
 
 # %% [markdown]
 # ```{glue:figure} fig-cost-step
@@ -84,7 +84,7 @@ plots.save_figure(fig, "fig-cost-step", data=steps)
 
 # %% tags=["hide-input"]
 training = bench.training_table(repeats=training_repeats)
-plots.save_table(training, "table-cost-training", styled=training.style.format(
+artifacts.save_table(training, "table-cost-training", styled=training.style.format(
     {"ms per step": "{:.1f}", "vs Adam (median ratio)": "{:.3f}"}).hide(axis="index"))
 md_training = training[training.method != "adam"]["vs Adam (median ratio)"]
 glue("cost-train-ratio", f"{md_training.min():.2f} to {md_training.max():.2f}", display=False)
@@ -93,9 +93,9 @@ glue("cost-train-verdict", "within" if md_training.max() <= bench.TRAINING_TARGE
 # %% tags=["hide-input"]
 timing = bench.vit_table(vit, vit_batch, vit_repeats, ps, device)
 table = bench.ops_table(steps, ps, modes)
-plots.save_table(table, "table-cost", styled=table.style.format({"ns per param (step, largest size)": "{:.2f}"})
+artifacts.save_table(table, "table-cost", styled=table.style.format({"ns per param (step, largest size)": "{:.2f}"})
                  .hide(axis="index"))
-plots.save_table(timing, "table-cost-vit", styled=timing.style.format(
+artifacts.save_table(timing, "table-cost-vit", styled=timing.style.format(
     {"step_s": "{:.3f}", "hours_2000_epochs": "{:,.0f}", "params": "{:,}"}).hide(axis="index"))
 
 # %% tags=["hide-input"]

@@ -73,7 +73,7 @@ workers = 2  # runs trained at once: CPU processes of one thread each, or one pr
 # %% tags=["remove-stderr"]
 from myst_nb import glue
 
-from mdlib.book import plots
+from mdlib.book import artifacts, plots
 from mdlib.experiments import step_sizes
 
 plots.set_theme()
@@ -100,7 +100,7 @@ print(f"profile={profile}: {step_sizes.task_text(config)}")
 
 # %% tags=["hide-input"]
 first = step_sizes.first_step_table(ps, sorted({*magnitudes, config.scale}), sgd_lr, config.scale, gradient)
-plots.save_table(first, "table-steps-first-step", styled=step_sizes.first_step_view(first).style)
+artifacts.save_table(first, "table-steps-first-step", styled=step_sizes.first_step_view(first).style)
 
 # %% [markdown]
 # ```{glue:figure} table-steps-first-step
@@ -127,7 +127,7 @@ plots.save_table(first, "table-steps-first-step", styled=step_sizes.first_step_v
 
 # %% tags=["hide-input"]
 fig = plots.step_size_figure(result.runs)
-plots.save_figure(fig, "fig-steps-sweep", data=result.runs)
+artifacts.save_figure(fig, "fig-steps-sweep", data=result.runs)
 
 # %% [markdown]
 # ```{glue:figure} fig-steps-sweep
@@ -141,8 +141,8 @@ plots.save_figure(fig, "fig-steps-sweep", data=result.runs)
 # ```
 
 # %% tags=["hide-input"]
-plots.save_table(result.best, "table-steps-best", styled=step_sizes.best_view(result.best).style.hide(axis="index"))
-plots.save_table(moved, "table-steps-movement", styled=step_sizes.movement_view(moved).style)
+artifacts.save_table(result.best, "table-steps-best", styled=step_sizes.best_view(result.best).style.hide(axis="index"))
+artifacts.save_table(moved, "table-steps-movement", styled=step_sizes.movement_view(moved).style)
 
 # %% [markdown]
 # ```{glue:figure} table-steps-best

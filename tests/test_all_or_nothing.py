@@ -115,9 +115,9 @@ import time
 
 import matplotlib.pyplot as plt
 
-from mdlib.book import plots
+from mdlib.book import artifacts
 
-plots.save_figure(plt.subplots()[0], "fig-sleeper")
+artifacts.save_figure(plt.subplots()[0], "fig-sleeper")
 time.sleep(300)
 """
 

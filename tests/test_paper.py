@@ -94,7 +94,7 @@ def test_chapters_glue_every_quote_they_cite():
         text = chapter.read_text("utf-8")
         cited = set(re.findall(r"\{glue:text\}`(paper-[\w-]+)`", text))
         assert cited <= set(quoted), (chapter.name, cited - set(quoted))
-        assert not cited or "plots.glue_paper()" in text, chapter.name
+        assert not cited or "artifacts.glue_paper()" in text, chapter.name
 
 
 def test_paper_imports_nothing_heavy():

@@ -1,4 +1,5 @@
-"""Figure/table saving, the theme's fixed colours, and the build-directory paths."""
+"""The theme's fixed colours, the chapters' figures, and the build-directory paths (saving them:
+test_artifacts.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from mdlib.book import plots, provenance
+from mdlib.book import plots
 from mdlib.experiments import paths  # noqa: E402
 
 
@@ -39,63 +40,6 @@ def test_paths_follow_the_environment(build_dir, monkeypatch):
     assert paths.html_dir() == paths.root() / "_build" / "html"
     assert paths.jupyter_book_output() == paths.root()
     assert (paths.root() / "mdlib" / "experiments" / "paths.py").is_file()
-
-
-def test_save_figure_writes_png_pdf_csv(build_dir):
-    plots.set_theme()
-    fig, ax = plt.subplots()
-    ax.plot([0, 1], [1, 0], color=plots.p_color(1.1), label=plots.p_label(1.1))
-    data = pd.DataFrame({"step": [0, 1], "value": [1.0, 0.0]})
-    saved = plots.save_figure(fig, "fig-test", data=data)
-    assert saved.files["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert saved.files["pdf"].read_bytes()[:5] == b"%PDF-"
-    assert saved.files["png"] == build_dir.resolve() / "figures" / "fig-test.png"
-    assert pd.read_csv(build_dir / "results" / "fig-test.csv").equals(data)
-    assert not plt.fignum_exists(fig.number)  # closed, so the inline backend does not show it twice
-    assert sorted(p.name for p in (build_dir / "figures").iterdir()) == ["fig-test.json", "fig-test.pdf",
-                                                                           "fig-test.png"]
-    # the glued bundle carries the announcement the book test reads
-    bundle, meta = plots._Glued({"image/png": ""}, saved)._repr_mimebundle_()
-    assert meta["mdlib"] == {"kind": "figure", "label": "fig-test",
-                             "files": ["figures/fig-test.png", "figures/fig-test.pdf", "results/fig-test.csv"]}
-
-
-def test_pdf_is_reproducible(build_dir, monkeypatch):
-    fixed = provenance.record("fig-same", "figure")  # the PDF carries it, with the time of the save
-    monkeypatch.setattr(provenance, "record", lambda label, kind, files=None: fixed)
-
-    def draw():
-        fig, ax = plt.subplots()
-        ax.plot([0, 1, 2], [0, 1, 4])
-        return plots.save_figure(fig, "fig-same").files["pdf"].read_bytes()
-
-    assert draw() == draw()
-
-
-def test_save_table_and_index_handling(build_dir):
-    df = pd.DataFrame({"p": [1.1, 2.0], "acc": [83.5, 81.7]})
-    plots.save_table(df[df.acc > 0], "tab-acc")
-    assert pd.read_csv(build_dir / "results" / "tab-acc.csv").columns.tolist() == ["p", "acc"]
-    plots.save_table(df.set_index("p"), "tab-indexed")
-    assert pd.read_csv(build_dir / "results" / "tab-indexed.csv").columns.tolist() == ["p", "acc"]
-
-
-def test_bad_labels_and_inputs():
-    fig = plt.figure()
-    for label in ["", "has space", "../up", "a/b", "-dash"]:
-        with pytest.raises(ValueError, match="invalid label"):
-            plots.save_figure(fig, label)
-    with pytest.raises(TypeError, match="matplotlib Figure"):
-        plots.save_figure("not a figure", "fig-x")
-    with pytest.raises(TypeError, match="DataFrame"):
-        plots.save_figure(fig, "fig-x", data=[1, 2])
-    plt.close(fig)
-
-
-def test_axes_and_grids_are_accepted(build_dir):
-    fig, ax = plt.subplots()
-    plots.save_figure(ax, "fig-from-axes")
-    assert (build_dir / "figures" / "fig-from-axes.png").is_file()
 
 
 def test_p_colors_are_fixed_and_distinct():
@@ -303,15 +247,3 @@ def test_magnitude_histogram_is_log_scaled_only_when_something_is_counted():
     assert empty.get_yscale() == "linear" and full.get_yscale() == "log"
     assert empty.get_legend_handles_labels()[1] == ["l1.1 (0)"] and full.get_legend_handles_labels()[1] == ["l1.1 (2)"]
     plt.close(fig)
-
-
-def test_glue_paper_glues_every_quote_and_prints_nothing(monkeypatch):
-    import myst_nb
-
-    from mdlib.experiments import paper
-
-    glued = {}
-    monkeypatch.setattr(plots, "_in_kernel", lambda: True)
-    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.update({name: (value, display)}))
-    assert plots.glue_paper() is None  # a chapter's cell that ends with it shows no output
-    assert glued == {name: (text, False) for name, text in paper.quotes().items()}

@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from mdlib.book import chapters, profiles, cli, plots, provenance
+from mdlib.book import artifacts, chapters, cli, profiles, provenance
 from mdlib.experiments import paper, paths, store  # noqa: E402
 
 sys.path.insert(0, str(paths.book_dir() / "_ext"))
@@ -33,7 +33,7 @@ RUN = {"notebook": "04_sentiment", "profile": "smoke", "parameters": {"profile":
 
 
 def table_1(test: float = 0.7) -> pd.DataFrame:
-    """A table-1 as chapter 04 writes it (``plots.save_table`` checks it against the results schema)."""
+    """A table-1 as chapter 04 writes it (``artifacts.save_table`` checks it against the results schema)."""
     return pd.DataFrame([{"setup": "authors", "layers": 3, "method": "1.1", "runs": 3, "reached": 3, "epochs": 10.0, "test": test,
                           "test_std": 0.01, "best": test, "best_std": 0.01, "validation": 0.7, "multiple": 1,
                           "lr": 1e-3, "paper": 83.47, "paper_epochs": 72}])
@@ -81,7 +81,7 @@ def test_figure_record_has_every_field(build_dir, kernel_env):
     store.save("e1-paths", {"seed": 1}, {"x": np.arange(3)})
     data = pd.DataFrame({"train_p": 2.0, "svm_p": 2.0, "step": [0, 1], "mean": [1.0, 0.5], "std": 0.1,
                          "q10": [0.9, 0.4], "q90": [1.1, 0.6]})
-    plots.save_figure(_figure(), "fig-e1-paths", data=data)
+    artifacts.save_figure(_figure(), "fig-e1-paths", data=data)
     record = json.loads((build_dir / "figures" / "fig-e1-paths.json").read_text())
     # a figure with data: the same record beside the PNG and beside the CSV
     assert json.loads((build_dir / "results" / "fig-e1-paths.json").read_text()) == record
@@ -94,7 +94,7 @@ def test_figure_record_has_every_field(build_dir, kernel_env):
     assert (args.command, args.notebook, args.profile) == ("run", "04_sentiment", "smoke")
     assert {k: cli._parse_value(v, k) for k, v in args.parameter} == RUN["overrides"]
     # no CSV, no JSON in results/
-    plots.save_figure(_figure(), "fig-alone")
+    artifacts.save_figure(_figure(), "fig-alone")
     assert (build_dir / "figures" / "fig-alone.json").is_file()
     assert not (build_dir / "results" / "fig-alone.json").exists()
 
@@ -149,12 +149,12 @@ def test_the_recorded_command_quotes_every_value():
 
 
 def test_table_record_and_new_analyses(build_dir, kernel_env):
-    plots.save_table(table_1(), "table-1", glue=False)
+    artifacts.save_table(table_1(), "table-1", glue=False)
     record = json.loads((build_dir / "results" / "table-1.json").read_text())
     _check_common(record, "table-1", "table")
     assert record["reproduces"] == "Table 1" and record["new"] is False and record["runs"] == []
     assert not (build_dir / "figures").exists()
-    plots.save_table(pd.DataFrame({"a": [1.0]}), "table-something-new", glue=False)
+    artifacts.save_table(pd.DataFrame({"a": [1.0]}), "table-something-new", glue=False)
     new = json.loads((build_dir / "results" / "table-something-new.json").read_text())
     assert new["reproduces"] is None and new["new"] is True
 
@@ -163,7 +163,7 @@ def test_outside_the_pipeline_the_record_says_so_and_lands_in_scratch(build_dir,
     """Saved outside ``mdlib run`` (no MDLIB_OUTPUT_DIR, no run): into <build>/scratch, never the book's
     results, with a record that says where it was executed and null run fields."""
     monkeypatch.delenv(paths.OUTPUT_ENV)
-    plots.save_table(pd.DataFrame({"a": [1]}), "table-x", glue=False)
+    artifacts.save_table(pd.DataFrame({"a": [1]}), "table-x", glue=False)
     assert not (build_dir / "results").exists()
     record = json.loads((build_dir / "scratch" / "results" / "table-x.json").read_text())
     fields = ("notebook", "profile", "execution", "parameters", "overrides", "output_dir", "variant")
@@ -199,7 +199,7 @@ def _pdf_string(raw: bytes, key: bytes) -> str:
 
 
 def test_png_and_pdf_carry_the_record(build_dir, kernel_env):
-    saved = plots.save_figure(_figure(), "fig-meta")
+    saved = artifacts.save_figure(_figure(), "fig-meta")
     record = json.loads((build_dir / "figures" / "fig-meta.json").read_text())
     with Image.open(saved.files["png"]) as image:
         assert json.loads(image.text["Provenance"]) == record
@@ -287,8 +287,8 @@ def test_extension_swaps_tables_and_appends_blocks(build_dir, kernel_env):
     transform = mdlib_artifacts.TablesAsTables(doc)
     transform.apply()
     assert [type(n).__name__ for n in section.children] == ["table_figure", "figure", "figure"]
-    plots.save_table(table_1(), "table-1", glue=False)
-    plots.save_figure(_figure(), "fig-e1-paths")
+    artifacts.save_table(table_1(), "table-1", glue=False)
+    artifacts.save_figure(_figure(), "fig-e1-paths")
     numbers = {"table": {"table-1": (4, 2)}, "figure": {"fig-e1-paths": (4, 1)}}
     std = SimpleNamespace(get_enumerable_node_type=lambda n: "table" if isinstance(n, mdlib_artifacts.table_figure)
                           else "figure")
@@ -303,8 +303,8 @@ def test_extension_swaps_tables_and_appends_blocks(build_dir, kernel_env):
 
 
 def test_archive_lists_every_artifact(build_dir, tmp_path):
-    plots.save_figure(_figure(), "fig-a", data=pd.DataFrame({"x": [1]}))
-    plots.save_table(pd.DataFrame({"x": [1]}), "table-b", glue=False)
+    artifacts.save_figure(_figure(), "fig-a", data=pd.DataFrame({"x": [1]}))
+    artifacts.save_table(pd.DataFrame({"x": [1]}), "table-b", glue=False)
     (build_dir / "runs").mkdir()
     (build_dir / "runs" / "not-an-artifact.json").write_text("{}")
     path = provenance.write_archive()
@@ -335,7 +335,7 @@ def test_tiny_sphinx_build_numbers_tables_as_tables(tmp_path, build_dir, kernel_
     (src / "page.md").write_text(
         "# Page\n\n## Table 1\n\n```{figure} img.png\n:name: table-1\n\nThe table's caption.\n```\n\n"
         "```{figure} img.png\n:name: fig-a\n\nA figure.\n```\n\nSee {numref}`table-1` and {numref}`fig-a`.\n")
-    plots.save_table(table_1(), "table-1", glue=False)
+    artifacts.save_table(table_1(), "table-1", glue=False)
     proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(src), str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -349,7 +349,7 @@ def test_tiny_sphinx_build_numbers_tables_as_tables(tmp_path, build_dir, kernel_
     assert "python -m mdlib run 04_sentiment --profile smoke" in page
     # an incremental build after the record changed (the page did not): the block shows the new record
     monkeypatch.setenv(provenance.ENV, json.dumps(RUN | {"overrides": {"seeds": 7}}))
-    plots.save_table(table_1(test=0.6), "table-1", glue=False)
+    artifacts.save_table(table_1(test=0.6), "table-1", glue=False)
     proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(src), str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

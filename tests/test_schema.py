@@ -1,5 +1,5 @@
 """The results schema: each rule refuses a broken table naming the file, the row and the rule; the
-chapters' writers (``plots.save_table``, ``plots.save_figure(..., data=)``) refuse to save it; good
+chapters' writers (``artifacts.save_table``, ``artifacts.save_figure(..., data=)``) refuse to save it; good
 tables, placeholders and tables without a schema pass."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from mdlib.book import plots, schema  # noqa: E402
+from mdlib.book import artifacts, schema  # noqa: E402
 
 #: A default-profile build's results folder, where this machine keeps one (the tests on it skip elsewhere).
 RESULTS = Path(__file__).parent / "fixtures" / "results"  #: a smoke build's results (fixtures/make_results.py)
@@ -102,9 +102,9 @@ def test_placeholders_and_tables_without_a_schema_pass():
 def test_save_table_refuses_a_broken_table_and_writes_nothing(build_dir):
     with pytest.raises(ValueError, match=r"table-sentiment-runs not saved: table-sentiment-runs.csv row 2: last_test "
                                          r"-0.7 outside \[0, 1\]\. Fix the table"):
-        plots.save_table(BROKEN["negated accuracy"][0](runs()), "table-sentiment-runs", glue=False)
+        artifacts.save_table(BROKEN["negated accuracy"][0](runs()), "table-sentiment-runs", glue=False)
     assert not (build_dir / "results").exists() or not list((build_dir / "results").iterdir())
-    saved = plots.save_table(runs(), "table-sentiment-runs", glue=False)  # the good one is saved
+    saved = artifacts.save_table(runs(), "table-sentiment-runs", glue=False)  # the good one is saved
     assert pd.read_csv(saved.files["csv"]).shape == runs().shape
 
 
@@ -113,9 +113,9 @@ def test_save_figure_refuses_broken_data_before_drawing(build_dir):
     ax.plot([0, 1], [0, 1])
     curves = pd.DataFrame({"method": "1.1", "seed": 0, "sparsity": [0.0, 0.5], "test_accuracy": [0.8, 8.5]})
     with pytest.raises(ValueError, match=r"fig-pruning not saved: fig-pruning.csv row 3: test_accuracy 8.5 outside"):
-        plots.save_figure(fig, "fig-pruning", data=curves, close=False)
+        artifacts.save_figure(fig, "fig-pruning", data=curves, close=False)
     assert not (build_dir / "figures").exists()  # no PNG, PDF or record
-    saved = plots.save_figure(fig, "fig-pruning", data=curves.assign(test_accuracy=[0.8, 0.75]))
+    saved = artifacts.save_figure(fig, "fig-pruning", data=curves.assign(test_accuracy=[0.8, 0.75]))
     assert saved.files["png"].is_file() and saved.files["csv"].is_file()
 
 

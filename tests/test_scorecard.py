@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from conftest import HTML, raw_html
-from mdlib.book import evidence, plots, provenance, scorecard, scorecard_page, verdicts
+from mdlib.book import artifacts, evidence, provenance, scorecard, scorecard_page, verdicts
 from mdlib.experiments import paths
 from mdlib.book.verdicts import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, SMALLER
 
@@ -94,13 +94,13 @@ def record(folder: Path, label: str, **run) -> None:
 
 
 def save(folder: Path, label: str, frame: pd.DataFrame, *, checked: bool = True, **run) -> None:
-    """Write ``frame`` as a chapter does (``chapter(**run)``): ``plots.save_table`` refuses it when it
+    """Write ``frame`` as a chapter does (``chapter(**run)``): ``artifacts.save_table`` refuses it when it
     breaks the schema, and records it. ``checked=False``: as a writer without the schema would (the
     same CSV and record), to test the check where the scorecard reads."""
     assert folder == paths.results_dir()
     if checked:
         with chapter(**run):
-            plots.save_table(frame, label, glue=False)
+            artifacts.save_table(frame, label, glue=False)
         return
     frame.to_csv(folder / f"{label}.csv", index=False)
     record(folder, label, **run)

@@ -1,11 +1,11 @@
-"""The book's figures and tables as ``mdlib.book.plots`` saved them.
+"""The book's figures and tables as ``mdlib.book.artifacts`` saved them.
 
 * Tables numbered as tables: ``{glue:figure}`` makes a figure of everything it shows; a figure whose
   name (its ``:name:`` label) starts with ``table-`` becomes a :class:`table_figure`, rendered like a
   figure but numbered, captioned ("Table 4.1: ...") and referenced by ``{numref}`` as a table.
 * Reproduce and cite: under every figure or table whose label has a provenance record in the build
   folder (``<build>/figures/<label>.json`` or ``<build>/results/<label>.json``, written by
-  ``mdlib.book.plots``), a collapsed block with the command that regenerates it and its citation
+  ``mdlib.book.artifacts``), a collapsed block with the command that regenerates it and its citation
   (``mdlib.book.provenance.reproduce_html``). A label without a record gets nothing. A page whose records
   changed since Sphinx read it is read again, so an incremental build never keeps a stale block.
 """

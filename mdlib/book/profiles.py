@@ -6,7 +6,7 @@ Notebook conventions (``notebooks/NN_name.py``, jupytext py:percent):
 * exactly one cell tagged ``parameters`` (``# %% tags=["parameters"]``) holding one assignment per
   line, each with a trailing ``# description`` (it becomes the row of the generated parameters page);
   it must define ``profile = "default"``: the build injects the profile's name;
-* figures are saved and glued with ``mdlib.book.plots.save_figure(fig, label, data=df)`` and shown by
+* figures are saved and glued with ``mdlib.book.artifacts.save_figure(fig, label, data=df)`` and shown by
   a markdown cell with ``{glue:figure} label`` (``:name: label`` and a caption make it numbered).
 
 Parameters are merged as: the notebook's own defaults < ``params/<profile>.yaml[<notebook>]`` <

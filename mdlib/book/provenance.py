@@ -1,6 +1,6 @@
 """Provenance of every saved figure and table: what produced it, and how to produce it again.
 
-``plots.save_figure`` and ``plots.save_table`` call :func:`write` after saving, which writes one JSON
+``artifacts.save_figure`` and ``artifacts.save_table`` call :func:`write` after saving, which writes one JSON
 record per label (atomically) into the output directory (``mdlib.experiments.paths.output_dir``: the
 build directory for the book's own executions, a variant's folder, or ``<build>/scratch``):
 

@@ -1,5 +1,5 @@
 """The results schema: what every table the scorecard reads must hold, checked where a chapter writes
-it (``plots.save_table``, ``plots.save_figure(..., data=)``) and where the scorecard reads it.
+it (``artifacts.save_table``, ``artifacts.save_figure(..., data=)``) and where the scorecard reads it.
 
 ``TABLES[label]`` declares a table's columns, each with a type, the closed interval its numbers lie in
 and whether a value may be missing (NaN: only where a chapter leaves a hole on purpose, e.g. the

@@ -24,7 +24,7 @@ keeps the data there outside a project). Every function reads the environment at
 test (or a user) can redirect every output by setting a variable. Nothing is ever written into the
 installed package.
 
-    <build>/figures/<label>.png, .pdf   the book's figures, saved by ``mdlib.book.plots.save_figure``
+    <build>/figures/<label>.png, .pdf   the book's figures, saved by ``mdlib.book.artifacts.save_figure``
     <build>/results/<label>.csv         the numbers behind each figure and table
     <build>/{figures,results}/<label>.json   their provenance records (``mdlib.book.provenance``)
     <build>/artifacts.zip               every figure, table and record (``python -m mdlib book``)
@@ -34,7 +34,7 @@ installed package.
     <build>/variants/<name>-<hash>/     a chapter executed with overrides (``python -m mdlib run -p``)
     <build>/scratch/                    what a notebook executed outside ``python -m mdlib`` saves
 
-**The output directory** (:func:`output_dir`) is where a notebook's writers (``mdlib.book.plots``'
+**The output directory** (:func:`output_dir`) is where a notebook's writers (``mdlib.book.artifacts``'
 save functions, the provenance records, the chapter's own scorecard verdicts) put and read its
 ``figures/`` and ``results/``: ``$MDLIB_OUTPUT_DIR`` when set, else ``<build>/scratch``. The book's
 readers (the scorecard page, the archive, the consistency checks) read :func:`figures_dir` and
