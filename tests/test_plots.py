@@ -1,5 +1,4 @@
-"""The theme's fixed colours, the chapters' figures, and the build-directory paths (saving them:
-test_artifacts.py)."""
+"""The theme's fixed colours and the chapters' figures (saving them: test_artifacts.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from mdlib.book import plots
-from mdlib.experiments import paths  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -24,22 +22,6 @@ def build_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "out"))
     monkeypatch.setenv("MDLIB_OUTPUT_DIR", str(tmp_path / "out"))
     return tmp_path / "out"
-
-
-def test_paths_follow_the_environment(build_dir, monkeypatch):
-    assert paths.build_dir() == build_dir.resolve()
-    assert paths.figures_dir() == build_dir.resolve() / "figures"
-    assert paths.results_dir() == build_dir.resolve() / "results"
-    assert paths.runs_dir() == build_dir.resolve() / "runs"
-    assert paths.html_dir() == build_dir.resolve() / "_build" / "html"
-    assert paths.output_dir() == build_dir.resolve()
-    monkeypatch.delenv("MDLIB_OUTPUT_DIR")
-    assert paths.output_dir() == build_dir.resolve() / "scratch"  # outside mdlib run: never the book's folders
-    monkeypatch.delenv("MDLIB_BUILD_DIR")
-    assert paths.build_dir() == paths.root() / "_build"
-    assert paths.html_dir() == paths.root() / "_build" / "html"
-    assert paths.jupyter_book_output() == paths.root()
-    assert (paths.root() / "mdlib" / "experiments" / "paths.py").is_file()
 
 
 def test_p_colors_are_fixed_and_distinct():

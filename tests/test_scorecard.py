@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from conftest import HTML, raw_html
-from mdlib.book import artifacts, evidence, provenance, scorecard, scorecard_page, verdicts
+from mdlib.book import artifacts, evidence, layout, provenance, scorecard, scorecard_page, verdicts
 from mdlib.experiments import paths
 from mdlib.book.verdicts import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, SMALLER
 
@@ -76,7 +76,7 @@ def results(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path))
     monkeypatch.setenv(paths.OUTPUT_ENV, str(tmp_path))
     monkeypatch.setattr(provenance, "git_state", lambda: {"commit": None, "dirty": None})
-    return paths.results_dir()
+    return layout.results_dir()
 
 
 def chapter(profile: str | None = "smoke", parameters=None):
@@ -97,7 +97,7 @@ def save(folder: Path, label: str, frame: pd.DataFrame, *, checked: bool = True,
     """Write ``frame`` as a chapter does (``chapter(**run)``): ``artifacts.save_table`` refuses it when it
     breaks the schema, and records it. ``checked=False``: as a writer without the schema would (the
     same CSV and record), to test the check where the scorecard reads."""
-    assert folder == paths.results_dir()
+    assert folder == layout.results_dir()
     if checked:
         with chapter(**run):
             artifacts.save_table(frame, label, glue=False)

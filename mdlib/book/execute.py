@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NoReturn
 
 from mdlib import first_line
 from mdlib.experiments import lockfile, paths
-from mdlib.book import chapters, profiles
+from mdlib.book import chapters, layout, profiles
 
 if TYPE_CHECKING:
     pass
@@ -449,7 +449,7 @@ def check_consistent(names: list[str], notebooks_dir: Path | None = None) -> Non
 
     from mdlib.book import provenance
 
-    folder = Path(notebooks_dir or paths.notebooks_dir())
+    folder = Path(notebooks_dir or layout.notebooks_dir())
     for name in names:
         with _chapter_lock(name, paths.build_dir()):
             if (done := _recover(name, paths.build_dir())) is not None:
@@ -492,7 +492,7 @@ def notebook_failure(ipynb: Path) -> str | None:
 
 def check_executed(names: list[str], notebooks_dir: Path | None = None) -> None:
     """Raise ``BookError`` unless every ``<notebooks>/<name>.ipynb`` exists and executed without error."""
-    folder = Path(notebooks_dir or paths.notebooks_dir())
+    folder = Path(notebooks_dir or layout.notebooks_dir())
     missing = [n for n in names if not (folder / f"{n}.ipynb").is_file()]
     if missing:
         raise BookError(f"not executed yet: {', '.join(missing)}; run `python -m mdlib book` without "

@@ -49,6 +49,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from mdlib.book import layout
 from mdlib.experiments import fingerprint, paper, paths
 
 #: The environment variable (JSON: notebook, profile, parameters, overrides) set for a notebook's kernel.
@@ -387,7 +388,7 @@ def publish_archive(html_root: Path | None = None, build: Path | None = None) ->
     import shutil
 
     build = Path(build) if build is not None else paths.build_dir()
-    html_root = Path(html_root) if html_root is not None else paths.html_dir()
+    html_root = Path(html_root) if html_root is not None else layout.html_dir()
     return paths.atomic_write(html_root / ARCHIVE_HTML, lambda tmp: shutil.copyfile(build / ARCHIVE, tmp))
 
 

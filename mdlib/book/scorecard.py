@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import pandas as pd
 
-from mdlib.book import chapters, provenance
+from mdlib.book import chapters, layout, provenance
 from mdlib.book.evidence import Results, Unmeasured, complete
 from mdlib.book.verdicts import (COST_BAND, DIFFERS, E2_MIN_POINTS, HOLDS, INCONCLUSIVE, KQV_PAPER_REDUCTION,
                                  NOT_MEASURED, PARITY_MARGIN, PRUNE_AT, SMALLER,
@@ -635,12 +635,12 @@ def _stability(claim: "_Claim", built: list[_Part], results: Results) -> dict[st
 def chapter_rows(notebook: str, results_dir: Path | str | None = None) -> list[Row]:
     """The scorecard's rows of ``notebook``'s claims, from the results the chapter has just written
     (``<output>/results``, ``paths.output_dir``: the book's own, a variant's or the scratch folder; the
-    book's ``paths.results_dir`` for the earlier chapters' tables a claim also reads), at its own profile
+    book's ``layout.results_dir`` for the earlier chapters' tables a claim also reads), at its own profile
     (``provenance.notebook_run``; outside the pipeline its results have none, so each claim reads not
     measured)."""
     from mdlib.experiments import paths
 
-    return rows(results_dir or paths.output_dir() / "results", also=None if results_dir else paths.results_dir(),
+    return rows(results_dir or paths.output_dir() / "results", also=None if results_dir else layout.results_dir(),
                 profile=provenance.notebook_run()["profile"], notebook=notebook)
 
 
