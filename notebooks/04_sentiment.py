@@ -417,20 +417,8 @@ for name, grid in grids.items():
     moved[name] = sentiment.movement(grid)
     label = "fig-sentiment-movement" + ("" if name == "replication" else f"-{name}")
     artifacts.save_figure(plots.movement_bars(moved[name], grid.config.methods), label, data=moved[name])
-
-
-def movement_text(table: pd.DataFrame) -> str:
-    """Mean movement per group, "embeddings: a / b / c; ...", and l_1.1 over GD."""
-    keys = list(dict.fromkeys(table.method))
-    ratio = table.groupby(["group", "method"]).movement.mean().unstack().reindex(list(dict.fromkeys(table.group)))
-    means = "; ".join(f"{g}: " + " / ".join(f"{ratio.loc[g, k]:.3g}" for k in keys) for g in ratio.index)
-    over = (" / ".join(f"{g} {ratio.loc[g, L1_1] / ratio.loc[g, GD]:.1f}×" for g in ratio.index)
-            if {L1_1, GD} <= set(keys) else "not measured")
-    return f"{means} ({' / '.join(text[k] for k in keys)}); ℓ1.1 over GD: {over}"
-
-
-glue("t1-moved", movement_text(moved["replication"]), display=False)
-glue("t1v-moved", movement_text(moved["variation"]), display=False)
+glue("t1-moved", sentiment.movement_text(moved["replication"], text), display=False)
+glue("t1v-moved", sentiment.movement_text(moved["variation"], text), display=False)
 
 # %% [markdown]
 # ```{glue:figure} fig-sentiment-movement

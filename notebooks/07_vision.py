@@ -64,7 +64,6 @@ workers = 2  # runs trained at once: CPU processes of one thread each, or one pr
 precision = "fp32"  # "fp32" (the paper's) or "bf16" (autocast on CUDA/CPU: the forward and backward in bfloat16, parameters, gradients and the optimizer's state in float32)
 
 # %% tags=["remove-stderr"]
-import numpy as np
 import pandas as pd
 import torch
 from myst_nb import glue
@@ -268,24 +267,13 @@ artifacts.save_figure(fig, "fig-vit-pruning", data=pruning.assign(method=pruning
 # %% tags=["hide-input"]
 levels = [x for x in (0.5, 0.8, 0.9) if x in sparsities]
 at = pruning.groupby(["dataset", "method", "sparsity"], sort=False).test_accuracy.mean()
-glue("vit-pruning", per_dataset(lambda d: ", ".join(
-    f"{name[m]} " + " / ".join(f"{100 * at[(d, m, x)]:.1f}" for x in levels) for m in methods)), display=False)
+glue("vit-pruning", per_dataset(lambda d: vision.pruning_levels_text(d, at, {m: name[m] for m in methods}, levels)),
+     display=False)
 glue("vit-pruning-levels", " / ".join(f"{100 * x:.0f} %" for x in levels) or "(none of 50, 80, 90 % measured)",
      display=False)
 smallest = method_key("md", float(min(ps)))  # the paper's Figure 12 contrast: mirror descent with small p against Adam
-heavy = max(sparsities)
-
-
-def contrast(d):
-    """The smallest p against Adam: K/Q/V entries above the threshold, accuracy at the heaviest pruning."""
-    above = {m: sum(mean_counts[(d, name[m], kind)] for kind in kinds) for m in (smallest, "adam")}
-    more = {1: "more", 0: "as many", -1: "fewer"}[int(np.sign(above[smallest] - above["adam"]))]
-    return (f"{name[smallest]} has {more} entries above the threshold than Adam ({above[smallest]:,.0f} against "
-            f"{above['adam']:,.0f}) and keeps {100 * at[(d, smallest, heavy)]:.1f} % test accuracy "
-            f"with {100 * heavy:.0f} % of the weights pruned, against {100 * at[(d, 'adam', heavy)]:.1f} % for Adam")
-
-
-glue("vit-contrast", per_dataset(contrast), display=False)
+glue("vit-contrast", per_dataset(lambda d: vision.pruning_contrast_text(
+    d, at, mean_counts, name, kinds=kinds, key=smallest, sparsity=max(sparsities))), display=False)
 
 # %% [markdown]
 # ```{glue:figure} fig-vit-pruning

@@ -69,6 +69,17 @@ def test_the_claims_modules_type_no_method_key(module):
     assert typed == [], f"{module}: method keys typed on lines {typed}; use mdlib.experiments.methods' names"
 
 
+def test_movement_text_gives_each_groups_means_and_l11_over_gd():
+    table = pd.DataFrame([{"layers": 3, "method": key, "seed": seed, "group": group, "movement": value * (1 + seed)}
+                          for key, scale in (("1.1", 3.0), ("2", 1.0)) for seed in (0, 1)
+                          for group, value in (("embeddings", 0.1 * scale), ("attention", 0.02 * scale))])
+    names = {"1.1": "ℓ1.1", "2": "ℓ2 (GD)"}
+    assert sentiment.movement_text(table, names) == ("embeddings: 0.45 / 0.15; attention: 0.09 / 0.03 "
+                                                     "(ℓ1.1 / ℓ2 (GD)); ℓ1.1 over GD: embeddings 3.0× / attention 3.0×")
+    alone = sentiment.movement_text(table[table.method == "2"], names)
+    assert alone == "embeddings: 0.15; attention: 0.03 (ℓ2 (GD)); ℓ1.1 over GD: not measured"
+
+
 @pytest.mark.parametrize("key", ["1_1", "1e1", "inf", "nan", " 2", "2.", "+2", "1", "0.5", "Adam", "\uff11.\uff11",
                                  True, None, float("inf")])
 def test_method_keys_are_strict(key):

@@ -178,3 +178,33 @@ def test_a_bf16_grid_trains_its_runs_under_bf16_autocast(monkeypatch):
     assert calls == [("bf16", {torch.bfloat16}), ("fp32", {torch.float32})]
     bf16, fp32 = (runs[p].history.train_loss.iloc[0] for p in ("bf16", "fp32"))
     assert bf16 != fp32 and bf16 == pytest.approx(fp32, rel=0.05)
+
+
+def _pruned(dataset="cifar10"):
+    """Mean test accuracy by (dataset, method key, sparsity) and mean K/Q/V counts by (dataset, name, matrix)."""
+    accuracy = pd.Series({(dataset, "1.1", 0.5): 0.612, (dataset, "1.1", 0.9): 0.401,
+                          (dataset, "adam", 0.5): 0.633, (dataset, "adam", 0.9): 0.2049})
+    counts = pd.Series({(dataset, name, kind): count for name, per in (("ℓ1.1", 1000), ("Adam", 250))
+                        for kind, count in zip(("key", "query", "value"), (per, 2 * per, 3 * per))})
+    return accuracy, counts, {"1.1": "ℓ1.1", "adam": "Adam"}
+
+
+def test_the_pruning_prose_reads_each_methods_accuracy_at_each_level():
+    accuracy, _, names = _pruned()
+    assert vision.pruning_levels_text("cifar10", accuracy, names, [0.5, 0.9]) == "ℓ1.1 61.2 / 40.1, Adam 63.3 / 20.5"
+    assert vision.pruning_levels_text("cifar10", accuracy, {"adam": "Adam"}, [0.9]) == "Adam 20.5"
+
+
+def test_the_pruning_contrast_says_which_keeps_more_entries_and_accuracy():
+    accuracy, counts, names = _pruned()
+    text = vision.pruning_contrast_text("cifar10", accuracy, counts, names, kinds=("key", "query", "value"),
+                                        key="1.1", sparsity=0.9)
+    assert text == ("ℓ1.1 has more entries above the threshold than Adam (6,000 against 1,500) and keeps 40.1 % "
+                    "test accuracy with 90 % of the weights pruned, against 20.5 % for Adam")
+    for adam, words in ((2000, "fewer entries above the threshold than Adam (1,000 against 2,000)"),
+                        (1000, "as many entries above the threshold than Adam (1,000 against 1,000)")):
+        changed = counts.copy()
+        changed[("cifar10", "Adam", "key")] = adam
+        text = vision.pruning_contrast_text("cifar10", accuracy, changed, names, kinds=("key",), key="1.1",
+                                            sparsity=0.5)
+        assert text.startswith(f"ℓ1.1 has {words} and keeps 61.2 % test accuracy with 50 % of the weights pruned")

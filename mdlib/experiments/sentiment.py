@@ -47,7 +47,7 @@ __all__ = ["ADAM_STEP", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "Grid", "KIND", "PAPER_STEP_SIZES", "TokenizedDataset",
            "baseline", "baseline_view", "build", "built_config", "built_grid", "by_length", "cell_table",
            "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "encode", "grid",
-           "grid_name", "initial_model", "movement", "paper_table1_view",
+           "grid_name", "initial_model", "movement", "movement_text", "paper_table1_view",
            "pilots", "pilots_view", "predictions", "reference_step", "run_config", "run_row", "SentimentGrid", "SentimentRun", "TextModel",
            "seeds_of", "steps_view", "splits",
            "sweep", "test_correct", "tokenizer", "train_grids", "train_run", "train_runs", "table1_view", "trained_model",
@@ -530,6 +530,18 @@ def movement(grid: "Grid", layers: int | None = None) -> pd.DataFrame:
         rows += [{"layers": L, "method": key, "seed": seed, "group": group, "movement": value}
                  for group, value in moved.items()]
     return pd.DataFrame(rows)
+
+
+def movement_text(table: pd.DataFrame, names: Mapping[str, str]) -> str:
+    """``movement``'s ``table`` in words for chapter 04's prose: the mean movement per group, "embeddings:
+    a / b / c; ..." over the methods in the table's order (named by ``names``: key -> text), and ℓ1.1's
+    over GD's per group ("not measured" without both)."""
+    keys = list(dict.fromkeys(table.method))
+    ratio = table.groupby(["group", "method"]).movement.mean().unstack().reindex(list(dict.fromkeys(table.group)))
+    means = "; ".join(f"{g}: " + " / ".join(f"{ratio.loc[g, k]:.3g}" for k in keys) for g in ratio.index)
+    over = (" / ".join(f"{g} {ratio.loc[g, methods.L1_1] / ratio.loc[g, methods.GD]:.1f}×" for g in ratio.index)
+            if {methods.L1_1, methods.GD} <= set(keys) else "not measured")
+    return f"{means} ({' / '.join(names[k] for k in keys)}); ℓ1.1 over GD: {over}"
 
 
 def _method_name(key: str) -> str:

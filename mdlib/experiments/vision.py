@@ -42,6 +42,7 @@ from mdlib.experiments.methods import method, method_key
 __all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "KIND", "PAPER_STEP_SIZES", "PRUNING_KIND",
            "VisionGrid", "VisionModel", "VisionPruning", "VisionRun", "build", "change_table", "chapter_grids", "choose", "dataset_shape", "grid", "image_sets",
            "make_model", "pruning", "run_config", "run_scores", "split_indices", "summary_table", "summary_texts", "summary_view", "by_dataset",
+           "pruning_contrast_text", "pruning_levels_text",
            "sweep", "train_runs", "trained_model", "pruning_table"]
 
 #: dataset -> (channels, classes, native image size)
@@ -490,6 +491,28 @@ def by_dataset(datasets: Mapping[str, str], text: Callable[[str], str]) -> str:
     """One clause per data set for the chapter's prose: "<name>: <text(key)>", joined by "; ", for the
     keys and names of ``datasets`` in order."""
     return "; ".join(f"{shown}: {text(key)}" for key, shown in datasets.items())
+
+
+def pruning_levels_text(dataset: str, accuracy: pd.Series, names: Mapping[str, str], levels: list[float]) -> str:
+    """Chapter 07's pruning prose on ``dataset``: per method (``names``: key -> text, in order) its mean
+    test accuracy (%) at each pruned fraction of ``levels``, "ℓ1.1 a / b / c, Adam ..." (``accuracy``: the
+    mean by (dataset, method key, sparsity))."""
+    return ", ".join(f"{shown} " + " / ".join(f"{100 * accuracy[(dataset, key, x)]:.1f}" for x in levels)
+                     for key, shown in names.items())
+
+
+def pruning_contrast_text(dataset: str, accuracy: pd.Series, counts: pd.Series, names: Mapping[str, str], *,
+                          kinds: tuple[str, ...], key: str, sparsity: float) -> str:
+    """The paper's Figure 12 contrast on ``dataset`` in words: mirror descent at ``key`` (the smallest p)
+    against Adam, its key/query/value entries above the threshold (``counts``: the mean count by
+    (dataset, method name, matrix) over ``kinds``) and its test accuracy with ``sparsity`` of the weights
+    pruned (``accuracy``: the mean by (dataset, method key, sparsity)). ``names``: method key -> text."""
+    above = {m: sum(counts[(dataset, names[m], kind)] for kind in kinds) for m in (key, methods.ADAM)}
+    more = {1: "more", 0: "as many", -1: "fewer"}[int(np.sign(above[key] - above[methods.ADAM]))]
+    return (f"{names[key]} has {more} entries above the threshold than Adam ({above[key]:,.0f} against "
+            f"{above[methods.ADAM]:,.0f}) and keeps {100 * accuracy[(dataset, key, sparsity)]:.1f} % test accuracy "
+            f"with {100 * sparsity:.0f} % of the weights pruned, against "
+            f"{100 * accuracy[(dataset, methods.ADAM, sparsity)]:.1f} % for Adam")
 
 
 def summary_texts(table: pd.DataFrame, chosen: Mapping[tuple[str, str], float], *, names: Mapping[str, str],
