@@ -146,7 +146,7 @@ def _write_nb(folder: Path, name: str, body: str) -> Path:
 
 
 #: The most lines a chapter's code cell may have (its parameters cell aside): longer logic belongs in mdlib.
-#: Today's longest cells (06's setup, 07's pruning prose) have 20: a cell that grows past them fails.
+#: Today's longest cell (04's Table 1 save and glue) has 20: a cell that grows past it fails.
 CELL_LINES = 20
 
 
