@@ -232,14 +232,14 @@ def test_store_bench_times_every_current_kinds_reads_and_their_content_check(tmp
     assert "no stored runs from today's code" in capsys.readouterr().err
     for a in (1, 2):
         store.load_or_run("c", {"a": a}, lambda: {"t": pd.DataFrame({"x": np.arange(1000.0)}), "y": np.arange(1e5)})
-    report = bench.store(SimpleNamespace(repeats=3))
+    report = bench.store_reads(SimpleNamespace(repeats=3))
     row = report["kinds"]["c"]
     assert report["benchmark"] == "store" and set(report["kinds"]) == {"c"} and row["entries"] == 2
     assert row["read_ms"] > 0 and row["check_ms"] > 0 and row["check_share"] > 0
     entry = next((tmp_path / "build" / "runs" / "c").iterdir())
     (entry / "t.parquet").write_bytes((entry / "t.parquet").read_bytes() + b" ")
     with pytest.raises(ValueError, match="a c entry does not read back"):
-        bench.store(SimpleNamespace(repeats=1))
+        bench.store_reads(SimpleNamespace(repeats=1))
 
 
 def test_chapter_08s_step_tables_hold_the_medians_and_ratios_of_what_was_timed(monkeypatch):
@@ -286,3 +286,13 @@ def test_chapter_08s_vit_table_extrapolates_the_papers_epochs():
     assert list(table.hours_2000_epochs) == pytest.approx(list(table.step_s * 12500 * 2000 / 3600))
     with pytest.raises(ValueError, match="'vit'"):
         bench.vit_table("huge")
+
+
+def test_the_command_line_offers_exactly_the_benchmarks_there_are():
+    from mdlib.book import cli
+
+    args = cli.build_parser().parse_args(["bench", "store"])
+    assert bench.BENCHMARKS[args.what] is bench.store_reads
+    choices = next(a.choices for a in cli.build_parser()._subparsers._group_actions[0].choices["bench"]._actions
+                   if a.dest == "what")
+    assert list(choices) == list(bench.BENCHMARKS)

@@ -471,26 +471,25 @@ def training(args: argparse.Namespace) -> dict:
             "speedup_vs_reference_kernels": speedups, "all_targets_met": all(v["met"] for v in speedups.values())}
 
 
-def store(args: argparse.Namespace) -> dict:
+def store_reads(args: argparse.Namespace) -> dict:
     """What checking a stored run's content costs on reads: per run kind of the build's results store, its
     entries from today's code (``python -m mdlib store`` lists them) read back whole (``store._read``,
     which hashes every file) and their content check alone (``runfiles.check_content``), interleaved over
     ``--repeats`` rounds (default 7); medians of the rounds' totals, in milliseconds."""
-    from mdlib.experiments import paths, runfiles
-    from mdlib.experiments import store as results
+    from mdlib.experiments import paths, runfiles, store
 
-    found = [e for e in results.entries() if e.current]
+    found = [e for e in store.entries() if e.current]
     if not found:
         raise ValueError(f"no stored runs from today's code in {paths.runs_dir()}: build a chapter first "
                          "(python -m mdlib run NOTEBOOK)")
     out = {}
     for kind in sorted({e.kind for e in found}):
         of = [e.path for e in found if e.kind == kind]
-        run = {path: results.RunId.of(kind, json.loads((path / "config.json").read_text("utf-8"))) for path in of}
+        run = {path: store.RunId.of(kind, json.loads((path / "config.json").read_text("utf-8"))) for path in of}
         meta = {path: json.loads((path / "meta.json").read_text("utf-8")) for path in of}
 
         def read_all(of=of, run=run, kind=kind):
-            if any(results._read(path, run[path]) is None for path in of):
+            if any(store._read(path, run[path]) is None for path in of):
                 raise ValueError(f"a {kind} entry does not read back: python -m mdlib store --prune")
 
         def check_all(of=of, meta=meta):
@@ -661,3 +660,8 @@ def svm(args: argparse.Namespace) -> dict:
         "threads": {key: os.environ.get(key) for key in ("OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")},
         "results": results,
     }
+
+
+#: ``python -m mdlib bench WHAT``: each benchmark by its name on the command line.
+BENCHMARKS: dict[str, Callable[[argparse.Namespace], dict]] = {
+    "optimizer": optimizer, "svm": svm, "synthetic": synthetic, "training": training, "store": store_reads}

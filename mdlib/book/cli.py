@@ -291,7 +291,7 @@ def _bench(args: argparse.Namespace) -> int:
     from mdlib.book import bench
 
     try:
-        result = getattr(bench, args.what)(args)
+        result = bench.BENCHMARKS[args.what](args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
