@@ -60,9 +60,11 @@ def test_the_papers_method_keys_are_named_in_methods():
 
 
 @pytest.mark.parametrize("module", ["mdlib/book/scorecard.py", "mdlib/book/verdicts.py", "mdlib/experiments/estimates.py",
-                                    "mdlib/experiments/allocation.py", "mdlib/experiments/selection.py"])
+                                    "mdlib/experiments/allocation.py", "mdlib/experiments/selection.py",
+                                    "mdlib/experiments/paper.py"])
 def test_the_claims_modules_type_no_method_key(module):
-    """The scorecard and the estimates it reads name the paper's methods through ``methods``' keys."""
+    """The scorecard, the estimates it reads and the paper's numbers name the paper's methods through
+    ``methods``' keys."""
     tree = ast.parse((ROOT / module).read_text("utf-8"))
     typed = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Constant)
              and node.value in {methods.L1_1, methods.GD, methods.L3, methods.ADAM}]

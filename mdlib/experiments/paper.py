@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from mdlib.experiments import methods
+from mdlib.experiments.methods import ADAM, GD, L1_1, L3
 
 __all__ = ["CLAIMS", "E1_SEEDS", "E1_PLATEAU", "E1_STEPS", "SETUP_NAMES", "STOP_TRAIN_ACCURACY", "TABLE_1", "TABLE_1_GAPS", "TABLE_1_STD", "EPOCHS_TO_STOP", "RERUN_6_LAYERS",
            "SENTIMENT_STEP_SIZES", "TOKEN_SELECTION", "WEIGHT_THRESHOLD", "KQV_WIDTH", "KQV_ABOVE", "KQV_ENTRIES",
@@ -42,24 +43,24 @@ STOP_TRAIN_ACCURACY = 0.995
 SETUP_NAMES: Mapping[str, str] = {"authors": "the authors' setup", "small-embeddings": "small embeddings N(0, 0.02²)",
                                   "modern": "modern initialization"}
 
-TABLE_1: Mapping[int, Mapping[str, float]] = {3: {"1.1": 83.47, "2": 81.66, "3": 82.57},
-                                              4: {"1.1": 83.36, "2": 81.05, "3": 82.40},
-                                              6: {"1.1": 83.65, "2": 82.23, "3": 81.98}}
+TABLE_1: Mapping[int, Mapping[str, float]] = {3: {L1_1: 83.47, GD: 81.66, L3: 82.57},
+                                              4: {L1_1: 83.36, GD: 81.05, L3: 82.40},
+                                              6: {L1_1: 83.65, GD: 82.23, L3: 81.98}}
 #: Table 1's reported ℓ1.1 minus GD gaps (points) by layers, as the paper states them (rounded from
 #: unrounded means, so 6 layers reads 1.43, not 83.65 - 82.23).
 TABLE_1_GAPS: Mapping[int, float] = {3: 1.81, 4: 2.31, 6: 1.43}
 #: Table 1's standard deviations over runs: between these two values, in points, for every cell.
 TABLE_1_STD: tuple[float, float] = (0.1, 0.2)
 #: The authors' code (their test_acc notebook): epochs to the stop rule, mean of 10 runs: layers -> method -> epochs.
-EPOCHS_TO_STOP: Mapping[int, Mapping[str, int]] = {3: {"1.1": 72, "2": 80, "3": 162},
-                                                   4: {"1.1": 87, "2": 88, "3": 135},
-                                                   6: {"1.1": 150, "2": 58, "3": 95}}
+EPOCHS_TO_STOP: Mapping[int, Mapping[str, int]] = {3: {L1_1: 72, GD: 80, L3: 162},
+                                                   4: {L1_1: 87, GD: 88, L3: 135},
+                                                   6: {L1_1: 150, GD: 58, L3: 95}}
 #: The authors' code (the same notebook): its re-run's best test accuracies (%) at 6 layers, by method.
-RERUN_6_LAYERS: Mapping[str, float] = {"1.1": 82.57, "2": 81.03, "3": 80.65}
+RERUN_6_LAYERS: Mapping[str, float] = {L1_1: 82.57, GD: 81.03, L3: 80.65}
 #: Section 5 (sentiment experiment): the step sizes for IMDb: layers -> method -> lr (for the summed loss).
-SENTIMENT_STEP_SIZES: Mapping[int, Mapping[str, float]] = {3: {"1.1": 8e-4, "2": 4e-4, "3": 4e-6},
-                                                           4: {"1.1": 6e-4, "2": 4e-4, "3": 6e-6},
-                                                           6: {"1.1": 1e-3, "2": 1e-3, "3": 1e-5}}
+SENTIMENT_STEP_SIZES: Mapping[int, Mapping[str, float]] = {3: {L1_1: 8e-4, GD: 4e-4, L3: 4e-6},
+                                                           4: {L1_1: 6e-4, GD: 4e-4, L3: 6e-6},
+                                                           6: {L1_1: 1e-3, GD: 1e-3, L3: 1e-5}}
 
 # --- token selection (Figures 8, 13, 14): one 6-layer model per optimizer --------------------------
 
@@ -77,14 +78,14 @@ WEIGHT_THRESHOLD = 0.06
 KQV_WIDTH = 384
 #: Figure 9: entries of the key, query and value matrices above ``WEIGHT_THRESHOLD`` in the 6-layer
 #: IMDb models: method -> (K, Q, V).
-KQV_ABOVE: Mapping[str, tuple[int, int, int]] = {"1.1": (18206, 13964, 7643), "2": (27224, 14654, 10127)}
+KQV_ABOVE: Mapping[str, tuple[int, int, int]] = {L1_1: (18206, 13964, 7643), GD: (27224, 14654, 10127)}
 #: Figure 9: entries of each of K, Q, V in those models (6 layers of 384 x 384).
 KQV_ENTRIES = 6 * KQV_WIDTH * KQV_WIDTH
 
 # --- the vision transformer (Figures 10-12) --------------------------------------------------------
 
 #: Step sizes by method: Adam's (section 5) and ℓ1.1's (the authors' code, their only MD script).
-VIT_STEP_SIZES: Mapping[str, float] = {"adam": 1e-4, "1.1": 5e-2}
+VIT_STEP_SIZES: Mapping[str, float] = {ADAM: 1e-4, L1_1: 5e-2}
 #: Figures 10, 11: final test accuracy (%), about the same for Adam and every MD exponent.
 VIT_ACCURACY: Mapping[str, float] = {"cifar10": 82.0, "cifar100": 55.0}
 #: Figures 10, 11: the epochs of every vision run.
@@ -201,8 +202,8 @@ def quotes() -> dict[str, str]:
         "paper-tokens": f"ℓ1.1 wins {t['wins']} of {t['sentences']} sentences, GD {t['losses']}, {t['ties']} ties",
         "paper-token-counts": f"{t['wins']} / {t['losses']} / {t['ties']}",
         "paper-token-scores": f"{t['score_1.1']:.2f} / {t['score_2']:.2f} (ℓ1.1 / GD)",
-        "paper-kqv": (f"{' / '.join(f'{n:,}' for n in k['1.1'])} (K / Q / V) for ℓ1.1 against "
-                      f"{' / '.join(f'{n:,}' for n in k['2'])} for GD, out of {KQV_ENTRIES:,} entries each"),
+        "paper-kqv": (f"{' / '.join(f'{n:,}' for n in k[L1_1])} (K / Q / V) for ℓ1.1 against "
+                      f"{' / '.join(f'{n:,}' for n in k[GD])} for GD, out of {KQV_ENTRIES:,} entries each"),
         "paper-threshold": f"{WEIGHT_THRESHOLD:g}",
         "paper-vit": (f"about {VIT_ACCURACY['cifar10']:.0f} % test accuracy on CIFAR-10 and about "
                       f"{VIT_ACCURACY['cifar100']:.0f} % on CIFAR-100"),
@@ -217,15 +218,15 @@ def quotes() -> dict[str, str]:
 
 def _claims() -> dict[str, str]:
     """The paper's side of the scorecard's claims that quote its numbers, by the claim's figure or table."""
-    table1 = ", ".join(f"{' / '.join(f'{row[k]:.2f}' for k in ('1.1', '2', '3'))} (L = {row['layers']})"
+    table1 = ", ".join(f"{' / '.join(f'{row[k]:.2f}' for k in methods.PAPER_PS)} (L = {row['layers']})"
                        for row in table1_rows())
     gaps = " / ".join(f"{row['gap']:.2f}" for row in table1_rows())
-    t, kqv = TOKEN_SELECTION, {key: " / ".join(map(str, KQV_ABOVE[key])) for key in ("1.1", "2")}
+    t, kqv = TOKEN_SELECTION, {key: " / ".join(map(str, KQV_ABOVE[key])) for key in (L1_1, GD)}
     return {
         "table-1": f"{table1}; ℓ1.1 − GD {gaps} (best over epochs)",
         "table-token-selection": (f"ℓ1.1 wins {t['wins']} of {t['sentences']}, GD {t['losses']}, {t['ties']} ties "
                                   f"({100 * token_win_rate():.1f} % of non-ties); one model each"),
-        "table-weights-change": f"entries > {WEIGHT_THRESHOLD:g}, K / Q / V: {kqv['1.1']} (ℓ1.1) vs {kqv['2']} (GD)",
+        "table-weights-change": f"entries > {WEIGHT_THRESHOLD:g}, K / Q / V: {kqv[L1_1]} (ℓ1.1) vs {kqv[GD]} (GD)",
         "table-vit": ", ".join(f"≈ {accuracy:.0f} % ({methods.dataset_text(name)})"
                                for name, accuracy in VIT_ACCURACY.items()) + " for Adam and every MD exponent",
         "table-cost-training": (f"ops per parameter {', '.join(f'{name} {n}' for name, n in OPS_PER_PARAMETER.items())}; "
