@@ -44,6 +44,14 @@ def raw_html(text: str) -> list[str]:
 
 
 @pytest.fixture
+def build_dir(tmp_path, monkeypatch):
+    """A temporary build directory, also the output directory (as in the book's own executions)."""
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "out"))
+    monkeypatch.setenv("MDLIB_OUTPUT_DIR", str(tmp_path / "out"))
+    return tmp_path / "out"
+
+
+@pytest.fixture
 def cache(tmp_path, monkeypatch):
     """An empty data cache, with the fixture files' checksums standing in for the real ones."""
     monkeypatch.setenv("MDLIB_DATA_DIR", str(tmp_path / "cache"))

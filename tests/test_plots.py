@@ -16,12 +16,7 @@ import pytest  # noqa: E402
 from mdlib.book import plots
 
 
-@pytest.fixture(autouse=True)
-def build_dir(tmp_path, monkeypatch):
-    """The build directory, also the output directory (as in the book's own executions)."""
-    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "out"))
-    monkeypatch.setenv("MDLIB_OUTPUT_DIR", str(tmp_path / "out"))
-    return tmp_path / "out"
+pytestmark = pytest.mark.usefixtures("build_dir")  # conftest's: what they write goes to a temporary build
 
 
 def test_p_colors_are_fixed_and_distinct():

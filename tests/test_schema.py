@@ -21,12 +21,7 @@ from mdlib.book import artifacts, schema  # noqa: E402
 RESULTS = Path(__file__).parent / "fixtures" / "results"  #: a smoke build's results (fixtures/make_results.py)
 
 
-@pytest.fixture(autouse=True)
-def build_dir(tmp_path, monkeypatch):
-    """The build directory, also the output directory (as in the book's own executions)."""
-    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "out"))
-    monkeypatch.setenv("MDLIB_OUTPUT_DIR", str(tmp_path / "out"))
-    return tmp_path / "out"
+pytestmark = pytest.mark.usefixtures("build_dir")  # conftest's: what they write goes to a temporary build
 
 
 def runs() -> pd.DataFrame:
