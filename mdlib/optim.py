@@ -107,7 +107,7 @@ from torch.optim.sgd import sgd as _torch_sgd  # torch's functional SGD: the ste
 from mdlib._lp_checks import _check_fused_param, _check_group, _check_group_keys, _check_sparse
 from mdlib._lp_compat import _DROPPED_STATE, _upgrade
 from mdlib._lp_compiled import _Fused, _fused_lpmirrordescent, _traced_update
-from mdlib._lp_guard import Opened, _dual_dtype, _StepGuard
+from mdlib._lp_guard import _dual_dtype, _StepGuard
 from mdlib._lp_steps import (_finite, _multi_tensor_lpmirrordescent, _normalized, _resolved_foreach, _resync,
                              _sgd_direction, _single_tensor_lpmirrordescent)
 from mdlib.mirror import check_p
@@ -410,7 +410,7 @@ class LpMirrorDescent(Optimizer):
         # mirror-descent groups of a step refused later)
         for job in work:
             if job.p == 2.0:
-                self._update(job, None)
+                self._update(job, None, None)
         return loss
 
     def _init_group(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
@@ -456,12 +456,9 @@ class LpMirrorDescent(Optimizer):
             self._init_group(group, params, grads, duals, spares, buffers)
             if not params:
                 continue
-            update = lp_mirror_descent(params, grads, duals, spares, buffers, **self._options(group),
-                                       check_edits=self.check_edits, refused=self._guard.refused)
-            if group["momentum"]:
-                keys = [w for w in group["params"] if w.grad is not None]
-                for key, buffer in zip(keys, update.momentum_buffers):
-                    self.state[key]["momentum_buffer"] = buffer
+            keys = [w for w in group["params"] if w.grad is not None]
+            self._update(_Job(group, group["p"], keys, params, grads, []), duals, spares,
+                         check_edits=self.check_edits, refused=self._guard.refused)
         return loss
 
     def _prepare_group(self, index: int, group: dict[str, Any]) -> _Job | None:
@@ -502,16 +499,15 @@ class LpMirrorDescent(Optimizer):
         return {name: group[name] for name in ("lr", "p", "momentum", "dampening", "weight_decay", "nesterov",
                                                "normalize", "eps", "maximize", "foreach", "fused")}
 
-    def _update(self, job: _Job, opened: Opened | None) -> LpUpdate:
-        """:func:`lp_mirror_descent` on the job's parameters (p != 2: from the duals ``opened`` gives), its
-        momentum buffers kept in the state (``state[param]["momentum_buffer"]``, as SGD keeps them)."""
+    def _update(self, job: _Job, duals: list[Tensor] | None, spares: list[Tensor] | None, **how: Any) -> LpUpdate:
+        """:func:`lp_mirror_descent` on the job's parameters, from ``duals`` into ``spares`` (p != 2), with the
+        group's options and ``how`` (``check_edits``, ``refused``); the momentum buffers it returns are kept
+        in the state (``state[param]["momentum_buffer"]``, as SGD keeps them). Every step route calls it."""
         group = job.group
         momentum = group["momentum"]
         buffers = [self.state[key].get("momentum_buffer") for key in job.keys] if momentum else None
-        start, spares = (opened.start, opened.spares) if opened is not None else (None, None)
-        update = lp_mirror_descent(job.params, job.grads, start, spares, buffers, **self._options(group),
-                                   check_edits=opened is not None and opened.check_on_device,
-                                   fused_state=self._guard.fused)
+        update = lp_mirror_descent(job.params, job.grads, duals, spares, buffers, **self._options(group),
+                                   fused_state=self._guard.fused, **how)
         if momentum:
             for key, buffer in zip(job.keys, update.momentum_buffers):
                 self.state[key]["momentum_buffer"] = buffer
@@ -524,7 +520,7 @@ class LpMirrorDescent(Optimizer):
         opened = self._guard.open(self.state, job.keys, job.params, job.p, check_edits=self.check_edits, lazy=lazy,
                                   foreach=_resolved_foreach(group["foreach"], job.params, job.grads),
                                   fused=bool(group["fused"]))
-        update = self._update(job, opened)
+        update = self._update(job, opened.start, opened.spares, check_edits=opened.check_on_device)
         self._guard.hold(self.state, job.keys, job.params, job.labels, opened, update.finite,
                          (update.foreach, update.fused), group["lr"], job.p, check_edits=self.check_edits, lazy=lazy)
 
