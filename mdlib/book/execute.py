@@ -16,15 +16,11 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, NoReturn
-
+from typing import Any, Iterator, Mapping, NoReturn
 
 from mdlib import first_line
 from mdlib.experiments import lockfile, paths
 from mdlib.book import chapters, layout, profiles
-
-if TYPE_CHECKING:
-    pass
 
 
 KERNEL = "python3"
