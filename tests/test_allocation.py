@@ -14,7 +14,7 @@ from scipy import integrate
 
 from mdlib import matched_lr
 from mdlib.experiments import allocation, estimates, methods, sentiment, store
-from mdlib.experiments.step_grid import Optimizer
+from mdlib.experiments.train import Optimizer
 
 
 def grid_config(**overrides) -> sentiment.SentimentGrid:

@@ -192,7 +192,7 @@ SLOW_BUILD = textwrap.dedent("""
     def build(config):
         (__import__("pathlib").Path(os.environ["PIDS"]) / str(os.getpid())).touch()
         model = nn.Linear(4, 1)
-        return pool.Setup(model, torch.optim.SGD(model.parameters(), lr=0.01), Slow())
+        return train.Setup(model, torch.optim.SGD(model.parameters(), lr=0.01), Slow())
 """)
 
 PARENT = textwrap.dedent("""

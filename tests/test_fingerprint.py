@@ -2,6 +2,7 @@
 stored numbers of the old code, and the provenance record names the code it came from."""
 
 import ast
+import functools
 import importlib
 import json
 import os
@@ -70,7 +71,7 @@ def test_an_edited_computation_is_recomputed_and_a_revert_reads_the_old_entry_ba
 
 def test_an_edit_outside_the_experiments_imports_keeps_its_runs(checkout):
     first = run_e1(checkout)
-    assert "mdlib.book.scorecard" not in fingerprint._closure("mdlib.experiments.synthetic")
+    assert "mdlib.book.scorecard" not in fingerprint.closure("mdlib.experiments.synthetic")
     path = checkout / "src" / "mdlib" / "book" / "scorecard.py"  # a module E1 never imports
     path.write_text(path.read_text("utf-8") + "\n# edited\n", "utf-8")
     again = run_e1(checkout)
@@ -82,7 +83,7 @@ def test_a_function_level_import_counts(tmp_path, monkeypatch):
     # methods imports the optimizer inside make_optimizer only (it stays torch-free at import); the
     # optimizer's code is part of the fingerprint of every experiment that builds one through it
     assert "mdlib.optim" in fingerprint.imports("mdlib.experiments.methods")
-    assert "mdlib.optim" in fingerprint._closure("mdlib.experiments.sentiment")
+    assert "mdlib.optim" in fingerprint.closure("mdlib.experiments.sentiment")
     assert fingerprint.fingerprint("mdlib.experiments.sentiment") != fingerprint.fingerprint("mdlib.experiments.synthetic")
     with pytest.raises(ValueError, match="not a module of mdlib"):
         fingerprint.fingerprint("numpy")
@@ -176,11 +177,11 @@ def test_the_code_of_a_kind_needs_no_import_of_its_module():
     for module in set(runkey.KINDS.values()):
         importlib.import_module(module)
     assert fresh["codes"] == {kind: store.code_of(kind) for kind in runkey.KINDS}
-    assert fresh["codes"]["e4-sentiment"] == fingerprint.fingerprint("mdlib.experiments.sentiment") != fingerprint.fingerprint()
+    assert fresh["codes"]["e4-sentiment"] == fingerprint.fingerprint("mdlib.experiments.sentiment_run") != fingerprint.fingerprint()
     assert store.code_of("toy") == fingerprint.fingerprint()  # a kind not in the table: all of mdlib
 
 
-def test_a_public_name_counts_as_its_module_and_type_checking_imports_do_not(tmp_path, monkeypatch):
+def test_a_public_name_counts_as_its_module_and_neither_package_inits_nor_type_checking_imports_do(tmp_path, monkeypatch):
     package = tmp_path / "mdlib"
     package.mkdir()
     (package / "experiments").mkdir()
@@ -191,6 +192,68 @@ def test_a_public_name_counts_as_its_module_and_type_checking_imports_do_not(tmp
     monkeypatch.setattr(fingerprint, "_ROOT", package)
     fingerprint._source.cache_clear()
     try:
-        assert fingerprint.imports("mdlib.user") == {"mdlib", "mdlib.optim", "mdlib.experiments", "mdlib.experiments.stats"}
+        assert fingerprint.imports("mdlib.user") == {"mdlib.optim", "mdlib.experiments.stats"}
     finally:
         fingerprint._source.cache_clear()
+
+
+def _codes_with(monkeypatch, module: str, old: str, new: str) -> dict[str, str]:
+    """{kind: code_of(kind)} with ``module``'s source edited in memory (``old`` -> ``new``, once)."""
+    real = fingerprint._source.__wrapped__
+
+    def edited(name: str) -> bytes:
+        text = real(name)
+        if name != module:
+            return text
+        assert text.count(old.encode()) == 1, f"{module} no longer has {old!r}: update the test's edit"
+        return text.replace(old.encode(), new.encode())
+
+    for cached in (fingerprint._source, fingerprint.arithmetic, fingerprint.fingerprint):
+        cached.cache_clear()
+    monkeypatch.setattr(fingerprint, "_source", functools.lru_cache(maxsize=None)(edited))
+    try:
+        return {kind: runkey.code_of(kind) for kind in runkey.KINDS}
+    finally:
+        monkeypatch.undo()
+        for cached in (fingerprint._source, fingerprint.arithmetic, fingerprint.fingerprint):
+            cached.cache_clear()
+
+
+#: Edits that change no number: a lock's timeout, a pool's message, a view, the paper's numbers, prose.
+KEPT = [("mdlib.experiments.lockfile", "LOCK_TIMEOUT_MINUTES = 10.0", "LOCK_TIMEOUT_MINUTES = 12.0"),
+        ("mdlib.experiments.pool", "failed and is skipped", "failed, skipped"),
+        ("mdlib.experiments.paths", "def is_project(", "def _unused():\n    pass\n\n\ndef is_project("),
+        ("mdlib.experiments.paper", "STOP_TRAIN_ACCURACY = 0.995", "STOP_TRAIN_ACCURACY = 0.99"),
+        ("mdlib.experiments.train", '"""The training loop', '"""The training loop, documented'),
+        ("mdlib.experiments.train", "\nimport math\n", "\nimport math  # a comment\nimport math\n")]
+#: Edits of the arithmetic, and the kinds whose runs they change (at least).
+CHANGED = [("mdlib.experiments.train", "F.binary_cross_entropy_with_logits(", "2 * F.binary_cross_entropy_with_logits(",
+            {"e4-sentiment", "e7-vit", "e9-step-sizes"}),
+           ("mdlib._lp_steps", "def _real(", "STEP_EDITED = 1\n\n\ndef _real(", {"e4-sentiment", "e7-vit", "e9-step-sizes"}),
+           ("mdlib.models", "nn.init.normal_(self.token.weight, std=std)", "nn.init.normal_(self.token.weight, std=2 * std)",
+            {"e4-sentiment", "e7-vit", "e9-step-sizes", "e1-fixed-decoder"})]
+
+
+@pytest.mark.parametrize("module, old, new", KEPT)
+def test_an_edit_that_computes_nothing_keeps_every_kinds_code(monkeypatch, module, old, new):
+    """Locks, the pool, paths, the paper's numbers, docstrings, comments and imports are not a run's
+    arithmetic: no key of any kind moves (so no stored run is trained again)."""
+    assert _codes_with(monkeypatch, module, old, new) == {kind: runkey.code_of(kind) for kind in runkey.KINDS}
+
+
+@pytest.mark.parametrize("module, old, new, kinds", CHANGED)
+def test_an_edit_of_the_arithmetic_changes_the_code_of_the_kinds_it_computes(monkeypatch, module, old, new, kinds):
+    """The training loss, the optimizer's update, a model's initialization: every kind whose runs use them
+    gets a new code (its stored runs are trained again), the others keep theirs."""
+    before = {kind: runkey.code_of(kind) for kind in runkey.KINDS}
+    after = _codes_with(monkeypatch, module, old, new)
+    changed = {kind for kind in before if after[kind] != before[kind]}
+    assert kinds <= changed
+    assert changed == {kind for kind in runkey.KINDS if module in fingerprint.closure(runkey.KINDS[kind])}
+
+
+def test_the_arithmetic_of_a_module_drops_prose_and_imports_only():
+    text = fingerprint.arithmetic("mdlib.experiments.train")
+    assert "def fit(" in text and '"""' not in text
+    assert not [line for line in text.splitlines() if line.lstrip().startswith(("import ", "from "))]
+    assert "#" not in "".join(line.split('"')[0] for line in text.splitlines())

@@ -273,12 +273,12 @@ def test_run_stores_the_result_and_returns_it_without_training_again(build_dir):
     def build(cfg):
         builds.append(cfg)
         model = mlp(cfg.fit.seed, out=3)
-        return pool.Setup(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), TensorDataset(x, y),
+        return train.Setup(model, LpMirrorDescent(model.parameters(), lr=0.05, p=1.5), TensorDataset(x, y),
                           TensorDataset(x[:10], y[:10]))
 
     def extras(model):
         trained.append(model)
-        return {**pool.model_state(model), "accuracy_note": "final"}
+        return {**train.model_state(model), "accuracy_note": "final"}
 
     trained = []
     first = pool.run("toy-train", config, build, extras=extras, progress=False)
@@ -291,7 +291,7 @@ def test_run_stores_the_result_and_returns_it_without_training_again(build_dir):
     second = pool.run("toy-train", config, build, extras=extras, progress=False)
     assert second.cached and len(builds) == 1 and len(trained) == 1
     pd.testing.assert_frame_equal(second["history"], first["history"])
-    restored = pool.load_model_state(mlp(42, out=3), second)
+    restored = train.load_model_state(mlp(42, out=3), second)
     for a, b in zip(restored.state_dict().values(), trained[0].state_dict().values()):
         assert torch.equal(a, b)
 
@@ -313,7 +313,7 @@ def test_run_resumes_an_interrupted_training(build_dir):
     def build(cfg):
         model = mlp(0)
         data = Crashing(TensorDataset(x, y), crash["after"])
-        return pool.Setup(model, torch.optim.Adam(model.parameters(), lr=0.01), data)
+        return train.Setup(model, torch.optim.Adam(model.parameters(), lr=0.01), data)
 
     with pytest.raises(KeyboardInterrupt):
         pool.run("toy-resume", config, build, progress=False)
@@ -350,7 +350,7 @@ def build_blobs(config: BlobsRun):
     """A module-level builder (run_many sends it to other processes)."""
     x, y = blobs(64, seed=1)
     model = mlp(config.fit.seed, dropout=0.0)
-    return pool.Setup(model, methods.make_optimizer(model.parameters(), "md", config.lr, p=1.5),
+    return train.Setup(model, methods.make_optimizer(model.parameters(), "md", config.lr, p=1.5),
                       TensorDataset(x, y.float()), TensorDataset(x[:16], y[:16].float()))
 
 

@@ -191,7 +191,7 @@ def test_typed_run_configs_are_the_dicts_the_store_keeps():
         "fit": {"epochs": 10, "batch_size": 100, "seed": 1, "loss": "multiclass", "eval_every": 1}}
     typed = sentiment.SentimentRun(
         "rotten_tomatoes", 0, 64, None, sentiment.TextModel(6, 3, 3, 24, 0.2, "authors"),
-        step_grid.Optimizer("gd", 1e-3, None),
+        train.Optimizer("gd", 1e-3, None),
         train.FitOptions(epochs=5, batch_size=100, seed=0, loss="binary", reduction="sum", stop_train_accuracy=0.995))
     plain = typed.to_dict()
     assert store.config_key(sentiment.KIND, typed) == store.config_key(sentiment.KIND, plain)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mdlib.experiments import methods, step_sizes, store, train
-from mdlib.experiments.step_grid import Optimizer
+from mdlib.experiments.train import Optimizer
 from mdlib.mirror import matched_lr
 
 TINY = dict(dataset="rotten_tomatoes", max_length=16, train_size=8, width=4, layers=1, heads=2, mlp=8, dropout=0.0,

@@ -69,7 +69,7 @@ def test_seeds_give_distinct_initializations_and_reruns_are_identical():
     assert not torch.equal(first.embed.weight, second.embed.weight)
     assert torch.equal(first.embed.weight, vision.make_model(config(seed=0)).embed.weight)
     run_config = config(train_size=40)
-    stored = pool.run("e7-test", run_config, vision.build, extras=pool.model_state, progress=False)
+    stored = pool.run("e7-test", run_config, vision.build, extras=train.model_state, progress=False)
     model = vision.trained_model(run_config, stored)
     assert not model.training and not torch.equal(model.embed.weight, first.embed.weight)
     setup = vision.build(run_config)  # the same run again, outside the store

@@ -31,7 +31,7 @@ import pandas as pd
 
 from mdlib.experiments import step_grid
 from mdlib.experiments import estimates, methods, paths, sentiment, store
-from mdlib.experiments.step_grid import Optimizer
+from mdlib.experiments.train import Optimizer
 from mdlib.models import SMALL_EMBEDDING_STD
 
 __all__ = ["ARMS", "Allocation", "SERIES_FILE", "SERIES_RECORD", "allocation", "arm_config",

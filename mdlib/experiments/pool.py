@@ -1,13 +1,13 @@
 """Training runs through the results store: one (``run``) or many (``run_many``, a pool of worker
 processes); a run the store holds is read back instead of trained.
 
-``run(kind, config, build)``: ``build(config)`` makes a ``Setup`` (model, optimizer, data), and
-``mdlib.experiments.train.fit`` trains it, with checkpoints, unless the store holds the run::
+``run(kind, config, build)``: ``build(config)`` makes a ``train.Setup`` (model, optimizer, data), and
+``mdlib.experiments.train.train_setup`` trains it, with checkpoints, unless the store holds the run::
 
-    result = pool.run("e4-sentiment", config, build, extras=pool.model_state)
+    result = pool.run("e4-sentiment", config, build, extras=train.model_state)
     results = pool.run_many("e4-sentiment", configs, build, workers=2)  # 2 CPU processes, or 1 per GPU
     results = pool.run_many("e4-sentiment", configs, build, executor=client.get_executor())  # Dask
-    pool.load_model_state(model, result)  # the trained weights, back into a model
+    train.load_model_state(model, result)  # the trained weights, back into a model
 """
 
 from __future__ import annotations
@@ -19,39 +19,22 @@ import shutil
 import signal
 import sys
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from mdlib.experiments import paths, train
 from mdlib.experiments.executors import EXECUTOR_ENV, open_executor, parse_executor
 from mdlib.experiments.store import Config, RunId, RunResult, busy, entry_dir, load, load_or_run
+from mdlib.experiments.train import Setup
 
-__all__ = ["Setup", "load_model_state", "model_state", "run", "run_many"]
+__all__ = ["run", "run_many"]
 
 log = logging.getLogger(__name__)
-
-@dataclass
-class Setup:
-    """What ``run``'s builder makes from a config: the arguments of ``train.fit`` that are objects."""
-
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    train_set: Dataset
-    test_set: Dataset | None = None
-    collate_fn: Callable | None = None
-    lengths: Any = None  #: per-example lengths of train_set, to batch similar lengths (fit's ``lengths``)
-    #: datasets evaluated once, after training: ``run`` stores ``<name>_loss``, ``<name>_accuracy`` and
-    #: ``<name>_n`` (the examples evaluated)
-    final_evaluations: Mapping[str, Dataset] = field(default_factory=dict)
-
 
 def run(kind: str, config: Config, build: Callable[[Config], Setup], *,
         extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, progress: bool = True,
@@ -86,23 +69,8 @@ def _run(run_id: RunId, config: Config, build: Callable[[Config], Setup], *,
     folder = paths.checkpoints_dir() / run_id.kind / run_id.key
 
     def compute() -> dict[str, Any]:
-        setup = build(config)
-        history = train.fit(setup.model, setup.optimizer, setup.train_set, setup.test_set, options,
-                            collate_fn=setup.collate_fn, lengths=setup.lengths, checkpoint=folder, progress=progress,
-                            device=world.device, num_workers=num_workers)
-        if world.rank != 0:
-            return {}
-        result = {"history": history}
-        for name, dataset in setup.final_evaluations.items():
-            result[f"{name}_loss"], result[f"{name}_accuracy"] = train.evaluate(
-                setup.model, dataset, batch_size=options.batch_size, loss=options.loss,
-                collate_fn=setup.collate_fn, device=world.device)
-            result[f"{name}_n"] = len(dataset)
-        for name, value in (extras(setup.model) if extras is not None else {}).items():
-            if name in result:
-                raise ValueError(f"extras() returned {name!r}, a name run() already uses")
-            result[name] = value
-        return result
+        return train.train_setup(build(config), options, extras=extras, checkpoint=folder, progress=progress,
+                                 world=world, num_workers=num_workers)
 
     if world.rank != 0:
         compute()
@@ -113,19 +81,6 @@ def _run(run_id: RunId, config: Config, build: Callable[[Config], Setup], *,
     if world.size > 1:
         dist.barrier()
     return result
-
-
-def model_state(model: nn.Module, prefix: str = "state.") -> dict[str, np.ndarray]:
-    """The model's state_dict as numpy arrays named ``prefix + name``, for ``run``'s ``extras``."""
-    return {prefix + name: value.detach().cpu().numpy() for name, value in model.state_dict().items()}
-
-
-def load_model_state(model: nn.Module, result: Mapping[str, Any], prefix: str = "state.") -> nn.Module:
-    """Load the arrays ``model_state`` stored (in ``result``) into ``model``; returns the model."""
-    state = {name[len(prefix):]: torch.from_numpy(np.asarray(value)) for name, value in result.items()
-             if name.startswith(prefix)}
-    model.load_state_dict(state)
-    return model
 
 
 def _worker_init(parent: int, devices=None) -> None:

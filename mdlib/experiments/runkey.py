@@ -149,7 +149,7 @@ KINDS: Mapping[str, str] = MappingProxyType({
     "e1-fixed-decoder": "mdlib.experiments.synthetic",
     "e2-single-instance": "mdlib.experiments.synthetic",
     "e3-joint": "mdlib.experiments.synthetic",
-    "e4-sentiment": "mdlib.experiments.sentiment",
+    "e4-sentiment": "mdlib.experiments.sentiment_run",
     "e4-grid": "mdlib.experiments.sentiment",
     "e4-baseline": "mdlib.experiments.sentiment",
     "e7-vit": "mdlib.experiments.vision",

@@ -31,7 +31,7 @@ import pandas as pd
 
 from mdlib.experiments import store
 
-__all__ = ["DIVERGED", "Design", "Optimizer", "Outcome", "TIE_Z", "build", "sweep", "sweep_configs", "tied"]
+__all__ = ["DIVERGED", "Design", "Outcome", "TIE_Z", "build", "sweep", "sweep_configs", "tied"]
 
 Cell = tuple  #: a cell's key, e.g. (layers, method) or (dataset, method)
 Item = tuple  #: (cell, candidate, seed) of one run
@@ -55,27 +55,6 @@ def tied(first: float, second: float, n_first: int, n_second: int, z: float = TI
     error = math.sqrt(first * (1 - first) / n_first + second * (1 - second) / n_second)
     return abs(first - second) <= z * error
 
-
-
-@dataclass(frozen=True)
-class Optimizer(store.Config):
-    """The optimizer part of a run config: ``methods.make_optimizer(params, name, lr, p, matched_p)``
-    (``make``). ``matched_p`` None: one step ``lr`` for every tensor; an exponent: each tensor's step
-    moves its entries as far as ``lr`` at exponent ``matched_p`` would (``mirror.matched_param_groups``,
-    at the tensor's mean |w| at initialization)."""
-
-    OMIT_AT_DEFAULT = ("matched_p",)
-
-    name: str
-    lr: float
-    p: float | None
-    matched_p: float | None = None
-
-    def make(self, params) -> Any:
-        """The optimizer over ``params`` (``methods.make_optimizer``)."""
-        from mdlib.experiments import methods
-
-        return methods.make_optimizer(params, self.name, self.lr, self.p, self.matched_p)
 
 
 @dataclass(frozen=True)

@@ -46,10 +46,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib.experiments import analysis, methods, pool, sentiment, store, train
+from mdlib.experiments import analysis, methods, pool, sentiment_run, store, train
 from mdlib.experiments import step_grid
-from mdlib.experiments.step_grid import Optimizer
-from mdlib.experiments.sentiment import TextModel
+from mdlib.experiments.train import Optimizer
+from mdlib.experiments.sentiment_run import TextModel
 from mdlib.mirror import check_p, matched_lr
 from mdlib.models import EncoderClassifier, check_setup
 
@@ -271,21 +271,21 @@ def initial_model(config: StepRun) -> EncoderClassifier:
     return EncoderClassifier(max_length=config.max_length, **config.model.to_dict())
 
 
-def build(config: StepRun) -> pool.Setup:
+def build(config: StepRun) -> train.Setup:
     """The Setup of a run: the seeded model and its optimizer, the training subset (batched by length),
     no per-epoch evaluation, and the validation split evaluated once, at the end."""
-    parts = sentiment.splits(config.dataset, config.split_seed, config.max_length)
-    train_set = sentiment.training_subset(parts["train"], config.train_size, config.split_seed)
+    parts = sentiment_run.splits(config.dataset, config.split_seed, config.max_length)
+    train_set = sentiment_run.training_subset(parts["train"], config.train_size, config.split_seed)
     model = initial_model(config)
     spec = config.optimizer
     optimizer = spec.make(model.parameters())
-    return pool.Setup(model, optimizer, train_set, None, sentiment.collate, [len(ids) for ids in train_set.ids],
-                      final_evaluations={"validation": sentiment.by_length(parts["validation"])})
+    return train.Setup(model, optimizer, train_set, None, sentiment_run.collate, [len(ids) for ids in train_set.ids],
+                      final_evaluations={"validation": sentiment_run.by_length(parts["validation"])})
 
 
 def kept_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
-    """The run's final weights but the token embedding (``pool.model_state`` without it)."""
-    return {name: value for name, value in pool.model_state(model, _STATE).items() if name != _STATE + _TOKEN}
+    """The run's final weights but the token embedding (``train.model_state`` without it)."""
+    return {name: value for name, value in train.model_state(model, _STATE).items() if name != _STATE + _TOKEN}
 
 
 def train_runs(configs: list[StepRun], workers: int = 1, progress: bool = True,

@@ -47,7 +47,7 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -64,7 +64,8 @@ from mdlib import first_line
 from mdlib.experiments import paths
 from mdlib.experiments.runkey import Config
 
-__all__ = ["COLUMNS", "PRECISIONS", "FitOptions", "World", "batching", "check_precision", "evaluate", "fit", "process_world"]
+__all__ = ["COLUMNS", "PRECISIONS", "FitOptions", "Optimizer", "Setup", "World", "batching", "check_precision", "evaluate", "fit",
+           "load_model_state", "model_state", "process_world", "train_setup"]
 
 #: The columns of the history ``fit`` returns, one row per epoch (test columns NaN when not evaluated).
 COLUMNS = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds", "lr"]
@@ -106,6 +107,27 @@ class FitOptions(Config):
     def __post_init__(self) -> None:
         _check_fit_options(self)
         check_precision(self.precision)
+
+
+@dataclass(frozen=True)
+class Optimizer(Config):
+    """The optimizer part of a run config: ``methods.make_optimizer(params, name, lr, p, matched_p)``
+    (``make``). ``matched_p`` None: one step ``lr`` for every tensor; an exponent: each tensor's step
+    moves its entries as far as ``lr`` at exponent ``matched_p`` would (``mirror.matched_param_groups``,
+    at the tensor's mean |w| at initialization)."""
+
+    OMIT_AT_DEFAULT = ("matched_p",)
+
+    name: str
+    lr: float
+    p: float | None
+    matched_p: float | None = None
+
+    def make(self, params) -> torch.optim.Optimizer:
+        """The optimizer over ``params`` (``methods.make_optimizer``)."""
+        from mdlib.experiments import methods
+
+        return methods.make_optimizer(params, self.name, self.lr, self.p, self.matched_p)
 
 
 def _derived_seed(seed: int, *tags: int) -> int:
@@ -448,6 +470,60 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
     finally:
         bar.close()
     return pd.DataFrame(history, columns=COLUMNS)
+
+
+@dataclass
+class Setup:
+    """What a run kind's builder makes from a config: the arguments of ``fit`` that are objects."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    train_set: Dataset
+    test_set: Dataset | None = None
+    collate_fn: Callable | None = None
+    lengths: Any = None  #: per-example lengths of train_set, to batch similar lengths (fit's ``lengths``)
+    #: datasets evaluated once, after training: ``train_setup`` returns ``<name>_loss``, ``<name>_accuracy`` and
+    #: ``<name>_n`` (the examples evaluated)
+    final_evaluations: Mapping[str, Dataset] = field(default_factory=dict)
+
+
+def train_setup(setup: Setup, options: FitOptions, *, extras: Callable[[nn.Module], Mapping[str, Any]] | None = None,
+                checkpoint: str | os.PathLike | None = None, progress: bool = True, world: World | None = None,
+                num_workers: int = 0) -> dict[str, Any]:
+    """Train a run's ``setup`` with ``fit`` (checkpoints in ``checkpoint``) and return what the store keeps of
+    it: ``history``, the loss, accuracy and size (``<name>_loss``, ``<name>_accuracy``, ``<name>_n``) of the
+    trained model on each of ``setup.final_evaluations``, and whatever ``extras(model)`` returns (arrays,
+    DataFrames or JSON values, e.g. ``model_state(model)``); {} on a process of rank > 0 (torchrun)."""
+    world = world or process_world(None)
+    history = fit(setup.model, setup.optimizer, setup.train_set, setup.test_set, options,
+                  collate_fn=setup.collate_fn, lengths=setup.lengths, checkpoint=checkpoint, progress=progress,
+                  device=world.device, num_workers=num_workers)
+    if world.rank != 0:
+        return {}
+    result: dict[str, Any] = {"history": history}
+    for name, dataset in setup.final_evaluations.items():
+        result[f"{name}_loss"], result[f"{name}_accuracy"] = evaluate(
+            setup.model, dataset, batch_size=options.batch_size, loss=options.loss,
+            collate_fn=setup.collate_fn, device=world.device)
+        result[f"{name}_n"] = len(dataset)
+    for name, value in (extras(setup.model) if extras is not None else {}).items():
+        if name in result:
+            raise ValueError(f"extras() returned {name!r}, a name train_setup already uses")
+        result[name] = value
+    return result
+
+
+def model_state(model: nn.Module, prefix: str = "state.") -> dict[str, np.ndarray]:
+    """The model's state_dict as numpy arrays named ``prefix + name``, for ``train_setup``'s ``extras``."""
+    return {prefix + name: value.detach().cpu().numpy() for name, value in model.state_dict().items()}
+
+
+def load_model_state(model: nn.Module, result: Mapping[str, Any], prefix: str = "state.") -> nn.Module:
+    """Load the arrays ``model_state`` stored (in ``result``) into ``model``; returns the model."""
+    state = {name[len(prefix):]: torch.from_numpy(np.asarray(value)) for name, value in result.items()
+             if name.startswith(prefix)}
+    model.load_state_dict(state)
+    return model
 
 
 def _check_fit_options(options: FitOptions) -> None:

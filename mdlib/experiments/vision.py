@@ -35,7 +35,7 @@ import torch
 
 from mdlib.experiments import analysis, data, fetch, methods, paper, pool, store, train
 from mdlib.experiments import step_grid
-from mdlib.experiments.step_grid import Optimizer
+from mdlib.experiments.train import Optimizer
 from mdlib.models import VISION_SETUPS, VisionTransformer, check_setup
 from mdlib.experiments.methods import method, method_key
 
@@ -163,18 +163,18 @@ def make_model(config: VisionRun) -> VisionTransformer:
                              **config.model.to_dict())
 
 
-def build(config: VisionRun) -> pool.Setup:
+def build(config: VisionRun) -> train.Setup:
     """``pool.run``'s builder: data, seeded model and optimizer of an E7 config."""
     train_set, eval_set = image_sets(config.data)
     model = make_model(config)
     opt = config.optimizer
-    return pool.Setup(model, opt.make(model.parameters()), train_set, eval_set)
+    return train.Setup(model, opt.make(model.parameters()), train_set, eval_set)
 
 
 def trained_model(config: VisionRun, result: Mapping[str, Any]) -> VisionTransformer:
-    """The model of a finished run, its weights loaded from the result (stored by ``pool.model_state``),
+    """The model of a finished run, its weights loaded from the result (stored by ``train.model_state``),
     in evaluation mode."""
-    return pool.load_model_state(make_model(config), result).eval()
+    return train.load_model_state(make_model(config), result).eval()
 
 
 # --- the chapter's experiment: a validation sweep of step sizes, then the final runs ----------------
@@ -294,7 +294,7 @@ def train_runs(configs: list[VisionRun], workers: int = 1, progress: bool = True
                skip: tuple[type[BaseException], ...] = ()) -> list[store.RunResult | None]:
     """The stored result of each run config (history + final weights), the missing ones trained
     ``workers`` at a time (None for a run that raised one of ``skip``)."""
-    return pool.run_many(KIND, configs, build, extras=pool.model_state, workers=workers, skip=skip,
+    return pool.run_many(KIND, configs, build, extras=train.model_state, workers=workers, skip=skip,
                           progress=progress)
 
 

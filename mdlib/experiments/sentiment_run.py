@@ -1,0 +1,192 @@
+"""One sentiment training run (E4-E6): its config, data, model and optimizer, and nothing else (the
+code of a run's key, ``mdlib.experiments.runkey``; chapter 04's grids, tables and views are
+``mdlib.experiments.sentiment``'s).
+
+A run config (``SentimentRun``, made by ``run_config``; the results store hashes its ``to_dict()``)
+names everything that changes the numbers::
+
+    {"dataset": "rotten_tomatoes", "split_seed": 0, "max_length": 64, "train_size": 1000,
+     "model": {"width": 48, "layers": 3, "heads": 3, "mlp": 192, "dropout": 0.2, "setup": "authors"},
+     "optimizer": {"name": "md", "lr": 8e-4, "p": 1.1},
+     "fit": {"epochs": 600, "batch_size": 100, "seed": 0, "loss": "binary", "reduction": "sum",
+             "stop_train_accuracy": 0.995, "pool": 16}}
+
+``fit.seed`` seeds the initialization as well as the data order and dropout, so seeds are distinct
+initializations (the authors' code reused one). ``train_size`` trains on a seeded, stratified subset
+of the training split (the same sentences for every method and seed; None: all of it). The loss is
+the batch's summed binary cross-entropy, as in the authors' code (their step sizes assume the sum).
+Training batches hold sentences of similar lengths: each epoch's random order is cut into pools of
+``fit.pool`` batches, each sorted by length (``mdlib.experiments.train.fit``). ``build(config)`` is the
+run's ``train.Setup``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from mdlib.experiments import data, paper, store, train
+from mdlib.experiments.train import Optimizer
+from mdlib.models import EncoderClassifier, check_setup
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from tokenizers import Tokenizer
+
+__all__ = ["KIND", "SentimentRun", "TextModel", "TokenizedDataset", "build", "by_length", "collate", "encode",
+           "initial_model", "run_config", "splits", "tokenizer", "training_subset"]
+
+KIND = store.kind("e4-sentiment", __name__)
+
+
+class TokenizedDataset(Dataset):
+    """(token ids, label) pairs, ids unpadded ([CLS] ... [SEP], truncated to the tokenizer's length)."""
+
+    def __init__(self, ids: list[list[int]], labels: ArrayLike, texts: list[str] | None = None):
+        if len(ids) != len(labels):
+            raise ValueError(f"{len(ids)} token sequences but {len(labels)} labels")
+        self.ids = [torch.tensor(x, dtype=torch.long) for x in ids]
+        self.labels = torch.as_tensor(np.asarray(labels), dtype=torch.long)
+        self.texts = texts
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        return self.ids[index], self.labels[index]
+
+    def subset(self, indices: Iterable[int]) -> "TokenizedDataset":
+        """The examples at ``indices``, in that order."""
+        indices = [int(i) for i in indices]
+        return TokenizedDataset([self.ids[i].tolist() for i in indices], self.labels[indices],
+                                None if self.texts is None else [self.texts[i] for i in indices])
+
+
+def collate(batch: list[tuple[Tensor, Tensor]], pad_id: int = 0) -> tuple[dict[str, Tensor], Tensor]:
+    """Pad a list of (ids, label) to the batch's longest sequence: ({input_ids, attention_mask}, labels)."""
+    ids, labels = zip(*batch)
+    input_ids = torch.nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=pad_id)
+    mask = torch.nn.utils.rnn.pad_sequence([torch.ones_like(x) for x in ids], batch_first=True)
+    return {"input_ids": input_ids, "attention_mask": mask}, torch.stack(labels).float()
+
+
+@functools.lru_cache(maxsize=4)
+def tokenizer(max_length: int) -> Tokenizer:
+    """The runs' WordPiece tokenizer (``data.wordpiece_tokenizer``) without padding, cached per ``max_length``."""
+    wordpiece = data.wordpiece_tokenizer(max_length)
+    wordpiece.no_padding()
+    return wordpiece
+
+
+def encode(texts: list[str], max_length: int) -> list[list[int]]:
+    """WordPiece ids of each text ([CLS] first, [SEP] last, at most ``max_length``), unpadded."""
+    return [e.ids for e in tokenizer(max_length).encode_batch(list(texts))]
+
+
+@functools.lru_cache(maxsize=2)
+def splits(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: int = 64) -> dict[str, TokenizedDataset]:
+    """The train / validation / test splits of a sentiment source, tokenized (cached per process)."""
+    source = data.sentiment_dataset(dataset, seed=split_seed)
+    return {name: TokenizedDataset(encode(part["text"], max_length), part["label"], list(part["text"]))
+            for name, part in source.items()}
+
+
+@dataclass(frozen=True)
+class TextModel(store.Config):
+    """The model part of a sentiment run config: ``EncoderClassifier``'s arguments (``embedding_std``:
+    the small-embeddings setup's sigma, None for its default 0.02)."""
+
+    OMIT_AT_DEFAULT = ("embedding_std",)
+
+    width: int
+    layers: int
+    heads: int
+    mlp: int
+    dropout: float
+    setup: str
+    embedding_std: float | None = None
+
+
+@dataclass(frozen=True)
+class SentimentRun(store.Config):
+    """A sentiment run config (the module docstring); ``to_dict()`` is what the store keeps (of the fit
+    settings: all but those of ``OMIT_AT_DEFAULT`` where they hold their defaults)."""
+
+    OMIT_AT_DEFAULT = ("fit.eval_every",)
+
+    dataset: str
+    split_seed: int
+    max_length: int
+    train_size: int | None
+    model: TextModel
+    optimizer: Optimizer
+    fit: train.FitOptions
+
+    def __post_init__(self) -> None:
+        check_setup(self.model.setup)
+        if self.model.embedding_std is not None and self.model.setup != "small-embeddings":
+            raise ValueError(f"embedding_std is the small-embeddings setup's sigma; setup {self.model.setup!r} fixes "
+                             "its own: give embedding_std=None")
+        batch_size = self.fit.batch_size
+        if self.train_size is not None and (not isinstance(self.train_size, int) or self.train_size < batch_size):
+            raise ValueError(f"train_size must be None (the whole training split) or an integer >= the batch "
+                             f"size {batch_size}, got {self.train_size!r}")
+        if self.model.width % self.model.heads:
+            raise ValueError(f"width {self.model.width} is not divisible by {self.model.heads} heads (heads = layers)")
+
+
+def run_config(*, layers: int, optimizer: str, lr: float, p: float | None = None, seed: int = 0,
+           dataset: str = "rotten_tomatoes", max_length: int = 64, train_size: int | None = None,
+           width: int = 48, mlp: int | None = None, dropout: float = 0.2, setup: str = "authors",
+           epochs: int = 600, batch_size: int = 100, stop_train_accuracy: float = paper.STOP_TRAIN_ACCURACY,
+           split_seed: int = 0, pool: int = 16, embedding_std: float | None = None,
+           matched_p: float | None = None) -> SentimentRun:
+    """A run config (see the module docstring); heads = layers as in the paper, MLP 4 x width.
+    ``embedding_std``: sigma of the small-embeddings setup (None: 0.02); ``matched_p``: steps per tensor
+    matched to exponent ``matched_p`` at ``lr`` (``grid.Optimizer``; None: one step ``lr``)."""
+    return SentimentRun(
+        dataset, split_seed, max_length, train_size,
+        TextModel(width, layers, layers, mlp or 4 * width, dropout, setup, embedding_std),
+        Optimizer(optimizer, float(lr), None if p is None else float(p), None if matched_p is None else float(matched_p)),
+        train.FitOptions(epochs=epochs, batch_size=batch_size, seed=seed, loss="binary", reduction="sum",
+                         stop_train_accuracy=stop_train_accuracy, pool=pool))
+
+
+def initial_model(config: SentimentRun) -> EncoderClassifier:
+    """The run's model as initialized (seeded by ``fit.seed``), before any training step."""
+    torch.manual_seed(config.fit.seed)
+    return EncoderClassifier(max_length=config.max_length, **config.model.to_dict())
+
+
+def training_subset(dataset: TokenizedDataset, train_size: int | None, seed: int) -> TokenizedDataset:
+    """A seeded, label-stratified subset of ``train_size`` examples (all of them when None)."""
+    if train_size is None or train_size >= len(dataset):
+        return dataset
+    share = train_size / len(dataset)
+    keep = data.stratified_split(dataset.labels.numpy(), {"train": share, "unused": 1 - share}, seed)["train"]
+    return dataset.subset(keep)
+
+
+def build(config: SentimentRun) -> train.Setup:
+    """The Setup of a run: the seeded model, its optimizer, the training (sub)set, the test split
+(evaluated after every epoch) and the validation split (evaluated once, at the end)."""
+    parts = splits(config.dataset, config.split_seed, config.max_length)
+    train_set = training_subset(parts["train"], config.train_size, config.split_seed)
+    model = initial_model(config)
+    spec = config.optimizer
+    optimizer = spec.make(model.parameters())
+    lengths = [len(ids) for ids in train_set.ids]
+    return train.Setup(model, optimizer, train_set, by_length(parts["test"]), collate, lengths,
+                      final_evaluations={"validation": by_length(parts["validation"])})
+
+
+def by_length(dataset: TokenizedDataset) -> TokenizedDataset:
+    """The same examples sorted by length (stable): evaluation batches of similar lengths, less padding
+    (accuracy and mean loss do not depend on the order)."""
+    return dataset.subset(sorted(range(len(dataset)), key=lambda i: len(dataset.ids[i])))
