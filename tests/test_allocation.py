@@ -15,6 +15,7 @@ from scipy import integrate
 from mdlib import matched_lr
 from mdlib.experiments import allocation, estimates, methods, sentiment, store
 from mdlib.experiments.train import Optimizer
+from test_step_grid import fake_correct
 
 
 def grid_config(**overrides) -> sentiment.SentimentGrid:
@@ -148,9 +149,10 @@ def fake_runs(calls: list, accuracy=lambda config: 0.7):
 def test_chapter_runs_train_in_two_pools_and_the_2x2_reads_them_back(monkeypatch, tmp_path):
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
     calls = []
-    gd_step = {1.0: 0.70, 3.0: 0.80}  # validation is 0.7 for all: tied, the smaller step; test by step
+    gd_step = {1.0: 0.70, 3.0: 0.80}  # validation is 0.7 for all: a tie of two, nothing between them: the smaller
     monkeypatch.setattr(sentiment, "train_runs", fake_runs(calls, lambda c: gd_step.get(
         round(c.optimizer.lr / sentiment.reference_step(3, "2"), 3), 0.6) if c.optimizer.matched_p is None else 0.65))
+    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
     config = grid_config()
     allocation.train_chapter([config], config, 3, workers=2)
     assert len(calls) == 2  # the sweeps; then the finals and the arms together
@@ -159,7 +161,7 @@ def test_chapter_runs_train_in_two_pools_and_the_2x2_reads_them_back(monkeypatch
     assert {(c.optimizer.p, c.optimizer.matched_p, c.fit.seed) for c in second} == (
         {(1.1, 2.0, s) for s in range(3)} | {(2.0, 1.1, s) for s in range(3)} | {(2.0, None, s) for s in (2, 3)})
     grid = sentiment.grid(config)
-    assert grid.chosen == {(3, "1.1"): 1.0, (3, "2"): 1.0}  # tied validation: the smaller step
+    assert grid.chosen == {(3, "1.1"): 1.0, (3, "2"): 1.0}  # tied validation, equal scores: the smaller
     calls.clear()
     both = allocation.allocation(grid, 3)
     assert calls == []  # every run of the 2 x 2 was trained in the second pool

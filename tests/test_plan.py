@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from mdlib.book import chapters, plan, profiles
 from mdlib.experiments import methods, paper, sentiment, store, vision, workload
 from mdlib.models import EncoderClassifier, VisionTransformer
-from test_step_grid import FakeRuns, SENTIMENT, multiple_of, key_of, sentiment_config  # tests/test_step_grid.py
+from test_step_grid import FakeRuns, SENTIMENT, fake_correct, multiple_of, key_of, sentiment_config  # tests/test_step_grid.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,6 +75,7 @@ def test_the_counted_runs_are_the_runs_the_grid_trains(monkeypatch, tmp_path):
     table = {**SENTIMENT, ("1.1", 10): (1.0, 0.1, 0.1)}  # none diverges: every run is trained
     fake = FakeRuns(sentiment.KIND, lambda c: table[key_of(c), multiple_of(c)])
     monkeypatch.setattr(sentiment, "train_runs", fake)
+    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
     config = sentiment.SentimentGrid.of(sentiment_config())
     counted = workload.grid_runs([config.design()])
     sentiment.grid(config)

@@ -15,6 +15,7 @@ import torch
 from mdlib.book import chapters, profiles
 from mdlib.experiments import estimates, methods, paper, sentiment, store, train
 from mdlib.experiments import step_grid
+from test_step_grid import fake_correct  # tests/test_step_grid.py
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -133,33 +134,40 @@ def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):
         assert torch.equal(mine, theirs), name
 
 
-def test_choose_needs_the_stop_rule_at_every_sweep_seed_then_validation_beyond_sampling_error_then_the_smaller_step():
+def _rows_and_correct(validation, n=1000):
+    """A cell's sweep rows (2 seeds of 1x, 3x, 10x, 30x; 3x misses the stop rule at seed 1, 30x diverges
+    there) with per-seed ``validation`` accuracies, and per-sentence predictions that give them: the
+    first share of ``n`` sentences right, shifted by the seed."""
     rows = pd.DataFrame({"layers": 3, "method": "2", "multiple": [1.0, 1.0, 3.0, 3.0, 10.0, 10.0, 30.0, 30.0],
                          "lr": [1.0, 1.0, 3.0, 3.0, 10.0, 10.0, 30.0, 30.0], "seed": [0, 1] * 4,
                          "diverged": [False] * 7 + [True], "reached": [True, True, True, False, True, True, True, False],
-                         "validation": [0.70, 0.72, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan], "validation_n": 1000})
-    # 3x missed the rule at seed 1; 10x (0.71) is within sampling error of 1x (0.71): a tie, the smaller step
-    assert sentiment.choose(rows) == 1.0
-    assert sentiment.choose(rows.assign(validation=[0.70, 0.70, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan])) == 1.0
-    # 10x ahead by 5 points: 1.96 SE of the difference over 2 x 1000 predictions each is 2.8 points
-    assert sentiment.choose(rows.assign(validation=[0.66, 0.66, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan])) == 10.0
-    # the same 5 points over 2 x 100 predictions each (SE 9 points): a tie
-    assert sentiment.choose(rows.assign(validation=[0.66, 0.66, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan],
-                                        validation_n=100)) == 1.0
-    assert sentiment.choose(rows.assign(reached=False)) == 1.0  # none reached: best validation, ties to the smaller
-    assert sentiment.choose(rows[rows.seed == 0]) == 30.0  # seed 0 alone would pick 30x, which overflows at seed 1
+                         "validation": validation, "validation_n": n})
+    right = {(m, seed): v for m, seed, v in zip(rows.multiple, rows.seed, rows.validation)}
+
+    def correct(layers, key, multiple, seed):
+        assert (layers, key) == (3, "2")
+        return np.random.default_rng([seed, int(10 * multiple)]).permutation(n) < round(right[multiple, seed] * n)
+
+    return rows, correct
+
+
+def test_choose_ranks_the_stop_rule_then_validation_beyond_its_paired_error_then_the_middle_of_a_tie():
+    # 3x missed the rule at seed 1, 30x diverged: 1x and 10x remain, 0.71 each: a tie of two, the nearer
+    # the middle of the grid... both are as near: the smaller
+    rows, correct = _rows_and_correct([0.70, 0.72, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan])
+    choice = sentiment.choose(rows, correct)
+    assert (choice.value, choice.tied) == (1.0, (1.0, 10.0))
+    # 10x ahead by 5 points at both seeds (5.5 and 4.5): beyond its paired error over 2 x 1000 sentences
+    rows, correct = _rows_and_correct([0.655, 0.665, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan])
+    assert sentiment.choose(rows, correct) == step_grid.Choice(10.0, (10.0,), 10.0)
+    # 5 points again, but 8 at one seed and 2 at the other: the seeds' spread puts it inside; of two, the better
+    rows, correct = _rows_and_correct([0.64, 0.68, 0.75, 0.50, 0.72, 0.70, 0.80, np.nan])
+    assert sentiment.choose(rows, correct) == step_grid.Choice(10.0, (1.0, 10.0), 10.0)
+    # none reached the rule: every finished candidate competes (3x's 0.625 is tied with 10x's 0.71 here)
+    assert sentiment.choose(rows.assign(reached=False), correct).tied == (1.0, 3.0, 10.0)
+    rows, correct = _rows_and_correct([0.70, 0.72, 0.75, 0.50, 0.71, 0.71, 0.80, np.nan])
     with pytest.raises(ValueError, match=r"every candidate step size diverged for 2 at 3 layers"):
-        sentiment.choose(rows.assign(diverged=[False, True] * 4))
-
-
-def test_tied_accuracies_follow_the_binomial_standard_error():
-    assert step_grid.tied(0.74, 0.7363, 2112, 2112)  # chapter 04's GD 3x and 1x on one machine: not a choice
-    assert not step_grid.tied(0.80, 0.70, 2000, 2000)
-    assert step_grid.tied(1.0, 1.0, 10, 10) and not step_grid.tied(1.0, 0.0, 10, 10)
-    z = (0.75 - 0.70) / np.sqrt(0.75 * 0.25 / 500 + 0.70 * 0.30 / 500)
-    assert step_grid.tied(0.75, 0.70, 500, 500, z=z + 1e-9) and not step_grid.tied(0.75, 0.70, 500, 500, z=z - 1e-9)
-    with pytest.raises(ValueError, match="at least one prediction"):
-        step_grid.tied(0.5, 0.5, 0, 10)
+        sentiment.choose(rows.assign(diverged=True), correct)
 
 
 def test_reference_steps_are_the_papers():
@@ -203,6 +211,7 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
         return out
 
     monkeypatch.setattr(sentiment, "train_runs", fake_runs)
+    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
     grid = sentiment.grid(grid_config(), name=sentiment.grid_name("test"))
     assert grid.chosen == {(3, "1.1"): 3.0, (3, "2"): 10.0}  # 1x missed the rule, GD 3x overflowed at seed 1
     assert calls[0] == [("1.1", 0), ("1.1", 1)] * 2 + [("2", 0), ("2", 1)] * 2
@@ -261,6 +270,7 @@ def test_grid_takes_seeds_per_method(monkeypatch, tmp_path):
         return out
 
     monkeypatch.setattr(sentiment, "train_runs", fake_runs)
+    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
     config = grid_config(methods=["1.1", "2", "3"], seeds={"1.1": 3, "2": 2, "3": 1},
                          multiples={"1.1": [3], "2": [10], "3": [300]})
     grid = sentiment.grid(config)

@@ -72,7 +72,17 @@ def sentiment_runs(monkeypatch, flip_test=False, table=SENTIMENT):
         return None if values is None else (values[0], values[1], 1 - values[2] if flip_test else values[2])
     fake = FakeRuns(sentiment.KIND, outcome)
     monkeypatch.setattr(sentiment, "train_runs", fake)
+    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
     return fake
+
+
+def fake_correct(config, result, batch_size=100, split="test"):
+    """Per-sentence correctness of a fake run: its validation accuracy's share of its sentences, drawn at
+    random per run (seeded by the run's seed and step), so two candidates' differences are noisy as real
+    runs' are (what ``choose`` pairs across candidates)."""
+    n = int(result["validation_n"])
+    rng = np.random.default_rng([config.fit.seed, round(1e9 * config.optimizer.lr)])
+    return rng.permutation(n) < round(result["validation_accuracy"] * n)
 
 
 def test_the_sentiment_sweep_trains_each_candidate_once_and_the_seeds_at_the_choice(monkeypatch):
@@ -237,3 +247,62 @@ def test_typed_grid_configs_are_frozen_and_keep_the_old_errors():
     with pytest.raises(ValueError, match="unknown setup 'bert'"):
         vision.run_config("fashion_mnist", optimizer="adam", lr=1e-3, seed=0, epochs=1, model=vision_config()["model"],
                           setup="bert")
+
+
+def test_a_tie_goes_to_its_middle_and_an_even_tie_to_the_higher_score():
+    one = lambda i, j: 0.01  # noqa: E731  (a paired standard error of one point)
+    values = [0.3, 1.0, 3.0, 10.0]
+    assert step_grid.tie_choice(values, [0.70, 0.71, 0.712, 0.60], one) == step_grid.Choice(1.0, (0.3, 1.0, 3.0), 3.0)
+    assert step_grid.tie_choice(values, [0.60, 0.70, 0.71, 0.712], one).value == 3.0  # the middle of 1x, 3x, 10x
+    assert step_grid.tie_choice(values, [0.60, 0.71, 0.70, 0.60], one) == step_grid.Choice(1.0, (1.0, 3.0), 1.0)
+    assert step_grid.tie_choice(values, [0.60, 0.70, 0.71, 0.60], one).value == 3.0  # even: the higher score
+    # beyond 1.96 errors: no tie; a candidate that diverged is never chosen; the stop rule ranks first
+    assert step_grid.tie_choice(values, [0.70, 0.75, 0.60, 0.60], one).tied == (1.0,)
+    assert step_grid.tie_choice(values, [0.70, 0.75, 0.60, 0.60], one, eligible=[1, 0, 1, 1]).value == 0.3
+    assert step_grid.tie_choice(values, [0.70, 0.75, 0.60, 0.60], one, ranked=[0, 0, 1, 1]).tied == (3.0, 10.0)
+    with pytest.raises(ValueError, match="every one diverged"):
+        step_grid.tie_choice(values, [0.7] * 4, one, eligible=[0] * 4)
+    assert step_grid.neutral_pick([1.0, 3.0], [0.7, 0.7]) == 0  # nothing tells them apart: the smaller
+    assert step_grid.neutral_pick([0.3, 1.0, 3.0, 30.0], [0.7] * 4) == 2  # 3x is the geometric middle of 0.3x..30x
+
+
+def test_the_tie_rule_favours_no_side_and_holds_its_choice_across_machines():
+    """Machine-to-machine noise: two builds see the same candidates with independent run noise. With three
+    candidates of equal accuracy the choice must go to either end equally often (the old rule, the
+    smaller step of a tie, always went to one), and two builds must agree more often than the best score
+    alone would make them."""
+    rng = np.random.default_rng(0)
+    values, truth, noise = [0.3, 1.0, 3.0], np.array([0.72, 0.72, 0.72]), 0.01
+    error = lambda i, j: noise  # noqa: E731  (two candidates' means over two seeds: sd of 1 point)
+    picks, best = [], []
+    for _ in range(4000):
+        machines = truth + noise * rng.standard_normal((2, 3)) / np.sqrt(2)
+        chosen = [step_grid.tie_choice(values, list(m), error) for m in machines]
+        picks.append([c.value for c in chosen])
+        best.append([c.best for c in chosen])
+    picks, best = np.array(picks), np.array(best)
+    low, high = (picks == 0.3).mean(), (picks == 3.0).mean()
+    assert abs(low - high) < 0.03  # no side: 4,000 x 2 choices, a binomial error of about 0.005
+    agree, agree_best = (picks[:, 0] == picks[:, 1]).mean(), (best[:, 0] == best[:, 1]).mean()
+    assert agree > agree_best + 0.3
+
+
+def test_a_choice_at_the_end_of_its_grid_grows_the_grid_on_that_side(monkeypatch):
+    """1.1's validation grows with the step (beyond 27x it diverges): the grid 1x, 3x grows to 9x, then
+    27x, and stops after its two extensions, the choice still at its end; GD's choice, 1x of 0.3x..3x, is
+    inside and its grid does not grow."""
+    table = {("1.1", 1.0): 0.60, ("1.1", 3.0): 0.65, ("1.1", 9.0): 0.70, ("1.1", 27.0): 0.75,
+             ("2", 0.3): 0.60, ("2", 1.0): 0.70, ("2", 3.0): 0.60}
+
+    def outcome(c):
+        multiple = round(c.optimizer.lr / sentiment.reference_step(3, key_of(c)), 6)
+        return (1.0, table[key_of(c), multiple], 0.5) if (key_of(c), multiple) in table else None
+
+    fake = FakeRuns(sentiment.KIND, outcome)
+    monkeypatch.setattr(sentiment, "train_runs", fake)
+    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
+    built = sentiment.grid(sentiment_config(multiples={"1.1": [1, 3], "2": [0.3, 1, 3]}, grow=2, seeds=2))
+    assert {cell: [round(v, 6) for v in values] for cell, values in built.candidates.items()} == {
+        (3, "1.1"): [1.0, 3.0, 9.0, 27.0], (3, "2"): [0.3, 1.0, 3.0]}
+    assert round(built.chosen[3, "1.1"], 6) == 27.0 and built.chosen[3, "2"] == 1.0
+    assert sorted(set(round(m, 6) for m in built.runs.multiple[built.runs.method == "1.1"])) == [1.0, 3.0, 9.0, 27.0]

@@ -189,8 +189,9 @@ def train_chapter(grids: Sequence[sentiment.SentimentGrid], variation: sentiment
     finals, seen = [], set()
     for config in grids:
         design = config.design()
-        _, chosen = step_grid.sweep(design, workers=workers, progress=False)  # stored: trains nothing
-        runs = [design.final_config(*item) for item in design.final_items(chosen)]
+        _, choices = step_grid.sweep(design, workers=workers, progress=False)  # stored: trains nothing
+        chosen = {cell: choice.value for cell, choice in choices.items()}
+        runs = [design.final_config(*item) for item in design.final_items(choices)]
         if config is variation:
             runs += [arm_config(config, chosen, arm, seed) for arm in ARMS for seed in range(seeds)]
         for run in runs:

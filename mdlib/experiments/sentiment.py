@@ -23,8 +23,9 @@ Training batches hold sentences of similar lengths: each epoch's random order is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,7 @@ import torch
 from mdlib.experiments import analysis, methods, paper, paths, pool, store, train
 from mdlib.experiments import step_grid
 from mdlib.experiments.methods import method, method_key
+from mdlib.experiments.stats import crossed_interval
 from mdlib.models import SETUPS, EncoderClassifier
 from mdlib.experiments.sentiment_run import (KIND, SentimentRun, TextModel, TokenizedDataset, build, by_length,
                                              collate, encode, initial_model, run_config, splits, tokenizer,
@@ -75,11 +77,12 @@ def trained_model(config: SentimentRun, result: Mapping[str, Any]) -> EncoderCla
 
 
 @torch.no_grad()
-def test_correct(config: SentimentRun, result: Mapping[str, Any], batch_size: int = 100) -> np.ndarray:
-    """Whether the run's final model (eval mode) classifies each example of the test split correctly, in
-    the split's order: the per-example predictions behind its last test accuracy (their mean), computed in
-    the evaluation's batches (``by_length``)."""
-    test = splits(config.dataset, config.split_seed, config.max_length)["test"]
+def test_correct(config: SentimentRun, result: Mapping[str, Any], batch_size: int = 100,
+                 split: str = "test") -> np.ndarray:
+    """Whether the run's final model (eval mode) classifies each example of the test split (or ``split``,
+    e.g. "validation") correctly, in the split's order: the per-example predictions behind its last
+    accuracy there (their mean), computed in the evaluation's batches (``by_length``)."""
+    test = splits(config.dataset, config.split_seed, config.max_length)[split]
     model = trained_model(config, result)
     order = sorted(range(len(test)), key=lambda i: len(test.ids[i]))
     correct = np.zeros(len(test), dtype=bool)
@@ -135,9 +138,12 @@ class Grid:
     ``config``: the grid's config (``grid``). ``runs``: one row per run: layers, method, multiple (of
     the reference step), lr, seed, epochs, reached (training accuracy >= the stop rule), train_accuracy
     (last epoch), best_test and last_test (test accuracy, best over epochs and at the last epoch),
-    validation (at the end), chosen, diverged (a run mirror descent refused as overflowing: NaN
-    results). ``history``: one row per (chosen run, epoch). ``chosen``: {(layers, method): multiple}.
-    ``configs``/``results``: the chosen runs', keyed (layers, method, seed).
+    validation (at the end), chosen, tied (the candidate ties with the choice), diverged (a run mirror
+    descent refused as overflowing: NaN results). ``history``: one row per (chosen run, epoch).
+    ``chosen``: {(layers, method): multiple}; ``choices``: {(layers, method): step_grid.Choice};
+    ``candidates``: {(layers, method): the multiples tried}. ``configs``/``results``: the chosen runs',
+    keyed (layers, method, seed); ``tied_configs``/``tied_results``: with ``tied_finals``, the runs of every
+    seed at every tied multiple, keyed (layers, method, multiple, seed).
     """
 
     config: SentimentGrid
@@ -146,6 +152,10 @@ class Grid:
     chosen: dict[tuple[int, str], float]
     configs: dict[tuple[int, str, int], SentimentRun]
     results: dict[tuple[int, str, int], store.RunResult]
+    choices: dict[tuple[int, str], step_grid.Choice] = field(default_factory=dict)
+    candidates: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    tied_configs: dict[tuple[int, str, float, int], SentimentRun] = field(default_factory=dict)
+    tied_results: dict[tuple[int, str, float, int], store.RunResult] = field(default_factory=dict)
 
     def models(self) -> dict[tuple[int, str, int], EncoderClassifier]:
         """{(layers, method, seed): trained model} of the chosen runs, in eval mode."""
@@ -173,25 +183,31 @@ def run_row(cell: tuple[int, str], multiple: float, seed: int, config: Sentiment
 SWEEP_SEEDS = 2
 
 
-def choose(candidates: pd.DataFrame) -> float:
-    """The chosen multiple among one cell's sweep runs (``Grid.runs`` rows, every sweep seed of every
-    candidate): candidates whose runs all reached the stop rule before the others; among those, the
-    ones whose mean validation accuracy at the end is tied with the best (``grid.tied``: within
-    ``grid.TIE_Z`` standard errors over the validation predictions of the sweep seeds, a difference
-    sampling alone makes), and of these the smallest step. A candidate with a diverged run is never
-    chosen. The test split plays no part."""
+def choose(candidates: pd.DataFrame, correct: Callable[[int, str, float, int], np.ndarray]) -> step_grid.Choice:
+    """The choice among one cell's sweep runs (``Grid.runs`` rows, every sweep seed of every candidate) by
+    ``step_grid.tie_choice``: candidates whose runs all reached the stop rule rank before the others; a
+    candidate with a diverged run is never chosen; among the rest, the best mean validation accuracy,
+    every candidate tied with it within ``step_grid.TIE_Z`` paired standard errors, and the tie's neutral
+    pick. The paired error of two candidates is that of their difference on the same validation sentences
+    at the same seeds, over both samples (``stats.crossed_interval``), from each run's per-sentence
+    predictions (``correct(layers, method, multiple, seed)``). The test split plays no part."""
     per = candidates.groupby("multiple").agg(diverged=("diverged", "any"), reached=("reached", "all"),
-                                             validation=("validation", "mean"), n=("validation_n", "sum"),
-                                             lr=("lr", "first"))
-    finished = per[~per.diverged]
-    if finished.empty:
+                                             validation=("validation", "mean"), lr=("lr", "first"))
+    if per.diverged.all():
         cell = candidates.iloc[0]
         raise ValueError(f"every candidate step size diverged for {cell.method} at {cell.layers} layers "
                          f"(multiples {sorted(candidates.multiple.unique())}): try smaller ones")
-    ranked = finished[finished.reached] if finished.reached.any() else finished
-    best = ranked.loc[ranked.validation.idxmax()]
-    tied = ranked[[step_grid.tied(best.validation, v, int(best.n), int(n)) for v, n in zip(ranked.validation, ranked.n)]]
-    return float(tied.lr.idxmin())
+    layers, key = int(candidates.layers.iloc[0]), str(candidates.method.iloc[0])
+    seeds = sorted(set(candidates.seed))
+    tables = {m: np.stack([correct(layers, key, m, seed) for seed in seeds]).astype(float)
+              for m in per.index[~per.diverged]}
+    values = list(per.index)
+
+    def error(i: int, j: int) -> float:
+        return crossed_interval(tables[values[i]] - tables[values[j]])[3]
+
+    return step_grid.tie_choice(values, list(per.validation), error, eligible=list(~per.diverged),
+                                ranked=list(per.reached))
 
 
 GRID_KIND = store.kind("e4-grid", __name__)
@@ -206,7 +222,7 @@ class SentimentGrid(store.Config):
     ``SentimentGrid.of``."""
 
     WHAT = "a Table 1 grid config"
-    OMIT_AT_DEFAULT = ("embedding_std",)
+    OMIT_AT_DEFAULT = ("embedding_std", "grow", "tied_finals")
 
     dataset: str
     max_length: int
@@ -219,6 +235,8 @@ class SentimentGrid(store.Config):
     seeds: int | Mapping[str, int]
     multiples: Mapping[str, list[float]]
     embedding_std: float | None = None
+    grow: int = 0
+    tied_finals: bool = False
 
     def __post_init__(self) -> None:
         without = [k for k in self.methods if k not in self.multiples]
@@ -260,8 +278,16 @@ class SentimentGrid(store.Config):
             cells=[(L, key) for L in self.layers for key in self.methods],
             candidates=lambda cell: self.multiples[cell[1]], seeds=lambda cell: self.seeds_of(cell[1]),
             sweep_seeds=sweep_seeds, sweep_config=self.run, final_config=self.run, summary=run_row,
-            columns=("layers", "method"), candidate="multiple", choose=choose,
-            train_runs=train_runs, summarise_finals=True)
+            columns=("layers", "method"), candidate="multiple", choose=functools.partial(choose, correct=self.correct),
+            train_runs=train_runs, summarise_finals=True, grow=self.grow, tied_finals=self.tied_finals)
+
+    def correct(self, layers: int, key: str, multiple: float, seed: int, split: str = "validation") -> np.ndarray:
+        """The per-sentence correctness on ``split`` of the stored run (layers, ``key``, ``multiple``, ``seed``)."""
+        config = self.run((layers, key), multiple, seed)
+        result = store.load(KIND, config)
+        if result is None:
+            raise LookupError(f"run {key} x{multiple:g} seed {seed} at {layers} layers is not stored: train the grid")
+        return test_correct(config, result, split=split)
 
 
 #: Chapter 04's grids: the authors' setup (the replication) and one named variation of it.
@@ -346,7 +372,8 @@ def grid(config: SentimentGrid | Mapping[str, Any], *, workers: int = 1, progres
             .sort_values(["order", "seed", "multiple"], kind="stable").drop(columns="order").reset_index(drop=True))
     configs = list(built.configs.values())
     return Grid(typed, runs, _history_table(configs, list(built.results.values())), built.chosen,
-                built.configs, built.results)
+                built.configs, built.results, built.choices, built.candidates, built.tied_configs,
+                built.tied_results)
 
 
 def cell_table(runs_table: pd.DataFrame, setup: str) -> pd.DataFrame:
