@@ -89,11 +89,13 @@ import pandas as pd
 from myst_nb import glue
 
 from mdlib.book import artifacts, plots, provenance, scorecard
+from mdlib.book.views.sentiment import (baseline_view, movement_text, paper_table1_view, pilots_view, steps_view,
+                                       table1_view)
 from mdlib.experiments.methods import GD, L1_1, method
 from mdlib.experiments import allocation, estimates, paper, sentiment, stats, train
 
 plots.set_theme()
-glue("paper-table-1", sentiment.paper_table1_view().style.hide(axis="index").set_table_styles(
+glue("paper-table-1", paper_table1_view().style.hide(axis="index").set_table_styles(
     [{"selector": "th, td", "props": "padding: 0.1em 0.7em"}]), display=False)
 artifacts.glue_paper()
 
@@ -137,7 +139,7 @@ of_grid = {name: predictions[predictions.grid == name] for name in ("replication
 baseline = sentiment.baseline(dataset, 0, max_length, train_size)
 nb = float(baseline.set_index("baseline").test_accuracy["naive_bayes"])
 floor = stats.generalization_floor(nb)
-artifacts.save_table(baseline, "table-sentiment-baseline", styled=sentiment.baseline_view(baseline).style.hide(axis="index"))
+artifacts.save_table(baseline, "table-sentiment-baseline", styled=baseline_view(baseline).style.hide(axis="index"))
 glue("t1-baseline", f"{nb:.1%}", display=False)
 glue("t1-floor", f"{floor:.1%}", display=False)
 
@@ -175,7 +177,7 @@ glue("t1-floor", f"{floor:.1%}", display=False)
 
 # %% tags=["hide-input"]
 steps = runs[runs.seed < sentiment.SWEEP_SEEDS]
-artifacts.save_table(steps, "table-sentiment-steps", styled=sentiment.steps_view(steps).style.hide(axis="index"))
+artifacts.save_table(steps, "table-sentiment-steps", styled=steps_view(steps).style.hide(axis="index"))
 glue("t1-edges", "; ".join(f"{name}: {estimates.edges_text(part) or 'inside its grid for every method'}"
                            for name, part in runs.groupby("grid", sort=False)), display=False)
 
@@ -197,7 +199,7 @@ artifacts.save_table(runs, "table-sentiment-runs", glue=False)
 def glue_table1(grid, name: str, label: str, prefix: str) -> None:
     """Save a grid's Table 1 under ``label`` and glue its numbers under ``prefix``-..."""
     cells = sentiment.cell_table(grid.runs, grid.config.setup)
-    artifacts.save_table(cells, label, styled=sentiment.table1_view(cells, nb).style.hide(axis="index"))
+    artifacts.save_table(cells, label, styled=table1_view(cells, nb).style.hide(axis="index"))
     chosen = grid.runs[grid.runs.chosen]
     glue(f"{prefix}-reached", f"{int(chosen.reached.sum())} of {len(chosen)}", display=False)
     glue(f"{prefix}-data", f"{dataset}, {train_size or 'all'} training texts, width {width}, setup "
@@ -417,8 +419,8 @@ for name, grid in grids.items():
     moved[name] = sentiment.movement(grid)
     label = "fig-sentiment-movement" + ("" if name == "replication" else f"-{name}")
     artifacts.save_figure(plots.movement_bars(moved[name], grid.config.methods), label, data=moved[name])
-glue("t1-moved", sentiment.movement_text(moved["replication"], text), display=False)
-glue("t1v-moved", sentiment.movement_text(moved["variation"], text), display=False)
+glue("t1-moved", movement_text(moved["replication"], text), display=False)
+glue("t1v-moved", movement_text(moved["variation"], text), display=False)
 
 # %% [markdown]
 # ```{glue:figure} fig-sentiment-movement
@@ -552,7 +554,7 @@ glue("t1-power", estimates.power_text(estimates.accuracy_gaps(variation.runs, pr
 
 # %% tags=["hide-input"]
 pilots = sentiment.pilots()
-glue("table-sentiment-pilots", sentiment.pilots_view(pilots).style.hide(axis="index"), display=False)
+glue("table-sentiment-pilots", pilots_view(pilots).style.hide(axis="index"), display=False)
 
 # %% [markdown]
 # ```{glue:figure} table-sentiment-pilots

@@ -69,6 +69,7 @@ import torch
 from myst_nb import glue
 
 from mdlib.book import artifacts, plots, scorecard
+from mdlib.book.views.vision import by_dataset, pruning_contrast_text, pruning_levels_text, summary_texts, summary_view
 from mdlib.experiments.methods import dataset_text, method, method_key, method_text
 from mdlib.experiments import analysis, paper, vision
 
@@ -167,19 +168,18 @@ kinds = ("key", "query", "value")
 # much it moved there relative to its level; and how much the test accuracy still moved
 table = vision.summary_table(vision.run_scores(history), mean_counts, grid.chosen, methods=methods, names=name,
                              datasets=dataset_names, swept=swept, flat_share=flat_share, kinds=kinds)
-shown = vision.summary_view(table, scaled)
+shown = summary_view(table, scaled)
 artifacts.save_table(table, "table-vit", styled=shown.style.hide(axis="index"))
 
 # %% tags=["hide-input"]
-texts = vision.summary_texts(table, grid.chosen, names=name, datasets=dataset_names, swept=swept,
-                             flat_share=flat_share)
+texts = summary_texts(table, grid.chosen, names=name, datasets=dataset_names, swept=swept, flat_share=flat_share)
 for key, text in texts.items():
     glue(key, text, display=False)
 
 
 def per_dataset(text):
     """One clause per data set, ``text(dataset)`` each, for the prose."""
-    return vision.by_dataset(dataset_names, text)
+    return by_dataset(dataset_names, text)
 
 # %% [markdown]
 # ```{glue:figure} table-vit
@@ -267,12 +267,12 @@ artifacts.save_figure(fig, "fig-vit-pruning", data=pruning.assign(method=pruning
 # %% tags=["hide-input"]
 levels = [x for x in (0.5, 0.8, 0.9) if x in sparsities]
 at = pruning.groupby(["dataset", "method", "sparsity"], sort=False).test_accuracy.mean()
-glue("vit-pruning", per_dataset(lambda d: vision.pruning_levels_text(d, at, {m: name[m] for m in methods}, levels)),
+glue("vit-pruning", per_dataset(lambda d: pruning_levels_text(d, at, {m: name[m] for m in methods}, levels)),
      display=False)
 glue("vit-pruning-levels", " / ".join(f"{100 * x:.0f} %" for x in levels) or "(none of 50, 80, 90 % measured)",
      display=False)
 smallest = method_key("md", float(min(ps)))  # the paper's Figure 12 contrast: mirror descent with small p against Adam
-glue("vit-contrast", per_dataset(lambda d: vision.pruning_contrast_text(
+glue("vit-contrast", per_dataset(lambda d: pruning_contrast_text(
     d, at, mean_counts, name, kinds=kinds, key=smallest, sparsity=max(sparsities))), display=False)
 
 # %% [markdown]

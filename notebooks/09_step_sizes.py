@@ -74,6 +74,7 @@ workers = 2  # runs trained at once: CPU processes of one thread each, or one pr
 from myst_nb import glue
 
 from mdlib.book import artifacts, plots
+from mdlib.book.views.step_sizes import best_view, first_step_view, movement_view, summary_texts, task_text
 from mdlib.experiments import step_sizes
 
 plots.set_theme()
@@ -83,12 +84,12 @@ config = step_sizes.chapter_config(
     multiples=multiples, adamw_lr=adamw_lr, adamw_multiples=adamw_multiples)
 result = step_sizes.sweep(config, workers=workers)  # read back from the results store, or trained
 moved = result.movement()  # ||W - W(0)|| / ||W(0)|| per parameter group of the chosen runs
-for name, text in step_sizes.summary_texts(result, moved).items():
+for name, text in summary_texts(result, moved).items():
     glue(f"steps-{name}", text, display=False)
 glue("steps-scale", f"{config.scale:g}", display=False)
 glue("steps-gradient", f"{gradient:g}", display=False)
-glue("steps-task", step_sizes.task_text(config), display=False)
-print(f"profile={profile}: {step_sizes.task_text(config)}")
+glue("steps-task", task_text(config), display=False)
+print(f"profile={profile}: {task_text(config)}")
 
 # %% [markdown]
 # ## One step, exactly
@@ -100,7 +101,7 @@ print(f"profile={profile}: {step_sizes.task_text(config)}")
 
 # %% tags=["hide-input"]
 first = step_sizes.first_step_table(ps, sorted({*magnitudes, config.scale}), sgd_lr, config.scale, gradient)
-artifacts.save_table(first, "table-steps-first-step", styled=step_sizes.first_step_view(first).style)
+artifacts.save_table(first, "table-steps-first-step", styled=first_step_view(first).style)
 
 # %% [markdown]
 # ```{glue:figure} table-steps-first-step
@@ -141,8 +142,8 @@ artifacts.save_figure(fig, "fig-steps-sweep", data=result.runs)
 # ```
 
 # %% tags=["hide-input"]
-artifacts.save_table(result.best, "table-steps-best", styled=step_sizes.best_view(result.best).style.hide(axis="index"))
-artifacts.save_table(moved, "table-steps-movement", styled=step_sizes.movement_view(moved).style)
+artifacts.save_table(result.best, "table-steps-best", styled=best_view(result.best).style.hide(axis="index"))
+artifacts.save_table(moved, "table-steps-movement", styled=movement_view(moved).style)
 
 # %% [markdown]
 # ```{glue:figure} table-steps-best

@@ -257,3 +257,13 @@ def test_the_arithmetic_of_a_module_drops_prose_and_imports_only():
     assert "def fit(" in text and '"""' not in text
     assert not [line for line in text.splitlines() if line.lstrip().startswith(("import ", "from "))]
     assert "#" not in "".join(line.split('"')[0] for line in text.splitlines())
+
+
+def test_no_run_kinds_module_holds_presentation():
+    """Views and sentences (``*_view``, ``*_text``, ``*_reading``) live in the book tier: in a run kind's
+    module an edit of a table's look would retrain its runs."""
+    for module in sorted(set(runkey.KINDS.values())):
+        tree = ast.parse(fingerprint.source_file(module).read_text("utf-8"))
+        shown = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)
+                 and node.name.endswith(("_view", "_text", "_reading"))]
+        assert not shown, f"{module} defines presentation {shown}: move it to mdlib.book"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mdlib.book import scorecard
+from mdlib.book.views.sentiment import paper_table1_view
 from mdlib.experiments import paper, sentiment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +106,7 @@ def test_paper_imports_nothing_heavy():
 
 
 def test_the_chapter_s_table_1_view_shows_the_paper_s_cells():
-    view = sentiment.paper_table1_view()
+    view = paper_table1_view()
     assert list(view.layers) == [3, 4, 6]
     assert view.iloc[0].tolist() == [3, "83.47", "81.66", "82.57", "+1.81"]
     assert list(view["ℓ3"]) == [f"{paper.TABLE_1[L]['3']:.2f}" for L in (3, 4, 6)]

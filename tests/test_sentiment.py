@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from mdlib.book import chapters, profiles
+from mdlib.book.views.sentiment import movement_text, steps_view, table1_view
 from mdlib.experiments import estimates, methods, paper, sentiment, store, train
 from mdlib.experiments import step_grid
 from test_step_grid import fake_correct  # tests/test_step_grid.py
@@ -77,9 +78,9 @@ def test_movement_text_gives_each_groups_means_and_l11_over_gd():
                           for key, scale in (("1.1", 3.0), ("2", 1.0)) for seed in (0, 1)
                           for group, value in (("embeddings", 0.1 * scale), ("attention", 0.02 * scale))])
     names = {"1.1": "ℓ1.1", "2": "ℓ2 (GD)"}
-    assert sentiment.movement_text(table, names) == ("embeddings: 0.45 / 0.15; attention: 0.09 / 0.03 "
-                                                     "(ℓ1.1 / ℓ2 (GD)); ℓ1.1 over GD: embeddings 3.0× / attention 3.0×")
-    alone = sentiment.movement_text(table[table.method == "2"], names)
+    assert movement_text(table, names) == ("embeddings: 0.45 / 0.15; attention: 0.09 / 0.03 "
+                                           "(ℓ1.1 / ℓ2 (GD)); ℓ1.1 over GD: embeddings 3.0× / attention 3.0×")
+    alone = movement_text(table[table.method == "2"], names)
     assert alone == "embeddings: 0.15; attention: 0.03 (ℓ2 (GD)); ℓ1.1 over GD: not measured"
 
 
@@ -310,7 +311,7 @@ def test_cell_table_and_accuracy_gaps():
     assert (gaps[3].low, gaps[3].high) == pytest.approx((ci.low, ci.high))
     assert estimates.accuracy_gaps(table, "best_test")[3].value == pytest.approx(7 / 3)
     assert "+2.67 [" in estimates.depths_text(gaps) and "(3 pairs) at 3 layers" in estimates.depths_text(gaps)
-    view = sentiment.table1_view(cells)
+    view = table1_view(cells)
     assert view["test acc. at the stop (%)"].tolist()[2] == "58.00" and view["epochs (reached / runs)"][0] == "75 (2/3)"
 
 
@@ -345,5 +346,5 @@ def test_chapter_runs_put_both_grids_in_one_table_and_mark_the_analysed_one():
     assert set(runs[~runs.analysed].setup) == {"authors"}
     with pytest.raises(ValueError, match="analysed='ablation' names no grid of this chapter"):
         sentiment.chapter_runs(grids, "ablation")
-    view = sentiment.steps_view(runs[runs.seed == 0])
+    view = steps_view(runs[runs.seed == 0])
     assert list(view.columns[:2]) == ["setup", "layers"]

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from mdlib.book.views.step_sizes import first_step_view, summary_texts
 from mdlib.experiments import methods, step_sizes, store, train
 from mdlib.experiments.train import Optimizer
 from mdlib.mirror import matched_lr
@@ -85,7 +86,7 @@ def test_the_first_step_table_is_exact(p):
     for magnitude in (0.02, 1.0):
         assert rows.linearized_vs_sgd[magnitude] == pytest.approx((magnitude / 0.25) ** (2 - p))
     assert rows.linearized_vs_sgd[0.0] == {1.1: 0.0, 1.75: 0.0, 2.0: 1.0, 3.0: math.inf}[p]
-    view = step_sizes.first_step_view(table)
+    view = first_step_view(table)
     assert list(view.columns) == [f"p = {p:g}"] and list(view.index) == ["0", "0.02", "0.25", "1"]
 
 
@@ -114,7 +115,7 @@ def test_a_tiny_sweep_end_to_end_and_read_back_without_training(fixture_data, mo
     assert best.ratio["2"] == 1.0 and best.at_edge["1.1"]
     moved = result.movement()
     assert set(moved.group) == set(step_sizes.MOVEMENT_GROUPS) and (moved.movement > 0).all()
-    texts = step_sizes.summary_texts(result, moved)
+    texts = summary_texts(result, moved)
     assert texts["overflows"].startswith(f"{int(runs.diverged.sum())} of 6 runs diverged: ℓ1.1 at lr "
                                       f"{1e4 * matched_lr(0.1, 1.1, 0.25):.2g} (overflow)")
     assert texts["seeds"] == "one seed per step size" and texts["sgd-check"] == "0"

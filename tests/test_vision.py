@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import install_idx
+from mdlib.book.views.vision import pruning_contrast_text, pruning_levels_text, summary_texts, summary_view
 from mdlib.experiments import data, pool, train, vision
 
 MODEL = dict(patch=7, width=8, depth=1, heads=2, mlp=8, dropout=0.1, embedding_dropout=0.1)
@@ -111,7 +112,7 @@ def test_summary_table_is_chapter_07s_table_vit():
     table = vision.summary_table(vision.run_scores(history), mean_counts, chosen, methods=list(names), names=names,
                                  datasets={"fashion_mnist": "Fashion-MNIST"}, swept=swept, flat_share=0.05)
     pd.testing.assert_frame_equal(table, written, check_dtype=False, check_exact=True)
-    view = vision.summary_view(table, 0.06)
+    view = summary_view(table, 0.06)
     assert list(view["final test acc. (%)"]) == [f"{a:.2f} ± {b:.2f}" for a, b in zip(written.final_mean,
                                                                                     written.final_std)]
     assert set(view["paper (%)"]) == {"not run"}  # the paper ran no Fashion-MNIST
@@ -122,8 +123,8 @@ def test_summary_texts_are_the_chapters_prose_of_its_table():
                           "final_mean": [80.04, 79.0], "final_std": [1.0, 0.55], "best_mean": [81.0, 80.0],
                           "best_std": [0.2, 0.3], "loss_change": [-0.02, -0.5], "loss_share": [0.01, 0.2],
                           "accuracy_change": [0.5, -1.25], "levelled": [True, False]})
-    texts = vision.summary_texts(table, {("fashion_mnist", "1.1"): 0.05}, names={"adam": "Adam", "1.1": "p = 1.1"},
-                                 datasets={"fashion_mnist": "Fashion-MNIST"}, swept=["1.1"], flat_share=0.05)
+    texts = summary_texts(table, {("fashion_mnist", "1.1"): 0.05}, names={"adam": "Adam", "1.1": "p = 1.1"},
+                          datasets={"fashion_mnist": "Fashion-MNIST"}, swept=["1.1"], flat_share=0.05)
     assert texts["vit-final"] == "Fashion-MNIST: Adam 80.0 ± 1.0, p = 1.1 79.0 ± 0.6"
     assert texts["vit-best"] == "Fashion-MNIST: Adam 81.0 ± 0.2, p = 1.1 80.0 ± 0.3"
     assert texts["vit-spread"] == "Fashion-MNIST: 1.0 points"
@@ -131,7 +132,7 @@ def test_summary_texts_are_the_chapters_prose_of_its_table():
     assert texts["vit-loss-change"] == "-50.0% to -2.0%" and texts["vit-accuracy-change"] == "-1.25 to +0.50"
     assert texts["vit-levelled"].startswith("the training loss has not levelled off for p = 1.1 on Fashion-MNIST "
                                             "(20.0% of its decrease in the last quarter) (the rule: the last quarter")
-    levelled = vision.summary_texts(table.assign(levelled=True), {}, names={}, datasets={}, swept=[], flat_share=0.05)
+    levelled = summary_texts(table.assign(levelled=True), {}, names={}, datasets={}, swept=[], flat_share=0.05)
     assert levelled["vit-levelled"].endswith("the largest share, a method's mean over seeds, is 20.0%)")
 
 
@@ -191,20 +192,20 @@ def _pruned(dataset="cifar10"):
 
 def test_the_pruning_prose_reads_each_methods_accuracy_at_each_level():
     accuracy, _, names = _pruned()
-    assert vision.pruning_levels_text("cifar10", accuracy, names, [0.5, 0.9]) == "ℓ1.1 61.2 / 40.1, Adam 63.3 / 20.5"
-    assert vision.pruning_levels_text("cifar10", accuracy, {"adam": "Adam"}, [0.9]) == "Adam 20.5"
+    assert pruning_levels_text("cifar10", accuracy, names, [0.5, 0.9]) == "ℓ1.1 61.2 / 40.1, Adam 63.3 / 20.5"
+    assert pruning_levels_text("cifar10", accuracy, {"adam": "Adam"}, [0.9]) == "Adam 20.5"
 
 
 def test_the_pruning_contrast_says_which_keeps_more_entries_and_accuracy():
     accuracy, counts, names = _pruned()
-    text = vision.pruning_contrast_text("cifar10", accuracy, counts, names, kinds=("key", "query", "value"),
-                                        key="1.1", sparsity=0.9)
+    text = pruning_contrast_text("cifar10", accuracy, counts, names, kinds=("key", "query", "value"),
+                                 key="1.1", sparsity=0.9)
     assert text == ("ℓ1.1 has more entries above the threshold than Adam (6,000 against 1,500) and keeps 40.1 % "
                     "test accuracy with 90 % of the weights pruned, against 20.5 % for Adam")
     for adam, words in ((2000, "fewer entries above the threshold than Adam (1,000 against 2,000)"),
                         (1000, "as many entries above the threshold than Adam (1,000 against 1,000)")):
         changed = counts.copy()
         changed[("cifar10", "Adam", "key")] = adam
-        text = vision.pruning_contrast_text("cifar10", accuracy, changed, names, kinds=("key",), key="1.1",
-                                            sparsity=0.5)
+        text = pruning_contrast_text("cifar10", accuracy, changed, names, kinds=("key",), key="1.1",
+                                     sparsity=0.5)
         assert text.startswith(f"ℓ1.1 has {words} and keeps 61.2 % test accuracy with 50 % of the weights pruned")
