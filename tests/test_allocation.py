@@ -4,6 +4,7 @@ embedding steps against numerical integration, the series' grids, and the two tr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 from scipy import integrate
 
 from mdlib import matched_lr
-from mdlib.experiments import allocation, estimates, methods, sentiment, store
+from mdlib.experiments import allocation, estimates, sentiment, store
 from mdlib.experiments.train import Optimizer
 from test_step_grid import fake_correct
 
@@ -146,36 +147,40 @@ def fake_runs(calls: list, accuracy=lambda config: 0.7):
     return run
 
 
-def test_chapter_runs_train_in_two_pools_and_the_2x2_reads_them_back(monkeypatch, tmp_path):
+def test_chapter_runs_train_in_as_few_pools_as_the_choices_allow_and_the_2x2_reads_them_back(monkeypatch, tmp_path):
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
     calls = []
-    gd_step = {1.0: 0.70, 3.0: 0.80}  # validation is 0.7 for all: a tie of two, nothing between them: the smaller
+    gd_step = {1.0: 0.70, 3.0: 0.80}  # validation is 0.7 for all: ties everywhere; test by step
     monkeypatch.setattr(sentiment, "train_runs", fake_runs(calls, lambda c: gd_step.get(
         round(c.optimizer.lr / sentiment.reference_step(3, "2"), 3), 0.6) if c.optimizer.matched_p is None else 0.65))
     monkeypatch.setattr(sentiment, "test_correct", fake_correct)
     config = grid_config()
-    allocation.train_chapter([config], config, 3, workers=2)
-    assert len(calls) == 2  # the sweeps; then the finals and the arms together
-    sweeps, second = calls
+    arms = allocation.ArmGrid(base=config, multiples=[1 / 3, 1.0, 3.0], seeds=3)
+    allocation.train_chapter([config], [arms], workers=2)
+    # the sweep; GD's finals with the arms' sweep (its steps follow GD's and 1.1's choice); the arms' finals
+    assert len(calls) == 3
+    sweeps, second, third = calls
     assert {(c.optimizer.p, c.fit.seed) for c in sweeps} == {(1.1, s) for s in range(4)} | {(2.0, s) for s in (0, 1)}
     assert {(c.optimizer.p, c.optimizer.matched_p, c.fit.seed) for c in second} == (
-        {(1.1, 2.0, s) for s in range(3)} | {(2.0, 1.1, s) for s in range(3)} | {(2.0, None, s) for s in (2, 3)})
+        {(1.1, 2.0, s) for s in (0, 1)} | {(2.0, 1.1, s) for s in (0, 1)} | {(2.0, None, s) for s in (2, 3)})
+    assert len(second) == 2 * 3 * 2 + 2  # each arm at three multiples and two seeds
+    assert {(c.optimizer.p, c.fit.seed) for c in third} == {(1.1, 2), (2.0, 2)}
     grid = sentiment.grid(config)
     assert grid.chosen == {(3, "1.1"): 1.0, (3, "2"): 1.0}  # tied validation, equal scores: the smaller
     calls.clear()
-    both = allocation.allocation(grid, 3)
-    assert calls == []  # every run of the 2 x 2 was trained in the second pool
+    both = allocation.allocation(arms, grid)
+    assert calls == []  # every run of the 2 x 2 was trained by train_chapter
     assert list(both.runs.method.unique()) == ["1.1", "2", "1.1@2", "2@1.1"]
-    assert set(both.runs.steps) == {"global", "per tensor"} and both.runs.chosen.all()
-    arm_runs = both.runs[both.runs.steps == "per tensor"]
-    assert (arm_runs[arm_runs.method == "1.1@2"].lr == sentiment.reference_step(3, "2")).all()
+    assert set(both.runs.steps) == {"global", "per tensor"} and (both.runs.embedding_std == 0.02).all()
+    chosen = both.runs[both.runs.chosen.astype(bool) & (both.runs.steps == "per tensor")]
+    assert set(chosen.multiple) == {1.0} and len(chosen) == 6  # a three-way tie: its middle, every seed
+    assert (chosen[chosen.method == "1.1@2"].lr == sentiment.reference_step(3, "2")).all()
     assert set(both.configs) == {(3, arm, s) for arm in allocation.ARMS for s in range(3)}
-    effects = estimates.allocation_effects(both.runs)
+    effects = estimates.allocation_effects(both.runs[both.runs.chosen.astype(bool)])
     assert effects["geometry"].value == pytest.approx(100 * (0.65 - 0.70)) and effects["geometry"].n == 3
-    assert list(allocation.runs_view(both.runs).method) == [methods.arm_text(k) for k in
-                                                             ("1.1", "2", "1.1@2", "2@1.1")]
+    assert effects["interaction"].value == pytest.approx(100 * (0.6 - 0.65 - 0.65 + 0.70))
     with pytest.raises(LookupError, match="not in the results store"):
-        allocation.allocation(grid, 5, stored_only=True)
+        allocation.allocation(dataclasses.replace(arms, seeds=5), grid, stored_only=True)
 
 
 def test_series_gaps_pair_the_chosen_runs_per_std():

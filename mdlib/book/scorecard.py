@@ -309,7 +309,7 @@ def _allocation(r: Results):
     paper_gap = paper.TABLE_1_GAPS.get(L, math.nan)
     out = []
     for name, (factor, contrast) in _DECOMPOSITION.items():
-        arm, base = estimates.CONTRASTS[name]
+        arm, base = list(estimates.CONTRASTS[name])
         pair = runs[runs.method.isin([arm, base])]
         gap = effects[name]
         unreached = estimates.unreached(pair, (arm, base))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -30,7 +31,7 @@ from mdlib.experiments import methods
 from mdlib.experiments.stats import (clustered_rate, crossed_interval, detectable_effect, detectable_from_se,
                                      generalization_floor, mean_interval, paired_interval, seeds_for_half_width)
 
-__all__ = ["COMPARED", "CONTRASTS", "Estimate", "accuracy_gaps", "allocation_effects", "below_floor", "crossed",
+__all__ = ["COMPARED", "CONTRASTS", "Estimate", "accuracy_gaps", "allocation_effects", "below_floor", "contrast", "crossed",
            "density_gap", "depths_text", "edges_text", "entropy_gap", "key_of", "keyed", "number_text", "PAIRED_SD_SEEN", "paired",
            "parity_gaps", "power_text", "TARGET_HALF_WIDTH", "pruned_gap", "scale_trend", "step_edges", "unreached", "win_rate"]
 
@@ -134,16 +135,25 @@ def crossed(predictions: pd.DataFrame, first: str, second: str, value: str = "co
     """``value`` of ``first`` minus that of ``second`` per (unit, example), times ``scale`` (points), over the
     units both have (each with every example): the mean with the interval over units and examples
     (``stats.crossed_interval``), the seeds-only interval beside it and the detectable effect of the
-    crossed standard error."""
+    crossed standard error (``contrast`` with weights +1 and -1)."""
+    return contrast(predictions, {first: 1.0, second: -1.0}, value, by, unit, example, scale)
+
+
+def contrast(predictions: pd.DataFrame, weights: Mapping[str, float], value: str = "correct", by: str = "method",
+             unit: str = "seed", example: str = "example", scale: float = 100.0) -> Estimate:
+    """The weighted sum of the ``value`` of the methods (or arms) of ``weights`` per (unit, example), times
+    ``scale``, over the units all of them have (each with every example), as ``crossed``: e.g. the 2 x 2's
+    interaction {"1.1": 1, "2@1.1": -1, "1.1@2": -1, "2": 1}."""
     keys = keyed(predictions[by]).to_numpy()
-    sides = [_matrix(predictions[keys == k], unit, example, value) for k in (first, second)]
-    units = sorted(set(sides[0][0]) & set(sides[1][0]))
+    sides = {k: _matrix(predictions[keys == k], unit, example, value) for k in weights}
+    units = sorted(set.intersection(*(set(side[0]) for side in sides.values())))
     if not units:
         return NONE
-    rows = [np.stack([side[2][side[0].index(u)] for u in units]) for side in sides]
-    if sides[0][1] != sides[1][1] or np.isnan(rows[0]).any() or np.isnan(rows[1]).any():
-        raise ValueError(f"crossed: the predictions of {first} and {second} do not cover the same examples")
-    table = scale * (rows[0] - rows[1])
+    examples = {tuple(side[1]) for side in sides.values()}
+    rows = {k: np.stack([side[2][side[0].index(u)] for u in units]) for k, side in sides.items()}
+    if len(examples) != 1 or any(np.isnan(r).any() for r in rows.values()):
+        raise ValueError(f"contrast: the predictions of {', '.join(weights)} do not cover the same examples")
+    table = scale * sum(w * rows[k] for k, w in weights.items())
     mean, low, high, se, _ = crossed_interval(table)
     means = table.mean(axis=1)
     _, seeds_low, seeds_high = mean_interval(means)
@@ -174,21 +184,38 @@ def accuracy_gaps(runs: pd.DataFrame, metric: str = "last_test",
             for L, part in chosen.groupby("layers", sort=False)}
 
 
-#: The contrasts of chapter 04's 2 x 2 (``allocation.ARMS``), each the first arm minus the second, seed by
-#: seed: the gap at one global step each, the geometry (ℓ1.1 at GD's steps per tensor against GD) and the
-#: step allocation (GD at ℓ1.1's steps per tensor against GD).
-CONTRASTS = {"gap": COMPARED, "geometry": (methods.arm_key(methods.L1_1, methods.GD), methods.GD),
-             "allocation": (methods.arm_key(methods.GD, methods.L1_1), methods.GD)}
+#: The contrasts of chapter 04's 2 x 2 (``allocation.ARMS``), as weights on its four arms, seed by seed: the
+#: gap at one global step each (ℓ1.1 − GD); the geometry's simple effects, at GD's allocation (ℓ1.1 at GD's
+#: steps per tensor − GD) and at ℓ1.1's (ℓ1.1 − GD at ℓ1.1's steps per tensor); the allocation's, at GD's
+#: geometry (GD at ℓ1.1's steps per tensor − GD) and at ℓ1.1's (ℓ1.1 − ℓ1.1 at GD's steps per tensor); and
+#: the interaction, the geometry's effect at ℓ1.1's allocation minus at GD's.
+_L11_AT_GD, _GD_AT_L11 = methods.arm_key(methods.L1_1, methods.GD), methods.arm_key(methods.GD, methods.L1_1)
+CONTRASTS = {"gap": {methods.L1_1: 1.0, methods.GD: -1.0},
+             "geometry": {_L11_AT_GD: 1.0, methods.GD: -1.0},
+             "allocation": {_GD_AT_L11: 1.0, methods.GD: -1.0},
+             "geometry at ℓ1.1's allocation": {methods.L1_1: 1.0, _GD_AT_L11: -1.0},
+             "allocation at ℓ1.1's geometry": {methods.L1_1: 1.0, _L11_AT_GD: -1.0},
+             "interaction": {methods.L1_1: 1.0, _GD_AT_L11: -1.0, _L11_AT_GD: -1.0, methods.GD: 1.0}}
 
 
 def allocation_effects(runs: pd.DataFrame, predictions: pd.DataFrame | None = None) -> dict[str, Estimate]:
     """The contrasts of the 2 x 2 (``CONTRASTS``) in points of test accuracy at the stop rule, from its runs
-    (``method``: a method or arm key, ``last_test``) or, when given, their per-example ``predictions``
-    (``crossed``)."""
+    (``method``: a method or arm key, ``last_test``, ``seed``) or, when given, their per-example
+    ``predictions`` (``contrast``: over seeds and test sentences)."""
     if predictions is not None:
-        return {name: crossed(predictions, a, b) for name, (a, b) in CONTRASTS.items()}
-    points = runs.assign(points=100 * runs.last_test)
-    return {name: paired(points, a, b, "points") for name, (a, b) in CONTRASTS.items()}
+        return {name: contrast(predictions, weights) for name, weights in CONTRASTS.items()}
+    wide = runs.assign(method=runs.method.map(key_of), points=100 * runs.last_test).pivot_table(
+        index="seed", columns="method", values="points")
+    out = {}
+    for name, weights in CONTRASTS.items():
+        if not set(weights) <= set(wide):
+            out[name] = NONE
+            continue
+        values = sum(w * wide[k] for k, w in weights.items()).dropna()
+        d, low, high = mean_interval(values) if len(values) else (math.nan, math.nan, math.nan)
+        out[name] = Estimate(d, low, high, len(values), detectable_effect(values) if len(values) > 1 else math.nan,
+                             float(values.std(ddof=1)) if len(values) > 1 else math.nan)
+    return out
 
 
 #: The largest standard deviation of the paired ℓ1.1 − GD differences (points) a default build of chapter

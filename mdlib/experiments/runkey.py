@@ -152,6 +152,7 @@ KINDS: Mapping[str, str] = MappingProxyType({
     "e4-sentiment": "mdlib.experiments.sentiment_run",
     "e4-grid": "mdlib.experiments.sentiment",
     "e4-baseline": "mdlib.experiments.sentiment",
+    "e4-arms": "mdlib.experiments.allocation",
     "e7-vit": "mdlib.experiments.vision",
     "e7-grid": "mdlib.experiments.vision",
     "e7-pruning": "mdlib.experiments.vision",

@@ -28,6 +28,7 @@ then runs it through the chapter's ``train_runs`` (``pool.run_many``) and the re
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -36,8 +37,8 @@ import pandas as pd
 
 from mdlib.experiments import store
 
-__all__ = ["Choice", "DIVERGED", "Design", "Outcome", "TIE_Z", "build", "neutral_pick", "sweep", "sweep_configs",
-           "tie_choice"]
+__all__ = ["Choice", "DIVERGED", "Design", "Outcome", "TIE_Z", "build", "decided", "neutral_pick", "pending", "sweep",
+           "sweep_configs", "tie_choice", "train"]
 
 Cell = tuple  #: a cell's key, e.g. (layers, method) or (dataset, method)
 Item = tuple  #: (cell, candidate, seed) of one run
@@ -340,3 +341,69 @@ def build(design: Design, *, workers: int = 1, progress: bool = True, name: str 
                    {k: r for k, (_, r) in at_choice.items()},
                    {(*cell, value, seed): c for (cell, value, seed), (c, _) in done.items()},
                    {(*cell, value, seed): r for (cell, value, seed), (_, r) in done.items()})
+
+
+class _Missing(Exception):
+    """Raised by a probe of the store (``pending``) at the first step whose runs are not all stored."""
+
+    def __init__(self, configs: list):
+        super().__init__(f"{len(configs)} runs not stored")
+        self.configs = configs
+
+
+def _probe(design: Design, failed: frozenset[str]) -> Design:
+    """``design`` with a ``train_runs`` that trains nothing: stored runs are read back, a run in ``failed``
+    (the canonical JSON of configs that diverged in this process) reads as diverged, and a step with any
+    other run missing raises ``_Missing`` with them."""
+    def stored_only(configs, workers=1, progress=True, skip=()):
+        results, missing = [], []
+        for config in configs:
+            result = store.load(design.run_kind, config)
+            if result is None and store.canonical_json(config) not in failed:
+                missing.append(config)
+            results.append(result)
+        if missing:
+            raise _Missing(missing)
+        return results
+
+    return dataclasses.replace(design, train_runs=stored_only)
+
+
+def pending(design: Design, failed: frozenset[str] = frozenset()) -> list[store.Config]:
+    """The runs the grid needs next that the store lacks: its sweep's, a grown sweep's once the choices
+    ask for one, then its final runs; [] once every run it needs is stored (or diverged: ``failed``), or
+    once the grid's entry is (``build`` then trains whatever final run is missing)."""
+    if store.load(design.kind, design.config) is not None:
+        return []
+    try:
+        _entry(_probe(design, failed), 1, False)
+    except _Missing as missing:
+        return missing.configs
+    return []
+
+
+def decided(design: Design, failed: frozenset[str] = frozenset()) -> dict[Cell, Choice] | None:
+    """The grid's choices once its sweep (grown where it grows) is stored, else None."""
+    try:
+        return _swept(_probe(design, failed), 1, False)[1]
+    except _Missing:
+        return None
+
+
+def train(designs: Callable[[frozenset[str]], Sequence[Design]], train_runs: TrainRuns, *, workers: int = 1,
+          progress: bool = True) -> None:
+    """Train every run of several grids in as few pools of ``workers`` as their choices allow: each round
+    trains, in one pool, every grid's ``pending`` runs (the sweeps, then the grown sweeps, then the
+    finals), so that no worker waits for one grid while another has runs left. ``designs(failed)`` gives
+    the grids of the round (a grid whose steps follow another's choice joins once that one is
+    ``decided``); ``train_runs(configs, workers, progress, skip)`` trains (``pool.run_many``)."""
+    failed: set[str] = set()
+    while True:
+        need: dict[str, store.Config] = {}
+        for design in designs(frozenset(failed)):
+            for config in pending(design, frozenset(failed)):
+                need.setdefault(store.canonical_json(config), config)
+        if not need:
+            return
+        results = train_runs(list(need.values()), workers, progress, skip=DIVERGED)
+        failed |= {key for key, result in zip(need, results) if result is None}
