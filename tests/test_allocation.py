@@ -93,7 +93,9 @@ def test_effective_steps_are_the_mean_first_order_step_of_each_group():
     assert (table[table.method == "2"].vs_gd == 1.0).all()
     # matched at each tensor's mean |w|: within Jensen's gap of GD's (E|w|^0.9 <= (E|w|)^0.9)
     assert table[table.method == "1.1@2"].vs_gd.between(0.9, 1.0 + 1e-9).all()
-    view = allocation.steps_view(table)
+    from mdlib.book.views.sentiment import effective_steps_view
+
+    view = effective_steps_view(table)
     assert list(view.method) == ["ℓ2 (GD)", "ℓ1.1, GD's steps per tensor"] and "embeddings" in view
     with pytest.raises(ValueError, match="mirror descent"):
         allocation.effective_steps(sentiment.run_config(layers=3, optimizer="adam", lr=1e-3, width=6))
@@ -110,7 +112,8 @@ def test_equal_step_std_equates_the_gaussian_mean_steps(lr_md, lr_gd):
 
 def test_series_grids_vary_only_the_embedding_std():
     base = grid_config()
-    grids = allocation.series_grids(base, [0.02, 0.1, 1.0], [100, 150, 90], {"1.1": [0.3, 1], "2": [1, 3]}, 2)
+    grids = allocation.series_grids(base, [0.02, 0.1, 1.0], [100, 150, 90], {"1.1": [0.3, 1], "2": [1, 3]}, 2, grow=2)
+    assert all(g.grow == 2 and not g.tied_finals for g in grids)
     assert [g.embedding_std for g in grids] == [None, 0.1, 1.0]  # 0.02 is the base's own: its runs are shared
     assert [g.epochs for g in grids] == [100, 150, 90] and all(g.seeds == 2 for g in grids)
     assert grids[0].run((3, "2"), 1, 0) == base.run((3, "2"), 1, 0)  # the variation's run, to the byte
@@ -183,40 +186,66 @@ def test_chapter_runs_train_in_as_few_pools_as_the_choices_allow_and_the_2x2_rea
         allocation.allocation(dataclasses.replace(arms, seeds=5), grid, stored_only=True)
 
 
-def test_series_gaps_pair_the_chosen_runs_per_std():
-    rows = [{"embedding_std": std, "method": m, "multiple": mult, "seed": s, "chosen": chosen, "reached": reached,
-             "last_test": acc} for std, reached in ((0.02, True), (1.0, False))
-            for m, mult, chosen, acc in (("1.1", 1.0, True, 0.75), ("2", 1.0, True, 0.77), ("2", 3.0, False, 0.9))
-            for s in range(2)]
-    gaps = allocation.series_gaps(pd.DataFrame(rows))
-    assert list(gaps.embedding_std) == [0.02, 0.02, 1.0, 1.0] and gaps.gap.tolist() == pytest.approx([-2.0] * 4)
-    assert gaps.reached.tolist() == [True, True, False, False] and (gaps["multiple_2"] == 1.0).all()
-    assert "σ 0.02: −2.00 (ℓ1.1 1×, GD 1×; 2 pairs, at the stop rule)" in allocation.series_text(gaps)
-    assert "2 pair(s) at the epoch cap" in allocation.series_text(gaps)
+def _overnight(values: dict[float, tuple[float, float]], capped: tuple[float, ...] = (), seeds: int = 3, n: int = 400):
+    """Runs and compact predictions of a fake long build: at each std, l_1.1 and GD chosen at 1x (and GD's 3x
+    tied, with sweep seeds only), their per-sentence accuracies ``values[std]``."""
+    rng = np.random.default_rng(0)
+    runs, compact = [], []
+    for std, accuracy in values.items():
+        for key, acc in zip(("1.1", "2"), accuracy):
+            for s in range(seeds):
+                runs.append({"part": "series", "embedding_std": std, "layers": 3, "method": key, "multiple": 1.0,
+                             "lr": sentiment.reference_step(3, key), "seed": s, "reached": std not in capped,
+                             "last_test": acc, "chosen": True, "tied": True})
+                correct = rng.random(n) < acc
+                compact.append({"part": "series", "embedding_std": std, "method": key, "multiple": 1.0, "seed": s,
+                                "correct": "".join("1" if c else "0" for c in correct)})
+            runs += [{"part": "series", "embedding_std": std, "layers": 3, "method": "2", "multiple": 3.0, "seed": s,
+                      "lr": 3 * sentiment.reference_step(3, "2"), "reached": True, "last_test": 0.7, "chosen": False,
+                      "tied": True} for s in range(2)]
+    return pd.DataFrame(runs), pd.DataFrame(compact)
 
 
-def _gaps(values: dict[float, list[float]], capped: tuple[float, ...] = ()) -> pd.DataFrame:
-    return pd.DataFrame([{"embedding_std": std, "seed": seed, "gap": gap, "reached": std not in capped,
-                          "multiple_1.1": 1.0, "multiple_2": 1.0}
-                         for std, gaps in values.items() for seed, gap in enumerate(gaps)])
+def test_series_points_judge_each_std_at_its_chosen_steps_over_seeds_and_sentences():
+    runs, compact = _overnight({0.02: (0.70, 0.76), 0.1: (0.74, 0.74), 0.3: (0.80, 0.70)}, capped=(0.3,))
+    predictions = allocation.long_predictions(compact)
+    assert len(predictions) == 3 * 2 * 3 * 400 and set(predictions.correct) == {0, 1}
+    points = allocation.series_points(runs, predictions)
+    assert points.embedding_std.tolist() == [0.02, 0.1, 0.3] and points.reached.tolist() == [True, True, False]
+    assert points["tied_2"].tolist() == ["1 3"] * 3 and (points.n == 3).all()
+    at = predictions[np.isclose(predictions.embedding_std, 0.02)]
+    assert points.value.iloc[0] == pytest.approx(estimates.crossed(at, "1.1", "2").value)
+    assert points.high.iloc[0] < 0 < points.low.iloc[2]  # GD ahead at 0.02; l_1.1 at 0.3 (capped)
+    ratio = allocation.embedding_ratio(8e-4, 4e-4, 0.1)
+    assert points.embedding_ratio.iloc[1] == pytest.approx(ratio)
+    # the ratio is 1 at the std of equal first-order steps, and follows std^0.9
+    assert allocation.embedding_ratio(8e-4, 4e-4, allocation.equal_step_std(8e-4, 4e-4)) == pytest.approx(1.0)
+    assert allocation.embedding_ratio(8e-4, 4e-4, 0.2) / ratio == pytest.approx(2 ** 0.9)
 
 
-def test_series_reading_follows_the_trend_and_the_signs_at_the_stop_rule():
-    rising = allocation.series_reading(_gaps({0.01: [-2.1, -1.9], 0.1: [0.1, -0.1], 1.0: [2.0, 2.2], 3.0: [9, 9]},
-                                             capped=(3.0,)))
-    assert rising.startswith("the gap rises with the embedding scale (+2.05 [")
-    assert "negative at σ 0.01 and positive at σ 0.1 and 1" in rising and "at σ 3 the runs stopped" in rising
-    assert rising.endswith("moves with the scale its embeddings are drawn at")
-    flat = allocation.series_reading(_gaps({0.01: [-1.0, 1.0], 0.1: [1.0, -1.0], 1.0: [-1.0, 1.2]}))
-    assert flat.startswith("the series cannot tell a trend") and "moves with the scale" not in flat
-    assert allocation.series_reading(_gaps({0.1: [1.0, 2.0]})).startswith("the series has too few pairs")
+def test_the_series_reading_claims_a_change_of_sign_only_where_both_sides_exclude_zero():
+    from mdlib.book.views.sentiment import series_reading
+
+    runs, compact = _overnight({0.02: (0.70, 0.76), 0.05: (0.72, 0.74), 0.1: (0.76, 0.74), 0.2: (0.80, 0.72)})
+    points = allocation.series_points(runs, allocation.long_predictions(compact))
+    trend, ratio = estimates.scale_trend(points), estimates.scale_trend(points, x="embedding_ratio")
+    text = series_reading(points, trend, ratio)
+    assert text.startswith("the sign of ℓ1.1 − GD changes with the embedding scale: GD is ahead at σ 0.02")
+    assert "ℓ1.1 at σ 0.2" in text and "(the stds as units, 4 in the regime, t on 2 degrees of freedom)" in text
+    one_sided = points.assign(low=np.minimum(points.low, -0.1))
+    assert series_reading(one_sided, trend, ratio).startswith("no change of sign is shown: GD is ahead at σ 0.02")
+    capped = points.assign(reached=[True, True, True, False])
+    assert "at σ 0.2 a chosen run stopped at the epoch cap, out of the regime and not judged" in series_reading(
+        capped, estimates.scale_trend(capped), estimates.scale_trend(capped, x="embedding_ratio"))
 
 
 def test_source_text_names_the_committed_build_or_this_execution():
+    from mdlib.book.views.sentiment import source_text
+
     record = {"command": "python -m mdlib run 04_sentiment --profile overnight", "git": {"commit": "bda87aa6effe0123"},
               "time": "2026-12-05T04:21:35+00:00", "hardware": {"cpu": "AMD EPYC"},
               "parameters": {"dataset": "rotten_tomatoes", "width": 24, "layers": [3]}}
-    text = allocation.source_text(record, "default")
+    text = source_text(record, "default")
     assert "`python -m mdlib run 04_sentiment --profile overnight` at commit bda87aa6effe (2026-12-05" in text
-    assert "width 24, 3 layers" in text and f"data/{allocation.SERIES_FILE}" in text
-    assert allocation.source_text(None, "overnight").startswith("here it was trained by this execution (profile overnight)")
+    assert "width 24, 3 layers" in text and f"data/{allocation.COMMITTED['runs']}" in text
+    assert source_text(None, "overnight").startswith("here they were trained by this execution (profile overnight)")

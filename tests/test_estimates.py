@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from mdlib.experiments import estimates
+from mdlib.experiments import estimates, stats
 from mdlib.experiments.estimates import Estimate
 
 
@@ -134,16 +134,38 @@ def test_crossed_gap_is_the_seeds_gap_with_a_wider_interval():
         estimates.crossed(preds[~((preds.method == "2") & (preds.seed == 0) & (preds.example == 3))], "1.1", "2")
 
 
-def test_allocation_effects_are_the_three_contrasts_seed_by_seed():
+def test_allocation_effects_are_the_simple_effects_and_the_interaction_seed_by_seed():
     accuracies = {"1.1": [0.72, 0.73], "2": [0.76, 0.77], "1.1@2": [0.70, 0.72], "2@1.1": [0.76, 0.76]}
     runs = pd.DataFrame([{"method": k, "seed": s, "last_test": a} for k, v in accuracies.items()
                          for s, a in enumerate(v)])
     effects = estimates.allocation_effects(runs)
-    assert list(effects) == ["gap", "geometry", "allocation"]
+    assert list(effects) == ["gap", "geometry", "allocation", "geometry at ℓ1.1's allocation",
+                             "allocation at ℓ1.1's geometry", "interaction"]
     assert effects["gap"].value == pytest.approx(-4.0) and effects["geometry"].value == pytest.approx(-5.5)
     assert effects["allocation"].value == pytest.approx(-0.5)
+    assert effects["geometry at ℓ1.1's allocation"].value == pytest.approx(-3.5)  # 1.1 - 2@1.1
+    assert effects["allocation at ℓ1.1's geometry"].value == pytest.approx(1.5)  # 1.1 - 1.1@2
+    # the interaction: the geometry's effect at l_1.1's allocation minus at GD's, seed by seed
+    assert effects["interaction"].value == pytest.approx(-3.5 - (-5.5))
     crossed = estimates.allocation_effects(runs, predictions_of(accuracies))
     assert crossed["geometry"].value == pytest.approx(-5.5) and crossed["geometry"].crossed
+    assert crossed["interaction"].value == pytest.approx(2.0) and crossed["interaction"].n == 2
+
+
+def test_a_contrast_of_four_arms_is_the_crossed_interval_of_their_weighted_table():
+    rng = np.random.default_rng(5)
+    seeds, n = 4, 300
+    tables = {k: (rng.random((seeds, n)) < p).astype(int) for k, p in (("1.1", 0.7), ("2", 0.75), ("1.1@2", 0.72),
+                                                                      ("2@1.1", 0.74))}
+    predictions = pd.DataFrame([{"method": k, "seed": s, "example": e, "correct": int(t[s, e])}
+                                for k, t in tables.items() for s in range(seeds) for e in range(n)])
+    weights = estimates.CONTRASTS["interaction"]
+    e = estimates.contrast(predictions, weights)
+    table = 100.0 * sum(w * tables[k] for k, w in weights.items())
+    mean, low, high, _, _ = stats.crossed_interval(table)
+    assert (e.value, e.low, e.high, e.n) == pytest.approx((mean, low, high, seeds))
+    with pytest.raises(ValueError, match="do not cover the same examples"):
+        estimates.contrast(predictions[~((predictions.method == "2") & (predictions.example == 0))], weights)
 
 
 def test_crossed_win_rate_keeps_the_per_seed_rates_and_widens_with_the_sentences():
@@ -174,15 +196,35 @@ def test_step_edges_say_where_each_choice_sits():
     assert estimates.edges_text(runs[runs.method == "3"]) == ""
 
 
-def test_scale_trend_is_the_least_squares_slope_per_decade_over_pairs_at_the_stop_rule():
-    gaps = pd.DataFrame({"embedding_std": [0.02, 0.02, 0.1, 0.1, 0.3, 0.3, 1.0, 1.0],
-                         "gap": [-3.0, -2.0, 0.0, 1.0, 1.5, 2.5, 9.0, 9.0], "reached": [True] * 6 + [False] * 2})
-    trend = estimates.scale_trend(gaps)
-    fit = scipy_stats.linregress(np.log10(gaps.embedding_std[:6]), gaps.gap[:6])
-    half = scipy_stats.t.ppf(0.975, 4) * fit.stderr
-    assert trend.n == 6 and trend.value == pytest.approx(fit.slope)
+def test_scale_trend_is_the_least_squares_slope_per_decade_over_the_stds_at_the_stop_rule():
+    points = pd.DataFrame({"embedding_std": [0.02, 0.05, 0.1, 0.2, 1.0], "value": [-3.0, -1.0, 0.5, 1.5, 9.0],
+                           "embedding_ratio": [0.5, 1.1, 2.0, 3.8, 17.0], "reached": [True] * 4 + [False]})
+    trend = estimates.scale_trend(points)
+    fit = scipy_stats.linregress(np.log10(points.embedding_std[:4]), points.value[:4])
+    half = scipy_stats.t.ppf(0.975, 2) * fit.stderr  # the stds are the units: 4 - 2 degrees of freedom
+    assert trend.n == 4 and trend.value == pytest.approx(fit.slope)
     assert (trend.low, trend.high) == pytest.approx((fit.slope - half, fit.slope + half))
-    assert math.isnan(estimates.scale_trend(gaps.iloc[:2]).value)
+    against = estimates.scale_trend(points, x="embedding_ratio")
+    assert against.value == pytest.approx(scipy_stats.linregress(np.log10(points.embedding_ratio[:4]),
+                                                                 points.value[:4]).slope)
+    assert math.isnan(estimates.scale_trend(points.iloc[:2]).value) and estimates.scale_trend(points.iloc[:2]).n == 2
+
+
+def test_tied_contrasts_cover_every_tied_pair_with_enough_seeds():
+    runs = pd.DataFrame([{"method": k, "multiple": m, "seed": s, "chosen": c, "tied": t}
+                         for k, m, c, t in (("1.1", 1.0, True, True), ("1.1", 3.0, False, True), ("1.1", 0.3, False, False),
+                                            ("2", 1.0, True, True), ("2", 3.0, False, True)) for s in range(3)])
+    rng = np.random.default_rng(1)
+    predictions = pd.DataFrame([{"method": k, "multiple": m, "seed": s, "example": e, "correct": int(rng.random() < 0.7)}
+                                for k, m, seeds in (("1.1", 1.0, 3), ("1.1", 3.0, 3), ("2", 1.0, 3), ("2", 3.0, 1))
+                                for s in range(seeds) for e in range(50)])
+    tied = estimates.tied_contrasts(runs, predictions, estimates.CONTRASTS["gap"])
+    # GD at 3x has one seed: its pairs are left out; 0.3x is not tied
+    assert sorted(zip(tied["multiple_1.1"], tied["multiple_2"])) == [(1.0, 1.0), (3.0, 1.0)]
+    assert tied.chosen.tolist() == [True, False] and (tied.n == 3).all()
+    at = predictions[((predictions.method == "1.1") & (predictions.multiple == 3.0)) | (
+        (predictions.method == "2") & (predictions.multiple == 1.0))]
+    assert tied.value.iloc[1] == pytest.approx(estimates.crossed(at, "1.1", "2").value)
 
 
 def test_power_text_sizes_seeds_on_the_largest_spread_and_names_the_examples_floor():

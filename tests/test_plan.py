@@ -95,7 +95,8 @@ def test_the_chapters_grids_are_the_configs_the_notebooks_built(profile):
     assert table1.to_dict() == sentiment.SentimentGrid.of(built).to_dict()
     assert variation.to_dict() == sentiment.SentimentGrid.of(dict(
         built, layers=p["layers"][:1], methods=p["variation_methods"], seeds=p["variation_seeds"],
-        epochs=p["variation_epochs"], multiples=p["variation_multiples"], setup=p["variation_setup"])).to_dict()
+        epochs=p["variation_epochs"], multiples=p["variation_multiples"], setup=p["variation_setup"], grow=p["grow"],
+        tied_finals=p["tied_finals"])).to_dict()
     v = profiles.executed_parameters("07_vision", profile)
     swept, at_paper = vision.chapter_grids(**v)
     vit_methods = [methods.ADAM] + [methods.method_key("md", float(x)) for x in v["ps"]]

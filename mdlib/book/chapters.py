@@ -171,7 +171,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             claims=("fig-e2-norm-growth",), one_thread=True),
     Chapter("03_joint_training", OnCpu("joint training of W and v", _e3, Measured(15.6, "2026-12-02")),
             claims=("table-e3-final",), one_thread=True),
-    Chapter("04_sentiment", SentimentGrids(), _text, claims=("table-1", "table-1-variation", "table-sentiment-allocation"),
+    Chapter("04_sentiment", SentimentGrids(), _text, claims=("table-1", "table-1-variation", "table-sentiment-allocation", "fig-sentiment-scale-series"),
             at_scale="about a hundred encoder runs of up to 1,000 epochs on IMDb"),
     # 05: attention on the lexicon-pivot sentences and on every test sentence, then two deletions each
     Chapter("05_token_selection", Evaluates("attention of chapter 04's models", lambda p, splits: 4 * splits[2]),

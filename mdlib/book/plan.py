@@ -217,23 +217,26 @@ def _on_cpu(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], cos
 
 
 def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
-    """Chapter 04's stages: the replication's grid, the variation's, the 2 x 2's arms (their steps follow the
-    variation's first candidates: the same count of runs whatever the sweep chooses) and the series (its
-    runs that the variation does not hold); a run two stages hold counts in the first."""
-    from mdlib.experiments import allocation, sentiment, store
+    """Chapter 04's stages: the replication's grid, the variation's, the series (its runs that the variation
+    does not hold) and the 2 x 2s' arms (their steps follow the bases' first candidates: the same count of
+    runs whatever the sweep chooses); a run two stages hold counts in the first. Grown candidates are not
+    counted; a grid with ``tied_finals`` counts every seed at every candidate (at most)."""
+    from mdlib.experiments import allocation, sentiment
 
     table1, variation = sentiment.chapter_grids(**values)
     chosen = {(L, key): variation.multiples[key][0] for L in variation.layers[:1] for key in variation.methods}
-    arms = {} if not values.get("allocation_seeds") else {
-        store.config_key(sentiment.KIND, c): (sentiment.KIND, c)
-        for c in (allocation.arm_config(variation, chosen, arm, seed) for arm in allocation.ARMS
-                  for seed in range(values["allocation_seeds"]))}
     series = allocation.series_grids(variation, values.get("series_stds") or [], values.get("series_epochs", 0),
-                                     values.get("series_multiples", {}), values.get("series_seeds", 1))
+                                     values.get("series_multiples", {}), min(variation.seeds_of(k) for k in variation.methods),
+                                     values.get("grow", 0))
+    by_std = {allocation.SMALL_EMBEDDING_STD: variation} | {g.embedding_std: g for g in series}
+    arms = [allocation.ArmGrid(base=by_std[std], multiples=list(values.get("allocation_multiples", [1.0])),
+                               seeds=variation.seeds_of(variation.methods[0]), grow=values.get("grow", 0),
+                               tied_finals=bool(values.get("tied_finals")))
+            for std in values.get("allocation_stds") or [] if std in by_std]
     stages = [("Table 1 grid (replication)", workload.grid_runs([table1.design()])),
               (f"Table 1, variation ({variation.setup})", workload.grid_runs([variation.design()])),
-              ("Table 1, the 2 x 2's per-tensor arms", arms),
-              ("embedding-scale series", workload.grid_runs([g.design() for g in series]))]
+              ("embedding-scale series", workload.grid_runs([g.design() for g in series])),
+              ("Table 1, the 2 x 2s' per-tensor arms", workload.grid_runs([a.design(chosen) for a in arms]))]
     seen: set[str] = set()
     out = []
     for what, runs in stages:

@@ -220,41 +220,39 @@ def movement_bars(table: pd.DataFrame, methods: Sequence[str], groups: Iterable[
     return fig
 
 
-def scale_series_figure(runs: pd.DataFrame, gaps: pd.DataFrame, equal_std: float, paper_gap: float,
-                        variation_std: float) -> Figure:
-    """The embedding-scale series (``allocation.series``, ``series_gaps``): left, ℓ1.1 minus GD in points
-    per seed against the embedding std (log scale; filled: both runs reached the stop rule, open: one
-    stopped at the cap), their mean per std, 0 and the paper's gap in the authors' setup (dashed), the
-    std where the two methods' embedding steps are equal to first order at the paper's steps (grey
-    line) and the variation's std (the chapter's verdict); right, each method's test accuracy per seed."""
+def scale_series_figure(points: pd.DataFrame, variation_std: float) -> Figure:
+    """The embedding-scale series (``allocation.series_points``): ℓ1.1 minus GD in points at each std's chosen
+    steps, with its 95 % interval over the seed pairs and test sentences, against the embedding std (left)
+    and against the ratio of the two methods' first-order embedding steps at those steps (right; 1: equal
+    steps), both on log scales. A std whose chosen runs all reached the stop rule is a filled point, and
+    only those are joined; a std with a run stopped at the epoch cap is an open point standing apart (out
+    of the regime the claim is about). The variation's std is marked."""
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 4.2))
-    for reached in (True, False):
-        part = gaps[gaps.reached == reached]
-        left.scatter(part.embedding_std, part.gap, facecolors="black" if reached else "none", edgecolors="black",
-                     label="seed pair" + ("" if reached else " (a run at the epoch cap)"), zorder=3)
-    means = gaps.groupby("embedding_std").gap.mean()
-    left.plot(means.index, means.values, color="black", lw=1.2, label="mean over seeds")
-    left.axhline(0, color="0.5", lw=0.8)
-    left.axhline(paper_gap, color="black", ls="--", lw=1, label=f"paper, authors' setup ({paper_gap:+.2f})")
-    for x, text, style in ((equal_std, "equal embedding steps (paper's steps)", ":"),
-                           (variation_std, "the variation", "-.")):
-        left.axvline(x, color="0.4", ls=style, lw=1, label=text)
-    left.set(xscale="log", xlabel="embedding std σ", ylabel="ℓ1.1 − GD (points of test accuracy)")
-    left.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(0, -0.18), ncol=2, frameon=False)
-    chosen = runs[runs.chosen.astype(bool)]
-    for key, part in chosen.groupby(chosen.method.astype(str), sort=False):
-        color, label = _method_style(key)
-        right.scatter(part.embedding_std, 100 * part.last_test, color=color, label=label,
-                      facecolors=[color if r else "none" for r in part.reached.astype(bool)])
-        right.plot(*zip(*part.groupby("embedding_std").last_test.mean().mul(100).items()), color=color, lw=1)
-    right.set(xscale="log", xlabel="embedding std σ", ylabel="test accuracy at the stop rule (%)")
-    right.legend(fontsize="small")
-    stds = sorted(set(runs.embedding_std))
-    for ax in (left, right):  # a tick at each std of the series, written as it is
-        ax.set_xticks(stds, [f"{x:g}" for x in stds])
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.2), sharey=True)
+    for ax, x, label in ((axes[0], "embedding_std", "embedding std σ"),
+                         (axes[1], "embedding_ratio", "ℓ1.1's embedding step / GD's, at the chosen steps")):
+        for reached in (True, False):
+            part = points[points.reached.astype(bool) == reached].sort_values(x)
+            if part.empty:
+                continue
+            ax.errorbar(part[x], part.value, yerr=[part.value - part.low, part.high - part.value], fmt="o",
+                        color="black", mfc="black" if reached else "white", capsize=3, zorder=3,
+                        label="every chosen run at the stop rule" if reached else "a run at the epoch cap (apart)")
+            if reached:
+                ax.plot(part[x], part.value, color="black", lw=1)
+        ax.axhline(0, color="0.5", lw=0.8)
+        ax.set(xscale="log", xlabel=label)
         ax.xaxis.set_minor_locator(plt.NullLocator())
+    axes[0].axvline(variation_std, color="0.4", ls="-.", lw=1, label="the variation")
+    axes[1].axvline(1.0, color="0.4", ls=":", lw=1, label="equal first-order embedding steps")
+    stds = sorted(set(points.embedding_std))
+    axes[0].set_xticks(stds, [f"{x:g}" for x in stds])
+    ratios = sorted(set(points.embedding_ratio))
+    axes[1].set_xticks(ratios, [f"{x:.2g}" for x in ratios])
+    axes[0].set_ylabel("ℓ1.1 − GD (points of test accuracy)")
+    for ax in axes:
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(0, -0.18), frameon=False)
     fig.tight_layout()
     return fig
 

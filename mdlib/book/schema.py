@@ -92,6 +92,14 @@ _CELL = {"setup": LABEL, "layers": Column("integer", 1), "method": LABEL, "runs"
          "best_std": maybe(NONNEGATIVE), "validation": SHARE, "multiple": NONNEGATIVE, "lr": NONNEGATIVE,
          "paper": maybe(PERCENT), "paper_epochs": maybe(COUNT)}
 
+#: An estimate with its interval over seeds and test sentences and over seeds only (``estimates.Estimate``).
+_INTERVAL = {"value": maybe(NUMBER), "low": maybe(NUMBER), "high": maybe(NUMBER), "seeds_low": maybe(NUMBER),
+             "seeds_high": maybe(NUMBER)}
+#: A point of the embedding-scale series (``allocation.series_points``).
+_SERIES = {"embedding_std": Column("number", 0), "multiple_1.1": NONNEGATIVE, "multiple_2": NONNEGATIVE,
+           "embedding_ratio": NONNEGATIVE, "runs": COUNT, "reached_runs": COUNT, "reached": FLAG, "n": COUNT,
+           **_INTERVAL}
+
 #: The null of a sparsity measure (``sparsity.change_table``): the dual change's density, the init weighting's
 #: and their product.
 _NULL = {"dual_density": maybe(SHARE), "weighting_density": maybe(SHARE), "null_density": maybe(SHARE)}
@@ -110,19 +118,33 @@ TABLES: dict[str, Table] = {
     "table-1": Table(_CELL, ("layers", "method"), "cell"),
     "table-1-variation": Table(_CELL, ("layers", "method"), "cell"),
     "table-sentiment-runs": Table({"grid": Column("label", pattern="replication|variation"), "setup": LABEL,
-                                   "analysed": FLAG, **_RUN},
+                                   "analysed": FLAG, **_RUN, "tied": FLAG},
                                   ("grid", "layers", "method", "multiple", "seed"), "run"),
-    "table-sentiment-predictions": Table({"grid": Column("label", pattern="replication|variation|allocation"),
+    "table-sentiment-predictions": Table({"grid": Column("label", pattern="replication|variation"),
                                           "layers": Column("integer", 1), "method": LABEL, "seed": COUNT,
                                           "example": COUNT, "correct": Column("integer", 0, 1)},
                                          ("grid", "layers", "method", "seed", "example"), "run and test sentence"),
-    "table-sentiment-allocation": Table({**_RUN, "steps": Column("label", pattern="global|per tensor")},
-                                        ("layers", "method", "seed"), "run"),
+    "table-sentiment-allocation": Table({"embedding_std": Column("number", 0), **_RUN,
+                                         "steps": Column("label", pattern="global|per tensor")},
+                                        ("embedding_std", "layers", "method", "seed"), "run"),
+    "table-sentiment-contrasts": Table({"embedding_std": Column("number", 0), "contrast": LABEL, "n": COUNT,
+                                        **_INTERVAL}, ("embedding_std", "contrast"), "scale and contrast"),
+    "table-sentiment-tied": Table({"chosen": FLAG, "n": COUNT, **_INTERVAL}, (), "pair of tied steps"),
+    "table-sentiment-tied-2x2": Table({"embedding_std": Column("number", 0), "contrast": LABEL, "chosen": FLAG,
+                                       "n": COUNT, **_INTERVAL}, (), "scale, contrast and tied steps"),
+    "table-sentiment-overnight-runs": Table({"part": Column("label", pattern="series|2x2"),
+                                             "embedding_std": Column("number", 0), **_RUN, "tied": FLAG},
+                                            ("part", "embedding_std", "layers", "method", "multiple", "seed"), "run"),
+    "table-sentiment-overnight-predictions": Table({"part": Column("label", pattern="series|2x2"),
+                                                    "embedding_std": Column("number", 0), "method": LABEL,
+                                                    "multiple": NONNEGATIVE, "seed": COUNT,
+                                                    "correct": Column("label", pattern="[01]+")},
+                                                   ("part", "embedding_std", "method", "multiple", "seed"), "run"),
     "table-sentiment-effective-steps": Table({"setup": LABEL, "method": LABEL, "lr": NONNEGATIVE, "group": LABEL,
                                               "effective_step": NONNEGATIVE, "vs_gd": maybe(NONNEGATIVE)},
                                              ("setup", "method", "group"), "method and parameter group"),
-    "fig-sentiment-scale-series": Table({"embedding_std": Column("number", 0), **_RUN},
-                                        ("embedding_std", "layers", "method", "multiple", "seed"), "run"),
+    "fig-sentiment-scale-series": Table(_SERIES, ("embedding_std",), "embedding std"),
+    "table-sentiment-series": Table(_SERIES, ("embedding_std",), "embedding std"),
     "table-sentiment-baseline": Table({"baseline": LABEL, "description": LABEL, "C": maybe(NONNEGATIVE),
                                        "validation_accuracy": SHARE, "test_accuracy": SHARE, "train_size": COUNT},
                                       ("baseline",), "baseline", ({"baseline": "naive_bayes"},)),
@@ -229,7 +251,7 @@ def check(label: str, frame: pd.DataFrame) -> None:
                 value = "" if pd.isna(frame.at[row, column]) else f" {_show(frame.at[row, column])}"
                 raise SchemaError(f"{name} row {row + 2}: {column}{value} {why}")
     key = list(table.key)
-    repeated = frame.duplicated(key)
+    repeated = frame.duplicated(key) if key else pd.Series(False, index=frame.index)
     if repeated.any():
         row = repeated.idxmax()
         first = frame[key].eq(frame.loc[row, key]).all(axis=1).idxmax()

@@ -15,9 +15,9 @@ Every comparative row states the smallest effect its design detects (``stats.det
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -28,7 +28,8 @@ from mdlib.book.verdicts import (COST_BAND, DIFFERS, E2_MIN_POINTS, HOLDS, INCON
                                  NOT_MEASURED, PARITY_MARGIN, PRUNE_AT, SMALLER,
                                  Effect, Verdict, allocation_rule, concentration_rule, cost_rule, e1_rule, e2_norm_rule,
                                  e2_rate_rule,
-                                 e3_rule, not_measured, parity_rule, pruning_rule, sparser_rule, table1_rule,
+                                 e3_rule, interval_rule, not_measured, parity_rule, pruning_rule, series_rule,
+                                 sparser_rule, table1_rule,
                                  token_rule)
 from mdlib.experiments import estimates, methods, paper
 from mdlib.experiments.estimates import Estimate
@@ -289,42 +290,103 @@ def _table1(r: Results):
 
 
 def _variation(r: Results):
+    """The variation's ℓ1.1 − GD (``_table1_rows``), its verdict qualified by the verdicts at every pair of
+    steps tied with the choices (``table-sentiment-tied``, the long build's runs of every seed at each):
+    "not settled" where one of them reads otherwise."""
     r.csv("table-1-variation", ["setup", "layers", "method"])
-    return _table1_rows(r, "variation")
+    rows = _table1_rows(r, "variation")
+    return [part._replace(verdict=_settled(r, part.verdict, "table-sentiment-tied", {})) for part in rows]
 
 
-#: The 2 x 2's judged contrasts (``estimates.CONTRASTS``) and how the scorecard names them.
+def _settled(r: Results, verdict: Verdict, label: str, where: Mapping[str, Any]) -> Verdict:
+    """``verdict`` qualified by the same rule's verdicts at every combination of tied steps of ``label``'s
+    rows matching ``where`` (value, low, high, n per combination; the gates are the judged row's, so only
+    the interval can differ): "holds at all k tied pairs", or "not settled" naming one that reads otherwise,
+    or no qualifier where the table has no rows (the tie was not measured)."""
+    if verdict.outcome in (NOT_MEASURED,):
+        return verdict
+    try:
+        table = r.csv(label, [])
+    except Unmeasured:
+        return verdict
+    if "value" not in table:
+        return replace(verdict, why=(verdict.why + "; " if verdict.why else "") + "its tied steps not measured")
+    for key, value in where.items():
+        table = table[np.isclose(table[key], value)] if table[key].dtype.kind == "f" else table[table[key] == value]
+    if table.empty:
+        return verdict
+    steps = [c for c in table.columns if c.startswith("multiple_")]
+    other = [row for _, row in table.iterrows()
+             if interval_rule(row.low, row.high).outcome not in (verdict.outcome,)
+             and not (verdict.outcome == SMALLER and interval_rule(row.low, row.high).outcome == INCONCLUSIVE)]
+    if not other:
+        qualifier = f"holds at all {len(table)} pairs of tied steps"
+    else:
+        row = other[0]
+        at = ", ".join(f"{c.removeprefix('multiple_')} {row[c]:.3g}×" for c in steps)
+        qualifier = (f"not settled: at the tied steps {at} the interval [{row.low:+.2f}, {row.high:+.2f}] reads "
+                     f"{interval_rule(row.low, row.high).outcome} ({len(other)} of {len(table)} pairs differ)")
+    return replace(verdict, why=(verdict.why + "; " if verdict.why else "") + qualifier)
+
+
+#: The 2 x 2's judged contrasts (``estimates.CONTRASTS``: geometry at GD's allocation, allocation at GD's
+#: geometry) and how the scorecard names them.
 _DECOMPOSITION = {"geometry": ("geometry", "ℓ1.1 at GD's steps per tensor − GD"),
-                  "allocation": ("step allocation", "GD at ℓ1.1's steps per tensor − GD")}
+                  "allocation": ("initial step allocation", "GD at ℓ1.1's steps per tensor − GD")}
 
 
 def _allocation(r: Results):
-    """Chapter 04's 2 x 2 in the variation: the geometry and the allocation effects, each against GD at
-    its chosen global step, over seeds and test sentences."""
-    runs = r.csv("table-sentiment-allocation", ["layers", "method", "steps", "seed", "reached"])
+    """Chapter 04's 2 x 2 at each embedding scale it ran at: the geometry and the allocation effects, each
+    against GD at its chosen global step, judged against zero over seeds and test sentences, as the
+    chapter computed them (``table-sentiment-contrasts``), the gates from the 2 x 2's chosen runs
+    (``table-sentiment-allocation``)."""
+    runs = r.csv("table-sentiment-allocation", ["embedding_std", "layers", "method", "steps", "seed", "reached"])
     runs = runs.assign(method=runs.method.map(estimates.key_of))
-    effects = estimates.allocation_effects(runs, pd.concat([_predictions(r, "variation"), _predictions(r, "allocation")]))
-    baseline, L = _baseline(r), int(runs.layers.iloc[0])
-    setup = paper.SETUP_NAMES.get("small-embeddings", "small embeddings")
-    paper_gap = paper.TABLE_1_GAPS.get(L, math.nan)
+    contrasts = r.csv("table-sentiment-contrasts", ["embedding_std", "contrast", "n", "value", "low", "high"])
+    baseline = _baseline(r)
     out = []
-    for name, (factor, contrast) in _DECOMPOSITION.items():
-        arm, base = list(estimates.CONTRASTS[name])
-        pair = runs[runs.method.isin([arm, base])]
-        gap = effects[name]
-        unreached = estimates.unreached(pair, (arm, base))
-        below = estimates.below_floor(pair, baseline, compared=(arm, base))
-        means = pair.groupby("method").last_test.mean()
-        ours = (f"test accuracy at the stop rule {100 * means.get(arm, math.nan):.2f} % (the arm) against "
-                f"{100 * means.get(base, math.nan):.2f} % (GD); arm − GD {gap.both_text()} points (paired by seed, "
-                f"n = {gap.n}; {setup}, {L} layers)")
-        out.append(_Part(f"{factor}, {contrast}", ours,
-                         allocation_rule(gap.low, gap.high, gap.n, unreached, below, paper_gap),
-                         f"no such experiment; the paper's ℓ1.1 − GD in its own setup: {estimates.number_text(paper_gap)} "
-                         f"points at {L} layers", _effect(gap, f"points, {factor}: {contrast}", paper=paper_gap,
-                                                          paper_label=AUTHORS_SETUP),
-                         _headline(gap, " points")))
+    for std in sorted(set(contrasts.embedding_std)):
+        at = runs[np.isclose(runs.embedding_std, std)]
+        L = int(at.layers.iloc[0])
+        for name, (factor, contrast) in _DECOMPOSITION.items():
+            row = contrasts[np.isclose(contrasts.embedding_std, std) & (contrasts.contrast == name)].iloc[0]
+            gap = Estimate(row.value, row.low, row.high, int(row.n), row.get("detectable", math.nan),
+                           seeds_low=row.get("seeds_low", math.nan), seeds_high=row.get("seeds_high", math.nan))
+            arms = list(estimates.CONTRASTS[name])
+            pair = at[at.method.isin(arms)]
+            means = pair.groupby("method").last_test.mean()
+            ours = (f"test accuracy at the stop rule {100 * means.get(arms[0], math.nan):.2f} % (the arm) against "
+                    f"{100 * means.get(arms[1], math.nan):.2f} % (GD); arm − GD {gap.both_text()} points (paired by "
+                    f"seed, n = {gap.n}; embeddings N(0, {std:g}²), {L} layers)")
+            verdict = allocation_rule(gap.low, gap.high, gap.n, estimates.unreached(pair, tuple(arms)),
+                                      estimates.below_floor(pair, baseline, compared=tuple(arms)))
+            verdict = _settled(r, verdict, "table-sentiment-tied-2x2", {"embedding_std": std, "contrast": name})
+            out.append(_Part(f"{factor} at σ {std:g}, {contrast}", ours, verdict,
+                             "no such experiment: the paper compares one global step per method",
+                             _effect(gap, f"points, {factor}: {contrast}"), _headline(gap, " points")))
+    if not out:
+        raise Unmeasured("no 2 x 2 at this profile")
     return out
+
+
+def _series(r: Results):
+    """Chapter 04's embedding-scale series at the level its design randomizes (the std): the slope of
+    ℓ1.1 − GD per tenfold embedding std over the stds whose chosen runs all reached the stop rule
+    (``table-sentiment-series``, ``estimates.scale_trend``), judged against zero."""
+    points = r.csv("table-sentiment-series", ["embedding_std", "reached", "value", "low", "high"])
+    trend = estimates.scale_trend(points)
+    kept = points[points.reached.astype(bool)]
+    sides = {side: [f"{x:g}" for x, lo, hi in zip(kept.embedding_std, kept.low, kept.high)
+                    if (hi < 0 if side == "GD" else lo > 0)] for side in ("GD", "ℓ1.1")}
+    ours = (f"ℓ1.1 − GD {trend.text()} points per tenfold std over {trend.n} stds at the stop rule "
+            f"(t on {max(trend.n - 2, 0)} degrees of freedom); ahead, interval excluding zero: "
+            + "; ".join(f"{side} at σ {', '.join(stds)}" for side, stds in sides.items() if stds) if len(kept) else
+            "no std at the stop rule")
+    if not any(sides.values()):
+        ours += "none"
+    verdict = series_rule(trend.low, trend.high, trend.n)
+    return [_Part(None, ours, verdict, "no such experiment: the paper fixes the embeddings at N(0, 1)",
+                  _effect(trend, "points per tenfold std, ℓ1.1 − GD"), _headline(trend, " points per tenfold std"))]
 
 
 def _sentiment_gates(r: Results) -> tuple[int, str, str]:
@@ -561,9 +623,11 @@ CLAIMS = [
            paper.CLAIMS["table-1"], "table-1", _table1),
     _Claim("Table 1, a variation: from the authors' setup with one factor changed (named in the row), ℓ1.1 "
            "reaches a higher test accuracy than GD", paper.CLAIMS["table-1"], "table-1-variation", _variation),
-    _Claim("Table 1, taken apart: in the variation, ℓ1.1's geometry and its step allocation each against GD",
+    _Claim("Table 1, taken apart: ℓ1.1's geometry and its initial per-tensor step allocation each against GD",
            "no such experiment: the paper compares one global step per method", "table-sentiment-allocation",
            _allocation),
+    _Claim("Table 1 across embedding scales: ℓ1.1 − GD rises with the embeddings' std",
+           "no such experiment: the paper fixes the embeddings at N(0, 1)", "fig-sentiment-scale-series", _series),
     _Claim("Token selection: ℓ1.1 puts more attention on the pivotal word than GD in more sentences",
            paper.CLAIMS["table-token-selection"], "table-token-selection", _tokens),
     _Claim("Attention concentration: ℓ1.1's [CLS] attention is sharper than GD's",
@@ -660,62 +724,61 @@ def said(row: Row) -> str:
                                   if row.fragile else "")
 
 
-#: Chapter 04's three comparisons: name -> the start of its row's short name.
-TABLE1_PARTS = {"variation": "Table 1, a variation",
-                **{name: f"Table 1, taken apart ({factor}" for name, (factor, _) in _DECOMPOSITION.items()}}
+#: Chapter 04's comparisons: name -> the start of its rows' short names.
+TABLE1_PARTS = {"variation": "Table 1, a variation", **{name: f"Table 1, taken apart ({factor} at"
+                                                         for name, (factor, _) in _DECOMPOSITION.items()},
+                "series": "Table 1 across embedding scales"}
 
 
-def table1_parts(found: list[Row]) -> dict[str, Row | None]:
-    """Chapter 04's rows by ``TABLE1_PARTS`` name: the variation's gap, the geometry and the allocation
-    effects (None where the build has no such row)."""
-    return {name: next((r for r in found if r.short.startswith(start)), None) for name, start in TABLE1_PARTS.items()}
+def table1_parts(found: list[Row]) -> dict[str, list[Row]]:
+    """Chapter 04's rows by ``TABLE1_PARTS`` name: the variation's gap, the geometry and the allocation effects
+    (one row per embedding scale of the 2 x 2) and the series ([] where the build has no such row)."""
+    return {name: [r for r in found if r.short.startswith(start)] for name, start in TABLE1_PARTS.items()}
 
 
 _GEOMETRY_READS = {
-    HOLDS: "with the steps matched, ℓ1.1's geometry trains the more accurate model, so in this model the "
-           "geometry of the step favours ℓ1.1 as the paper says",
-    DIFFERS: "ℓ1.1 stays behind GD with GD's steps per tensor, so its deficit in this variation is not the step "
-             "allocation's alone: the geometry itself trains the less accurate model here",
-    SMALLER: "with the steps matched, the geometry's effect is smaller than the paper's gap: the geometry alone "
-             "cannot make a gap of the paper's size in this model",
+    HOLDS: "with the steps matched, ℓ1.1's geometry trains the more accurate model",
+    DIFFERS: "with the steps matched, ℓ1.1's geometry trains the less accurate model",
     INCONCLUSIVE: "with the steps matched, the geometry's effect cannot be told from zero by this design",
 }
 _ALLOCATION_READS = {
-    HOLDS: "ℓ1.1's step allocation raises GD's accuracy",
-    DIFFERS: "ℓ1.1's step allocation costs GD accuracy, so how large a step each tensor gets is itself a cause "
-             "of the variation's gap",
-    SMALLER: "ℓ1.1's step allocation moves GD by less than the paper's gap",
-    INCONCLUSIVE: "ℓ1.1's step allocation does not move GD measurably",
+    HOLDS: "ℓ1.1's initial per-tensor step allocation raises GD's accuracy",
+    DIFFERS: "ℓ1.1's initial per-tensor step allocation costs GD accuracy",
+    INCONCLUSIVE: "ℓ1.1's initial per-tensor step allocation does not move GD measurably (the smallest move "
+                  "this design detects is in the row)",
 }
+
+
+def scale_of(row: Row) -> str:
+    """The embedding std a 2 x 2 row is at, as its name writes it ("σ 0.02")."""
+    return row.short.split(" at ", 1)[1].split(",", 1)[0] if " at " in row.short else ""
 
 
 def table1_reading(found: list[Row]) -> str:
     """What chapter 04's 2 x 2 lets a reader conclude, in words that follow the build's outcomes (the
-    geometry and the allocation effects; a fragile outcome is read as a lean, an unmeasured one as
-    nothing): the page's sentence under the verdicts."""
+    geometry and the allocation effects at each scale; a fragile or unsettled outcome is read as a lean,
+    an unmeasured one as nothing): the page's sentence under the verdicts."""
     parts = table1_parts(found)
     sentences = []
     for name, reads in (("geometry", _GEOMETRY_READS), ("allocation", _ALLOCATION_READS)):
-        row = parts[name]
-        if row is None or row.verdict.outcome not in reads:
+        if not parts[name]:
             sentences.append(f"the {name} effect is not measured at this profile")
-            continue
-        text = reads[row.verdict.outcome]
-        sentences.append(text + (f" (a lean, not settled: the verdict is {FRAGILE})" if row.fragile else ""))
+        for row in parts[name]:
+            if row.verdict.outcome not in reads:
+                sentences.append(f"at {scale_of(row)} the {name} effect is {row.verdict.outcome}")
+                continue
+            lean = row.fragile or "not settled" in row.verdict.why
+            sentences.append(f"at {scale_of(row)}, {reads[row.verdict.outcome]}"
+                             + (" (a lean, not settled: the verdict is fragile or turns at a tied step)" if lean else ""))
     text = "; ".join(sentences)
     return text[:1].upper() + text[1:] + "."
 
 
 def table1_stability(found: list[Row]) -> str:
-    """How often resamples of the seeds give each of chapter 04's three verdicts again, in words:
-    "the variation's gap 45 %, the geometry 80 %, the allocation 54 % (of 200 resamples of 6 seeds)"."""
-    named = {"variation": "the variation's gap", "geometry": "the geometry", "allocation": "the allocation"}
-    checked = {name: row.stability for name, row in table1_parts(found).items() if row and row.stability}
-    if not checked:
-        return "not checked at this profile"
-    n, _, seeds = next(iter(checked.values()))
-    return (", ".join(f"{named[name]} {share.same:.0%}" for name, share in checked.items())
-            + f" (of {n} resamples of {seeds} seeds)")
+    """How stable each of chapter 04's verdicts is (``Row.stability_text``), in words, one clause a row."""
+    checked = [row for rows in table1_parts(found).values() for row in rows if row.stability]
+    return "; ".join(f"{row.short.partition('(')[2].rstrip(')') or row.short}: {row.stability_text}"
+                     for row in checked) or "not checked at this profile"
 
 
 def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:

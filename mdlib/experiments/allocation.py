@@ -39,8 +39,9 @@ from mdlib.experiments.train import Optimizer
 from mdlib.models import SMALL_EMBEDDING_STD
 
 __all__ = ["ARMS", "ARM_KIND", "Allocation", "ArmGrid", "COMMITTED", "allocation", "arm_config", "committed",
-           "effective_steps", "embedding_ratio", "equal_step_std", "overnight_tables", "predictions_table",
-           "series_grids", "step_table", "train_chapter"]
+           "effective_steps", "embedding_ratio", "equal_step_std", "long_predictions", "overnight_tables",
+           "predictions_table", "same_variation", "series_grids", "series_points", "step_table", "train_chapter",
+           "two_by_two"]
 
 #: The arms of the 2 x 2 besides the grid's global runs: key -> (the method trained, the method whose
 #: chosen global step each tensor's step is matched to).
@@ -173,10 +174,14 @@ def effective_steps(config: sentiment.SentimentRun) -> dict[str, float]:
     return out
 
 
-def embedding_ratio(md: sentiment.SentimentRun, gd: sentiment.SentimentRun) -> float:
-    """ℓ1.1's first-order effective step on the embeddings over GD's (``effective_steps``), at their runs'
-    steps: what the embedding scale acts on (1: the two methods start moving the embeddings alike)."""
-    return effective_steps(md)["embeddings"] / effective_steps(gd)["embeddings"]
+def embedding_ratio(lr_md: float, lr_gd: float, std: float, p: float = 1.1) -> float:
+    """ℓ_p's mean first-order step on N(0, std^2) embeddings over GD's, at steps ``lr_md`` and ``lr_gd``:
+    lr_md E|w|^(2-p) / ((p-1) lr_gd), E|w|^a = std^a 2^(a/2) Gamma((a+1)/2) / sqrt(pi) (the mean of
+    ``effective_steps``' embeddings group, in expectation): what the embedding scale acts on (1: the two
+    methods start moving the embeddings alike; ``equal_step_std`` is the std where it is 1)."""
+    a = 2.0 - p
+    moment = std ** a * 2 ** (a / 2) * math.gamma((a + 1) / 2) / math.sqrt(math.pi)
+    return lr_md * moment / ((p - 1.0) * lr_gd)
 
 
 def step_table(configs: Mapping[tuple[str, str], sentiment.SentimentRun]) -> pd.DataFrame:
@@ -289,8 +294,80 @@ COMMITTED = {"runs": "sentiment_overnight_runs.csv", "predictions": "sentiment_o
              "record": "sentiment_overnight.json"}
 
 
+def same_variation(record: Mapping[str, Any] | None, variation: sentiment.SentimentGrid) -> bool:
+    """Whether the long build a committed ``record`` describes (None: this execution) ran the same variation
+    grid as ``variation`` (every setting but ``tied_finals``): only then are its runs at the variation's
+    tied steps this variation's."""
+    if record is None:
+        return True
+    built = sentiment.chapter_grids(**record.get("parameters", {}))[1]
+    return (dataclasses.replace(built, tied_finals=False).to_dict()
+            == dataclasses.replace(variation, tied_finals=False).to_dict())
+
+
 def committed() -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """(runs, predictions, record) of the long profile's chapter 04 as committed (``COMMITTED``)."""
     runs = pd.read_csv(paths.data_file(COMMITTED["runs"]), dtype={"method": str})
     predictions = pd.read_csv(paths.data_file(COMMITTED["predictions"]), dtype={"method": str, "correct": str})
     return runs, predictions, json.loads(paths.data_file(COMMITTED["record"]).read_text("utf-8"))
+
+
+def long_predictions(table: pd.DataFrame) -> pd.DataFrame:
+    """``predictions_table``'s compact rows (a string of 0 and 1 per run) as one row per run and test
+    sentence: the run's columns, ``example`` (its index in the test split) and ``correct`` (0 or 1)."""
+    keys = [c for c in table.columns if c != "correct"]
+    frames = [pd.DataFrame({**{k: row[k] for k in keys}, "example": np.arange(len(row.correct)),
+                            "correct": np.frombuffer(row.correct.encode("ascii"), dtype=np.uint8) - ord("0")})
+              for _, row in table.iterrows()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*keys, "example", "correct"])
+
+
+def _at(frame: pd.DataFrame, part: str, std: float) -> pd.DataFrame:
+    rows = frame[(frame.part == part) & np.isclose(frame.embedding_std.astype(float), std)]
+    return rows.assign(method=estimates.keyed(rows.method))
+
+
+def series_points(runs: pd.DataFrame, predictions: pd.DataFrame) -> pd.DataFrame:
+    """The series per embedding std (``overnight_tables``' runs and ``long_predictions``): the chosen
+    multiples and steps of ℓ1.1 and GD and the steps tied with each choice, the ratio of their first-order
+    embedding steps at the chosen steps (``embedding_ratio``), how many of the chosen runs reached the stop
+    rule (``reached``: all of them), and ℓ1.1 − GD at the chosen steps over the seed pairs and test
+    sentences (``estimates.crossed``: value, low, high, seeds_low, seeds_high, n, detectable)."""
+    first, second = estimates.COMPARED
+    rows = []
+    for std in sorted(set(runs[runs.part == "series"].embedding_std.astype(float))):
+        grid = _at(runs, "series", std)
+        chosen = grid[grid.chosen.astype(bool)]
+        if not {first, second} <= set(chosen.method):
+            continue
+        multiple = {k: float(chosen[chosen.method == k].multiple.iloc[0]) for k in (first, second)}
+        lr = {k: float(chosen[chosen.method == k].lr.iloc[0]) for k in (first, second)}
+        tied = {k: sorted(set(grid[(grid.method == k) & grid.tied.astype(bool)].multiple)) for k in (first, second)}
+        at = _at(predictions, "series", std)
+        at = at[((at.method == first) & np.isclose(at.multiple, multiple[first]))
+                | ((at.method == second) & np.isclose(at.multiple, multiple[second]))]
+        gap = estimates.crossed(at, first, second) if len(at) else estimates.NONE
+        rows.append({"embedding_std": std, f"multiple_{first}": multiple[first], f"multiple_{second}": multiple[second],
+                     f"lr_{first}": lr[first], f"lr_{second}": lr[second],
+                     "embedding_ratio": embedding_ratio(lr[first], lr[second], std),
+                     f"tied_{first}": " ".join(f"{m:g}" for m in tied[first]),
+                     f"tied_{second}": " ".join(f"{m:g}" for m in tied[second]),
+                     "runs": len(chosen), "reached_runs": int(chosen.reached.astype(bool).sum()),
+                     "reached": bool(chosen.reached.astype(bool).all()), "n": gap.n, "value": gap.value,
+                     "low": gap.low, "high": gap.high, "seeds_low": gap.seeds_low, "seeds_high": gap.seeds_high,
+                     "detectable": gap.detectable})
+    return pd.DataFrame(rows)
+
+
+def two_by_two(runs: pd.DataFrame, predictions: pd.DataFrame, std: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The 2 x 2 at embedding std ``std`` from ``overnight_tables``' runs and ``long_predictions``: (its four
+    arms' chosen runs: the series' ℓ1.1 and GD at their chosen steps, ``steps`` "global", and the arms',
+    "per tensor"; their per-example predictions), what ``estimates.allocation_effects`` reads."""
+    grid = _at(runs, "series", std)
+    arms = _at(runs, "2x2", std)
+    chosen = pd.concat([grid[grid.chosen.astype(bool) & grid.method.isin(estimates.COMPARED)].assign(steps="global"),
+                        arms[arms.chosen.astype(bool)].assign(steps="per tensor")], ignore_index=True)
+    keep = pd.concat([_at(predictions, "series", std), _at(predictions, "2x2", std)], ignore_index=True)
+    at = {(k, float(m)) for k, m in zip(chosen.method, chosen.multiple)}
+    keep = keep[[(k, float(m)) in at for k, m in zip(keep.method, keep.multiple)]]
+    return chosen, keep

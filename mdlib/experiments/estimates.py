@@ -33,7 +33,8 @@ from mdlib.experiments.stats import (clustered_rate, crossed_interval, detectabl
 
 __all__ = ["COMPARED", "CONTRASTS", "Estimate", "accuracy_gaps", "allocation_effects", "below_floor", "contrast", "crossed",
            "density_gap", "depths_text", "edges_text", "entropy_gap", "key_of", "keyed", "number_text", "PAIRED_SD_SEEN", "paired",
-           "parity_gaps", "power_text", "TARGET_HALF_WIDTH", "pruned_gap", "scale_trend", "step_edges", "unreached", "win_rate"]
+           "parity_gaps", "power_text", "TARGET_HALF_WIDTH", "pruned_gap", "scale_trend", "step_edges", "tied_contrasts",
+           "unreached", "win_rate"]
 
 #: The two methods every sentiment claim compares: ℓ1.1 mirror descent and GD (ℓ2).
 COMPARED = (methods.L1_1, methods.GD)
@@ -259,19 +260,56 @@ def depths_text(gaps: dict[int, Estimate]) -> str:
     return "; ".join(f"{gap.text()} ({gap.n} pairs) at {L} layers" for L, gap in gaps.items()) or "not measured"
 
 
-def scale_trend(gaps: pd.DataFrame) -> Estimate:
-    """The embedding-scale series (``allocation.series_gaps``): the least-squares slope of ℓ1.1 − GD (points)
-    against log10 of the embedding std over the seed pairs whose runs both reached the stop rule, with its
-    95 % t interval (n - 2 degrees of freedom): the points the gap moves per tenfold embedding scale.
-    ``n`` counts the pairs; no interval with fewer than three, or fewer than two scales."""
-    kept = gaps[gaps.reached.astype(bool)]
-    if len(kept) < 3 or kept.embedding_std.nunique() < 2:
+def scale_trend(points: pd.DataFrame, x: str = "embedding_std") -> Estimate:
+    """The embedding-scale series at the level its design randomizes, the std (a std's step choice is shared
+    by its seed pairs): the least-squares slope of the per-std gaps (``value``, points of ℓ1.1 − GD, as
+    ``allocation.series_points`` gives them) against log10 of ``x`` (the std, or ``embedding_ratio``),
+    over the stds whose runs all reached the stop rule (``reached``), with its 95 % t interval on k - 2
+    degrees of freedom (k stds): the points the gap moves per tenfold ``x``. ``n`` counts the stds; no
+    interval with fewer than three."""
+    kept = points[points.reached.astype(bool) & points.value.notna()]
+    if len(kept) < 3 or kept[x].nunique() < 2:
         return Estimate(math.nan, math.nan, math.nan, len(kept))
     from scipy.stats import linregress, t
 
-    fit = linregress(np.log10(kept.embedding_std.to_numpy(float)), kept.gap.to_numpy(float))
+    fit = linregress(np.log10(kept[x].to_numpy(float)), kept.value.to_numpy(float))
     half = float(t.ppf(0.975, len(kept) - 2)) * fit.stderr
     return Estimate(float(fit.slope), fit.slope - half, fit.slope + half, len(kept))
+
+
+def tied_contrasts(runs: pd.DataFrame, predictions: pd.DataFrame, weights: Mapping[str, float],
+                   least: int = 2) -> pd.DataFrame:
+    """A contrast (``contrast``'s ``weights`` on methods or arms) at every combination of the steps tied with
+    each method's choice: ``runs`` marks them (``method``, ``multiple``, ``chosen``, ``tied``: one grid's or
+    2 x 2's runs), ``predictions`` holds the per-example predictions (``method``, ``multiple``, ``seed``,
+    ``example``, ``correct``) of the runs that have them. One row per combination with predictions at
+    ``least`` common seeds or more: the multiple of each method (``multiple_<key>``), ``chosen`` (the
+    choices' own combination), n and the estimate (value, low, high, seeds_low, seeds_high)."""
+    keyed_runs = runs.assign(method=keyed(runs.method))
+    keyed_predictions = predictions.assign(method=keyed(predictions.method))
+    tied = {k: sorted(set(keyed_runs[(keyed_runs.method == k) & keyed_runs.tied.astype(bool)].multiple)) for k in weights}
+    chosen = {k: set(keyed_runs[(keyed_runs.method == k) & keyed_runs.chosen.astype(bool)].multiple) for k in weights}
+    rows = []
+    for combination in _product([tied[k] for k in weights]):
+        at = dict(zip(weights, combination))
+        parts = [keyed_predictions[(keyed_predictions.method == k) & np.isclose(keyed_predictions.multiple, m)]
+                 for k, m in at.items()]
+        seeds = set.intersection(*(set(part.seed) for part in parts)) if parts else set()
+        if len(seeds) < least:
+            continue
+        both = pd.concat([part[part.seed.isin(seeds)] for part in parts], ignore_index=True)
+        e = contrast(both, weights)
+        rows.append({f"multiple_{k}": m for k, m in at.items()}
+                    | {"chosen": all(m in chosen[k] for k, m in at.items()), "n": e.n, "value": e.value,
+                       "low": e.low, "high": e.high, "seeds_low": e.seeds_low, "seeds_high": e.seeds_high})
+    return pd.DataFrame(rows)
+
+
+def _product(lists: list[list[float]]) -> list[tuple[float, ...]]:
+    out: list[tuple[float, ...]] = [()]
+    for values in lists:
+        out = [prefix + (v,) for prefix in out for v in values]
+    return out
 
 
 def step_edges(runs: pd.DataFrame, cell: tuple[str, ...] = ("layers", "method"), candidate: str = "multiple",

@@ -297,11 +297,12 @@ def chapter_grids(*, dataset: str, max_length: int, train_size: int | None, widt
                   layers: list[int], methods: list[str], seeds: int | Mapping[str, int],
                   step_multiples: Mapping[str, list[float]], variation_setup: str, variation_methods: list[str],
                   variation_seeds: int | Mapping[str, int], variation_epochs: int,
-                  variation_multiples: Mapping[str, list[float]], analysed: str = "variation",
-                  **_: Any) -> tuple[SentimentGrid, SentimentGrid]:
+                  variation_multiples: Mapping[str, list[float]], analysed: str = "variation", grow: int = 0,
+                  tied_finals: bool = False, **_: Any) -> tuple[SentimentGrid, SentimentGrid]:
     """Chapter 04's grids from its parameters (other parameters are ignored): the replication's (Table 1 in
     ``setup``), and the variation's at the first depth with ``variation_setup``'s initialization, which
-    must differ from ``setup``. ``analysed`` (the grid chapters 05 and 06 read) must name one of GRIDS."""
+    must differ from ``setup``, its grid growing ``grow`` times past an end and (``tied_finals``) training
+    every seed at each tied step. ``analysed`` (the grid chapters 05 and 06 read) must name one of GRIDS."""
     if analysed not in GRIDS:
         raise ValueError(f"analysed={analysed!r}: choose one of {', '.join(GRIDS)}")
     if variation_setup == setup:
@@ -313,7 +314,7 @@ def chapter_grids(*, dataset: str, max_length: int, train_size: int | None, widt
     return table1, SentimentGrid(dataset=dataset, max_length=max_length, train_size=train_size, width=width,
                                  setup=variation_setup, epochs=variation_epochs, layers=list(layers[:1]),
                                  methods=list(variation_methods), seeds=variation_seeds,
-                                 multiples=variation_multiples)
+                                 multiples=variation_multiples, grow=grow, tied_finals=tied_finals)
 
 
 def chapter_runs(grids: Mapping[str, "Grid"], analysed: str) -> pd.DataFrame:

@@ -143,10 +143,13 @@ def grid_runs(designs: Iterable[step_grid.Design]) -> dict[str, tuple[str, store
     """The distinct runs the grids train, by store key: ``{key: (kind, config)}``. A sweep run that is
     also a final run counts once, as ``grid.build`` trains it once; the count does not depend on
     which candidate the sweep chooses (every candidate's sweep seeds are trained, and the finals
-    add the other seeds), so the first candidate stands in for the choice."""
+    add the other seeds), so the first candidate stands in for the choice; with ``tied_finals`` every
+    candidate counts as tied (at most). Candidates a grid grows are not counted."""
     found: dict[str, tuple[str, store.Config]] = {}
     for design in designs:
-        chosen = {cell: design.candidates(cell)[0] for cell in design.cells}
+        candidates = {cell: list(design.candidates(cell)) for cell in design.cells}
+        chosen = {cell: step_grid.Choice(values[0], tuple(values) if design.tied_finals else (values[0],), values[0])
+                  for cell, values in candidates.items()}
         items = [(design.sweep_config, item) for item in design.sweep_items()]
         items += [(design.final_config, item) for item in design.final_items(chosen)]
         for make, item in items:

@@ -1,18 +1,23 @@
 """How chapter 04's sentiment tables and sentences look: the step sizes of a Table 1 grid's sweep, Table 1,
-the baselines, the pilots, the paper's Table 1 and the movement per parameter group in words. The
-numbers come from ``mdlib.experiments.sentiment``; these functions only show them."""
+the baselines, the pilots, the paper's Table 1, the movement per parameter group in words, the verdict at
+every tied pair of steps, the 2 x 2 and the embedding-scale series. The numbers come from
+``mdlib.experiments.sentiment``, ``allocation`` and ``estimates``; these functions only show them."""
 
 from __future__ import annotations
 
-from typing import Mapping
+import math
+from typing import Any, Mapping
 
 import pandas as pd
 
-from mdlib.experiments import methods, paper
+from mdlib.experiments import allocation, estimates, methods, paper
+from mdlib.experiments.estimates import Estimate, number_text
 from mdlib.experiments.methods import method
 from mdlib.experiments.sentiment import BASELINES
 
-__all__ = ["baseline_view", "movement_text", "paper_table1_view", "pilots_view", "steps_view", "table1_view"]
+__all__ = ["CONTRAST_NAMES", "allocation_runs_view", "baseline_view", "contrasts_view", "effective_steps_view", "movement_text",
+           "multiple_text", "paper_table1_view", "pilots_view", "series_reading", "series_view", "source_text",
+           "steps_view", "table1_view", "tied_view"]
 
 
 def movement_text(table: pd.DataFrame, names: Mapping[str, str]) -> str:
@@ -37,12 +42,12 @@ def steps_view(steps: pd.DataFrame) -> pd.DataFrame:
     lead = {"setup": steps.setup} if "setup" in steps else {}
     return pd.DataFrame(lead | {
         "layers": steps.layers, "method": [_method_name(k) for k in steps.method],
-        "× paper": [f"{m:g}" for m in steps.multiple], "lr": [f"{lr:.3g}" for lr in steps.lr],
+        "× paper": [multiple_text(m, "") for m in steps.multiple], "lr": [f"{lr:.3g}" for lr in steps.lr],
         "epochs": ["diverged" if d else f"{e:.0f}" + ("" if r else " (cap)")
                    for d, e, r in zip(steps.diverged, steps.epochs, steps.reached)],
         "training acc.": [f"{a:.1%}" if a == a else "–" for a in steps.train_accuracy],
         "validation acc.": [f"{a:.1%}" if a == a else "–" for a in steps.validation],
-        "chosen": ["✓" if c else "" for c in steps.chosen]})
+        "chosen": ["✓" if c else "tied" if t else "" for c, t in zip(steps.chosen, steps.get("tied", steps.chosen))]})
 
 
 def _mean_std(mean: float, std: float) -> str:
@@ -94,3 +99,138 @@ def paper_table1_view() -> pd.DataFrame:
                          **{methods.method_text(*methods.method(key)): [f"{r[key]:.2f}" for r in rows]
                             for key in ("1.1", "2", "3")},
                          "ℓ1.1 − GD": [f"{r['gap']:+.2f}" for r in rows]})
+
+
+#: How the book names the 2 x 2's contrasts (``estimates.CONTRASTS``).
+CONTRAST_NAMES = {
+    "gap": "ℓ1.1 − GD, one global step each",
+    "geometry": "geometry at GD's allocation: ℓ1.1 at GD's steps per tensor − GD",
+    "allocation": "allocation at GD's geometry: GD at ℓ1.1's steps per tensor − GD",
+    "geometry at ℓ1.1's allocation": "geometry at ℓ1.1's allocation: ℓ1.1 − GD at ℓ1.1's steps per tensor",
+    "allocation at ℓ1.1's geometry": "allocation at ℓ1.1's geometry: ℓ1.1 − ℓ1.1 at GD's steps per tensor",
+    "interaction": "interaction: the geometry's effect at ℓ1.1's allocation − at GD's"}
+
+
+def multiple_text(multiple: float, suffix: str = "×") -> str:
+    """A step's multiple as the book writes it: "1/3×", "1×", "3×", "1/9×"."""
+    if 0 < multiple < 1 and abs(1 / multiple - round(1 / multiple)) < 1e-6:
+        return f"1/{round(1 / multiple)}{suffix}"
+    return f"{multiple:g}{suffix}"
+
+
+def _interval(row: Mapping[str, Any]) -> str:
+    e = Estimate(row["value"], row["low"], row["high"], int(row["n"]), seeds_low=row.get("seeds_low", math.nan),
+                 seeds_high=row.get("seeds_high", math.nan))
+    return e.text() + (f" (seeds only [{number_text(e.seeds_low)}, {number_text(e.seeds_high)}])" if e.crossed else "")
+
+
+def tied_view(tied: pd.DataFrame, weights: Mapping[str, float]) -> pd.DataFrame:
+    """``estimates.tied_contrasts`` as the book shows it: one row per combination of tied steps, the
+    multiple of each method, whether it is the choices' own, the seeds and the contrast with its
+    intervals (points)."""
+    return pd.DataFrame({**{methods.arm_text(k): [multiple_text(m) for m in tied[f"multiple_{k}"]] for k in weights},
+                         "the choices": ["✓" if c else "" for c in tied.chosen],
+                         "seeds": tied.n.astype(int),
+                         "points (over seeds and sentences; seeds only)": [_interval(r) for _, r in tied.iterrows()]})
+
+
+def series_view(points: pd.DataFrame) -> pd.DataFrame:
+    """``allocation.series_points`` as the book shows it: one row per embedding std."""
+    first, second = estimates.COMPARED
+    return pd.DataFrame({
+        "σ": [f"{x:g}" for x in points.embedding_std],
+        "ℓ1.1 × (tied)": [f"{multiple_text(m)} ({', '.join(multiple_text(float(t)) for t in ties.split())})"
+                          for m, ties in zip(points[f"multiple_{first}"], points[f"tied_{first}"])],
+        "GD × (tied)": [f"{multiple_text(m)} ({', '.join(multiple_text(float(t)) for t in ties.split())})"
+                        for m, ties in zip(points[f"multiple_{second}"], points[f"tied_{second}"])],
+        "embedding steps, ℓ1.1 / GD": [f"{r:.2g}" for r in points.embedding_ratio],
+        "at the stop rule": [f"{r}/{n}" for r, n in zip(points.reached_runs, points.runs)],
+        "ℓ1.1 − GD (points)": [_interval(r) for _, r in points.iterrows()]})
+
+
+def series_reading(points: pd.DataFrame, trend: Estimate, against_ratio: Estimate) -> str:
+    """What the series says about the sign of ℓ1.1 − GD, in words that follow its numbers: where the
+    interval at a std in the regime excludes zero and on which side, whether the sign changes (only when a
+    std on each side excludes zero), and the std-level slopes against log10 of the std and of the
+    embedding-step ratio."""
+    kept = points[points.reached.astype(bool)]
+    capped = points[~points.reached.astype(bool)]
+    below = [f"{x:g}" for x, h in zip(kept.embedding_std, kept.high) if h < 0]
+    above = [f"{x:g}" for x, lo in zip(kept.embedding_std, kept.low) if lo > 0]
+    if below and above:
+        sign = (f"the sign of ℓ1.1 − GD changes with the embedding scale: GD is ahead at σ {' and '.join(below)} and "
+                f"ℓ1.1 at σ {' and '.join(above)}, each interval excluding zero")
+    else:
+        sides = ([f"GD is ahead at σ {' and '.join(below)}"] if below else []) + (
+            [f"ℓ1.1 is ahead at σ {' and '.join(above)}"] if above else [])
+        sign = ("no change of sign is shown: " + ("; ".join(sides) + ", and no std on the other side has an interval "
+                                                  "that excludes zero" if sides else
+                                                  "no std's interval excludes zero"))
+    slope = ("too few stds in the regime for a slope" if trend.low != trend.low else
+             f"the gap moves {trend.text()} points per tenfold std and {against_ratio.text()} per tenfold ratio of "
+             f"embedding steps (the stds as units, {trend.n} in the regime, t on {trend.n - 2} degrees of freedom), "
+             + ("a slope that excludes zero" if trend.low > 0 or trend.high < 0 else "a slope this design cannot tell "
+                "from zero"))
+    apart = (f"; at σ {' and '.join(f'{x:g}' for x in capped.embedding_std)} a chosen run stopped at the epoch cap, "
+             "out of the regime and not judged" if len(capped) else "")
+    return f"{sign}; {slope}{apart}"
+
+
+def contrasts_view(effects: Mapping[float, Mapping[str, Estimate]], names: Mapping[str, str]) -> pd.DataFrame:
+    """The 2 x 2's contrasts at each embedding std (``estimates.allocation_effects``), as the book shows them:
+    one row per contrast (``names``: key -> how the book names it), one column per std."""
+    rows = []
+    for key, name in names.items():
+        rows.append({"contrast": name} | {f"σ {std:g}": (f"{e[key].both_text()} (n = {e[key].n})" if e[key].n else "–")
+                                          for std, e in effects.items()})
+    return pd.DataFrame(rows)
+
+
+def effective_steps_view(table: pd.DataFrame) -> pd.DataFrame:
+    """``allocation.step_table`` as the book shows it: one row per (setup, method or arm), one column per
+    parameter group, each cell the effective step and, in brackets, its ratio to GD's in the same setup."""
+    cells = table.assign(cell=[f"{step:.2g} ({ratio:.2g}×)" if ratio == ratio else f"{step:.2g}"
+                               for step, ratio in zip(table.effective_step, table.vs_gd)])
+    wide = cells.pivot_table(index=["setup", "method"], columns="group", values="cell", aggfunc="first", sort=False)
+    wide = wide[list(dict.fromkeys(table.group))].reset_index()
+    lrs = table.groupby(["setup", "method"], sort=False).lr.first()
+    return pd.concat([pd.DataFrame({"setup": wide.setup, "method": [methods.arm_text(k) for k in wide.method],
+                                    "lr": [f"{lrs[s, k]:.2g}" for s, k in zip(wide.setup, wide.method)]}),
+                      wide.drop(columns=["setup", "method"])], axis=1)
+
+
+def allocation_runs_view(runs: pd.DataFrame) -> pd.DataFrame:
+    """The 2 x 2s' chosen runs (``allocation.two_by_two``, with ``embedding_std``) as the book shows them: one
+    row per std and method or arm, with its steps, the test accuracy at the stop rule and the best over
+    epochs (mean ± sd over seeds, %), the epochs (mean, and how many runs reached the stop rule) and the
+    validation accuracy."""
+    def shown(x: pd.Series) -> str:
+        return f"{100 * x.mean():.2f}" + (f" ± {100 * x.std():.2f}" if len(x) > 1 else "")
+
+    rows = []
+    for (std, key, steps), part in runs.groupby(["embedding_std", "method", "steps"], sort=False):
+        matched = (f"{multiple_text(part.multiple.iloc[0])} per tensor, matched to {methods.arm_text(allocation.ARMS[key][1])}'s"
+                   if key in allocation.ARMS else "")
+        rows.append({"σ": f"{std:g}", "method": methods.arm_text(key),
+                     "steps": matched or f"one global step, {multiple_text(part.multiple.iloc[0])} ({part.lr.iloc[0]:.2g})",
+                     "test acc. at the stop (%)": shown(part.last_test.dropna()),
+                     "best over epochs (%)": shown(part.best_test.dropna()),
+                     "epochs (reached / runs)": f"{part.epochs.mean():.0f} ({int(part.reached.sum())}/{len(part)})",
+                     "validation acc. (%)": shown(part.validation.dropna())})
+    return pd.DataFrame(rows)
+
+
+def source_text(record: Mapping[str, Any] | None, profile: str) -> str:
+    """Where the long profile's runs a page shows come from: trained by this execution (``record`` None), or
+    measured once by the build a committed record describes (its command, commit, time and CPU)."""
+    if record is None:
+        return f"here they were trained by this execution (profile {profile}), from its own runs"
+    commit = (record.get("git") or {}).get("commit") or "an unknown commit"
+    machine = (record.get("hardware") or {}).get("cpu") or "an unrecorded CPU"
+    values = record.get("parameters") or {}
+    layers = values.get("layers")
+    layers = " / ".join(map(str, layers)) if isinstance(layers, list) else layers
+    files = ", ".join(f"`data/{name}`" for name in allocation.COMMITTED.values())
+    return (f"this page reads them as measured once by `{record.get('command')}` at commit {commit[:12]} "
+            f"({str(record.get('time', ''))[:10]}, {machine}; {values.get('dataset')}, width {values.get('width')}, "
+            f"{layers} layers), committed as {files}; the overnight profile trains them again from its own runs")
