@@ -27,7 +27,8 @@
 # stop rule; at the paper's scale, the authors' setup) at this page's profile (or the one the
 # parameter `table1` names), read back from the results store, nothing retrained. We repeat the paper's count, with the count at initialization as the reference
 # it needs; then measure what training changed, $\Delta W = W - W(0)$, with scale-free measures that
-# no threshold or step size sets (the verdict); then prune: global magnitude pruning of the
+# no threshold or step size sets (the verdicts), against GD and against what $\ell_{1.1}$'s own
+# initialization predicts; then prune: global magnitude pruning of the
 # attention, MLP and classifier matrices (the smallest $|w|$ set to zero, from 0 to 95 % of their
 # entries, without retraining), and the test accuracy that survives. The embedding tables are left
 # out of the pruning: they are most of the model's weights, and on their own scale ($N(0, 1)$ in the
@@ -48,7 +49,7 @@ from myst_nb import glue
 
 from mdlib.book import artifacts, plots, provenance, scorecard
 from mdlib.experiments.methods import method
-from mdlib.experiments import analysis, estimates, paper, selection, sentiment, sparsity, train
+from mdlib.experiments import analysis, estimates, paper, selection, sentiment, sparsity, sparsity_null, train
 
 plots.set_theme()
 artifacts.glue_paper()
@@ -93,18 +94,23 @@ glue("w-threshold", f"{scaled:.3f}", display=False)
 # ## What training changed
 
 # %% tags=["hide-input"]
-change = sparsity.change_table(models, initial, top_fraction).merge(
+change = sparsity.change_table(models, initial, top_fraction).merge(sparsity_null.null_table(models, initial)).merge(
     grid.runs[grid.runs.chosen & (grid.runs.layers == depth)][["method", "seed", "epochs", "reached"]])
-summary = change.groupby("method", sort=False)[["top_share", "effective_density", "relative_change", "epochs"]].mean()
+summary = change.groupby("method", sort=False)[["top_share", "effective_density", "weighting_null_density",
+                                                 "relative_change", "epochs"]].mean()
 artifacts.save_table(change, "table-weights-change", styled=summary.rename(index=label).reset_index().style.format(
-    {"top_share": "{:.3f}", "effective_density": "{:.3f}", "relative_change": "{:.3f}", "epochs": "{:.0f}"})
-    .hide(axis="index"))
+    {"top_share": "{:.3f}", "effective_density": "{:.3f}", "weighting_null_density": "{:.3f}",
+     "relative_change": "{:.3f}", "epochs": "{:.0f}"}).hide(axis="index"))
 gap = estimates.density_gap(change)
 dual = estimates.density_gap(change, column="dual_density")
+beyond = estimates.weighting_gap(change)
 glue("w-density", " / ".join(f"{summary.loc[k, 'effective_density']:.3f}" for k in methods), display=False)
 glue("w-dual", " / ".join(f"{change[change.method == k].dual_density.mean():.3f}" for k in methods), display=False)
 glue("w-weighting", f"{change[change.method == '1.1'].weighting_density.mean():.3f}", display=False)
 glue("w-dual-gap", f"{dual.text(3)} ({dual.n} pairs)", display=False)
+glue("w-null", f"{change[change.method == '1.1'].weighting_null_density.mean():.3f}", display=False)
+glue("w-own", f"{summary.loc['1.1', 'effective_density']:.3f}", display=False)
+glue("w-density-gap-null", f"{beyond.text(3)} ({beyond.n} seeds)", display=False)
 glue("w-top", " / ".join(f"{summary.loc[k, 'top_share']:.3f}" for k in methods), display=False)
 glue("w-density-gap", f"{gap.text(3)} ({gap.n} pairs)", display=False)
 glue("w-methods", names, display=False)
@@ -117,24 +123,33 @@ glue("w-methods", names, display=False)
 # against its seed's initialization), measured without a threshold: the share of
 # $\lVert \Delta W \rVert_2^2$ held by the largest 1 % of its entries (higher: more concentrated),
 # the effective density $\lVert \Delta W \rVert_1^2 / (n \lVert \Delta W \rVert_2^2)$ (lower:
-# sparser; $2/\pi \approx 0.64$ for Gaussian noise), the size of the change, and the epochs
-# trained; means over seeds. Per seed, with the null's densities (the dual change, the init
-# weighting, their product): `_build/results/table-weights-change.csv`.
+# sparser; $2/\pi \approx 0.64$ for Gaussian noise), that of the model's init-weighting null (below;
+# for GD, Gaussian noise at each matrix's scale), the size of the change, and the epochs trained;
+# means over seeds. Per seed, with the densities of the dual change and of the init weighting:
+# `_build/results/table-weights-change.csv`.
 # ```
 #
 # Effective density of $\Delta W$ ({glue:text}`w-methods`): {glue:text}`w-density`; top-1 % share:
 # {glue:text}`w-top`. $\ell_{1.1}$ minus GD in effective density, seed by seed, with a paired 95 %
 # interval: {glue:text}`w-density-gap` (negative: $\ell_{1.1}$'s change is sparser).
 #
-# **Against its null.** Mirror descent sums its steps in the dual: $\Delta u = m(W) - m(W(0)) =
-# -\eta \sum_k g_k$ exactly, and to first order $\Delta W = |W(0)|^{2-p} \Delta u / (p-1)$. So even
-# summed gradients as dense as GD's give $\ell_{1.1}$ a sparser $\Delta W$, weighted by the initial
-# magnitudes $|W(0)|^{0.9}$: for the authors' uniform matrices the weighting alone has an effective
-# density of {glue:text}`w-weighting` (2.8 / 1.9² ≈ 0.78 in theory), and it multiplies the density of
-# what it weights when the two are independent. Whether $\ell_{1.1}$'s change is sparser *beyond*
-# its initialization is the density of its dual change $\Delta u$ (GD's is its $\Delta W$):
-# {glue:text}`w-dual` ({glue:text}`w-methods`); $\ell_{1.1}$ minus GD, seed by seed:
-# {glue:text}`w-dual-gap`. The verdict (below) says which of the two the sparser $\Delta W$ is.
+# **Against its own null.** Mirror descent sums its steps in the dual: $\Delta u = m(W) - m(W(0)) =
+# -\eta \sum_k g_k$ exactly, $W = m^{-1}(m(W(0)) + \Delta u)$, and to first order
+# $\Delta W = |W(0)|^{2-p} \Delta u / (p-1)$. So even summed gradients without any structure give
+# $\ell_{1.1}$ a sparser $\Delta W$, weighted by the initial magnitudes $|W(0)|^{0.9}$ (for the
+# authors' uniform matrices the weighting alone has an effective density of
+# {glue:text}`w-weighting`; 2.8 / 1.9² ≈ 0.78 in theory). The null of each $\ell_{1.1}$ model is its
+# own change with the dual change replaced by unstructured noise:
+# $\Delta W_\text{null} = m^{-1}(m(W(0)) + \xi) - W(0)$, $\xi$ independent Gaussian at each matrix's
+# root-mean-square dual change (the mean of seeded draws). It keeps the model's initialization, the
+# exact map and how far each matrix moved, and removes only the structure of the dual change within
+# the matrices; noise rather than a shuffle of $\Delta u$, which would keep the dual change's own
+# concentration and count it as the weighting's. Effective density of $\ell_{1.1}$'s $\Delta W$:
+# {glue:text}`w-own`; of its null: {glue:text}`w-null`; $\Delta W$ minus its null, seed by seed (the
+# same model, the same initialization): {glue:text}`w-density-gap-null` (negative: sparser than the weighting
+# predicts). {glue:text}`w-null-reading` Beside it, not judged: the density of the dual change
+# $\Delta u$ itself (GD's is its $\Delta W$), {glue:text}`w-dual` ({glue:text}`w-methods`);
+# $\ell_{1.1}$ minus GD, seed by seed: {glue:text}`w-dual-gap`.
 
 # %% tags=["hide-input"]
 colors = {k: plots.method_color(*method(k)) for k in methods} | {"init": "0.6"}
@@ -174,7 +189,9 @@ for s in (0.5, 0.8, 0.9):
          else "not measured", display=False)
 glue("prune-loss-90", " / ".join(f"{100 * (kept[k, 0.0] - kept[k, 0.9]):.1f}" for k in methods)
      if {0.0, 0.9} <= set(sparsities) else "not measured", display=False)
-glue("w-verdict", scorecard.verdicts("06_weights"), display=False)
+found = scorecard.chapter_rows("06_weights")
+glue("w-verdict", scorecard.verdicts_text(found), display=False)
+glue("w-null-reading", scorecard.weighting_reading(found), display=False)
 glue("w-gate", selection.gate_text(grid, depth), display=False)
 
 # %% [markdown]
@@ -201,9 +218,11 @@ glue("w-gate", selection.gate_text(grid, depth), display=False)
 # many weights training pushed past it. It also grows with the step size and the length of
 # training, not only with the geometry: the methods here train with different step sizes, so the
 # count is shown, not judged. **The change itself.** The scale-free measures of $W - W(0)$ do not
-# depend on a threshold or on the size of the change; the verdict compares the effective density
-# seed by seed. A sparser learned change under $\ell_{1.1}$ shows as a smaller density and a larger
-# top share than GD's. **The pruning.** The accuracy a method keeps at high sparsity of its matrices,
+# depend on a threshold or on the size of the change; the verdicts compare the effective density
+# seed by seed, with GD's and with $\ell_{1.1}$'s own init-weighting null. A sparser change than
+# GD's is not yet a sparser learned change: the initial magnitudes weight $\ell_{1.1}$'s steps
+# whatever it learns, and only a change sparser than its null is sparser than that weighting
+# predicts. **The pruning.** The accuracy a method keeps at high sparsity of its matrices,
 # relative to its own unpruned accuracy, is the measurement that matters for "sparser weights".
 # **What it does not show.** No retraining after pruning (which is how pruning is used in practice)
 # and one pruning criterion; at the default profile narrow models on short sentences, and the

@@ -31,6 +31,19 @@ def test_paired_matches_scipy_and_pairs_only_shared_seeds():
     assert gap.detectable == pytest.approx((t.ppf(0.975, 3) + t.ppf(0.8, 3)) * gap.sd / 2)
 
 
+def test_weighting_gap_pairs_each_l11_model_with_its_own_null():
+    """ℓ1.1's ΔW density minus its own init-weighting null's, model by model (scipy's paired t); GD's rows and
+    a model without a null value are left out."""
+    frame = pd.DataFrame({"method": [1.1, 1.1, 1.1, 1.1, 2.0], "seed": [0, 1, 2, 3, 0],
+                          "effective_density": [0.30, 0.25, 0.41, 0.33, 0.9],
+                          "weighting_null_density": [0.35, 0.31, 0.40, float("nan"), 0.1]})
+    gap = estimates.weighting_gap(frame)
+    ci = scipy_stats.ttest_rel([0.30, 0.25, 0.41], [0.35, 0.31, 0.40]).confidence_interval(0.95)
+    assert gap.n == 3 and gap.value == pytest.approx(np.mean([-0.05, -0.06, 0.01]))
+    assert (gap.low, gap.high) == pytest.approx((ci.low, ci.high))
+    assert estimates.weighting_gap(frame, method="2").n == 1
+
+
 def test_entropy_gap_is_gd_minus_l11_and_keys_read_as_numbers_match():
     frame = models({1.1: [0.50, 0.52, 0.49], 2.0: [0.55, 0.56, 0.50]}, "entropy")  # a CSV read 1.1 as a number
     gap = estimates.entropy_gap(frame)

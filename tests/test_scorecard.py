@@ -16,6 +16,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as scipy_stats
 
 from conftest import HTML, raw_html
 from mdlib.book import artifacts, evidence, layout, provenance, scorecard, scorecard_page, verdicts
@@ -272,14 +273,25 @@ def null(method: str, density: float) -> dict:
     return {"dual_density": min(density / weighting, 1.0), "weighting_density": weighting, "null_density": density}
 
 
-def kqv(folder, scenario):
-    small = {HOLDS: (0.30, 0.33, 0.31), DIFFERS: (0.60, 0.63, 0.61), INCONCLUSIVE: (0.40, 0.60, 0.50),
-             SMALLER: (0.50, 0.53, 0.49), NOT_MEASURED: (0.30, 0.33, 0.31)}[scenario]
+#: ℓ1.1's effective density of ΔW and its init-weighting null per seed, by the outcome both K/Q/V rows give:
+#: against GD (0.50, 0.52, 0.51) and against the null, ΔW minus the null's density (the paper's 23 % of a
+#: null of 0.5 is −0.12: SMALLER's interval excludes it, INCONCLUSIVE's holds it).
+KQV = {HOLDS: ((0.30, 0.33, 0.31), (0.42, 0.44, 0.40)), DIFFERS: ((0.60, 0.63, 0.61), (0.50, 0.52, 0.49)),
+       INCONCLUSIVE: ((0.40, 0.60, 0.50), (0.50, 0.50, 0.50)), SMALLER: ((0.50, 0.53, 0.49), (0.50, 0.52, 0.50)),
+       NOT_MEASURED: ((0.30, 0.33, 0.31), (0.42, 0.44, 0.40))}
+
+
+def kqv(folder, scenario, nulls: bool = True):
+    """Chapter 06's change table (``nulls=False``: one from before the init-weighting null was measured, its
+    column empty as ``fixtures/make_results.py`` leaves it)."""
+    small, own = KQV[scenario]
     sentiment_runs(folder, HIGH, LOW, reached=scenario != NOT_MEASURED)
-    save(folder, "table-weights-change", pd.DataFrame(
-        [{"method": m, "seed": s, "top_share": 0.1, "effective_density": x, "relative_change": 1.0,
-          **null(m, x), "epochs": 10, "reached": True}
-         for m, values in (("1.1", small), ("2", (0.50, 0.52, 0.51))) for s, x in enumerate(values)]))
+    rows = [{"method": m, "seed": s, "top_share": 0.1, "effective_density": x, "relative_change": 1.0,
+             **null(m, x), "weighting_null_density": n, "epochs": 10, "reached": True}
+            for m, values, nulls_of in (("1.1", small, own), ("2", (0.50, 0.52, 0.51), (0.6,) * 3))
+            for s, (x, n) in enumerate(zip(values, nulls_of))]
+    frame = pd.DataFrame(rows)
+    save(folder, "table-weights-change", frame if nulls else frame.assign(weighting_null_density=np.nan))
     save(folder, "table-weights-kqv", pd.DataFrame(
         [{"method": m, "seed": s, "K": c, "Q": c, "V": c, "K > 0.06": 9, "Q > 0.06": 9, "V > 0.06": 9}
          for m, c in (("init", 0), ("1.1", 5), ("2", 9)) for s in range(3)]))
@@ -364,7 +376,7 @@ def test_each_rule_flips_between_its_outcomes(results, claim, scenario):
     WRITERS[claim](results, scenario)
     text = scorecard_page.page(results, profile="smoke")
     rows = rows_of(text, claim)
-    assert len(rows) == (2 if WRITERS[claim] is allocation else 1)  # the 2 x 2: geometry and allocation
+    assert len(rows) == (2 if WRITERS[claim] in (allocation, kqv) else 1)  # the 2 x 2; K/Q/V: GD and its null
     for row in rows:
         assert verdict_of(row[4]) == scenario, row
         if scenario == NOT_MEASURED:  # says why, and not because a file is missing
@@ -405,6 +417,47 @@ def test_interval_rule_s_four_outcomes_on_crafted_numbers():
     assert verdicts.sparser_rule(-0.02, 0.03, seeds=3, paper_effect=-0.1).outcome == SMALLER
     assert verdicts.sparser_rule(-0.12, 0.03, seeds=3, paper_effect=-0.1).outcome == INCONCLUSIVE
     assert verdicts.sparser_rule(-0.12, -0.03, seeds=3, paper_effect=-0.1).outcome == HOLDS
+    # beyond the init weighting: the same reading of ΔW minus its null, in its own words
+    for (low, high), outcome in (((-0.12, -0.03), HOLDS), ((0.01, 0.03), DIFFERS), ((-0.02, 0.03), SMALLER),
+                                 ((-0.12, 0.03), INCONCLUSIVE)):
+        verdict = verdicts.weighting_rule(low, high, seeds=3, paper_effect=-0.1)
+        assert (verdict.outcome, verdict.why) == (outcome, verdicts.WEIGHTING_READS[outcome])
+
+
+@pytest.mark.parametrize("scenario", [HOLDS, DIFFERS, SMALLER, INCONCLUSIVE])
+def test_kqv_judges_l11_against_its_own_init_weighting_null(results, scenario):
+    """K/Q/V has a second row: ℓ1.1's ΔW against its own init-weighting null, paired by seed, whose verdict says
+    in words whether the change is sparser than the weighting predicts, with its smallest detectable effect;
+    the chapter's reading follows it. The GD row no longer judges the dual change."""
+    kqv(results, scenario)
+    found = [r for r in scorecard.rows(results, profile="smoke") if r.short.startswith("K/Q/V")]
+    assert [r.short for r in found] == ["K/Q/V sparsity (against GD)", "K/Q/V sparsity (against its init-weighting null)"]
+    gd, own = found
+    assert gd.verdict.why == "" and own.verdict.why == verdicts.WEIGHTING_READS[scenario]
+    small, nulls = KQV[scenario]
+    differences = np.subtract(small, nulls)
+    low, high = scipy_stats.ttest_1samp(differences, 0).confidence_interval(0.95)
+    assert (own.effect.estimate, own.effect.low, own.effect.high) == pytest.approx((differences.mean(), low, high))
+    assert own.effect.paper == pytest.approx(verdicts.KQV_PAPER_REDUCTION * np.mean(nulls))
+    assert own.effect.direction == -1 and math.isfinite(own.effect.detectable)
+    assert f"its init-weighting null {np.mean(nulls):.3f}" in own.ours
+    text = scorecard.verdicts_text(found)
+    assert f"(against its init-weighting null): {scorecard.said(own)} ({verdicts.WEIGHTING_READS[scenario]})" in text
+    reading = scorecard.weighting_reading(found)
+    assert ("sparser than its init weighting predicts:" in reading) == (scenario == HOLDS)
+    assert ("no sparser than its init weighting predicts" in reading) == (scenario == SMALLER)
+    assert ("cannot tell" in reading) == (scenario == INCONCLUSIVE)
+
+
+def test_kqv_without_the_null_is_not_measured_against_it_and_still_judged_against_gd(results):
+    """A build from before the null (the smoke fixture's): the null row says why it is not measured."""
+    kqv(results, HOLDS, nulls=False)
+    gd, own = rows_of(scorecard_page.page(results, profile="smoke"), CLAIM["kqv"])
+    assert verdict_of(gd[4]) == HOLDS
+    assert verdict_of(own[4]) == NOT_MEASURED and "no init-weighting null (weighting_null_density)" in own[4]
+    assert "not measured" in scorecard.weighting_reading(scorecard.rows(results, profile="smoke"))
+    assert verdicts.weighting_rule(-0.12, -0.03, seeds=1).outcome == NOT_MEASURED
+    assert verdicts.weighting_rule(-0.12, -0.03, seeds=3, unfinished="a run").outcome == NOT_MEASURED
 
 
 def full_folder(folder: Path) -> Path:

@@ -101,7 +101,7 @@ _SERIES = {"embedding_std": Column("number", 0), "multiple_1.1": NONNEGATIVE, "m
            **_INTERVAL}
 
 #: The null of a sparsity measure (``sparsity.change_table``): the dual change's density, the init weighting's
-#: and their product.
+#: and their product. Chapter 06's table adds each model's init-weighting null (``sparsity_null.null_table``).
 _NULL = {"dual_density": maybe(SHARE), "weighting_density": maybe(SHARE), "null_density": maybe(SHARE)}
 
 TABLES: dict[str, Table] = {
@@ -165,7 +165,8 @@ TABLES: dict[str, Table] = {
     # 06: weights
     "table-weights-change": Table({"method": LABEL, "seed": COUNT, "top_share": maybe(SHARE),
                                    "effective_density": maybe(SHARE), "relative_change": maybe(NONNEGATIVE),
-                                   **_NULL, "epochs": COUNT, "reached": FLAG}, ("method", "seed"), "model"),
+                                   **_NULL, "weighting_null_density": maybe(SHARE), "epochs": COUNT,
+                                   "reached": FLAG}, ("method", "seed"), "model"),
     "table-weights-kqv": Table({"method": LABEL, "seed": COUNT, "K": COUNT, "Q": COUNT, "V": COUNT,
                                 "K > 0.06": COUNT, "Q > 0.06": COUNT, "V > 0.06": COUNT}, ("method", "seed"), "model"),
     "fig-pruning": Table({"method": LABEL, "seed": COUNT, "sparsity": SHARE, "test_accuracy": SHARE},

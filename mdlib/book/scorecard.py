@@ -29,14 +29,13 @@ from mdlib.book.verdicts import (COST_BAND, DIFFERS, E2_MIN_POINTS, HOLDS, INCON
                                  Effect, Verdict, allocation_rule, concentration_rule, cost_rule, e1_rule, e2_norm_rule,
                                  e2_rate_rule,
                                  e3_rule, interval_rule, not_measured, parity_rule, pruning_rule, series_rule,
-                                 sparser_rule, table1_rule,
-                                 token_rule)
+                                 sparser_rule, table1_rule, token_rule, weighting_rule)
 from mdlib.experiments import estimates, methods, paper
 from mdlib.experiments.estimates import Estimate
 from mdlib.experiments.stats import seeds_for_half_width
 
 __all__ = ["CLAIMS", "FRAGILE", "RESAMPLES", "Row", "STABLE_SHARE", "Stability", "chapter_rows", "reference", "rows",
-           "said", "table1_parts", "table1_reading", "verdicts", "verdicts_text"]
+           "said", "table1_parts", "table1_reading", "verdicts", "verdicts_text", "weighting_reading", "KQV_PARTS"]
 
 
 @dataclass(frozen=True)
@@ -438,6 +437,7 @@ def _concentration(r: Results):
 
 
 def _kqv(r: Results):
+    """K/Q/V: ℓ1.1 against GD, and ℓ1.1 against its own init-weighting null (``_weighting_part``)."""
     change = r.csv("table-weights-change", ["method", "seed", "effective_density"])
     change = change.assign(method=change.method.map(estimates.key_of))
     density = change.groupby("method").effective_density.mean()
@@ -446,10 +446,9 @@ def _kqv(r: Results):
     gap = estimates.density_gap(change)
     paper_effect = KQV_PAPER_REDUCTION * density[methods.GD]
     unreached, _, setup = _sentiment_gates(r)
-    null, beyond = _null_text(change, methods.GD, "GD")
     ours = (f"effective density of ΔW: ℓ1.1 {density[methods.L1_1]:.3f}, GD {density[methods.GD]:.3f}; ℓ1.1 − GD "
             f"{gap.text(3)} (paired, n = {gap.n}; models: {setup}); the paper's {-100 * KQV_PAPER_REDUCTION:.0f} % "
-            f"reduction here: {estimates.number_text(paper_effect, 3)}; {null}")
+            f"reduction here: {estimates.number_text(paper_effect, 3)}")
     counts = r.csv("table-weights-kqv", ["method", "seed", "K", "Q", "V"])
     counts = counts.assign(method=counts.method.map(estimates.key_of), total=counts.K + counts.Q + counts.V)
     totals = counts.groupby("method").total.mean()
@@ -457,9 +456,43 @@ def _kqv(r: Results):
         ours += (f"; K + Q + V above the scaled threshold (not judged): ℓ1.1 {totals[methods.L1_1]:.0f}, "
                  f"GD {totals[methods.GD]:.0f}")
     unfinished = f"{unreached} sentiment run(s) did not reach the stop rule" if unreached else ""
-    return [_Part(None, ours, sparser_rule(gap.low, gap.high, gap.n, unfinished, paper_effect, beyond),
+    return [_Part(KQV_PARTS["gd"], ours, sparser_rule(gap.low, gap.high, gap.n, unfinished, paper_effect),
                   effect=_effect(gap, "effective density, ℓ1.1 − GD", direction=-1, paper=paper_effect),
-                  headline=_headline(gap, " density (ℓ1.1 − GD)", 3))]
+                  headline=_headline(gap, " density (ℓ1.1 − GD)", 3)),
+            _weighting_part(change, unfinished, setup)]
+
+
+#: The K/Q/V claim's rows: ℓ1.1 against GD, and against its own init-weighting null.
+KQV_PARTS = {"gd": "against GD", "null": "against its init-weighting null"}
+#: What the paper says on the init-weighting null's scale.
+_NULL_PAPER = ("no such control: the paper's counts compare ℓ1.1's weights with GD's; its "
+               f"{-100 * KQV_PAPER_REDUCTION:.0f} % fewer entries above 0.06 read as the same relative reduction "
+               "of the null's density")
+
+
+def _weighting_part(change: pd.DataFrame, unfinished: str, setup: str) -> _Part:
+    """ℓ1.1's ΔW against its own init-weighting null (``estimates.weighting_gap``), judged by ``weighting_rule``;
+    the dual change and the weighting's density beside it (not judged)."""
+    name, column = KQV_PARTS["null"], estimates.WEIGHTING_NULL
+    own = change[change.method == methods.L1_1]
+    if column not in change or own[column].isna().all():
+        why = f"table-weights-change.csv has no init-weighting null ({column}): a build from before it was measured"
+        return _Part(name, "the init-weighting null is not measured", not_measured(why), _NULL_PAPER)
+    gap = estimates.weighting_gap(change)
+    null = float(own[column].mean())
+    paper_effect = KQV_PAPER_REDUCTION * null
+    ours = (f"effective density of ℓ1.1's ΔW {own.effective_density.mean():.3f}, of its init-weighting null "
+            f"{null:.3f} (the same models' ΔW with the dual change replaced by unstructured noise at each matrix's "
+            f"scale); ΔW − null {gap.text(3)} (paired, n = {gap.n}; models: {setup}); the paper's "
+            f"{-100 * KQV_PAPER_REDUCTION:.0f} % reduction of the null here: {estimates.number_text(paper_effect, 3)}")
+    if {"dual_density", "weighting_density"} <= set(change) and own.dual_density.notna().any():
+        dual = estimates.density_gap(change, methods.GD, "dual_density")
+        ours += (f"; not judged: ℓ1.1's dual change m(W) − m(W(0)) has density {own.dual_density.mean():.3f} "
+                 f"(unstructured Gaussian noise: {2 / math.pi:.3f}; ℓ1.1 − GD's ΔW {dual.text(3)}, paired), its "
+                 f"weighting |W(0)|^0.9 {own.weighting_density.mean():.3f}")
+    return _Part(name, ours, weighting_rule(gap.low, gap.high, gap.n, unfinished, paper_effect), _NULL_PAPER,
+                 _effect(gap, "effective density, ℓ1.1's ΔW − its init-weighting null", direction=-1, paper=paper_effect),
+                 _headline(gap, " density (ℓ1.1's ΔW − its null)", 3))
 
 
 def _null_text(change: pd.DataFrame, baseline: str, name: str) -> tuple[str, str]:
@@ -632,7 +665,8 @@ CLAIMS = [
            paper.CLAIMS["table-token-selection"], "table-token-selection", _tokens),
     _Claim("Attention concentration: ℓ1.1's [CLS] attention is sharper than GD's",
            "sharper, less diffuse attention (the rebuttal; no number)", "fig-token-concentration", _concentration),
-    _Claim("K/Q/V sparsity: ℓ1.1 changes the key, query and value weights more sparsely than GD",
+    _Claim("K/Q/V sparsity: ℓ1.1 changes the key, query and value weights more sparsely than GD, and than its "
+           "init weighting alone predicts",
            paper.CLAIMS["table-weights-change"], "table-weights-change", _kqv),
     _Claim("Pruning (new analysis): ℓ1.1 keeps more test accuracy than GD when half the matrices are pruned",
            "not in the paper", "fig-pruning", _pruning),
@@ -772,6 +806,29 @@ def table1_reading(found: list[Row]) -> str:
                              + (" (a lean, not settled: the verdict is fragile or turns at a tied step)" if lean else ""))
     text = "; ".join(sentences)
     return text[:1].upper() + text[1:] + "."
+
+
+_WEIGHTING_READS = {
+    HOLDS: "ℓ1.1's change of the key, query and value weights is sparser than its init weighting predicts: its "
+           "dual change (the summed gradients) is itself concentrated within the matrices, on few entries or on "
+           "those the weighting favours, so the initial magnitudes do not account for all of its sparsity (whether "
+           "GD's summed gradients are as concentrated is not judged: the dual change's density is shown beside it)",
+    DIFFERS: "ℓ1.1's change is denser than its init-weighting null: its dual change is spread more evenly than "
+             "unstructured noise, so the weighting by the initial magnitudes accounts for all of its sparsity",
+    SMALLER: "ℓ1.1's change is no sparser than its init weighting predicts, by the paper's margin: any sparsity "
+             "beyond the weighting by the initial magnitudes is smaller than the paper's effect",
+    INCONCLUSIVE: "this design cannot tell whether ℓ1.1's change is sparser than its init weighting predicts",
+}
+
+
+def weighting_reading(found: list[Row]) -> str:
+    """What chapter 06's comparison of ℓ1.1's ΔW with its init-weighting null lets a reader conclude, in words
+    that follow the row's outcome (a fragile one read as a lean, an unmeasured one as nothing)."""
+    row = next((r for r in found if r.short.endswith(f"({KQV_PARTS['null']})")), None)
+    if row is None or row.verdict.outcome not in _WEIGHTING_READS:
+        return "ℓ1.1's change against its init-weighting null is not measured at this profile."
+    text = _WEIGHTING_READS[row.verdict.outcome]
+    return text[:1].upper() + text[1:] + (f" (a lean, not settled: the verdict is {FRAGILE})" if row.fragile else "") + "."
 
 
 def table1_stability(found: list[Row]) -> str:

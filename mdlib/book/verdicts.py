@@ -22,7 +22,8 @@ __all__ = ["COST_BAND", "DIFFERS", "E3_CLOSE", "E3_FAR", "Effect", "HOLDS", "INC
            "allocation_rule",
            "NOT_MEASURED", "PARITY_MARGIN", "PRUNE_AT", "RULES", "SMALLER", "Verdict", "concentration_rule",
            "cost_rule", "e1_rule", "e2_norm_rule", "e2_rate_rule", "e3_rule", "interval_rule", "not_measured",
-           "parity_rule", "pruning_rule", "sparser_rule", "table1_rule", "token_rule"]
+           "parity_rule", "pruning_rule", "sparser_rule", "table1_rule", "token_rule", "WEIGHTING_READS",
+           "weighting_rule"]
 
 HOLDS, DIFFERS, INCONCLUSIVE, NOT_MEASURED = "holds", "differs", "inconclusive", "not measured at this profile"
 SMALLER = "smaller than the paper's"
@@ -304,9 +305,10 @@ KQV_PAPER_REDUCTION = sum(paper.KQV_ABOVE[methods.L1_1]) / sum(paper.KQV_ABOVE[m
        "beside it, not judged: they follow the step size and the training length. Against its null: mirror "
        "descent sums its steps in the dual, Δu = m(W) − m(W(0)), and ΔW ≈ |W(0)|^(2−p) Δu / (p − 1), so the "
        "initial magnitudes alone make ΔW sparser than Δu (for a uniform W(0) at p = 1.1, by a factor of about "
-       "0.78 in effective density); the verdict says whether ℓ1.1's dual change is itself sparser than the "
-       "baseline's change (paired 95 % t interval below 0: sparser beyond the init weighting), and the row shows "
-       "the density the weighting alone predicts. " + _DETECTABLE)
+       "0.78 in effective density). For K/Q/V the row beside it judges ℓ1.1's ΔW against its own init-weighting "
+       "null (the rule \"Sparsity beyond the init weighting\"); for the ViT the verdict says whether ℓ1.1's dual "
+       "change is itself sparser than Adam's change (paired 95 % t interval below 0: sparser beyond the init "
+       "weighting), and the row shows the density the weighting alone predicts. " + _DETECTABLE)
 def sparser_rule(low: float, high: float, seeds: int, unfinished: str = "", paper_effect: float = math.nan,
                  beyond: str = "") -> Verdict:
     """``unfinished``: why the models are not trained to the end ("" when they are); ``paper_effect``: the
@@ -318,6 +320,38 @@ def sparser_rule(low: float, high: float, seeds: int, unfinished: str = "", pape
         return not_measured(unfinished)
     verdict = interval_rule(-high, -low, -paper_effect)
     return verdict if verdict.outcome == NOT_MEASURED else Verdict(verdict.outcome, beyond)
+
+
+#: How ``weighting_rule`` says each outcome in words (the verdict's clause).
+WEIGHTING_READS = {HOLDS: "sparser than its init weighting predicts",
+                   DIFFERS: "no sparser than its init weighting predicts: denser than its null",
+                   SMALLER: "no sparser than its init weighting predicts by the paper's margin",
+                   INCONCLUSIVE: "cannot tell whether it is sparser than its init weighting predicts"}
+
+
+@_rule("Sparsity beyond the init weighting (K/Q/V)",
+       "Mirror descent sums its steps in the dual, Δu = m(W) − m(W(0)), and W = m⁻¹(m(W(0)) + Δu): to first order "
+       "ΔW = |W(0)|^(2−p) Δu / (p − 1), so the initial magnitudes alone make ℓ1.1's ΔW sparser than what it "
+       "learned. The null of each ℓ1.1 model is its own change with the dual change replaced by unstructured "
+       "noise, m⁻¹(m(W(0)) + ξ) − W(0), ξ independent Gaussian at each matrix's root-mean-square dual change "
+       "(the mean over seeded draws): it keeps the initialization, the exact map and how "
+       "far each matrix moved, and removes only the structure of the dual change within the matrices (its "
+       "concentration on few entries, or on the entries the weighting favours: training's, not the "
+       "initialization's). Per seed, the effective density of ℓ1.1's ΔW of the key, query and value matrices "
+       "minus its null's (the same model, the same initialization), with the paired 95 % t interval. Holds ("
+       f"{WEIGHTING_READS[HOLDS]}) when it lies below 0; differs ({WEIGHTING_READS[DIFFERS]}) when above; "
+       + SMALLER_SENTENCE.format(null="0", paper=f"{WEIGHTING_READS[SMALLER]}: its {-100 * KQV_PAPER_REDUCTION:.0f} "
+                                                 "% fewer entries above 0.06 read as the same relative reduction of "
+                                                 "the null's density")
+       + ". Not measured with fewer than 2 seeds, when a run did not reach the stop "
+       "rule, or when the build has no null. " + _DETECTABLE)
+def weighting_rule(low: float, high: float, seeds: int, unfinished: str = "",
+                   paper_effect: float = math.nan) -> Verdict:
+    """ℓ1.1's ΔW density minus its init-weighting null's, paired by seed: ``sparser_rule``'s outcome, said in
+    the words of ``WEIGHTING_READS``. ``unfinished``: why the models are not trained to the end ("" when they
+    are); ``paper_effect``: the paper's reduction on this scale (negative), NaN when none."""
+    verdict = sparser_rule(low, high, seeds, unfinished, paper_effect)
+    return verdict if verdict.outcome == NOT_MEASURED else Verdict(verdict.outcome, WEIGHTING_READS[verdict.outcome])
 
 
 PRUNE_AT = 0.5
@@ -373,5 +407,5 @@ def cost_rule(intervals: Iterable[tuple[float, float]]) -> Verdict:
                   holds=all(lo <= low and high <= hi for low, high in intervals))
 
 
-RULES = [e1_rule, e2_norm_rule, e2_rate_rule, e3_rule, table1_rule, allocation_rule, series_rule, token_rule, concentration_rule,
-         sparser_rule, pruning_rule, parity_rule, cost_rule]
+RULES = [e1_rule, e2_norm_rule, e2_rate_rule, e3_rule, table1_rule, allocation_rule, series_rule, token_rule,
+         concentration_rule, sparser_rule, weighting_rule, pruning_rule, parity_rule, cost_rule]

@@ -11,6 +11,7 @@ shared by every seed: ``stats.clustered_rate``).
 - ``win_rate``: token selection, ℓ1.1's share of the non-tied sentences, the mean of the per-seed rates;
 - ``entropy_gap``: attention concentration, GD minus ℓ1.1 in normalized entropy of the [CLS] row;
 - ``density_gap``: sparsity, ℓ1.1 minus the baseline in the effective density of ΔW;
+- ``weighting_gap``: sparsity against its init-weighting null, ℓ1.1's ΔW minus its own null's density;
 - ``pruned_gap``: pruning, ℓ1.1 minus GD in points after magnitude pruning at one sparsity;
 - ``parity_gaps``: ViT parity, each mirror-descent exponent minus Adam in points.
 
@@ -34,7 +35,7 @@ from mdlib.experiments.stats import (clustered_rate, crossed_interval, detectabl
 __all__ = ["COMPARED", "CONTRASTS", "Estimate", "accuracy_gaps", "allocation_effects", "below_floor", "contrast", "crossed",
            "density_gap", "depths_text", "edges_text", "entropy_gap", "key_of", "keyed", "number_text", "PAIRED_SD_SEEN", "paired",
            "parity_gaps", "power_text", "TARGET_HALF_WIDTH", "pruned_gap", "scale_trend", "step_edges", "tied_contrasts",
-           "unreached", "win_rate"]
+           "unreached", "WEIGHTING_NULL", "weighting_gap", "win_rate"]
 
 #: The two methods every sentiment claim compares: ℓ1.1 mirror descent and GD (ℓ2).
 COMPARED = (methods.L1_1, methods.GD)
@@ -382,6 +383,23 @@ def density_gap(change: pd.DataFrame, baseline: str = methods.GD, column: str = 
     (``sparsity.change_table``; the baseline's is its ΔW): whether ℓ1.1's summed gradients are sparser
     themselves, beyond the weighting by the initial magnitudes that turns them into ΔW."""
     return paired(change, COMPARED[0], baseline, column)
+
+
+#: The column of ``sparsity.change_table``'s rows that holds each model's init-weighting null
+#: (``sparsity_null.null_table``).
+WEIGHTING_NULL = "weighting_null_density"
+
+
+def weighting_gap(change: pd.DataFrame, method: str = COMPARED[0], null: str = WEIGHTING_NULL) -> Estimate:
+    """Sparsity beyond the init weighting: ``method``'s (ℓ1.1's) effective density of ΔW minus that of its own
+    null (``sparsity_null.null_table``: the same model's ΔW with the dual change replaced by unstructured
+    noise at each matrix's scale), model by model (the same seed, the same initialization), with the paired t
+    interval over the seeds (negative: ΔW is sparser than the init weighting predicts). Models without a
+    null value are left out."""
+    rows = change[keyed(change.method) == method]
+    sides = pd.concat([rows.assign(side="change", density=rows.effective_density),
+                       rows.assign(side="null", density=rows[null])], ignore_index=True)
+    return paired(sides.dropna(subset=["density"]), "change", "null", "density", by="side")
 
 
 def pruned_gap(curves: pd.DataFrame, sparsity: float) -> Estimate:

@@ -50,7 +50,8 @@ def change_table(models: Mapping[tuple[str, int], nn.Module], initial: Mapping[i
     (GD, Adam and any method but ℓ_p mirror descent: of ΔW itself), ``weighting_density`` that of
     |W(0)|^(2-p) (1 at p = 2; about 0.78 for uniform W(0) at p = 1.1), and ``null_density`` their product:
     the density ΔW would have if the weighting were independent of Δu (the density of a product of
-    independent factors is the product of theirs)."""
+    independent factors is the product of theirs). It keeps Δu's own concentration: the null of "sparser
+    than the init weighting predicts", with Δu replaced by unstructured noise, is ``sparsity_null``'s."""
     rows = []
     for (key, seed), model in models.items():
         start = initial[seed].attention_weights()
