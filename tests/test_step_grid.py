@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mdlib.book import profiles
 from mdlib.book.views.step_grid import edge_clause, tie_clause
 from mdlib.book.views.vision import sweep_texts
-from mdlib.experiments import estimates, methods, sentiment, step_grid, store, train, vision
+from mdlib.experiments import estimates, methods, sentiment, step_grid, step_sizes, store, train, vision
 
 
 @pytest.fixture(autouse=True)
@@ -405,3 +406,24 @@ def test_the_words_on_a_choice_say_which_end_what_was_tried_and_why_it_stopped()
     assert tie_clause("ℓ2", step_grid.Choice(3.0, (1.0, 3.0), 3.0)) == (
         "ℓ2: 1, 3 (chosen: 3, the better of the middle two)")
 
+
+def fair(steps) -> bool:
+    """The book's grid rule for a swept method's first steps: at least three, each at most 3x the one
+    before (up to float rounding: 0.9 / 0.3 is 3.0000000000000004)."""
+    ordered = sorted(steps)
+    return len(ordered) >= 3 and all(b / a <= 3 * (1 + 1e-9) for a, b in zip(ordered, ordered[1:]))
+
+
+@pytest.mark.parametrize("profile", ["smoke", "default", "overnight", "paper"])
+def test_every_swept_method_of_chapters_07_and_09_starts_from_a_fair_grid_that_may_grow(profile):
+    """Chapter 07's and 09's grids at every profile: each method with more than one step has at least three
+    at most 3x apart, and its grid may grow where the choice sits at an end. A method with a single step
+    (chapter 07's Adam and ℓ1.1 at the paper's steps, and the smoke profile's other methods) is not swept."""
+    swept, at_paper = vision.chapter_grids(**profiles.executed_parameters("07_vision", profile))
+    several = {key: steps for key, steps in swept.step_sizes.items() if len(steps) > 1}
+    assert several and all(fair(steps) for steps in several.values()), several
+    assert swept.grow >= 1 and all(len(steps) == 1 for steps in at_paper.step_sizes.values())
+    guide = step_sizes.chapter_config(**profiles.executed_parameters("09_step_sizes", profile) | {"scale": 0.1})
+    assert all(fair(guide.candidates(key)) for key in guide.methods) and guide.grow >= 1
+    if profile in ("default", "overnight"):
+        assert len(several) == len(swept.methods)  # the book's default sweeps every method
