@@ -63,9 +63,10 @@ seeds = 1  # runs per step size (seeds 0..n-1: initialization, data order, dropo
 ps = [1.1, 1.75, 2.0, 3.0]  # exponents of mirror descent (2 is SGD and must be among them)
 sgd_lr = 0.3  # the SGD step size every grid is matched to (its centre)
 scale = 0.0  # the |w| matched_lr matches at; 0: the median |w| of the initial model's attention and MLP matrices
-multiples = [0.03, 0.1, 0.3, 1.0, 3.0, 10.0]  # each p's grid: these multiples of matched_lr(sgd_lr, p, scale)
+multiples = [0.04, 0.12, 0.36, 1.0, 3.0, 9.0]  # each p's grid: these multiples of matched_lr(sgd_lr, p, scale); at least three, at most 3x apart
 adamw_lr = 1e-3  # AdamW's centre (torch's default)
-adamw_multiples = [0.03, 0.1, 0.3]  # AdamW's grid: multiples of adamw_lr
+adamw_multiples = [0.04, 0.12, 0.36]  # AdamW's grid: multiples of adamw_lr; at least three, at most 3x apart
+grow = 2  # times a method's grid may grow on each side (a multiple 3x beyond the end) while its choice sits at that end
 gradient = 0.01  # the per-entry gradient of the first-step table
 magnitudes = [0.0, 0.02, 1.0, 4.0]  # entry magnitudes of the first-step table (the matched scale is added)
 workers = 2  # runs trained at once: CPU processes of one thread each, or one process per GPU when several are visible
@@ -81,7 +82,7 @@ plots.set_theme()
 config = step_sizes.chapter_config(
     dataset=dataset, max_length=max_length, train_size=train_size, width=width, layers=layers, heads=heads, mlp=mlp,
     dropout=dropout, setup=setup, epochs=epochs, batch_size=batch_size, seeds=seeds, ps=ps, sgd_lr=sgd_lr, scale=scale,
-    multiples=multiples, adamw_lr=adamw_lr, adamw_multiples=adamw_multiples)
+    multiples=multiples, adamw_lr=adamw_lr, adamw_multiples=adamw_multiples, grow=grow)
 result = step_sizes.sweep(config, workers=workers)  # read back from the results store, or trained
 moved = result.movement()  # ||W - W(0)|| / ||W(0)|| per parameter group of the chosen runs
 for name, text in summary_texts(result, moved).items():
@@ -120,8 +121,14 @@ artifacts.save_table(first, "table-steps-first-step", styled=first_step_view(fir
 # **The task.** {glue:text}`steps-task`. The test split is never read: every choice below is made on
 # the validation split. **The sweep.** For every $p$ the step sizes are the same multiples of
 # `matched_lr(sgd_lr, p, scale)`, so if the rule held every curve would have its minimum at the same
-# multiple; AdamW has a grid of its own. Each $p$'s chosen step size is the one with the lowest
-# final validation loss. A run that overflows (mirror descent raises FloatingPointError rather than
+# multiple; AdamW has a grid of its own. Every grid has at least three multiples at most 3x apart,
+# and each method's step size is chosen by the rule every grid of the book follows: the lowest final
+# validation loss, every step within 1.96 paired standard errors of it tied with it (the error of two
+# steps' difference in loss on the same validation sentences, from each run's per-sentence losses;
+# with one seed per step it counts the sentences only, not the spread between seeds), and the tie
+# going to its middle step, so that neither small nor large steps win ties. A choice at an end of the
+# multiples tried adds a multiple 3x beyond that end and the method is chosen again (`grow` times at
+# most per side). A run that overflows (mirror descent raises FloatingPointError rather than
 # write infinities) or ends with a non-finite loss is recorded as diverged, never chosen, and never
 # trained again on a re-render. Torch's SGD at $p = 2$'s chosen step size checks the implementation:
 # it is the same update as mirror descent at $p = 2$.
@@ -149,7 +156,8 @@ artifacts.save_table(moved, "table-steps-movement", styled=movement_view(moved).
 # ```{glue:figure} table-steps-best
 # :name: table-steps-best
 #
-# Each method's chosen step size (lowest validation loss) and its validation loss and accuracy; for
+# Each method's chosen step size (the rule above) and its validation loss and accuracy, the multiples
+# it tried (grown ones included) and those tied with the choice; for
 # mirror descent, the step `matched_lr` predicts from the chosen SGD ($p = 2$) step, the ratio chosen /
 # predicted, and the scale at which the prediction would have been exact (ill-determined near $p = 2$:
 # a factor $r$ in the step size is a factor $r^{1/|p-2|}$ in the scale). Numbers:
@@ -171,7 +179,8 @@ artifacts.save_table(moved, "table-steps-movement", styled=movement_view(moved).
 # {glue:text}`steps-ratios`; for {glue:text}`steps-agreement` of the exponents other than 2 the choice
 # is within one step of the grid of `matched_lr`'s prediction from SGD's. The scale at which the
 # prediction would be exact: {glue:text}`steps-implied` (the rule used {glue:text}`steps-scale`, the
-# matrices'). The choice is {glue:text}`steps-edges`. {glue:text}`steps-overflows`. The lowest
+# matrices'). The choice is {glue:text}`steps-edges`. Tied with a choice: {glue:text}`steps-ties`.
+# {glue:text}`steps-overflows`. The lowest
 # validation loss of mirror descent is {glue:text}`steps-best-md-loss` ({glue:text}`steps-best-md`,
 # accuracy {glue:text}`steps-best-md-accuracy`); AdamW's {glue:text}`steps-adamw-loss` (accuracy
 # {glue:text}`steps-adamw-accuracy`). Torch's SGD and mirror descent at $p = 2$, same step and seed,
@@ -207,10 +216,12 @@ artifacts.save_table(moved, "table-steps-movement", styled=movement_view(moved).
 # instead of SGD).
 #
 # **What it does not show.** One small task (a two-layer encoder of width 16, a few epochs, one data
-# set), {glue:text}`steps-seeds`, a grid a factor of about 3 apart. One seed cannot tell apart step
-# sizes whose losses differ by little: when we built this page, the same SGD run trained with two CPU
-# threads instead of one (sums rounded in another order, nothing else changed) ended at a validation
-# loss about 0.01 away, which is the size of several differences between neighbouring step sizes in
-# {numref}`fig-steps-sweep`. The best step size after more epochs, at another width or
+# set), {glue:text}`steps-seeds`, grids 3x apart. One seed cannot tell apart step sizes whose losses
+# differ by little: when we built this page, the same SGD run trained with two CPU threads instead of
+# one (sums rounded in another order, nothing else changed) ended at a validation loss about 0.01
+# away, which is the size of several differences between neighbouring step sizes in
+# {numref}`fig-steps-sweep`. The tie rule counts the sentences' part of that uncertainty, not the
+# seeds': with one seed, a tie it does not call may still be one another seed would break the other
+# way (`-p seeds 3` measures it). The best step size after more epochs, at another width or
 # initialization, or with a schedule may differ. The rule matches only the first step at one
 # magnitude; it says nothing of momentum, weight decay or normalized steps.

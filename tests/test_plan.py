@@ -104,10 +104,11 @@ def test_the_chapters_grids_are_the_configs_the_notebooks_built(profile):
                  validation=v["validation"], model=v["model"], setup=v["setup"], batch_size=v["batch_size"],
                  root=v["cifar_root"], epochs=v["epochs"], eval_every=v["eval_every"], seeds=v["seeds"], methods=vit_methods,
                  step_sizes={methods.method_key(*methods.method(k)): x for k, x in v["step_sizes"].items()},
-                 sweep_seeds=v["sweep_seeds"], sweep_epochs=v["sweep_epochs"], sweep_window=v["sweep_window"])
+                 sweep_seeds=v["sweep_seeds"], sweep_epochs=v["sweep_epochs"], sweep_window=v["sweep_window"],
+                 grow=v["sweep_grow"])
     assert swept.to_dict() == vision.VisionGrid.of(built).to_dict()
     assert at_paper.to_dict() == vision.VisionGrid.of(dict(built, methods=list(vision.PAPER_STEP_SIZES), step_sizes={
-        k: [x] for k, x in vision.PAPER_STEP_SIZES.items()})).to_dict()
+        k: [x] for k, x in vision.PAPER_STEP_SIZES.items()}, grow=0)).to_dict()  # one step each: nothing to grow
     with pytest.raises(ValueError, match="variation_setup='authors' is the replication's own setup"):
         sentiment.chapter_grids(**dict(p, variation_setup=p["setup"]))
     with pytest.raises(ValueError, match="analysed='both': choose one of replication, variation"):

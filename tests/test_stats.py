@@ -164,3 +164,15 @@ def test_detectable_from_se_is_detectable_effect_of_the_values():
     se = x.std(ddof=1) / math.sqrt(x.size)
     assert stats.detectable_from_se(se, x.size) == pytest.approx(stats.detectable_effect(x))
     assert math.isnan(stats.detectable_from_se(math.nan, 5)) and math.isnan(stats.detectable_from_se(0.1, 1))
+
+
+def test_the_paired_error_counts_the_seeds_where_there_are_several_and_the_examples_alone_with_one():
+    rng = np.random.default_rng(3)
+    table = rng.normal(0.01, 0.3, (3, 400))
+    assert stats.paired_se(table) == stats.crossed_interval(table)[3]
+    one = table[:1]
+    assert stats.paired_se(one) == pytest.approx(one.std(ddof=1) / np.sqrt(400))
+    assert np.isnan(stats.crossed_interval(one)[3])  # what the grids' tie rule would read without paired_se
+    assert np.isnan(stats.paired_se(np.zeros((1, 10)))) and np.isnan(stats.paired_se(np.ones((1, 1))))
+    with pytest.raises(ValueError, match="seeds x examples"):
+        stats.paired_se(np.ones(5))

@@ -9,7 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mdlib.experiments import methods, sentiment, step_grid, store, train, vision
+from mdlib.book import profiles
+from mdlib.book.views.step_grid import edge_clause, tie_clause
+from mdlib.book.views.vision import sweep_texts
+from mdlib.experiments import estimates, methods, sentiment, step_grid, step_sizes, store, train, vision
 
 
 @pytest.fixture(autouse=True)
@@ -137,18 +140,31 @@ def vision_config(**overrides):
                 sweep_window=1) | overrides
 
 
-def vision_runs(monkeypatch, test_shift=0.0, diverge=(0.5,)):
-    """Sweep runs (held-out validation images) score 0.8 at lr 0.15, else 0.7; final runs score
-    ``test_shift`` more on the test set; the steps in ``diverge`` diverge."""
+def vision_runs(monkeypatch, test_shift=0.0, diverge=(0.5,), validation=None):
+    """Sweep runs (held-out validation images) score 0.8 at lr 0.15, else 0.7 (or ``validation(lr)``);
+    final runs score ``test_shift`` more on the test set; the steps in ``diverge`` diverge. Per-image
+    predictions: ``fake_vision_correct``."""
     def outcome(c):
         lr, sweep = c.optimizer.lr, c.data.validation > 0
         if lr in diverge:
             return None
-        accuracy = (0.8 if lr == 0.15 else 0.7) if sweep else 0.6 + test_shift * lr
+        score = validation or (lambda lr: 0.8 if lr == 0.15 else 0.7)
+        accuracy = score(lr) if sweep else 0.6 + test_shift * lr
         return 1.0, np.nan, accuracy
     fake = FakeRuns(vision.KIND, outcome)
     monkeypatch.setattr(vision, "train_runs", fake)
+    monkeypatch.setattr(vision, "validation_correct", fake_vision_correct)
     return fake
+
+
+def fake_vision_correct(config, result):
+    """Per-image correctness of a fake sweep run on 1,000 validation images: its last validation accuracy's
+    share of them, drawn at random per run (seeded by its seed and step). It refuses a run evaluated on the
+    test set, as ``vision.validation_correct`` does: the choice must never ask for one."""
+    assert config.data.validation > 0, "the choice read a run evaluated on the test set"
+    accuracy = float(result["history"].test_accuracy.iloc[-1])
+    rng = np.random.default_rng([config.fit.seed, round(1e9 * config.optimizer.lr)])
+    return rng.permutation(1000) < round(accuracy * 1000)
 
 
 def test_the_vision_sweep_chooses_on_validation_images_and_keeps_diverged_finals(monkeypatch, tmp_path):
@@ -160,7 +176,9 @@ def test_the_vision_sweep_chooses_on_validation_images_and_keeps_diverged_finals
     assert sorted((c.optimizer.lr, c.fit.seed) for c in fake.trained if not c.data.validation) == [
         (1e-3, 0), (1e-3, 1), (0.15, 0), (0.15, 1)]
     assert built.sweep.validation_accuracy.isna().tolist() == [False, False, True]  # 0.5 diverged, never chosen
-    assert built.sweep.chosen.tolist() == [False, True, False]
+    assert built.sweep.diverged.tolist() == [False, False, True]
+    assert built.sweep.chosen.tolist() == [False, True, False]  # 0.8 against 0.7 on 2 x 1,000 images: no tie
+    assert built.sweep.tied.tolist() == [False, True, False] and built.choices["fashion_mnist", "1.1"].tied == (0.15,)
     for shift in (5.0, -5.0):  # the test set plays no part in the choice
         monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / str(shift)))
         vision_runs(monkeypatch, test_shift=shift)
@@ -306,3 +324,106 @@ def test_a_choice_at_the_end_of_its_grid_grows_the_grid_on_that_side(monkeypatch
         (3, "1.1"): [1.0, 3.0, 9.0, 27.0], (3, "2"): [0.3, 1.0, 3.0]}
     assert round(built.chosen[3, "1.1"], 6) == 27.0 and built.chosen[3, "2"] == 1.0
     assert sorted(set(round(m, 6) for m in built.runs.multiple[built.runs.method == "1.1"])) == [1.0, 3.0, 9.0, 27.0]
+
+
+def test_a_vision_choice_at_its_grids_end_grows_the_grid_on_that_side(monkeypatch):
+    """Chapter 07 with ``grow``: validation accuracy rises with the step up to 1.35 and falls beyond, so the
+    grid 0.05, 0.15, 0.45 grows to 1.35 (the choice at its top), then to 4.05 (1.35 at the top again), and
+    the choice, 1.35, now sits inside; nothing grows below, and a grid whose choice is inside does not grow.
+    Growth trains sweep runs only (held-out images), and the finals train at the choice."""
+    peak = {0.05: 0.60, 0.15: 0.65, 0.45: 0.70, 1.35: 0.80, 4.05: 0.40}
+    fake = vision_runs(monkeypatch, diverge=(), validation=lambda lr: peak.get(round(lr, 6), 0.7))
+    config = vision_config(step_sizes={"adam": [1e-3, 3e-3, 9e-3], "1.1": [0.05, 0.15, 0.45]}, grow=2)
+    built = vision.grid(config)
+    tried = {cell: [round(v, 6) for v in values] for cell, values in built.candidates.items()}
+    assert tried == {("fashion_mnist", "adam"): [1e-3, 3e-3, 9e-3], ("fashion_mnist", "1.1"): [0.05, 0.15, 0.45, 1.35, 4.05]}
+    assert round(built.chosen["fashion_mnist", "1.1"], 6) == 1.35
+    assert built.chosen["fashion_mnist", "adam"] == 3e-3  # 0.7 everywhere: a three-way tie, its middle
+    assert built.choices["fashion_mnist", "adam"].tied == (1e-3, 3e-3, 9e-3)
+    swept = sorted({round(c.optimizer.lr, 6) for c in fake.trained if c.data.validation and key_of(c) == "1.1"})
+    assert swept == [0.05, 0.15, 0.45, 1.35, 4.05]
+    assert {round(c.optimizer.lr, 6) for c in fake.trained if not c.data.validation and key_of(c) == "1.1"} == {1.35}
+    where = estimates.step_edges(built.sweep, cell=("dataset", "method"), candidate="lr")
+    assert where["fashion_mnist", "1.1"][0] == "" and where["fashion_mnist", "adam"][0] == ""
+    texts = sweep_texts(built, {"adam": "Adam", "1.1": "ℓ1.1"}, {"fashion_mnist": "Fashion-MNIST"})
+    assert texts == {"vit-edge": "Every chosen step size lies strictly inside the steps its method tried.",
+                     "vit-ties": "Adam on Fashion-MNIST: 0.001, 0.003, 0.009 (chosen: 0.003, the middle one)",
+                     "vit-tried": "Adam on Fashion-MNIST 3, ℓ1.1 on Fashion-MNIST 5 (2 grown)"}
+
+
+def test_a_vision_choice_still_at_its_end_after_growing_says_so(monkeypatch):
+    """Accuracy that keeps rising with the step: the grid grows twice on top, and the choice stays at its
+    end, which ``estimates.step_edges`` reports (the page justifies it with what was tried)."""
+    vision_runs(monkeypatch, diverge=(), validation=lambda lr: 0.5 + 0.1 * np.log10(lr / 0.01))
+    built = vision.grid(vision_config(step_sizes={"adam": [1e-3], "1.1": [0.05, 0.15, 0.45]}, grow=2))
+    assert [round(v, 6) for v in built.candidates["fashion_mnist", "1.1"]] == [0.05, 0.15, 0.45, 1.35, 4.05]
+    where, chosen, tried = estimates.step_edges(built.sweep, cell=("dataset", "method"), candidate="lr")[
+        "fashion_mnist", "1.1"]
+    assert where == "the largest" and round(chosen, 6) == 4.05 and len(tried) == 5
+    edge = sweep_texts(built, {"adam": "Adam", "1.1": "ℓ1.1"}, {"fashion_mnist": "Fashion-MNIST"})["vit-edge"]
+    assert edge == ("A chosen step size at an end of the steps tried: ℓ1.1 on Fashion-MNIST: 4.05 is the largest of "
+                    "0.05, 0.15, 0.45, 1.35, 4.05, after the grid grew twice on that side (its most); the best step "
+                    "may lie beyond it.")
+
+
+def test_the_vision_choice_reads_the_paired_error_of_the_images():
+    """Two steps 2 points apart on 1,000 validation images: paired (the larger step gets 20 more images
+    right, the same ones otherwise) the error of the difference is 0.44 points and they are not tied;
+    scored on independent images (an unpaired error of about 2 points) they would be."""
+    base = np.arange(1000) < 700
+    better = base | ((np.arange(1000) >= 700) & (np.arange(1000) < 720))
+    tables = {0.05: base, 0.15: better, 0.45: base}
+    rows = pd.DataFrame({"dataset": "fashion_mnist", "method": "1.1", "lr": [0.05, 0.15, 0.45],
+                         "validation_accuracy": [0.70, 0.72, 0.70], "diverged": False})
+    asked = []
+
+    def correct(dataset, key, lr):
+        asked.append((dataset, key, lr))
+        return tables[lr][None, :]
+
+    choice = vision.choose(rows, correct)
+    assert choice == step_grid.Choice(0.15, (0.15,), 0.15)
+    assert sorted(asked) == [("fashion_mnist", "1.1", lr) for lr in (0.05, 0.15, 0.45)]
+    shuffled = {lr: np.random.default_rng(i).permutation(t) for i, (lr, t) in enumerate(tables.items())}
+    unpaired = vision.choose(rows, lambda d, k, lr: shuffled[lr][None, :])
+    assert unpaired.tied == (0.05, 0.15, 0.45) and unpaired.value == 0.15  # the middle of the tie
+    # a diverged candidate is never chosen and its predictions are never asked for
+    asked.clear()
+    assert vision.choose(rows.assign(diverged=[False, True, False]), correct).value in (0.05, 0.45)
+    assert ("fashion_mnist", "1.1", 0.15) not in asked
+    with pytest.raises(ValueError, match=r"every candidate step size diverged for 1.1 on fashion_mnist"):
+        vision.choose(rows.assign(diverged=True), correct)
+
+
+def test_the_words_on_a_choice_say_which_end_what_was_tried_and_why_it_stopped():
+    assert edge_clause("ℓ2", 1.0, [0.3, 1.0, 3.0], [0.3, 1.0, 3.0], 2) == ""
+    assert edge_clause("ℓ2", 0.3, [0.3, 1.0, 3.0], [0.3, 1.0, 3.0], 0) == (
+        "ℓ2: 0.3 is the smallest of 0.3, 1, 3, and the grid may not grow (grow = 0); the best step may lie beyond it")
+    assert edge_clause("ℓ2", 0.1, [0.1, 0.3, 1.0], [0.3, 1.0], 1).startswith(
+        "ℓ2: 0.1 is the smallest of 0.1, 0.3, 1, after the grid grew once on that side (its most)")
+    assert edge_clause("Adam", 1e-4, [1e-4], [1e-4], 2) == "Adam: 0.0001 is the only candidate (nothing to choose)"
+    assert tie_clause("ℓ2", step_grid.Choice(1.0, (1.0,), 1.0)) == ""
+    assert tie_clause("ℓ2", step_grid.Choice(3.0, (1.0, 3.0), 3.0)) == (
+        "ℓ2: 1, 3 (chosen: 3, the better of the middle two)")
+
+
+def fair(steps) -> bool:
+    """The book's grid rule for a swept method's first steps: at least three, each at most 3x the one
+    before (up to float rounding: 0.9 / 0.3 is 3.0000000000000004)."""
+    ordered = sorted(steps)
+    return len(ordered) >= 3 and all(b / a <= 3 * (1 + 1e-9) for a, b in zip(ordered, ordered[1:]))
+
+
+@pytest.mark.parametrize("profile", ["smoke", "default", "overnight", "paper"])
+def test_every_swept_method_of_chapters_07_and_09_starts_from_a_fair_grid_that_may_grow(profile):
+    """Chapter 07's and 09's grids at every profile: each method with more than one step has at least three
+    at most 3x apart, and its grid may grow where the choice sits at an end. A method with a single step
+    (chapter 07's Adam and ℓ1.1 at the paper's steps, and the smoke profile's other methods) is not swept."""
+    swept, at_paper = vision.chapter_grids(**profiles.executed_parameters("07_vision", profile))
+    several = {key: steps for key, steps in swept.step_sizes.items() if len(steps) > 1}
+    assert several and all(fair(steps) for steps in several.values()), several
+    assert swept.grow >= 1 and all(len(steps) == 1 for steps in at_paper.step_sizes.values())
+    guide = step_sizes.chapter_config(**profiles.executed_parameters("09_step_sizes", profile) | {"scale": 0.1})
+    assert all(fair(guide.candidates(key)) for key in guide.methods) and guide.grow >= 1
+    if profile in ("default", "overnight"):
+        assert len(several) == len(swept.methods)  # the book's default sweeps every method

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mdlib.book.views.step_sizes import first_step_view, summary_texts
-from mdlib.experiments import methods, step_sizes, store, train
+from mdlib.experiments import methods, sentiment_run, step_grid, step_sizes, store, train
 from mdlib.experiments.train import Optimizer
 from mdlib.mirror import matched_lr
 
@@ -63,16 +63,97 @@ def _rows(losses, diverged=()):
                           "diverged": (m, s) in diverged} for (m, s), loss in losses.items()])
 
 
-def test_choose_takes_the_lowest_mean_validation_loss_and_never_a_diverged_step():
-    assert step_sizes.choose(_rows({(0.1, 0): 0.6, (1.0, 0): 0.5, (10.0, 0): 0.55})) == 1.0
-    assert step_sizes.choose(_rows({(0.1, 0): 0.5, (1.0, 0): 0.5})) == 0.1  # a tie: the smaller step
-    # the mean over seeds decides, and a step that diverged at one seed is out
-    losses = {(0.1, 0): 0.6, (0.1, 1): 0.6, (1.0, 0): 0.4, (1.0, 1): 0.9, (10.0, 0): 0.3, (10.0, 1): math.nan}
-    assert step_sizes.choose(_rows(losses, diverged={(10.0, 1)})) == 0.1
+#: The validation losses of 500 sentences under a reference model: what the fake runs below shift.
+SENTENCES = np.random.default_rng(0).exponential(0.6, 500)
+
+
+def test_choose_reads_the_paired_error_of_the_sentences_and_never_a_diverged_step():
+    """Three steps, the middle one 0.01 lower in mean validation loss. Paired (the same sentences, each
+    0.01 lower give or take 0.005) the difference is far beyond its error and the middle one is chosen
+    alone; with the sentences' losses drawn independently per step (an unpaired error of about 0.04) the
+    three tie and the tie goes to its middle. A diverged candidate is never chosen."""
+    noise = np.random.default_rng(1).normal(0, 0.005, (3, 500))
+    tables = {m: (SENTENCES - 0.01 * (m == 1.0) + noise[i])[None, :] for i, m in enumerate((0.33, 1.0, 3.0))}
+    losses = {(m, 0): float(t.mean()) for m, t in tables.items()}
+    asked = []
+
+    def paired(key, multiple):
+        asked.append((key, multiple))
+        return tables[multiple]
+
+    choice = step_sizes.choose(_rows(losses), paired)
+    assert choice == step_grid.Choice(1.0, (1.0,), 1.0) and sorted(asked) == [("1.1", m) for m in (0.33, 1.0, 3.0)]
+    shuffled = {m: np.random.default_rng(i).permutation(t[0])[None, :] for i, (m, t) in enumerate(tables.items())}
+    unpaired = step_sizes.choose(_rows(losses), lambda key, m: shuffled[m])
+    assert unpaired.tied == (0.33, 1.0, 3.0) and unpaired.value == 1.0
+    asked.clear()
+    assert step_sizes.choose(_rows(losses, diverged={(1.0, 0)}), paired).value in (0.33, 3.0)
+    assert ("1.1", 1.0) not in asked  # a diverged candidate is never chosen, its losses never read
     with pytest.raises(ValueError, match="every candidate step size diverged for method 1.1"):
-        step_sizes.choose(_rows({(1.0, 0): math.nan}, diverged={(1.0, 0)}))
+        step_sizes.choose(_rows({(1.0, 0): math.nan}, diverged={(1.0, 0)}), paired)
 
 
+def fake_sweep(monkeypatch, mean_loss):
+    """Chapter 09's runs without training: ``mean_loss(method, multiple)`` is a run's mean validation loss
+    (None: it overflowed), each sentence's loss ``SENTENCES`` shifted to it with a little noise per run."""
+    trained = []
+
+    def train_runs(configs, workers=1, progress=True, skip=()):
+        out = []
+        for c in configs:
+            if (hit := store.load(step_sizes.KIND, c)) is not None:
+                out.append(hit)
+                continue
+            key = methods.method_key(c.optimizer.name, c.optimizer.p)
+            multiple = round(c.optimizer.lr / grid_of(c).centre(key), 6) if key != "sgd" else 1.0
+            loss = mean_loss(key, multiple)
+            if loss is None:
+                out.append(None)
+                continue
+            trained.append((key, multiple, c.fit.seed))
+            rng = np.random.default_rng([c.fit.seed, round(1e6 * c.optimizer.lr)])
+            per = SENTENCES - SENTENCES.mean() + loss + rng.normal(0, 0.002, len(SENTENCES))
+            store.save(step_sizes.KIND, c, {"history": pd.DataFrame({"epoch": [1], "train_loss": [loss],
+                                                                     "train_accuracy": [0.8]}),
+                                            "validation_loss": float(per.mean()), "validation_accuracy": 0.7,
+                                            "validation_n": len(per), "validation_losses": per})
+            out.append(store.load(step_sizes.KIND, c))
+        return out
+
+    monkeypatch.setattr(step_sizes, "train_runs", train_runs)
+    return trained
+
+
+GROWING = dict(TINY, ps=[1.1, 2.0], multiples=[0.33, 1.0, 3.0], adamw_multiples=[0.33, 1.0, 3.0], grow=2)
+
+
+def grid_of(config):
+    return grid(**GROWING)
+
+
+def test_a_grid_grows_on_the_side_where_its_choice_sits_and_stops_once_it_is_inside(build_dir, monkeypatch):
+    """ℓ1.1's validation loss falls with the step up to 9x its matched step and rises beyond: its grid 0.33x,
+    1x, 3x grows to 9x (the choice at its top), then to 27x, and 9x is then inside. GD's minimum, 1x, is
+    inside from the start and its grid does not grow; AdamW's keeps falling and stays at its grown end,
+    which the best table reports."""
+    curve = {("1.1", m): 0.9 - 0.05 * i for i, m in enumerate((0.33, 1.0, 3.0, 9.0))} | {("1.1", 27.0): 0.95}
+    curve |= {("2", 0.33): 0.8, ("2", 1.0): 0.6, ("2", 3.0): 0.8}
+    curve |= {("adamw", m): 0.9 - 0.1 * i for i, m in enumerate((0.33, 1.0, 3.0, 9.0, 27.0))}
+    trained = fake_sweep(monkeypatch, lambda key, m: 0.7 if key == "sgd" else curve[key, m])
+    result = step_sizes.sweep(grid(**GROWING), progress=False)
+    assert {k: [round(m, 6) for m in v] for k, v in result.candidates.items()} == {
+        "1.1": [0.33, 1.0, 3.0, 9.0, 27.0], "2": [0.33, 1.0, 3.0], "adamw": [0.33, 1.0, 3.0, 9.0, 27.0]}
+    assert {k: round(m, 6) for k, m in result.chosen.items()} == {"1.1": 9.0, "2": 1.0, "adamw": 27.0}
+    best = result.best.set_index("method")
+    assert best.at_edge.to_dict() == {"1.1": False, "2": False, "adamw": True}
+    assert best.tried["1.1"] == "0.33, 1, 3, 9, 27" and best.tied["2"] == "1"
+    assert ("sgd", 1.0, 0) in trained and sorted(t for t in trained if t[0] == "2") == [
+        ("2", m, 0) for m in (0.33, 1.0, 3.0)]  # GD: nothing grown
+    texts = summary_texts(result)
+    assert texts["edges"] == ("inside its grid for ℓ1.1, ℓ2 (GD); at an end for AdamW: 27× is the largest of 0.33×, "
+                              "1×, 3×, 9×, 27×, after the grid grew twice on that side (its most); the best step "
+                              "may lie beyond it")
+    assert texts["ties"] == "no choice was tied"
 @pytest.mark.parametrize("p", [1.1, 1.75, 2.0, 3.0])
 def test_the_first_step_table_is_exact(p):
     """At the matched scale a small step moves like SGD; from zero it moves by (lr g)^(1/(p-1)); the
@@ -103,7 +184,19 @@ def test_a_tiny_sweep_end_to_end_and_read_back_without_training(fixture_data, mo
     read; torch's SGD at p = 2's chosen step is the same update as mirror descent at p = 2."""
     setup = step_sizes.build(grid().run("2", 0.1, 0))
     assert setup.test_set is None and list(setup.final_evaluations) == ["validation"]  # the test split: never
+    real_splits = sentiment_run.splits
+
+    class NoTest(dict):
+        def __getitem__(self, name):
+            assert name != "test", "the sweep read the test split"
+            return super().__getitem__(name)
+
+    monkeypatch.setattr(sentiment_run, "splits", lambda *args: NoTest(real_splits(*args)))
     result = step_sizes.sweep(grid(), progress=False)
+    for (key, seed), config in result.configs.items():  # each sentence's loss, the mean's parts
+        stored = store.load(step_sizes.KIND, config)
+        assert len(stored["validation_losses"]) == stored["validation_n"]
+        assert stored["validation_losses"].mean() == pytest.approx(stored["validation_loss"], rel=1e-5)
     runs = result.runs.set_index(["method", "multiple"])
     assert runs.outcome[("1.1", 1e4)] == "overflow" and bool(runs.diverged[("1.1", 1e4)])
     assert result.chosen["1.1"] == 1.0 and result.chosen["adamw"] == 1.0 and not runs.diverged[("2", result.chosen["2"])]

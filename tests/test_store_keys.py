@@ -63,7 +63,8 @@ def _runs() -> list:
         runs.append((vision.PRUNING_KIND, {"run": final, "sparsities": [0.0, 0.5, 0.9]}))
     sweep = step_sizes.chapter_config(**profiles.executed_parameters("09_step_sizes"))
     runs += _design_runs(sweep.design())
-    runs += [(step_sizes.KIND, sweep.run("sgd", lr, seed)) for lr in (0.1, 0.3) for seed in range(sweep.seeds)]
+    runs += [(step_sizes.KIND, sweep.run("sgd", m * sweep.centre("2"), seed))  # at each step p = 2 may choose
+             for m in sweep.multiples for seed in range(sweep.seeds)]
     return runs + _synthetic_runs()
 
 

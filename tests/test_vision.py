@@ -87,15 +87,20 @@ def test_unknown_dataset_is_rejected():
         vision.run_config("mnist", optimizer="adam", lr=1e-4, seed=0, epochs=1, model=MODEL)
 
 
-def test_choose_takes_the_best_validation_then_the_smaller_step_and_refuses_all_diverged():
-    import pandas as pd
-
-    rows = pd.DataFrame({"dataset": "fashion_mnist", "method": "1.75", "lr": [0.3, 0.1, 1.0],
-                         "validation_accuracy": [0.7, 0.7, np.nan]})
-    assert vision.choose(rows) == 0.1  # a tie: the smaller step; the diverged candidate is never chosen
-    assert vision.choose(rows.assign(validation_accuracy=[0.7, 0.6, np.nan])) == 0.3
-    with pytest.raises(ValueError, match=r"diverged for 1.75 on fashion_mnist \(lr \[0.1, 0.3, 1.0\]\)"):
-        vision.choose(rows.assign(validation_accuracy=np.nan))
+def test_the_choices_predictions_are_the_sweep_runs_last_validation_accuracy_and_never_the_test_sets(fashion):
+    """``validation_correct``, what chapter 07's choice pairs across step sizes: one entry per held-out
+    validation image of a sweep run, whose mean is the last validation accuracy of its history; a run
+    evaluated on the test set (validation 0) is refused."""
+    vision._test_tensors.cache_clear()
+    sweep_run = config(train_size=50, validation=20, epochs=2)
+    stored = pool.run("e7-test", sweep_run, vision.build, extras=train.model_state, progress=False)
+    correct = vision.validation_correct(sweep_run, stored)
+    assert correct.shape == (20,) and correct.dtype == bool
+    assert correct.mean() == pytest.approx(stored["history"].test_accuracy.iloc[-1], abs=1e-12)
+    final_run = config(train_size=50, epochs=2)
+    with pytest.raises(ValueError, match="validation=0 .*the test set, which no choice may read"):
+        vision.validation_correct(final_run, stored)
+    vision._test_tensors.cache_clear()
 
 
 def test_summary_table_is_chapter_07s_table_vit():

@@ -584,7 +584,7 @@ def step_size_figure(runs: pd.DataFrame, metrics: Sequence[str] = ("validation_l
     handles, labels = axes[0, 1].get_legend_handles_labels()
     handles += [Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec="0.3", mew=2),
                 Line2D([], [], ls="none", marker="x", ms=7, mew=2, color="0.3")]
-    labels += ["chosen (lowest validation loss)", "diverged (overflow or non-finite loss)"]
+    labels += ["chosen (lowest validation loss; a tie: its middle)", "diverged (overflow or non-finite loss)"]
     fig.tight_layout(rect=(0, 0.08 if len(metrics) > 1 else 0.14, 1, 1))
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize="small", frameon=False)
     return fig

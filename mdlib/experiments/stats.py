@@ -11,6 +11,8 @@ The design decides the interval:
 - ``wilson_interval``: a binomial proportion of independent trials.
 - ``crossed_interval``: a mean over seeds and test examples together (crossed: every seed is scored on
   every example), counting both samples.
+- ``paired_se``: the standard error of a mean paired difference over seeds and examples (``crossed_interval``'s),
+  or over the examples alone where there is one seed: what the step-size grids' tie rule reads.
 
 Every function returns NaN bounds where the data cannot give an interval (fewer than two units, or
 no spread at all), never a degenerate one.
@@ -28,7 +30,8 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 __all__ = ["GENERALIZATION", "POWER", "clustered_rate", "crossed_interval", "detectable_effect", "detectable_from_se",
-           "difference_interval", "generalization_floor", "mean_interval", "paired_interval", "seeds_for_half_width", "wilson_interval"]
+           "difference_interval", "generalization_floor", "mean_interval", "paired_interval", "paired_se", "seeds_for_half_width",
+           "wilson_interval"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -191,3 +194,19 @@ GENERALIZATION = 0.5
 def generalization_floor(baseline: float) -> float:
     """The test accuracy a sentiment model needs for the gates: 50 % + GENERALIZATION x (baseline - 50 %)."""
     return 0.5 + GENERALIZATION * (baseline - 0.5)
+
+
+def paired_se(differences: ArrayLike) -> float:
+    """The standard error of the mean of a (seeds x examples) table of paired differences, e.g. two step
+    sizes' per-example scores on the same validation examples at the same seeds: ``crossed_interval``'s
+    ``se`` (seeds and examples both counted) with two or more seeds; with one seed the seeds' part cannot
+    be estimated and is absent, and the error is the examples' alone, sd / sqrt(N) over the N paired
+    differences (ddof 1). NaN with a single example, or where the differences have no spread at all."""
+    x = np.asarray(differences, dtype=float)
+    if x.ndim != 2 or x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError(f"paired_se needs a finite 2-d table (seeds x examples), got shape {x.shape}")
+    if x.shape[0] > 1:
+        return crossed_interval(x)[3]
+    if x.shape[1] < 2 or x.std() == 0:
+        return math.nan
+    return float(x[0].std(ddof=1)) / math.sqrt(x.shape[1])

@@ -11,11 +11,15 @@ is never read). Every method is one cell of a ``mdlib.experiments.step_grid`` de
   first-step movements of an entry of magnitude ``scale`` (p = 2 is SGD, centred on ``sgd_lr``);
 * AdamW at ``adamw_multiples`` times ``adamw_lr``.
 
-A cell's choice is its candidate with the lowest validation loss (mean over ``seeds``); a run that
-overflowed (mirror descent raises FloatingPointError) or ended with a non-finite loss is never chosen,
-and is recorded as such in the grid's stored entry, so a re-render never trains it again. Then
-torch's SGD trains at the chosen lr of p = 2, as a reference (the same update as mirror descent at
-p = 2, by another implementation).
+A cell's choice follows the rule of every grid of the book (``choose``, ``step_grid.tie_choice``): the
+candidate with the lowest validation loss (mean over ``seeds``), every candidate within 1.96 paired
+standard errors of it tied with it (the same validation sentences and seeds, from each run's stored
+per-sentence losses), and the tie's middle candidate chosen; a choice at an end of its grid grows the
+grid there (``grow`` times at most, a candidate 3x beyond the end). A run that overflowed (mirror
+descent raises FloatingPointError) or ended with a non-finite loss is never chosen, and is recorded as
+such in the grid's stored entry, so a re-render never trains it again. Then torch's SGD trains at the
+chosen lr of p = 2, as a reference (the same update as mirror descent at p = 2, by another
+implementation).
 
     config = step_sizes.chapter_config(ps=[1.1, 1.75, 2.0, 3.0], multiples=[0.1, 1, 10], ...)
     result = step_sizes.sweep(config, workers=2)
@@ -30,17 +34,19 @@ for the fit (no stop rule, the mean loss) and its evaluation (validation only)::
      "optimizer": {"name": "md", "lr": 0.04, "p": 1.75},
      "fit": {"epochs": 4, "batch_size": 32, "seed": 0, "loss": "binary", "reduction": "mean", "pool": 16}}
 
-Each run keeps, beside its history and validation numbers, its final weights except the token
-embedding (the bulk of the model, in the store many times over): ``movement`` compares them with the
-run's initialization, per parameter group.
+Each run keeps, beside its history and validation numbers, the loss of each validation sentence
+(``validation_losses``, in the split's order: what the choice pairs across candidates) and its final
+weights except the token embedding (the bulk of the model, in the store many times over): ``movement``
+compares them with the run's initialization, per parameter group.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -50,12 +56,13 @@ from mdlib.experiments import analysis, methods, pool, sentiment_run, store, tra
 from mdlib.experiments import step_grid
 from mdlib.experiments.train import Optimizer
 from mdlib.experiments.sentiment_run import TextModel
+from mdlib.experiments.stats import paired_se
 from mdlib.mirror import check_p, matched_lr
 from mdlib.models import EncoderClassifier, check_setup
 
 __all__ = ["GRID_KIND", "KIND", "MOVEMENT_GROUPS", "OUTCOMES", "StepRun", "StepSizeGrid", "StepSizes",
-           "best_table", "build", "chapter_config", "choose", "first_step_table", "initial_model", "kept_state",
-           "matrix_scale", "movement", "summary_row", "sweep", "train_runs", "work"]
+           "best_table", "build", "chapter_config", "choose", "first_step_table", "initial_model", "kept_results",
+           "kept_state", "matrix_scale", "movement", "summary_row", "sweep", "train_runs", "validation_losses", "work"]
 
 KIND = store.kind("e9-step-sizes", __name__)
 GRID_KIND = store.kind("e9-step-grid", __name__)
@@ -96,10 +103,13 @@ class StepSizeGrid(store.Config):
     """The sweep's config (the module docstring): the task (data, ``model``: the runs' ``TextModel``,
     epochs, batch, seeds), the
     exponents ``ps`` (2, SGD, among them: it is the reference of the predictions), the centre ``sgd_lr``
-    and the ``scale`` that ``matched_lr`` centres each p's grid with, the grid's ``multiples``, and AdamW's
-    centre ``adamw_lr`` and ``adamw_multiples``."""
+    and the ``scale`` that ``matched_lr`` centres each p's grid with, the grid's ``multiples``, AdamW's
+    centre ``adamw_lr`` and ``adamw_multiples``, and ``grow``: how many times a method's grid may grow on
+    each side, 3x beyond its end, when the choice sits at that end (``step_grid.Design.grow``; left out
+    of ``to_dict()`` at 0)."""
 
     WHAT = "a step-size sweep config"
+    OMIT_AT_DEFAULT = ("grow",)
 
     dataset: str
     max_length: int
@@ -114,6 +124,7 @@ class StepSizeGrid(store.Config):
     multiples: list[float]
     adamw_lr: float
     adamw_multiples: list[float]
+    grow: int = 0
 
     def __post_init__(self) -> None:
         for p in self.ps:
@@ -123,6 +134,8 @@ class StepSizeGrid(store.Config):
                              "sizes from its best one")
         if len({f"{float(p):g}" for p in self.ps}) != len(self.ps):
             raise ValueError(f"ps={self.ps} names an exponent twice")
+        if not isinstance(self.grow, int) or isinstance(self.grow, bool) or self.grow < 0:
+            raise ValueError(f"grow must be an integer >= 0, got {self.grow!r}")
         for name in ("seeds", "epochs", "batch_size", "train_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -162,16 +175,32 @@ class StepSizeGrid(store.Config):
                                         reduction="mean", pool=16))
 
     def design(self) -> step_grid.Design:
-        """The sweep as a ``grid.Design``: one cell per method, every candidate at every seed; the final
-        runs are the sweep's at the chosen candidate (nothing more is trained)."""
-        def config(cell: tuple[str], multiple: float, seed: int) -> StepRun:
-            return self.run(cell[0], multiple * self.centre(cell[0]), seed)
-
+        """The sweep as a ``grid.Design``: one cell per method, every candidate at every seed, the choice by
+        ``choose`` (its paired errors from ``losses``), the grid growing ``grow`` times at most where the
+        choice sits at an end; the final runs are the sweep's at the chosen candidate (nothing more is
+        trained)."""
         return step_grid.Design(
             kind=GRID_KIND, run_kind=KIND, config=self, cells=[(key,) for key in self.methods],
             candidates=lambda cell: self.candidates(cell[0]), seeds=lambda cell: self.seeds,
-            sweep_seeds=lambda cell: range(self.seeds), sweep_config=config, final_config=config,
-            summary=self._summary, columns=("method",), candidate="multiple", choose=choose, train_runs=train_runs)
+            sweep_seeds=lambda cell: range(self.seeds), sweep_config=self._config, final_config=self._config,
+            summary=self._summary, columns=("method",), candidate="multiple",
+            choose=functools.partial(choose, losses=self.losses), train_runs=train_runs, grow=self.grow)
+
+    def _config(self, cell: tuple[str], multiple: float, seed: int) -> StepRun:
+        """The run config of a cell's candidate ``multiple`` (of its centre) at ``seed``."""
+        return self.run(cell[0], multiple * self.centre(cell[0]), seed)
+
+    def losses(self, key: str, multiple: float) -> np.ndarray:
+        """The validation loss of each sentence under the stored runs of method ``key`` at ``multiple``:
+        one row per seed, in the validation split's order. LookupError where a run is not stored."""
+        rows = []
+        for seed in range(self.seeds):
+            result = store.load(KIND, self._config((key,), multiple, seed))
+            if result is None or "validation_losses" not in result:
+                raise LookupError(f"run {key} x{multiple:g} seed {seed} is not stored with its per-sentence "
+                                  "validation losses: train the sweep")
+            rows.append(np.asarray(result["validation_losses"], dtype=float))
+        return np.stack(rows)
 
     def sgd_equivalent(self, key: str, lr: float) -> float:
         """The SGD step size whose first step moves an entry of magnitude ``scale`` as far as ``lr`` does
@@ -210,17 +239,29 @@ def summary_row(grid: StepSizeGrid, key: str, multiple: float, seed: int, config
                   "validation_accuracy": float(result["validation_accuracy"]) if finite else math.nan}
 
 
-def choose(candidates: pd.DataFrame) -> float:
-    """The chosen multiple among one method's sweep rows: the lowest mean validation loss over the
-    seeds; a candidate with a diverged run is never chosen; ties go to the smaller step. The test
-    split plays no part (the runs never read it)."""
+def choose(candidates: pd.DataFrame, losses: Callable[[str, float], np.ndarray]) -> step_grid.Choice:
+    """The choice among one method's sweep rows (every seed of every candidate multiple) by
+    ``step_grid.tie_choice``, the rule of every grid of the book: a candidate with a diverged run is never
+    chosen; among the rest, the lowest mean validation loss over the seeds, every candidate within
+    ``step_grid.TIE_Z`` paired standard errors of it tied with it, and the tie's neutral pick (its middle
+    multiple). The paired error of two candidates is that of their difference in loss on the same
+    validation sentences at the same seeds (``stats.paired_se``), from each run's per-sentence losses
+    (``losses(method, multiple)``: seeds x sentences); with one seed (the default) the seeds' part is
+    absent and the error is the sentences' alone. The test split plays no part (the runs never read it)."""
     per = candidates.groupby("multiple").agg(diverged=("diverged", "any"), loss=("validation_loss", "mean"),
                                              lr=("lr", "first"))
-    finished = per[~per.diverged]
-    if finished.empty:
-        raise ValueError(f"every candidate step size diverged for method {candidates.method.iloc[0]} "
+    key = str(candidates.method.iloc[0])
+    if per.diverged.all():
+        raise ValueError(f"every candidate step size diverged for method {key} "
                          f"(lr {sorted(per.lr)}): try smaller multiples")
-    return float(finished.sort_values(["loss", "lr"]).index[0])
+    values = [float(m) for m in per.index]
+    eligible = (~per.diverged).tolist()
+    tables = {m: losses(key, m) for m, ok in zip(values, eligible) if ok}
+
+    def error(i: int, j: int) -> float:
+        return paired_se(tables[values[i]] - tables[values[j]])
+
+    return step_grid.tie_choice(values, list(-per.loss), error, eligible=eligible)
 
 
 def matrix_scale(width: int, layers: int, heads: int, mlp: int, setup: str, max_length: int, seed: int = 0) -> float:
@@ -238,7 +279,8 @@ def work(*, dataset: str, train_size: int, epochs: int, batch_size: int, seeds: 
          multiples: list[float], adamw_multiples: list[float], **_: Any) -> tuple[int, int]:
     """(training runs, optimizer steps in all) of a sweep with these settings (chapter 09's parameters or a
     ``StepSizeGrid``'s fields; others are ignored): every method's candidates at every seed, and the SGD
-    reference at every seed, each ``epochs`` epochs of the training (sub)set in batches of ``batch_size``."""
+    reference at every seed, each ``epochs`` epochs of the training (sub)set in batches of ``batch_size``
+    (the grids as given: a grid that grows where its choice sits at an end adds runs)."""
     from mdlib.experiments.workload import SPLITS
 
     runs = seeds * (len(ps) * len(multiples) + len(adamw_multiples) + 1)
@@ -249,7 +291,7 @@ def work(*, dataset: str, train_size: int, epochs: int, batch_size: int, seeds: 
 def chapter_config(*, dataset: str, max_length: int, train_size: int, width: int, layers: int, heads: int, mlp: int,
                    dropout: float, setup: str, epochs: int, batch_size: int, seeds: int, ps: list[float],
                    sgd_lr: float, scale: float, multiples: list[float], adamw_lr: float,
-                   adamw_multiples: list[float], **_: Any) -> StepSizeGrid:
+                   adamw_multiples: list[float], grow: int = 0, **_: Any) -> StepSizeGrid:
     """Chapter 09's sweep config from its parameters (others are ignored); ``scale`` 0 means
     ``matrix_scale`` of the chapter's model, rounded to 2 significant digits."""
     if scale == 0:
@@ -257,7 +299,7 @@ def chapter_config(*, dataset: str, max_length: int, train_size: int, width: int
     model = TextModel(width, layers, heads, mlp, float(dropout), setup)
     return StepSizeGrid(dataset, max_length, train_size, model, epochs, batch_size, seeds, [float(p) for p in ps],
                         float(sgd_lr), float(scale), [float(m) for m in multiples], float(adamw_lr),
-                        [float(m) for m in adamw_multiples])
+                        [float(m) for m in adamw_multiples], grow)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,12 +312,19 @@ def initial_model(config: StepRun) -> EncoderClassifier:
     return EncoderClassifier(max_length=config.max_length, **config.model.to_dict())
 
 
+#: The attribute ``build`` gives a run's model: its validation split, which ``kept_results`` scores per
+#: sentence once training is over (what a run keeps is a function of its trained model alone).
+_VALIDATION = "_step_sizes_validation"
+
+
 def build(config: StepRun) -> train.Setup:
     """The Setup of a run: the seeded model and its optimizer, the training subset (batched by length),
-    no per-epoch evaluation, and the validation split evaluated once, at the end."""
+    no per-epoch evaluation, and the validation split evaluated once, at the end (its mean loss and
+    accuracy; ``kept_results`` keeps each sentence's loss)."""
     parts = sentiment_run.splits(config.dataset, config.split_seed, config.max_length)
     train_set = sentiment_run.training_subset(parts["train"], config.train_size, config.split_seed)
     model = initial_model(config)
+    setattr(model, _VALIDATION, parts["validation"])
     spec = config.optimizer
     optimizer = spec.make(model.parameters())
     return train.Setup(model, optimizer, train_set, None, sentiment_run.collate, [len(ids) for ids in train_set.ids],
@@ -287,11 +336,35 @@ def kept_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
     return {name: value for name, value in train.model_state(model, _STATE).items() if name != _STATE + _TOKEN}
 
 
+@torch.no_grad()
+def validation_losses(model: EncoderClassifier, dataset: sentiment_run.TokenizedDataset,
+                      batch_size: int = 100) -> np.ndarray:
+    """The binary cross-entropy of ``model`` (eval mode) on each sentence of ``dataset``, in its order
+    (float64; their mean is the split's mean loss), computed in batches of similar lengths."""
+    model.eval()
+    device = next(model.parameters()).device
+    order = sorted(range(len(dataset)), key=lambda i: len(dataset.ids[i]))
+    losses = np.zeros(len(dataset))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        inputs, labels = sentiment_run.collate([dataset[i] for i in chunk])
+        logits = model(**{name: value.to(device) for name, value in inputs.items()}).float().reshape(len(chunk))
+        losses[chunk] = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, labels.to(device), reduction="none").double().cpu().numpy()
+    return losses
+
+
+def kept_results(model: EncoderClassifier) -> dict[str, np.ndarray]:
+    """What a run keeps of its trained model (``train_setup``'s extras): ``kept_state`` and the loss of each
+    validation sentence (``validation_losses`` on the split ``build`` gave the model)."""
+    return kept_state(model) | {"validation_losses": validation_losses(model, getattr(model, _VALIDATION))}
+
+
 def train_runs(configs: list[StepRun], workers: int = 1, progress: bool = True,
                skip: tuple[type[BaseException], ...] = ()) -> list[store.RunResult | None]:
     """The stored result of each run config, the missing ones trained ``workers`` at a time (None for a
     run that raised one of ``skip``)."""
-    return pool.run_many(KIND, configs, build, extras=kept_state, workers=workers, skip=skip, progress=progress)
+    return pool.run_many(KIND, configs, build, extras=kept_results, workers=workers, skip=skip, progress=progress)
 
 
 def movement(config: StepRun, result: Mapping[str, Any]) -> dict[str, float]:
@@ -316,9 +389,11 @@ def movement(config: StepRun, result: Mapping[str, Any]) -> dict[str, float]:
 
 @dataclass
 class StepSizes:
-    """A built sweep (``sweep``): ``runs``, one row per run (``summary_row``; the SGD reference runs with
-    method "sgd"); ``chosen``, {method: chosen multiple}; ``best``, one row per method (``best_table``);
-    ``configs``/``results``: the chosen runs (and the SGD references), keyed (method, seed)."""
+    """A built sweep (``sweep``): ``runs``, one row per run (``summary_row``, ``chosen`` and ``tied``; the
+    SGD reference runs with method "sgd"); ``chosen``, {method: chosen multiple}; ``best``, one row per
+    method (``best_table``); ``configs``/``results``: the chosen runs (and the SGD references), keyed
+    (method, seed); ``choices``: {method: step_grid.Choice}; ``candidates``: {method: the multiples tried,
+    grown ones included}."""
 
     config: StepSizeGrid
     runs: pd.DataFrame
@@ -326,6 +401,8 @@ class StepSizes:
     best: pd.DataFrame
     configs: dict[tuple[str, int], StepRun] = field(default_factory=dict)
     results: dict[tuple[str, int], store.RunResult] = field(default_factory=dict)
+    choices: dict[str, step_grid.Choice] = field(default_factory=dict)
+    candidates: dict[str, list[float]] = field(default_factory=dict)
 
     def movement(self) -> pd.DataFrame:
         """``movement`` of every chosen run: one row per (method, seed, group)."""
@@ -336,19 +413,25 @@ class StepSizes:
         return pd.DataFrame(rows)
 
 
-def best_table(grid: StepSizeGrid, runs: pd.DataFrame, chosen: Mapping[str, float]) -> pd.DataFrame:
-    """One row per method: its chosen lr and validation numbers (means over seeds), whether the choice
-    lies at an end of its grid, and for mirror descent ``matched_lr``'s prediction from the chosen SGD
-    (p = 2) lr, their ratio and the scale at which the prediction would be exact (NaN at p = 2)."""
+def best_table(grid: StepSizeGrid, runs: pd.DataFrame, chosen: Mapping[str, float],
+               candidates: Mapping[str, list[float]] | None = None,
+               choices: Mapping[str, step_grid.Choice] | None = None) -> pd.DataFrame:
+    """One row per method: its chosen lr and multiple and their validation numbers (means over seeds),
+    whether the choice lies at an end of the multiples tried (``candidates``, grown ones included; by
+    default the grid's own), those tried and those tied with the choice (``choices``), and for mirror
+    descent ``matched_lr``'s prediction from the chosen SGD (p = 2) lr, their ratio and the scale at
+    which the prediction would be exact (NaN at p = 2)."""
     sgd_lr = chosen["2"] * grid.centre("2")
     rows = []
     for key in grid.methods:
         name, p = methods.method(key)
         mine = runs[(runs.method == key) & (runs.multiple == chosen[key])]
-        candidates = grid.candidates(key)
+        tried = sorted((candidates or {}).get(key) or grid.candidates(key))
+        tied = sorted((choices or {}).get(key, step_grid.Choice.of(chosen[key])).tied)
         lr = chosen[key] * grid.centre(key)
-        row = {"method": key, "p": math.nan if p is None else p, "lr": lr,
-               "at_edge": chosen[key] in (min(candidates), max(candidates)),
+        row = {"method": key, "p": math.nan if p is None else p, "lr": lr, "multiple": float(chosen[key]),
+               "at_edge": len(tried) > 1 and chosen[key] in (tried[0], tried[-1]),
+               "tried": ", ".join(f"{m:g}" for m in tried), "tied": ", ".join(f"{m:g}" for m in tied),
                "validation_loss": float(mine.validation_loss.mean()),
                "validation_accuracy": float(mine.validation_accuracy.mean()),
                "predicted_lr": math.nan, "ratio": math.nan, "implied_scale": math.nan}
@@ -374,9 +457,10 @@ def _threads(count: int | None) -> Iterator[None]:
 
 def sweep(config: StepSizeGrid | Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> StepSizes:
     """The sweep of ``config`` (the module docstring), read back from the store or trained: the grid
-    (``grid.build``: each method's candidates at every seed, the choice by validation loss, the overflowed
-    runs recorded), then torch's SGD at p = 2's chosen lr, at every seed. With ``workers`` > 1 the grid's
-    runs train in one-thread processes; an SGD reference that ``run_many`` trains in this process (one
+    (``grid.build``: each method's candidates at every seed, the choice by validation loss and the paired
+    tie rule, ``choose``, the grid grown where a choice sits at its end, the overflowed runs recorded),
+    then torch's SGD at p = 2's chosen lr, at every seed. With ``workers`` > 1 the grid's runs train in
+    one-thread processes; an SGD reference that ``run_many`` trains in this process (one
     missing run) then trains with one thread too, so that its arithmetic is theirs: a float sum over
     two threads rounds otherwise, and after a thousand steps that alone moved the final validation
     loss by about 0.01 in the chapter's pilot."""
@@ -384,6 +468,8 @@ def sweep(config: StepSizeGrid | Mapping[str, Any], *, workers: int = 1, progres
     design = grid.design()
     built = step_grid.build(design, workers=workers, progress=progress, what="step-size sweep")
     chosen = {cell[0]: value for cell, value in built.chosen.items()}
+    choices = {cell[0]: choice for cell, choice in built.choices.items()}
+    candidates = {cell[0]: tried for cell, tried in built.candidates.items()}
     sgd_lr = chosen["2"] * grid.centre("2")
     references = [grid.run("sgd", sgd_lr, seed) for seed in range(grid.seeds)]
     with _threads(1 if workers > 1 else None):  # the arithmetic of run_many's one-thread workers, which trained p = 2
@@ -395,7 +481,8 @@ def sweep(config: StepSizeGrid | Mapping[str, Any], *, workers: int = 1, progres
     for seed, (c, r) in enumerate(zip(references, found)):
         if r is not None:
             configs["sgd", seed], results["sgd", seed] = c, r
-    return StepSizes(grid, runs, chosen, best_table(grid, runs, chosen), configs, results)
+    return StepSizes(grid, runs, chosen, best_table(grid, runs, chosen, candidates, choices), configs, results,
+                     choices, candidates)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,10 +24,11 @@ option existed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any, Container, Mapping
+from typing import Any, Callable, Container, Mapping
 
 import numpy as np
 import pandas as pd
@@ -35,6 +36,7 @@ import torch
 
 from mdlib.experiments import analysis, data, fetch, methods, paper, pool, store, train
 from mdlib.experiments import step_grid
+from mdlib.experiments.stats import paired_se
 from mdlib.experiments.train import Optimizer
 from mdlib.models import VISION_SETUPS, VisionTransformer, check_setup
 from mdlib.experiments.methods import method, method_key
@@ -42,7 +44,7 @@ from mdlib.experiments.methods import method, method_key
 __all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "KIND", "PAPER_STEP_SIZES", "PRUNING_KIND",
            "VisionGrid", "VisionModel", "VisionPruning", "VisionRun", "build", "change_table", "chapter_grids", "choose", "dataset_shape", "grid", "image_sets",
            "make_model", "pruning", "run_config", "run_scores", "split_indices", "summary_table", "sweep", "train_runs",
-           "trained_model", "pruning_table"]
+           "trained_model", "pruning_table", "validation_correct"]
 
 #: dataset -> (channels, classes, native image size)
 DATASETS = {name: (channels, methods.DATASET_CLASSES[name], size)
@@ -191,12 +193,14 @@ class VisionGrid(store.Config):
     (images held out for the sweep), model (``VisionTransformer``'s arguments), setup, batch_size, root
     (CIFAR folder, "" or None: the data cache), epochs, eval_every, seeds, methods (method keys: "adam"
     or an exponent p), step_sizes ({method: [candidates]}), sweep_seeds, sweep_epochs, sweep_window,
-    precision (every run's: "fp32", the default, or "bf16"). ``to_dict()`` is what the store keeps
-    (without precision at its default); a mapping with exactly these fields, precision optional,
-    converts with ``VisionGrid.of``."""
+    precision (every run's: "fp32", the default, or "bf16"), grow (how many times a method's grid may
+    grow on each side, a candidate 3x beyond its end, when the sweep's choice sits at that end:
+    ``step_grid.Design.grow``). ``to_dict()`` is what the store keeps (without precision and grow at
+    their defaults); a mapping with exactly these fields, precision and grow optional, converts with
+    ``VisionGrid.of``."""
 
     WHAT = "a vision grid config"
-    OMIT_AT_DEFAULT = ("precision",)
+    OMIT_AT_DEFAULT = ("precision", "grow")
 
     datasets: list[str]
     image_size: int
@@ -215,9 +219,13 @@ class VisionGrid(store.Config):
     sweep_epochs: int
     sweep_window: int
     precision: str = "fp32"
+    grow: int = 0
 
     def __post_init__(self) -> None:
         train.check_precision(self.precision)
+        if not isinstance(self.grow, int) or isinstance(self.grow, bool) or self.grow < 0:
+            raise ValueError(f"grow must be an integer >= 0 (how many times a grid may grow on each side), "
+                             f"got {self.grow!r}")
         for key in self.methods:
             method(key)
         steps = self.step_sizes
@@ -240,53 +248,73 @@ class VisionGrid(store.Config):
 
     def _summary(self, cell: tuple[str, str], lr: float, seed: int, config: VisionRun,
                  result: Mapping[str, Any] | None) -> dict[str, Any]:
-        """A sweep run's row: its mean validation accuracy over the last ``sweep_window`` evaluations."""
+        """A sweep run's row: its mean validation accuracy over the last ``sweep_window`` evaluations
+        (NaN and ``diverged``: mirror descent refused a step)."""
         dataset, key = cell
         return {"dataset": dataset, "method": key, "lr": float(lr), "p": method(key)[1],
                 "paper": PAPER_STEP_SIZES.get(key) == lr,
                 "validation_accuracy": np.nan if result is None else
-                result["history"].test_accuracy.dropna().iloc[-self.sweep_window:].mean()}
+                result["history"].test_accuracy.dropna().iloc[-self.sweep_window:].mean(),
+                "diverged": result is None}
+
+    def correct(self, dataset: str, key: str, lr: float) -> np.ndarray:
+        """Whether each held-out validation image is classified correctly by the final weights of the
+        sweep runs of (``dataset``, ``key``) at ``lr``: one row per sweep seed, in the validation set's
+        order (``validation_correct`` of each stored run). LookupError where a run is not stored."""
+        rows = []
+        for seed in range(self.sweep_seeds):
+            config = self.run((dataset, key), lr, seed, sweep=True)
+            result = store.load(KIND, config)
+            if result is None:
+                raise LookupError(f"sweep run {key} lr {lr:g} seed {seed} on {dataset} is not stored: train the grid")
+            rows.append(validation_correct(config, result))
+        return np.stack(rows)
 
     def design(self) -> step_grid.Design:
         """The grid as a ``grid.Design``: ``sweep_seeds`` sweep runs per candidate of every cell with more
         than one, on held-out validation images, reduced to their mean per candidate and chosen by
-        ``choose``; diverged final runs are recorded."""
+        ``choose`` (the paired error from ``correct``); a choice at an end of its grid grows the grid
+        there (``grow`` times at most, 3x apart); diverged final runs are recorded."""
         return step_grid.Design(
             kind=GRID_KIND, run_kind=KIND, config=self,
             cells=[(d, key) for d in self.datasets for key in self.methods],
             candidates=lambda cell: self.step_sizes[cell[1]], seeds=lambda cell: self.seeds,
             sweep_seeds=lambda cell: range(self.sweep_seeds if len(self.step_sizes[cell[1]]) > 1 else 0),
             sweep_config=lambda cell, lr, seed: self.run(cell, lr, seed, sweep=True), final_config=self.run,
-            summary=self._summary, columns=("dataset", "method"), candidate="lr", choose=choose,
-            train_runs=train_runs, reduce=_mean_over_seeds)
+            summary=self._summary, columns=("dataset", "method"), candidate="lr",
+            choose=functools.partial(choose, correct=self.correct), train_runs=train_runs, reduce=_mean_over_seeds,
+            grow=self.grow)
 
 
 def chapter_grids(*, datasets: list[str], image_size: int, train_size: int | None, validation: int,
                   model: Mapping[str, Any], setup: str, batch_size: int, cifar_root: str, epochs: int,
                   eval_every: int, seeds: int, ps: list[float], step_sizes: Mapping[str, list[float]],
                   sweep_seeds: int, sweep_epochs: int, sweep_window: int, precision: str = "fp32",
-                  **_: Any) -> tuple[VisionGrid, VisionGrid]:
+                  sweep_grow: int = 0, **_: Any) -> tuple[VisionGrid, VisionGrid]:
     """Chapter 07's grids from its parameters (other parameters are ignored): Adam and mirror descent
-    at each of ``ps`` with the swept step sizes, and Adam and ℓ1.1 at the paper's step sizes (the
-    same seeds and budget)."""
+    at each of ``ps`` with the swept step sizes (growing ``sweep_grow`` times at most on a side where
+    the choice sits at an end), and Adam and ℓ1.1 at the paper's step sizes (the same seeds and budget;
+    one candidate each, nothing to grow)."""
     methods = ["adam"] + [method_key("md", float(p)) for p in ps]
     swept = VisionGrid(datasets=list(datasets), image_size=image_size, train_size=train_size, validation=validation,
                        model=model, setup=setup, batch_size=batch_size, root=cifar_root, epochs=epochs,
                        eval_every=eval_every, seeds=seeds, methods=methods,
                        step_sizes={method_key(*method(k)): v for k, v in step_sizes.items()},
                        sweep_seeds=sweep_seeds, sweep_epochs=sweep_epochs, sweep_window=sweep_window,
-                       precision=precision)
+                       precision=precision, grow=sweep_grow)
     at_paper = dataclasses.replace(swept, methods=list(PAPER_STEP_SIZES),
-                                   step_sizes={k: [v] for k, v in PAPER_STEP_SIZES.items()})
+                                   step_sizes={k: [v] for k, v in PAPER_STEP_SIZES.items()}, grow=0)
     return swept, at_paper
 
 
 def _mean_over_seeds(rows: pd.DataFrame) -> pd.DataFrame:
-    """The sweep's rows -> one per (dataset, method, lr), validation accuracy averaged over the seeds."""
+    """The sweep's rows -> one per (dataset, method, lr): validation accuracy averaged over the seeds that
+    finished, ``diverged`` when any seed's run diverged."""
     rows = pd.DataFrame(rows.to_dict("records"),
-                        columns=["dataset", "method", "lr", "p", "paper", "validation_accuracy"])
+                        columns=["dataset", "method", "lr", "p", "paper", "validation_accuracy", "diverged"])
     return rows.groupby(["dataset", "method", "lr"], as_index=False, sort=False).agg(
-        p=("p", "first"), paper=("paper", "first"), validation_accuracy=("validation_accuracy", "mean"))
+        p=("p", "first"), paper=("paper", "first"), validation_accuracy=("validation_accuracy", "mean"),
+        diverged=("diverged", "any"))
 
 
 def train_runs(configs: list[VisionRun], workers: int = 1, progress: bool = True,
@@ -297,33 +325,57 @@ def train_runs(configs: list[VisionRun], workers: int = 1, progress: bool = True
                           progress=progress)
 
 
-def choose(candidates: pd.DataFrame) -> float:
-    """The chosen step size among one method's candidates (``sweep`` rows): the highest validation
-    accuracy, ties going to the smaller step; diverged candidates (NaN) are never chosen."""
-    finished = candidates[candidates.validation_accuracy.notna()]
-    if finished.empty:
-        first = candidates.iloc[0]
+def choose(candidates: pd.DataFrame, correct: Callable[[str, str, float], np.ndarray]) -> step_grid.Choice:
+    """The choice among one method's candidates (``sweep`` rows: one per step size) by
+    ``step_grid.tie_choice``, the rule of every grid of the book: a candidate with a diverged run is
+    never chosen; among the rest, the best validation score, every candidate within ``step_grid.TIE_Z``
+    paired standard errors of it tied with it, and the tie's neutral pick (its middle step).
+
+    The score is the sweep's: the validation accuracy averaged over the last ``sweep_window`` epochs
+    (and the sweep seeds), which smooths the epoch-to-epoch wobble of a short run. Per-image predictions
+    exist only for the final weights, so the error of two candidates' difference is that of their
+    final epoch's: ``correct(dataset, method, lr)`` gives each candidate's per-image correctness (sweep
+    seeds x validation images), and ``stats.paired_se`` of the difference pairs them on the same images
+    and seeds. For the window's mean difference this errs on the side of ties: its variance over the
+    images is at most the largest of its epochs' (the mean of correlated terms), and the last epochs of
+    a run are alike. With one sweep seed (the default) the seeds' part of the error is absent: the
+    error is the images' alone, so a difference that another seed would undo can still rank two
+    candidates. The test set plays no part: the sweep runs are evaluated on held-out training images."""
+    candidates = candidates.sort_values("lr", kind="stable")
+    diverged = candidates.diverged.astype(bool) if "diverged" in candidates else candidates.validation_accuracy.isna()
+    eligible = (~diverged & candidates.validation_accuracy.notna()).tolist()
+    first = candidates.iloc[0]
+    if not any(eligible):
         raise ValueError(f"every candidate step size diverged for {first.method} on {first.dataset} "
                          f"(lr {sorted(candidates.lr)}): try smaller ones")
-    return float(finished.sort_values(["validation_accuracy", "lr"], ascending=[False, True]).lr.iloc[0])
+    values = [float(v) for v in candidates.lr]
+    tables = {v: correct(first.dataset, first.method, v).astype(float) for v, ok in zip(values, eligible) if ok}
+
+    def error(i: int, j: int) -> float:
+        return paired_se(tables[values[i]] - tables[values[j]])
+
+    return step_grid.tie_choice(values, list(candidates.validation_accuracy), error, eligible=eligible)
 
 
 def sweep(config: VisionGrid | Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> pd.DataFrame:
     """The validation sweep of a grid (``grid``'s config): for every data set and method with more than
     one candidate step size, ``sweep_seeds`` runs of ``sweep_epochs`` epochs per candidate, trained
-    without the ``validation`` held-out images and evaluated on them after every epoch. One row per
-    (dataset, method, lr): p, paper (the paper's step size), validation_accuracy (mean over the last
-    ``sweep_window`` evaluations and the seeds; NaN: diverged), chosen (``choose``)."""
+    without the ``validation`` held-out images and evaluated on them after every epoch, the grid growing
+    where the choice sits at an end (``grow``). One row per (dataset, method, lr): p, paper (the paper's
+    step size), validation_accuracy (mean over the last ``sweep_window`` evaluations and the seeds that
+    finished; NaN: every seed diverged), diverged (any seed did), chosen and tied (``choose``)."""
     return step_grid.sweep(VisionGrid.of(config).design(), workers=workers, progress=progress)[0]
 
 
 @dataclass
 class Grid:
     """A vision grid's runs (``grid``). ``config``: the grid's config; ``sweep``: the validation sweep
-    (``sweep``); ``chosen``: {(dataset, method): lr} of every method (its only candidate, or the
-    sweep's choice); ``configs``/``results``: the final runs that finished, keyed (dataset, method,
-    seed); ``diverged``: the (dataset, method, seed) of final runs mirror descent refused (non-finite
-    gradients); ``history``: one row per (final run, epoch)."""
+    (``sweep``, ``chosen`` and ``tied`` marking each method's choice and the candidates tied with it);
+    ``chosen``: {(dataset, method): lr} of every method (its only candidate, or the sweep's choice);
+    ``configs``/``results``: the final runs that finished, keyed (dataset, method, seed); ``diverged``:
+    the (dataset, method, seed) of final runs mirror descent refused (non-finite gradients);
+    ``history``: one row per (final run, epoch); ``choices``: {(dataset, method): step_grid.Choice};
+    ``candidates``: {(dataset, method): the step sizes tried, grown ones included}."""
 
     config: VisionGrid
     sweep: pd.DataFrame
@@ -332,6 +384,8 @@ class Grid:
     results: dict[tuple[str, str, int], store.RunResult]
     diverged: list[tuple[str, str, int]]
     history: pd.DataFrame
+    choices: dict[tuple[str, str], step_grid.Choice] = dataclasses.field(default_factory=dict)
+    candidates: dict[tuple[str, str], list[float]] = dataclasses.field(default_factory=dict)
 
     def models(self) -> dict[tuple[str, str, int], VisionTransformer]:
         """{(dataset, method, seed): trained model} of the final runs, in eval mode."""
@@ -340,9 +394,9 @@ class Grid:
 
 def grid(config: VisionGrid | Mapping[str, Any], *, workers: int = 1, progress: bool = True) -> Grid:
     """Chapter 07's runs: ``sweep`` chooses the step size of every method with more than one candidate
-    (by validation accuracy; the test set plays no part), then ``seeds`` final runs of ``epochs`` per
-    data set and method train at that step on ``train_size`` images, evaluated on the test set every
-    ``eval_every`` epochs.
+    (by validation accuracy and the paired tie rule, ``choose``; the test set plays no part), then
+    ``seeds`` final runs of ``epochs`` per data set and method train at that step on ``train_size``
+    images, evaluated on the test set every ``eval_every`` epochs.
 
     ``config``: a ``VisionGrid``, or a mapping with exactly its fields. The store keeps the grid under
     its ``to_dict()`` (kind ``GRID_KIND``) and each run under its run config's (kind ``KIND``). CIFAR is
@@ -354,7 +408,8 @@ def grid(config: VisionGrid | Mapping[str, Any], *, workers: int = 1, progress: 
     built = step_grid.build(typed.design(), workers=workers, progress=progress, what="vision grid")
     history = pd.concat([built.results[key]["history"].assign(dataset=key[0], method=key[1], seed=key[2])
                          for key in built.configs], ignore_index=True)
-    return Grid(typed, built.sweep, built.chosen, built.configs, built.results, built.diverged, history)
+    return Grid(typed, built.sweep, built.chosen, built.configs, built.results, built.diverged, history,
+                built.choices, built.candidates)
 
 
 def change_table(grids: Mapping[str, Grid], methods: Container[str] = ("adam", "1.1"),
@@ -382,10 +437,33 @@ def change_table(grids: Mapping[str, Grid], methods: Container[str] = ("adam", "
 
 @functools.lru_cache(maxsize=4)
 def _test_tensors(data_config: ImageData) -> torch.utils.data.TensorDataset:
-    """The evaluation images of a run's data config, transformed once."""
+    """The evaluation images of a run's data config (``image_sets``: the held-out validation images of a
+    sweep run, the test set otherwise), transformed once."""
     _, test_set = image_sets(data_config)
     images, labels = zip(*(test_set[i] for i in range(len(test_set))))
     return torch.utils.data.TensorDataset(torch.stack(images), torch.tensor(labels))
+
+
+@torch.no_grad()
+def validation_correct(config: VisionRun, result: Mapping[str, Any], batch_size: int = 500) -> np.ndarray:
+    """Whether the final model of a sweep run (its stored weights, eval mode, the run's precision)
+    classifies each of its held-out validation images correctly, in their order: the per-image predictions
+    behind the last validation accuracy of its history (their mean). Only a sweep run's: a config
+    evaluated on the test set (``validation`` 0) is refused, so a choice never reads it."""
+    if not config.data.validation:
+        raise ValueError("validation_correct reads a sweep run's held-out validation images; this run config "
+                         "has validation=0 (it is evaluated on the test set, which no choice may read)")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = trained_model(config, result).to(device)
+    images = _test_tensors(config.data)
+    bf16 = config.fit.precision == "bf16"
+    correct = []
+    for start in range(0, len(images), batch_size):
+        x, y = images[start:start + batch_size]
+        with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            logits = model(x.to(device))
+        correct.append((logits.argmax(dim=1).cpu() == y).numpy())
+    return np.concatenate(correct)
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,11 @@ import math
 import numpy as np
 import pandas as pd
 
+from mdlib.book.views.step_grid import edge_clause, tie_clause
 from mdlib.experiments import methods
 from mdlib.experiments.step_sizes import MOVEMENT_GROUPS, StepSizeGrid, StepSizes
 
-__all__ = ["best_view", "first_step_view", "movement_view", "summary_texts", "task_text"]
+__all__ = ["best_view", "edges_text", "first_step_view", "movement_view", "summary_texts", "task_text", "ties_text"]
 
 
 def _lr_text(lr: float) -> str:
@@ -24,7 +25,9 @@ def summary_texts(result: StepSizes, moved: pd.DataFrame | None = None) -> dict[
     ``agreement`` (how many exponents other than 2 chose the lr matched_lr predicts from p = 2's, within
     one step of the grid), ``ratios`` (chosen / predicted per exponent), ``implied`` (the scale at which
     the prediction would be exact), ``spread`` (how far apart the exponents' choices lie, in lr and in
-    matched SGD steps), ``edges`` (choices at an end of their grid), ``overflows`` (the diverged runs),
+    matched SGD steps), ``edges`` (where each choice sits among the multiples tried, and for one at an end
+    what was tried: ``edges_text``), ``ties`` (the candidates tied with each choice: ``ties_text``),
+    ``overflows`` (the diverged runs),
     the best losses and accuracies, ``sgd-check`` (torch SGD against mirror descent at p = 2, same lr and
     seeds), ``seeds``, and with ``moved`` (``StepSizes.movement()``) ``movement`` (the LayerNorm gains'
     movement over the position embeddings' per exponent)."""
@@ -45,9 +48,8 @@ def summary_texts(result: StepSizes, moved: pd.DataFrame | None = None) -> dict[
     verdict = "matched_lr narrows the spread" if rescaled < raw / 1.001 else "matched_lr does not narrow the spread"
     texts["spread"] = (f"the exponents' chosen step sizes span a factor of {raw:.3g} in lr, and of {rescaled:.3g} "
                        f"in the SGD steps matched to them: {verdict}")
-    edges = [methods.method_text(*methods.method(k)) for k in grid.methods if best.at_edge[k]]
-    texts["edges"] = (f"at an end of its grid for {', '.join(edges)}: the best step there may lie beyond the grid"
-                      if edges else "inside its grid for every method")
+    texts["edges"] = edges_text(result)
+    texts["ties"] = ties_text(result)
     bad = runs[runs.diverged.astype(bool)]
     if bad.empty:
         texts["overflows"] = "No run diverged"
@@ -73,6 +75,40 @@ def summary_texts(result: StepSizes, moved: pd.DataFrame | None = None) -> dict[
         texts["movement"] = (", ".join(f"{r:.2g} at p = {k}" for k, r in ratio.items())
                              + f": it {trend} as p grows")
     return texts
+
+
+def _name(key: str) -> str:
+    return methods.method_text(*methods.method(key))
+
+
+def _multiple(m: float) -> str:
+    return f"{m:.2g}×"
+
+
+def edges_text(result: StepSizes) -> str:
+    """Where each method's choice sits among the multiples it tried (``StepSizes.candidates``, grown ones
+    included): "inside its grid for every method", or "inside its grid for ℓ1.1, ...; at an end for
+    AdamW: 27× is the largest of 0.33×, ..., 27×, after the grid grew twice on that side (its most);
+    the best step may lie beyond it" (``views.step_grid.edge_clause``: what was tried, why it stopped)."""
+    grid = result.config
+    inside, ends = [], []
+    for key in grid.methods:
+        clause = edge_clause(_name(key), result.chosen[key], result.candidates.get(key) or grid.candidates(key),
+                             grid.candidates(key), grid.grow, _multiple)
+        (ends if clause else inside).append(clause or _name(key))
+    if not ends:
+        return "inside its grid for every method"
+    return "; ".join(([f"inside its grid for {', '.join(inside)}"] if inside else []) + [f"at an end for {ends[0]}"]
+                     + ends[1:])
+
+
+def ties_text(result: StepSizes) -> str:
+    """The candidates tied with each method's choice (within ``step_grid.TIE_Z`` paired standard errors of
+    the best validation loss), for the methods with a tie: "ℓ1.1: 1×, 3× (chosen: 3×, the better of the
+    middle two)", or "no choice was tied"."""
+    parts = [tie_clause(_name(key), result.choices[key], _multiple) for key in result.config.methods
+             if key in result.choices]
+    return "; ".join(p for p in parts if p) or "no choice was tied"
 
 
 def _count(n: int, noun: str) -> str:
@@ -116,6 +152,7 @@ def best_view(best: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "method": [methods.method_text(*methods.method(k)) for k in best.method],
         "chosen lr": [number(x) + (" (grid end)" if edge else "") for x, edge in zip(best.lr, best.at_edge)],
+        "multiples tried (× centre)": best.tried, "tied with the choice": best.tied,
         "matched_lr prediction": best.predicted_lr.map(number), "chosen / predicted": best.ratio.map(number),
         "exact at scale": best.implied_scale.map(number),
         "validation loss": best.validation_loss.map(lambda x: number(x, ".3f")),

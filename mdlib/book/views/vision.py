@@ -9,9 +9,10 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from mdlib.book.views.step_grid import edge_clause, tie_clause
 from mdlib.experiments import methods
 
-__all__ = ["by_dataset", "pruning_contrast_text", "pruning_levels_text", "summary_texts", "summary_view"]
+__all__ = ["by_dataset", "pruning_contrast_text", "pruning_levels_text", "summary_texts", "summary_view", "sweep_texts"]
 
 
 def summary_view(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
@@ -30,6 +31,28 @@ def summary_view(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
         f"K / Q / V entries > {threshold:.3g}": [f"{k:,.0f} / {q:,.0f} / {v:,.0f}" for k, q, v in
                                                  zip(table.key_above, table.query_above, table.value_above)],
         "paper (%)": table.paper.map(lambda a: f"≈ {a:.0f}" if a == a else "not run")})
+
+
+def sweep_texts(grid, names: Mapping[str, str], datasets: Mapping[str, str]) -> dict[str, str]:
+    """Chapter 07's words on its sweep (``grid``: a ``vision.Grid``; ``names``: method key -> text;
+    ``datasets``: data set key -> text), as glue texts: ``vit-edge``, where each swept method's choice sits
+    among the steps it tried (grown ones included) and, for one at an end, what was tried and why the
+    grid stopped there (``views.step_grid.edge_clause``); ``vit-ties``, the candidates tied with each
+    choice; ``vit-tried``, how many steps each swept method tried."""
+    config, ends, ties, tried = grid.config, [], [], []
+    for (d, key), choice in grid.choices.items():
+        first = config.step_sizes[key]
+        if len(first) < 2:
+            continue
+        name = f"{names[key]} on {datasets[d]}"
+        steps = grid.candidates.get((d, key)) or first
+        ends.append(edge_clause(name, choice.value, steps, first, config.grow, "{:g}".format))
+        ties.append(tie_clause(name, choice, "{:g}".format))
+        tried.append(f"{name} {len(steps)}" + (f" ({len(steps) - len(first)} grown)" if len(steps) > len(first) else ""))
+    ends, ties = [e for e in ends if e], [t for t in ties if t]
+    return {"vit-edge": ("Every chosen step size lies strictly inside the steps its method tried." if not ends else
+                         "A chosen step size at an end of the steps tried: " + "; ".join(ends) + "."),
+            "vit-ties": "; ".join(ties) or "none", "vit-tried": ", ".join(tried) or "none (no method was swept)"}
 
 
 def by_dataset(datasets: Mapping[str, str], text: Callable[[str], str]) -> str:
