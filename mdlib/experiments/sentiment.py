@@ -34,7 +34,7 @@ import torch
 from mdlib.experiments import analysis, paper, paths, pool, store, train
 from mdlib.experiments import step_grid
 from mdlib.experiments.methods import method, method_key
-from mdlib.experiments.stats import crossed_interval
+from mdlib.experiments.stats import paired_se
 from mdlib.models import SETUPS, EncoderClassifier
 from mdlib.experiments.sentiment_run import (KIND, SentimentRun, TextModel, TokenizedDataset, build, by_length,
                                              collate, encode, initial_model, run_config, splits, tokenizer,
@@ -188,7 +188,7 @@ def choose(candidates: pd.DataFrame, correct: Callable[[int, str, float, int], n
     candidate with a diverged run is never chosen; among the rest, the best mean validation accuracy,
     every candidate tied with it within ``step_grid.TIE_Z`` paired standard errors, and the tie's neutral
     pick. The paired error of two candidates is that of their difference on the same validation sentences
-    at the same seeds, over both samples (``stats.crossed_interval``), from each run's per-sentence
+    at the same seeds, over both samples (``stats.paired_se``), from each run's per-sentence
     predictions (``correct(layers, method, multiple, seed)``). The test split plays no part."""
     per = candidates.groupby("multiple").agg(diverged=("diverged", "any"), reached=("reached", "all"),
                                              validation=("validation", "mean"), lr=("lr", "first"))
@@ -203,7 +203,7 @@ def choose(candidates: pd.DataFrame, correct: Callable[[int, str, float, int], n
     values = list(per.index)
 
     def error(i: int, j: int) -> float:
-        return crossed_interval(tables[values[i]] - tables[values[j]])[3]
+        return paired_se(tables[values[i]] - tables[values[j]])
 
     return step_grid.tie_choice(values, list(per.validation), error, eligible=list(~per.diverged),
                                 ranked=list(per.reached))
