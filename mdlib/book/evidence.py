@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from mdlib.book import chapters, provenance, schema
@@ -33,22 +32,11 @@ class Results:
     only runs of a kind an earlier one's record lists among them. A label ``folder`` lacks is read from
     ``also`` when given (a variant's own results, then the book's for the chapters it builds on)."""
 
-    def __init__(self, folder: Path, profile: str | None, also: Path | None = None,
-                 draw: tuple[int, ...] | None = None, _read: dict | None = None):
+    def __init__(self, folder: Path, profile: str | None, also: Path | None = None, _read: dict | None = None):
         self.folders = list(dict.fromkeys(Path(f) for f in (folder, also) if f is not None))
         self.profile = profile
         self.records: dict[str, dict] = {}  # label -> record, of the CSVs read so far
-        self.draw = draw  # the seeds of a resample (``resampled``); None: the tables as they are
-        self.seeds: set[int] = set()  # the seeds of the tables read so far
         self._read = {} if _read is None else _read  # label -> (record, frame): files vouched for and parsed once
-
-    def resampled(self, draw) -> "Results":
-        """The same results with the seeds of ``draw`` (a sequence of seeds, repeats allowed): every table
-        with a seed column holds the rows of each drawn seed in turn, the i-th draw's as seed i, so that
-        runs paired by a seed stay paired and a seed drawn twice counts twice (a bootstrap resample of
-        the seeds; the tables are read once for all resamples)."""
-        return Results(self.folders[0], self.profile, self.folders[-1], draw=tuple(int(s) for s in draw),
-                       _read=self._read)
 
     def csv(self, label: str, columns=(), where: str | None = None) -> pd.DataFrame:
         """The table ``label``, vouched for by its record and kept to its rules (only the rows where the
@@ -56,18 +44,12 @@ class Results:
         a value in every row."""
         if label not in schema.TABLES:
             raise KeyError(f"{label} has no results schema: declare it in mdlib.book.schema.TABLES")
-        record, frame, rows_of_seed = self._vouched(label)
-        if rows_of_seed is not None:
-            self.seeds.update(rows_of_seed)
-            if self.draw is not None:
-                taken = [rows_of_seed.get(seed, np.empty(0, dtype=int)) for seed in self.draw]
-                frame = frame.iloc[np.concatenate(taken)].assign(
-                    seed=np.repeat(np.arange(len(taken)), [len(rows) for rows in taken]))
+        _, frame = self._vouched(label)
         return complete(frame if where is None else frame[frame[where].astype(bool)], label, columns)
 
-    def _vouched(self, label: str) -> tuple[dict, pd.DataFrame, dict[int, np.ndarray] | None]:
+    def _vouched(self, label: str) -> tuple[dict, pd.DataFrame]:
         """The record and the parsed table of ``label``, vouched for (once per file) and agreeing with the
-        claim's other tables, with the row positions of each seed (None: no seed column)."""
+        claim's other tables."""
         if label not in self._read:
             path = next((f / f"{label}.csv" for f in self.folders if (f / f"{label}.csv").is_file()),
                         self.folders[0] / f"{label}.csv")
@@ -80,20 +62,15 @@ class Results:
                 raise Unmeasured(str(error)) from None
             if schema.placeholder(frame):
                 raise Unmeasured(f"{path.name}: " + "; ".join(frame.note.astype(str)))
-            seeds = None
-            if "seed" in frame:
-                known = frame.seed.notna().to_numpy()
-                seeds = {int(seed): np.flatnonzero(known & (frame.seed.to_numpy() == seed))
-                         for seed in pd.unique(frame.seed[known])}
-            self._read[label] = (record, frame, seeds)
-        record, frame, seeds = self._read[label]
+            self._read[label] = (record, frame)
+        record, frame = self._read[label]
         wanted = self.profile or next((r["profile"] for r in self.records.values()), record["profile"])
         if record["profile"] != wanted:
             raise Unmeasured(f"{label}.csv was made at profile {record['profile']}, not {wanted}")
         for other, known in self.records.items():
             _agree((f"{label}.csv", record), (f"{other}.csv", known))
         self.records[label] = record
-        return record, frame, seeds
+        return record, frame
 
     def _record(self, label: str, path: Path) -> dict:
         """The provenance record that vouches for the file at ``path``: made by the pipeline and holding

@@ -7,9 +7,11 @@ link to the figure or table. ``mdlib.book.scorecard_page`` makes the page of the
 
 Each claim is a builder: it reads the claim's tables, takes its number from
 ``mdlib.experiments.estimates`` (the function its chapter glues, so the chapter and the scorecard show
-one computation) and judges it by a rule of ``mdlib.book.verdicts``. A comparative verdict is also
-rebuilt on bootstrap resamples of its seeds (``Row.stability``; ``Row.fragile`` below ``STABLE_SHARE``).
-Every comparative row states the smallest effect its design detects (``stats.detectable_effect``).
+one computation) and judges it by a rule of ``mdlib.book.verdicts``. A comparative verdict also says how
+stable it is: the probability that an independent rebuild of the same design (the same sentences, new
+run noise, a step choice made again) reaches it again (``mdlib.experiments.stability``; ``Row.stability``,
+``Row.fragile`` below ``STABLE_SHARE``). Every comparative row states the smallest effect its design
+detects (``stats.detectable_effect``).
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from mdlib.book.verdicts import (COST_BAND, DIFFERS, E2_MIN_POINTS, HOLDS, INCON
                                  e2_rate_rule,
                                  e3_rule, interval_rule, not_measured, parity_rule, pruning_rule, series_rule,
                                  sparser_rule, table1_rule, token_rule, weighting_rule)
-from mdlib.experiments import estimates, methods, paper
+from mdlib.experiments import estimates, methods, paper, stability
 from mdlib.experiments.estimates import Estimate
 from mdlib.experiments.stats import seeds_for_half_width
 
-__all__ = ["CLAIMS", "FRAGILE", "RESAMPLES", "Row", "STABLE_SHARE", "Stability", "chapter_rows", "reference", "rows",
-           "said", "table1_parts", "table1_reading", "verdicts", "verdicts_text", "weighting_reading", "KQV_PARTS"]
+__all__ = ["CLAIMS", "FRAGILE", "KQV_PARTS", "Row", "STABLE_SHARE", "Stability", "chapter_rows", "rebuild_text",
+           "reference", "rows", "said", "table1_parts", "table1_reading", "verdicts", "verdicts_text",
+           "weighting_reading"]
 
 
 @dataclass(frozen=True)
@@ -51,43 +54,42 @@ class Row:
     effect: Effect | None = None
     short: str = ""  #: the claim's name without its statement, e.g. "Table 1 (3 layers)"
     headline: str = ""  #: ours in a few words (the short table's cell)
-    stability: "Stability | None" = None  #: the verdict over resamples of the seeds (None: not checked)
+    stability: "Stability | None" = None  #: the probability that a rebuild reaches the verdict (None: not checked)
 
     @property
     def fragile(self) -> bool:
-        """Whether resamples of the seeds change the verdict too often to call it settled (a seed's
-        numbers differ between machines: another machine's seeds are another sample)."""
-        return bool(self.stability and self.stability.fragile)
+        """Whether an independent rebuild (a seed's numbers differ between machines, and a step choice may
+        fall otherwise) would reach another verdict too often to call this one settled."""
+        return self.stability is not None and self.stability.probability < STABLE_SHARE
 
     @property
     def stability_text(self) -> str:
-        """How often resamples of the seeds give the same verdict, in words ("" where not checked)."""
-        if self.stability is None:
-            return ""
-        n, same, seeds = self.stability
-        return (f"{same:.0%} of {n} resamples of the {seeds} seeds (drawn with replacement) give the same verdict"
-                + (f": {FRAGILE}, below {STABLE_SHARE:.0%}" if self.fragile else ""))
+        """How likely an independent rebuild reaches the same verdict, in words ("" where not checked)."""
+        return "" if self.stability is None else rebuild_text(self.stability) + (
+            f": {FRAGILE}, below {STABLE_SHARE:.2f}" if self.fragile else f"; {FRAGILE} below {STABLE_SHARE:.2f}")
 
 
-class Stability(NamedTuple):
-    """A comparative verdict rebuilt on ``resamples`` bootstrap resamples of its ``seeds`` seeds: the
-    share ``same`` that gives the same outcome."""
-    resamples: int
-    same: float
-    seeds: int
-
-    @property
-    def fragile(self) -> bool:
-        return self.same < STABLE_SHARE
-
-
-FRAGILE = "fragile"  #: the mark of a verdict that resamples of the seeds change (``STABLE_SHARE``)
-#: The share of the seeds' resamples that must give a verdict for it to count as stable: one that at
-#: least one resample in five changes is marked fragile, never settled.
+#: A comparative verdict's stability: the probability that an independent rebuild of the same design reaches
+#: it again, with its Monte Carlo error (``mdlib.experiments.stability.Agreement``).
+Stability = stability.Agreement
+FRAGILE = "fragile"  #: the mark of a verdict that a rebuild would too often not reach (``STABLE_SHARE``)
+#: The probability of reaching a verdict again that makes it stable: one that an independent rebuild would
+#: change once in five times or more is marked fragile, never settled.
 STABLE_SHARE = 0.8
-#: How many bootstrap resamples of the seeds each comparative verdict is rebuilt on (seeded: the share
-#: is the same on every rebuild of the same results).
-RESAMPLES = 200
+
+
+def rebuild_text(found: Stability) -> str:
+    """A stability in words: "an independent rebuild reaches this verdict with probability 0.87 ± 0.01
+    (new run noise, the step choice re-made: another step in 23 % of rebuilds)"."""
+    if found.rechosen:
+        how = f"new run noise, the step choice re-made: another step in {found.flips:.0%} of rebuilds"
+        if found.bound:
+            how += ("; the arm was trained at the chosen step only, so a rebuild that chooses another counts as a "
+                    "change: a lower bound")
+    else:
+        how = "new run noise at the same steps and test sentences"
+    return (f"an independent rebuild reaches this verdict with probability {'at least ' if found.bound else ''}"
+            f"{found.probability:.2f} ± {found.error:.2f} ({how})")
 
 
 def reference(notebook: str, label: str) -> str:
@@ -110,6 +112,25 @@ class _Part(NamedTuple):
     paper: str | None = None  # instead of the claim's own paper text
     effect: Effect | None = None
     headline: str = ""  # ours in a few words, for the short table (default: ``ours``)
+    rebuild: "Callable[[str], Stability | None] | None" = None  # outcome -> its stability (``_stability``)
+
+
+def _judge(rule: Callable[..., Verdict], *gates) -> stability.Judge:
+    """A comparative rule as a function of its interval, every other argument (the gates) held as the build
+    found them, over arrays of rebuilt intervals: the outcome of each."""
+    def judge(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        return np.array([rule(lo, hi, *gates).outcome for lo, hi in zip(low, high)], dtype=object)
+    return judge
+
+
+def _rebuilt(estimate: Estimate, judge: stability.Judge, bounds=(-math.inf, math.inf)
+             ) -> Callable[[str], Stability | None]:
+    """A part's stability without a step choice of its own: its interval rebuilt with new seeds
+    (``stability.agreement``; None without an interval)."""
+    def rebuild(outcome: str) -> Stability | None:
+        interval = stability.Interval.of(estimate, bounds)
+        return None if interval is None else stability.agreement(interval, judge, outcome)
+    return rebuild
 
 
 @dataclass(frozen=True)
@@ -223,7 +244,8 @@ def _headline(e: Estimate, unit: str, digits: int = 2) -> str:
 
 
 def _accuracy_gap(runs: pd.DataFrame, gap: Estimate, name: str, paper_text: str | None, baseline: float,
-                  paper_gap: float, edges: str = "", paper_label: str = "paper") -> _Part:
+                  paper_gap: float, edges: str = "", paper_label: str = "paper", cell: pd.DataFrame | None = None
+                  ) -> _Part:
     means = runs.groupby("method").last_test.mean()
     best = runs.groupby("method").best_test.mean() if "best_test" in runs else None
     shown = [k for k in methods.PAPER_PS if k in means]
@@ -234,10 +256,53 @@ def _accuracy_gap(runs: pd.DataFrame, gap: Estimate, name: str, paper_text: str 
     if best is not None:
         ours += "; best over epochs " + " / ".join(f"{100 * best[k]:.2f}" for k in shown if k in best)
     ours += f"; baseline {100 * baseline:.1f} %" + (f"; step choice at its grid's edge: {edges}" if edges else "")
-    verdict = table1_rule(gap.low, gap.high, gap.n, estimates.unreached(runs), estimates.below_floor(runs, baseline),
-                          paper_gap)
+    gates = (gap.n, estimates.unreached(runs), estimates.below_floor(runs, baseline), paper_gap)
+    verdict = table1_rule(gap.low, gap.high, *gates)
+    rebuild = _chosen_again(cell, gap, _judge(table1_rule, *gates), *estimates.COMPARED) if cell is not None else None
     return _Part(name, ours, verdict, paper_text, _effect(gap, "points of test accuracy, ℓ1.1 − GD", paper=paper_gap,
-                                                          paper_label=paper_label), _headline(gap, " points"))
+                                                          paper_label=paper_label), _headline(gap, " points"), rebuild)
+
+
+def _chosen_again(cell: pd.DataFrame, gap: Estimate, judge: stability.Judge, first: str, second: str,
+                  arms: "Callable[[], pd.DataFrame] | None" = None) -> Callable[[str], Stability | None]:
+    """A chapter 04 comparison's stability with its steps chosen again (``stability.choice_agreement``):
+    ``cell``, every run of the grid's depth (``table-sentiment-runs``, every candidate step; methods keyed);
+    ``arms()``, the 2 x 2's arms' runs, each following the choice of the method its steps are matched to
+    (an arm key "a@b" follows b's). The example part of ``gap``'s interval is held for every pair."""
+    def rebuild(outcome: str) -> Stability | None:
+        interval = stability.Interval.of(gap)
+        if interval is None:
+            return None
+        choosing = _choosing(cell)
+        follows = {x: x.partition("@")[2] for x in (first, second) if "@" in x}
+        frame = cell if arms is None else pd.concat([cell, arms()], ignore_index=True)
+        frame = frame[frame.method.isin({first, second, *follows.values()})
+                      & (frame.method.isin(choosing) | frame.chosen.astype(bool))]
+        runs = stability.Runs(list(frame.method), list(frame.multiple.astype(float)), list(frame.seed.astype(int)),
+                              list(100 * frame.last_test.astype(float)), list(100 * frame.validation.astype(float)))
+        return stability.choice_agreement(runs, first, second, judge, outcome, example_var=interval.example_var,
+                                          choosing=choosing, follows=follows)
+    return rebuild
+
+
+def _choosing(cell: pd.DataFrame) -> dict[str, stability.Choosing]:
+    """How each method of a grid's depth with several candidate steps chose one (``sentiment.choose``): its
+    candidates, the chosen one, the sweep's seeds (those of the candidates not chosen) and which candidates
+    may be chosen (no sweep run diverged) and rank first (every sweep run reached the stop rule)."""
+    out = {}
+    for key, part in cell.assign(multiple=cell.multiple.astype(float)).groupby("method", sort=False):
+        values = sorted(set(part.multiple))
+        chosen = set(part.multiple[part.chosen.astype(bool)])
+        if len(values) < 2 or len(chosen) != 1:
+            continue
+        value = chosen.pop()
+        seeds = tuple(sorted(int(s) for s in set(part.seed[part.multiple != value])))
+        sweep = part[part.seed.isin(seeds)]
+        out[key] = stability.Choosing(
+            tuple(values), value, seeds,
+            tuple(not sweep.diverged[sweep.multiple == v].astype(bool).any() for v in values),
+            tuple(bool(sweep.reached[sweep.multiple == v].astype(bool).all()) for v in values))
+    return out
 
 
 def _method(key: str) -> str:
@@ -264,7 +329,8 @@ def _table1_rows(r: Results, grid: str) -> list[_Part]:
     gaps = estimates.accuracy_gaps(runs, predictions=_predictions(r, grid))
     setup = paper.SETUP_NAMES.get(str(runs.setup.iloc[0]), str(runs.setup.iloc[0]))
     sweep = r.csv("table-sentiment-runs", ["grid", "layers", "method", "multiple", "chosen"])
-    edges = estimates.edges_text(sweep[sweep.grid == grid].assign(method=lambda t: t.method.map(estimates.key_of)))
+    sweep = sweep[sweep.grid == grid].assign(method=lambda t: t.method.map(estimates.key_of))
+    edges = estimates.edges_text(sweep)
     step = _embedding_step(r, setup) if grid != "replication" else ""
     out = []
     for L in sorted(runs.layers.unique()):
@@ -279,7 +345,7 @@ def _table1_rows(r: Results, grid: str) -> list[_Part]:
             out.append(_Part(name, "no ℓ1.1 or GD runs", not_measured("no ℓ1.1 or GD runs"), paper_text))
             continue
         out.append(_accuracy_gap(row_runs, gaps[int(L)], name, paper_text, baseline, gap, edges,
-                                 "paper" if grid == "replication" else AUTHORS_SETUP))
+                                 "paper" if grid == "replication" else AUTHORS_SETUP, sweep[sweep.layers == L]))
     return out
 
 
@@ -357,15 +423,31 @@ def _allocation(r: Results):
             ours = (f"test accuracy at the stop rule {100 * means.get(arms[0], math.nan):.2f} % (the arm) against "
                     f"{100 * means.get(arms[1], math.nan):.2f} % (GD); arm − GD {gap.both_text()} points (paired by "
                     f"seed, n = {gap.n}; embeddings N(0, {std:g}²), {L} layers)")
-            verdict = allocation_rule(gap.low, gap.high, gap.n, estimates.unreached(pair, tuple(arms)),
-                                      estimates.below_floor(pair, baseline, compared=tuple(arms)))
-            verdict = _settled(r, verdict, "table-sentiment-tied-2x2", {"embedding_std": std, "contrast": name})
+            gates = (gap.n, estimates.unreached(pair, tuple(arms)), estimates.below_floor(pair, baseline,
+                                                                                          compared=tuple(arms)))
+            verdict = _settled(r, allocation_rule(gap.low, gap.high, *gates), "table-sentiment-tied-2x2",
+                               {"embedding_std": std, "contrast": name})
             out.append(_Part(f"{factor} at σ {std:g}, {contrast}", ours, verdict,
                              "no such experiment: the paper compares one global step per method",
-                             _effect(gap, f"points, {factor}: {contrast}"), _headline(gap, " points")))
+                             _effect(gap, f"points, {factor}: {contrast}"), _headline(gap, " points"),
+                             _two_again(r, std, gap, _judge(allocation_rule, *gates), *arms)))
     if not out:
         raise Unmeasured("no 2 x 2 at this profile")
     return out
+
+
+def _two_again(r: Results, std: float, gap: Estimate, judge: stability.Judge, arm: str, base: str
+               ) -> Callable[[str], Stability | None]:
+    """``_chosen_again`` for a contrast of the 2 x 2 at embedding std ``std``: the long build's runs there
+    (``table-sentiment-overnight-runs``: the series' ℓ1.1 and GD at every candidate step, the arms at every
+    candidate multiplier; read when the stability is computed), each step chosen again, an arm's matched
+    steps following the method they are matched to."""
+    def rebuild(outcome: str) -> Stability | None:
+        table = r.csv("table-sentiment-overnight-runs", ["part", "embedding_std", "method", "multiple", "seed",
+                                                         "chosen", "validation"])
+        cell = table[np.isclose(table.embedding_std, std)].assign(method=lambda t: t.method.map(estimates.key_of))
+        return _chosen_again(cell, gap, judge, arm, base)(outcome)
+    return rebuild
 
 
 def _series(r: Results):
@@ -412,9 +494,11 @@ def _tokens(r: Results):
             continue
         shown = rate.both_text(1, 100, sign=False, suffix="%")
         ours += f"; ℓ1.1's win rate, mean of the seeds {shown}"
-        out.append(_Part(sentences, ours, token_rule(rate.low, rate.high, rate.n, unreached, below, paper_rate),
+        gates = (rate.n, unreached, below, paper_rate)
+        out.append(_Part(sentences, ours, token_rule(rate.low, rate.high, *gates),
                          effect=_effect(rate, "ℓ1.1's win rate", (0.5, 0.5), paper=paper_rate),
-                         headline=f"win rate {rate.text(1, 100, sign=False, suffix='%')} (n = {rate.n} seeds)"))
+                         headline=f"win rate {rate.text(1, 100, sign=False, suffix='%')} (n = {rate.n} seeds)",
+                         rebuild=_rebuilt(rate, _judge(token_rule, *gates), (0.0, 1.0))))
     if not out:
         raise Unmeasured("table-token-selection-seeds.csv has no sentence set")
     return out
@@ -433,7 +517,8 @@ def _concentration(r: Results):
             f"{means.top_share[methods.GD]:.3f}; GD − ℓ1.1 entropy "
             f"{gap.text(3)} (paired, n = {gap.n}; models: {setup})")
     return [_Part(None, ours, concentration_rule(gap.low, gap.high, gap.n, unreached),
-                  effect=_effect(gap, "entropy, GD − ℓ1.1"), headline=_headline(gap, " entropy (GD − ℓ1.1)", 3))]
+                  effect=_effect(gap, "entropy, GD − ℓ1.1"), headline=_headline(gap, " entropy (GD − ℓ1.1)", 3),
+                  rebuild=_rebuilt(gap, _judge(concentration_rule, gap.n, unreached)))]
 
 
 def _kqv(r: Results):
@@ -456,9 +541,10 @@ def _kqv(r: Results):
         ours += (f"; K + Q + V above the scaled threshold (not judged): ℓ1.1 {totals[methods.L1_1]:.0f}, "
                  f"GD {totals[methods.GD]:.0f}")
     unfinished = f"{unreached} sentiment run(s) did not reach the stop rule" if unreached else ""
-    return [_Part(KQV_PARTS["gd"], ours, sparser_rule(gap.low, gap.high, gap.n, unfinished, paper_effect),
+    gates = (gap.n, unfinished, paper_effect)
+    return [_Part(KQV_PARTS["gd"], ours, sparser_rule(gap.low, gap.high, *gates),
                   effect=_effect(gap, "effective density, ℓ1.1 − GD", direction=-1, paper=paper_effect),
-                  headline=_headline(gap, " density (ℓ1.1 − GD)", 3)),
+                  headline=_headline(gap, " density (ℓ1.1 − GD)", 3), rebuild=_rebuilt(gap, _judge(sparser_rule, *gates))),
             _weighting_part(change, unfinished, setup)]
 
 
@@ -490,9 +576,10 @@ def _weighting_part(change: pd.DataFrame, unfinished: str, setup: str) -> _Part:
         ours += (f"; not judged: ℓ1.1's dual change m(W) − m(W(0)) has density {own.dual_density.mean():.3f} "
                  f"(unstructured Gaussian noise: {2 / math.pi:.3f}; ℓ1.1 − GD's ΔW {dual.text(3)}, paired), its "
                  f"weighting |W(0)|^0.9 {own.weighting_density.mean():.3f}")
-    return _Part(name, ours, weighting_rule(gap.low, gap.high, gap.n, unfinished, paper_effect), _NULL_PAPER,
+    gates = (gap.n, unfinished, paper_effect)
+    return _Part(name, ours, weighting_rule(gap.low, gap.high, *gates), _NULL_PAPER,
                  _effect(gap, "effective density, ℓ1.1's ΔW − its init-weighting null", direction=-1, paper=paper_effect),
-                 _headline(gap, " density (ℓ1.1's ΔW − its null)", 3))
+                 _headline(gap, " density (ℓ1.1's ΔW − its null)", 3), _rebuilt(gap, _judge(weighting_rule, *gates)))
 
 
 def _null_text(change: pd.DataFrame, baseline: str, name: str) -> tuple[str, str]:
@@ -534,7 +621,8 @@ def _pruning(r: Results):
             f"{100 * kept[methods.GD]:.2f} (unpruned {unpruned[0]:.2f}, {unpruned[1]:.2f}); ℓ1.1 − GD {gap.text()} points "
             f"(paired, n = {gap.n}; models: {setup})")
     return [_Part(None, ours, pruning_rule(gap.low, gap.high, gap.n, unreached, below),
-                  effect=_effect(gap, "points of test accuracy, ℓ1.1 − GD"), headline=_headline(gap, " points"))]
+                  effect=_effect(gap, "points of test accuracy, ℓ1.1 − GD"), headline=_headline(gap, " points"),
+                  rebuild=_rebuilt(gap, _judge(pruning_rule, gap.n, unreached, below)))]
 
 
 def _parity_power(gap: Estimate) -> str:
@@ -580,10 +668,24 @@ def _vit_parity(r: Results):
                     default=estimates.NONE)
         out.append(_Part(name, ours, parity_rule([(g.low, g.high) for g in gaps.values()], seeds, levelled),
                          effect=_effect(worst, "points, MD − Adam (the widest)", (-PARITY_MARGIN, PARITY_MARGIN), 0),
-                         headline=f"widest MD − Adam {worst.text()} points (n = {seeds})"))
+                         headline=f"widest MD − Adam {worst.text()} points (n = {seeds})",
+                         rebuild=_parity_again(list(gaps.values()), seeds, levelled)))
     if not out:
         raise Unmeasured("fig-vit-accuracy.csv has no runs")
     return out
+
+
+def _parity_again(gaps: list[Estimate], seeds: int, levelled: bool) -> Callable[[str], Stability | None]:
+    """Parity's stability: every MD − Adam interval rebuilt with new seeds, each independently (they share
+    Adam's runs: a simplification), judged together by ``parity_rule``."""
+    def judge(lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
+        return np.array([parity_rule(list(zip(low, high)), seeds, levelled).outcome for low, high in zip(lows.T, highs.T)],
+                        dtype=object)
+
+    def rebuild(outcome: str) -> Stability | None:
+        intervals = [stability.Interval.of(g) for g in gaps]
+        return None if not intervals or None in intervals else stability.agreement(intervals, judge, outcome)
+    return rebuild
 
 
 def _levelled(table: pd.DataFrame, name: str) -> bool:
@@ -617,7 +719,8 @@ def _vit_sparsity(r: Results):
         unfinished = "" if frame.levelled.astype(bool).all() else "a training loss had not levelled off"
         out.append(_Part(name, ours, sparser_rule(gap.low, gap.high, gap.n, unfinished, beyond=beyond),
                          effect=_effect(gap, "effective density, ℓ1.1 − Adam", direction=-1),
-                         headline=_headline(gap, " density (ℓ1.1 − Adam)", 3)))
+                         headline=_headline(gap, " density (ℓ1.1 − Adam)", 3),
+                         rebuild=_rebuilt(gap, _judge(sparser_rule, gap.n, unfinished, math.nan, beyond))))
     if not out:
         raise Unmeasured("table-vit-change.csv has no models")
     return out
@@ -699,35 +802,26 @@ def rows(results_dir: Path | str, *, profile: str | None = None, link: Callable[
                            short=_short(claim.claim), headline="–"))
             continue
         shown = results.shown()  # the profile every record of the claim names
-        stability = _stability(claim, built, results)
         for part in built:
             name = claim.claim if part.part is None else f"{claim.claim} ({part.part})"
             short = _short(claim.claim) + ("" if part.part is None else f" ({part.part})")
             out.append(Row(name, part.paper or claim.paper, part.ours, shown, part.verdict, target, part.effect, short,
-                           part.headline or part.ours, stability.get(part.part)))
+                           part.headline or part.ours, _stability(part)))
     return out
 
 
-def _stability(claim: "_Claim", built: list[_Part], results: Results) -> dict[str | None, Stability]:
-    """Per comparative part of ``claim`` (one with an effect and a verdict other than not measured), the
-    share of ``RESAMPLES`` bootstrap resamples of the claim's seeds (drawn with replacement, a fixed
-    generator) on which the claim, rebuilt from its results, gives the part the same outcome: a seed's
-    numbers differ between machines, so a verdict that a resample of the seeds changes would not be
-    reproduced elsewhere. A resample that cannot be judged counts as a change."""
-    parts = {p.part: p.verdict.outcome for p in built if p.effect is not None and p.verdict.outcome != NOT_MEASURED}
-    seeds = sorted(results.seeds)
-    if not parts or len(seeds) < 2:
-        return {}
-    rng = np.random.default_rng(0)
-    same = dict.fromkeys(parts, 0)
-    for _ in range(RESAMPLES):
-        try:
-            again = {p.part: p.verdict.outcome for p in claim.build(results.resampled(rng.choice(seeds, len(seeds))))}
-        except Unmeasured:
-            again = {}
-        for part, outcome in parts.items():
-            same[part] += again.get(part) == outcome
-    return {part: Stability(RESAMPLES, count / RESAMPLES, len(seeds)) for part, count in same.items()}
+def _stability(part: _Part) -> Stability | None:
+    """A comparative part's stability (one with an effect, a way to rebuild it and a verdict other than not
+    measured): the probability that an independent rebuild of the same design, the test sentences shared,
+    the run noise new and a step choice made again, reaches its outcome (``mdlib.experiments.stability``,
+    seeded: the same results give the same number). None where not checked (a table its rebuild reads is
+    not measured, or the runs give no posterior)."""
+    if part.effect is None or part.rebuild is None or part.verdict.outcome == NOT_MEASURED:
+        return None
+    try:
+        return part.rebuild(part.verdict.outcome)
+    except Unmeasured:
+        return None
 
 
 def chapter_rows(notebook: str, results_dir: Path | str | None = None) -> list[Row]:
@@ -752,10 +846,13 @@ def verdicts_text(found: list[Row]) -> str:
 
 
 def said(row: Row) -> str:
-    """A row's outcome in words, with how stable it is where it is fragile: "holds", "differs (fragile: 62 %
-    of the seeds' resamples agree)"."""
-    return row.verdict.outcome + (f" ({FRAGILE}: {row.stability.same:.0%} of the seeds' resamples agree)"
-                                  if row.fragile else "")
+    """A row's outcome in words, with how stable it is where it is fragile: "holds", "differs (fragile: a
+    rebuild reaches it with probability 0.62)"."""
+    if not row.fragile:
+        return row.verdict.outcome
+    found = row.stability
+    return (f"{row.verdict.outcome} ({FRAGILE}: a rebuild reaches it with probability "
+            f"{'at least ' if found.bound else ''}{found.probability:.2f})")
 
 
 #: Chapter 04's comparisons: name -> the start of its rows' short names.

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Callable
 
 from mdlib.book.pages import md_text
-from mdlib.book.scorecard import FRAGILE, RESAMPLES, STABLE_SHARE, Row, reference, rows
+from mdlib.book.scorecard import FRAGILE, STABLE_SHARE, Row, reference, rows
 from mdlib.book.verdicts import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RULES, SMALLER
+from mdlib.experiments import stability
 from mdlib.experiments.paths import atomic_write
 
 __all__ = ["FOREST", "forest", "page", "write_page"]
@@ -100,10 +101,12 @@ def _page(table: list[Row], archive_link: str | None, forest_image: str | None) 
         f"**{SMALLER}** (the interval contains no effect but excludes the paper's), **inconclusive** (the "
         "interval contains both), or **not measured at this profile** (a result is missing, the run did not "
         "reach the regime the claim is about, or the models do not generalize; the details say which). A "
-        f"comparative verdict is also recomputed on {RESAMPLES} bootstrap resamples of its seeds (drawn with "
-        f"replacement); one that fewer than {STABLE_SHARE:.0%} of them give again is marked *{FRAGILE}*, never "
-        "settled, since a seed's numbers differ between machines and another machine's seeds are another "
-        "sample. Our "
+        "comparative verdict also says how stable it is: the probability that an independent rebuild of the "
+        "same design reaches it again, the test sentences shared, the run noise new (a seed's numbers differ "
+        "between machines) and a step size chosen on validation chosen again, predicted by simulating the "
+        f"whole procedure from this build's runs ({stability.DRAWS:,} draws, its Monte Carlo error beside it; a test "
+        "checks the prediction against simulated rebuilds). One below "
+        f"{STABLE_SHARE:.2f} is marked *{FRAGILE}*, never settled. Our "
         "real data are smaller stand-ins for the paper's (see each chapter), so accuracies are not comparable "
         "in level, only in the direction and size of a difference.",
     ]
