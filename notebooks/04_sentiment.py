@@ -368,7 +368,7 @@ artifacts.save_table(two_runs, "table-sentiment-allocation",
                      styled=allocation_runs_view(two_runs).style.hide(axis="index"))
 artifacts.save_table(pd.DataFrame([{"embedding_std": std, "contrast": name, "n": e.n, "value": e.value, "low": e.low,
                                     "high": e.high, "seeds_low": e.seeds_low, "seeds_high": e.seeds_high,
-                                    "detectable": e.detectable}
+                                    "detectable": e.detectable, "sd": e.sd}
                                    for std, named in effects.items() for name, e in named.items()]),
                      "table-sentiment-contrasts", styled=contrasts_view(effects, CONTRAST_NAMES).style.hide(axis="index"))
 tied_2x2 = pd.concat([estimates.tied_contrasts(

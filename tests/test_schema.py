@@ -30,10 +30,10 @@ def runs() -> pd.DataFrame:
     return pd.DataFrame([
         {**grid, "layers": 3, "method": "1.1", "multiple": 1, "lr": 1e-3, "seed": s, "diverged": False, "epochs": 10,
          "train_accuracy": 0.99, "reached": True, "best_test": 0.71, "last_test": 0.7, "validation": 0.69,
-         "chosen": True} for s in (0, 1)] + [
+         "chosen": True, "tied": True} for s in (0, 1)] + [
         {**grid, "layers": 3, "method": "1.1", "multiple": 3, "lr": 3e-3, "seed": 0, "diverged": True, "epochs": np.nan,
          "train_accuracy": np.nan, "reached": False, "best_test": np.nan, "last_test": np.nan, "validation": np.nan,
-         "chosen": False}])
+         "chosen": False, "tied": False}])
 
 
 BROKEN = {  # name: (how the good table breaks, the message)

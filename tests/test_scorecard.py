@@ -19,7 +19,7 @@ from scipy import stats as scipy_stats
 
 from conftest import HTML, raw_html
 from mdlib.book import artifacts, evidence, layout, provenance, scorecard, scorecard_page, verdicts
-from mdlib.experiments import paths, stability
+from mdlib.experiments import estimates, paths, stability
 from mdlib.book.verdicts import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, SMALLER
 
 RESULTS = Path(__file__).parent / "fixtures" / "results"  #: a smoke build's results (fixtures/make_results.py)
@@ -118,7 +118,7 @@ def run_rows(first, second, reached: bool = True, grid: str = "replication", ana
     setup = "authors" if grid == "replication" else "small-embeddings"
     return [{"grid": grid, "setup": setup, "analysed": analysed, "layers": 3, "method": m, "multiple": 1, "lr": 1e-3, "seed": s, "diverged": False, "epochs": 10,
              "train_accuracy": 0.999 if reached else 0.9, "reached": reached, "best_test": a + 0.01, "last_test": a,
-             "validation": a, "chosen": True, **extra}
+             "validation": a, "chosen": True, "tied": True, **extra}
             for m, values in (("1.1", first), ("2", second)) for s, a in enumerate(values)]
 
 
@@ -152,7 +152,7 @@ def baseline(folder: Path, accuracy: float) -> None:
 def sentiment_runs(folder: Path, first, second, reached: bool = True, accuracy: float = 0.6) -> None:
     """table-sentiment-runs (``run_rows``, and a seed-0 candidate step that was not chosen) and the
     baseline table at ``accuracy``."""
-    unchosen = dict(run_rows([0.99], [], reached=False)[0], multiple=3, chosen=False)
+    unchosen = dict(run_rows([0.99], [], reached=False)[0], multiple=3, chosen=False, tied=False)
     save_runs(folder, run_rows(first, second, reached) + [unchosen])
     baseline(folder, accuracy)
 
@@ -226,23 +226,46 @@ def variation(folder, scenario):
 
 
 def allocation(folder, scenario):
-    """The 2 x 2: both arms ahead of (or behind) GD by the scenario's gap, seed by seed."""
+    """The 2 x 2 at σ 0.02: both arms ahead of (or behind) GD by the scenario's gap, seed by seed."""
     first, second = gaps(scenario)
     reached = scenario != NOT_MEASURED
     grid = run_rows([0.6] * 3, second, reached, grid="variation")
     save_runs(folder, grid)
-    save_arms(folder, grid, first, reached)
+    save_two_by_two(folder, grid, first, reached)
     baseline(folder, 0.6)
 
 
-def save_arms(folder: Path, grid: list[dict], first, reached: bool = True) -> None:
-    """The 2 x 2's table (the variation's runs ``grid`` and both arms at accuracies ``first``) and the
-    predictions of every run."""
-    arms = [dict(row, method=arm, steps="per tensor") for arm in ("1.1@2", "2@1.1")
-            for row in run_rows(first, [], reached, grid="allocation")]
-    variation = [dict(row, steps="global") for row in grid if row["grid"] == "variation"]
-    save(folder, "table-sentiment-predictions", predictions(grid + arms))
-    save(folder, "table-sentiment-allocation", pd.DataFrame(variation + arms).drop(columns=["grid", "setup", "analysed"]))
+def save_two_by_two(folder: Path, grid: list[dict], first, reached: bool = True, std: float = 0.02,
+                    others: list[dict] = ()) -> None:
+    """The 2 x 2 at ``std`` as chapter 04 saves it: its chosen runs (the series' ℓ1.1 and GD, ``grid``, and
+    both arms at accuracies ``first``), their contrasts (``estimates.allocation_effects`` on their
+    predictions) and the long build's runs they come from (with ``others``: runs at candidates not chosen)."""
+    arms = [dict(row, method=arm) for arm in ("1.1@2", "2@1.1") for row in run_rows(first, [], reached, grid="2x2")]
+    chosen = [dict(row, steps="global", embedding_std=std) for row in grid] + [
+        dict(row, steps="per tensor", embedding_std=std) for row in arms]
+    table = pd.DataFrame(chosen).drop(columns=["grid", "setup", "analysed"])
+    save(folder, "table-sentiment-allocation", table)
+    effects = estimates.allocation_effects(table, predictions(grid + arms))
+    save(folder, "table-sentiment-contrasts", pd.DataFrame(
+        [{"embedding_std": std, "contrast": name, "n": e.n, "value": e.value, "low": e.low, "high": e.high,
+          "seeds_low": e.seeds_low, "seeds_high": e.seeds_high, "detectable": e.detectable, "sd": e.sd}
+         for name, e in effects.items()]))
+    long = [dict(row, part="series" if row["grid"] != "2x2" else "2x2", embedding_std=std, tied=row["chosen"])
+            for row in [*grid, *others, *arms]]
+    save(folder, "table-sentiment-overnight-runs", pd.DataFrame(long).drop(columns=["grid", "setup", "analysed"]))
+
+
+def series(folder, scenario):
+    """The embedding-scale series at four stds: the gap rises (HOLDS), falls (DIFFERS) or wanders
+    (INCONCLUSIVE) with the std; NOT_MEASURED: two of the stds stopped at the epoch cap."""
+    values = {HOLDS: [-3.0, -1.0, 1.2, 2.9], DIFFERS: [3.0, 1.0, -1.2, -2.9], INCONCLUSIVE: [-1.0, 1.5, -1.2, 1.0],
+              NOT_MEASURED: [-3.0, -1.0, 1.2, 2.9]}[scenario]
+    stds = [0.02, 0.05, 0.1, 0.2]
+    save(folder, "table-sentiment-series", pd.DataFrame(
+        [{"embedding_std": std, "multiple_1.1": 1.0, "multiple_2": 1.0, "embedding_ratio": 10 * std, "runs": 12,
+          "reached_runs": 12 if scenario != NOT_MEASURED or i < 2 else 11,
+          "reached": scenario != NOT_MEASURED or i < 2, "n": 6, "value": v, "low": v - 0.8, "high": v + 0.8,
+          "seeds_low": v - 0.5, "seeds_high": v + 0.5} for i, (std, v) in enumerate(zip(stds, values))]))
 
 
 def tokens(folder, scenario):
@@ -353,7 +376,7 @@ def cost(folder, scenario):
     save(folder, "table-cost-training", pd.DataFrame(rows))
 
 
-WRITERS = [e1, e2, e2, e3, table1, variation, allocation, tokens, concentration, kqv, pruning, vit_parity,
+WRITERS = [e1, e2, e2, e3, table1, variation, allocation, series, tokens, concentration, kqv, pruning, vit_parity,
            vit_sparsity, cost]  # CLAIMS' order
 CLAIM = {writer.__name__: i for i, writer in reversed(list(enumerate(WRITERS)))}  #: a writer's (first) claim
 
@@ -382,8 +405,9 @@ def test_each_rule_flips_between_its_outcomes(results, claim, scenario):
             assert "(" in row[4] and "missing" not in row[4]
 
 
-#: The claims with a paper effect on their own scale: Table 1 (both setups, taken apart), token selection, K/Q/V.
-WITH_PAPER_EFFECT = [CLAIM[w] for w in ("table1", "variation", "allocation", "tokens", "kqv")]
+#: The claims with a paper effect on their own scale: Table 1 (both setups), token selection, K/Q/V (the 2 x 2
+#: is judged against zero: the paper's gap is another setup's number).
+WITH_PAPER_EFFECT = [CLAIM[w] for w in ("table1", "variation", "tokens", "kqv")]
 
 
 @pytest.mark.parametrize("claim", WITH_PAPER_EFFECT, ids=[scorecard.CLAIMS[i].label for i in WITH_PAPER_EFFECT])
@@ -464,8 +488,8 @@ def full_folder(folder: Path) -> Path:
         writer(folder, HOLDS)
     table1(folder, HOLDS)  # the sentiment runs again: later writers replaced them with their own
     grids = run_rows(HIGH, LOW, analysed=False) + run_rows(HIGH, LOW, grid="variation")  # both grids
-    save(folder, "table-sentiment-runs", pd.DataFrame(grids))
-    save_arms(folder, grids, HIGH)
+    save_runs(folder, grids)
+    save_two_by_two(folder, [row for row in grids if row["grid"] == "variation"], HIGH)
     return folder
 
 
@@ -578,7 +602,8 @@ def test_a_smoke_build_s_results_build_a_page():
     parity = next(row for row in rows if row[0].startswith("ViT parity"))
     assert "Adam 10.00; ℓ1.1: +0.00" in parity[2] and "not levelled off" in parity[4]
     taken_apart = [row for row in rows if row[0].startswith("Table 1, taken apart")]
-    assert [row[0].split("(")[1].split(",")[0] for row in taken_apart] == ["geometry", "step allocation"]
+    assert [row[0].split("(")[1].split(",")[0] for row in taken_apart] == ["geometry at σ 0.02",
+                                                                             "initial step allocation at σ 0.02"]
 
 
 def test_the_scorecard_reads_the_interval_bounds_not_the_display(results):
@@ -627,6 +652,10 @@ def test_stop_rule_and_seed_gates(results, claim):
         if path.exists() and (own or label not in ("table-sentiment-runs", "table-sentiment-predictions")):
             frame = pd.read_csv(path)
             save(results, label, frame[frame.seed == 0])  # one seed: no interval
+    if (results / "table-sentiment-contrasts.csv").exists():  # the 2 x 2's contrasts, as one seed gives them
+        frame = pd.read_csv(results / "table-sentiment-contrasts.csv")
+        save(results, "table-sentiment-contrasts", frame.assign(n=1, low=np.nan, high=np.nan, seeds_low=np.nan,
+                                                                seeds_high=np.nan, detectable=np.nan, sd=np.nan))
     cell = rows_of(scorecard_page.page(results), claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "seed" in cell, cell
 
@@ -713,14 +742,30 @@ def test_an_arm_matched_to_gds_chosen_step_gets_a_lower_bound(results):
     grid = run_rows(first, second, grid="variation")
     other = [dict(r, multiple=3, chosen=False, last_test=r["last_test"] + 0.03, validation=r["validation"] - 0.002)
              for r in grid if r["method"] == "2" and r["seed"] < 2]
-    save_runs(results, grid + other)
-    save_arms(results, grid, [a + 0.01 * math.cos(i) for i, a in enumerate(second)])
+    save_two_by_two(results, grid, [a + 0.01 * math.cos(i) for i, a in enumerate(second)], others=other)
     baseline(results, 0.6)
     found = {r.short: r for r in scorecard.rows(results) if r.short.startswith("Table 1, taken apart")}
     geometry, allocation = (next(r for s, r in found.items() if name in s) for name in ("geometry", "allocation"))
     assert geometry.stability.bound and geometry.stability.probability <= 1 - geometry.stability.flips + 1e-9
     assert "probability at least" in geometry.stability_text and "a lower bound" in geometry.stability_text
     assert not allocation.stability.bound and allocation.stability.rechosen
+
+
+def test_a_2x2_verdict_is_settled_only_where_every_tied_combination_agrees(results):
+    """The 2 x 2's geometry at σ 0.02 holds at its chosen steps; at a tied multiple of the arm it reads
+    inconclusive: the verdict is kept and marked not settled, naming the tied steps."""
+    first, second = gaps(HOLDS)
+    save_two_by_two(results, run_rows([0.6] * 3, second, grid="variation"), first)
+    baseline(results, 0.6)
+    tied = pd.DataFrame([{"multiple_1.1@2": m, "multiple_2": 1.0, "chosen": m == 1.0, "n": 3, "value": v, "low": lo,
+                          "high": hi, "seeds_low": lo, "seeds_high": hi, "embedding_std": 0.02, "contrast": "geometry"}
+                         for m, v, lo, hi in ((1.0, 5.0, 3.0, 7.0), (3.0, 0.5, -1.0, 2.0))])
+    save(results, "table-sentiment-tied-2x2", tied)
+    geometry = next(r for r in scorecard.rows(results) if r.short.startswith("Table 1, taken apart (geometry"))
+    assert geometry.verdict.outcome == HOLDS and "not settled: at the tied steps 1.1@2 3×" in geometry.verdict.why
+    save(results, "table-sentiment-tied-2x2", tied.iloc[:1])
+    geometry = next(r for r in scorecard.rows(results) if r.short.startswith("Table 1, taken apart (geometry"))
+    assert "holds at all 1 pairs of tied steps" in geometry.verdict.why
 
 
 def test_a_diverged_replication_run_leaves_the_variation_judged(results):
@@ -787,7 +832,7 @@ FAULTS = {  # name: (claim, fault, what the row must say)
                              "table-token-selection-sentences.csv row 311 repeats row 2"),
     "truncated CSV": (4, lambda d: truncate(d, RUNS), "table-sentiment-runs.csv does not match its record"),
     "truncated CSV, recorded": (4, lambda d: (truncate(d, RUNS), record(d, RUNS)),
-                                "table-sentiment-runs.csv row 3: diverged is missing"),
+                                "table-sentiment-runs.csv row 3: diverged"),
     "empty CSV": (4, lambda d: rewrite_text(d, RUNS, ""), "table-sentiment-runs.csv is empty"),
     "unparsable CSV": (4, lambda d: rewrite_text(d, RUNS, "a,b\n1,2\n1,2,3\n"), "table-sentiment-runs.csv is not a "
                                                                              "readable CSV"),
@@ -872,30 +917,34 @@ def _part_row(short: str, outcome: str, same: float = 1.0, bound: bool = False) 
 
 
 @pytest.mark.parametrize("geometry, allocation, expected", [
-    (DIFFERS, INCONCLUSIVE, ["not the step allocation's alone", "does not move GD measurably"]),
-    (HOLDS, DIFFERS, ["favours ℓ1.1 as the paper says", "itself a cause of the variation's gap"]),
+    (DIFFERS, INCONCLUSIVE, ["the less accurate model", "does not move GD measurably"]),
+    (HOLDS, DIFFERS, ["the more accurate model", "costs GD accuracy"]),
     (INCONCLUSIVE, HOLDS, ["cannot be told from zero", "raises GD's accuracy"]),
 ])
 def test_table1_reading_follows_the_outcomes_of_the_2x2(geometry, allocation, expected):
     found = [_part_row("Table 1, a variation (small embeddings)", DIFFERS),
-             _part_row("Table 1, taken apart (geometry, 3 layers)", geometry),
-             _part_row("Table 1, taken apart (step allocation, 3 layers)", allocation)]
+             _part_row("Table 1, taken apart (geometry at σ 0.02, ℓ1.1 at GD's steps per tensor − GD)", geometry),
+             _part_row("Table 1, taken apart (initial step allocation at σ 0.02, GD at ℓ1.1's steps per tensor − GD)",
+                       allocation),
+             _part_row("Table 1, taken apart (geometry at σ 0.2, ℓ1.1 at GD's steps per tensor − GD)", HOLDS)]
     parts = scorecard.table1_parts(found)
-    assert [row.short for row in parts.values()] == [row.short for row in found]
+    assert [len(parts[name]) for name in ("variation", "geometry", "allocation", "series")] == [1, 2, 1, 0]
     reading = scorecard.table1_reading(found)
     assert all(text in reading for text in expected) and reading[:1] == reading[:1].upper() and reading.endswith(".")
+    assert "at σ 0.02, " in reading and "at σ 0.2, with the steps matched, ℓ1.1's geometry trains the more" in reading
     assert "not settled" not in reading
-    assert scorecard.table1_stability(found) == ("the variation's gap 1.00, the geometry 1.00, the allocation 1.00 "
-                                                 "(each ± 0.01 or less; the step choice re-made: another step in 25% "
-                                                 "of rebuilds)")
+    assert scorecard.table1_stability(found) == (
+        "the variation's gap 1.00, the geometry at σ 0.02 1.00, the geometry at σ 0.2 1.00, the allocation at σ 0.02 "
+        "1.00 (each ± 0.01 or less; the step choice re-made: another step in 25% of rebuilds)")
 
 
 def test_table1_reading_marks_a_fragile_part_and_an_unmeasured_one():
-    fragile = [_part_row("Table 1, taken apart (geometry, 3 layers)", DIFFERS, same=0.6, bound=True)]
+    fragile = [_part_row("Table 1, taken apart (geometry at σ 0.02, ℓ1.1 at GD's steps per tensor − GD)", DIFFERS,
+                         same=0.6, bound=True)]
     reading = scorecard.table1_reading(fragile)
     assert "a lean, not settled" in reading and "the allocation effect is not measured" in reading
-    assert scorecard.table1_parts(fragile)["variation"] is None
-    assert scorecard.table1_stability(fragile) == ("the geometry at least 0.60 (each ± 0.01 or less; the step choice "
-                                                   "re-made: another step in 25% of rebuilds)")
-    unmeasured = [_part_row("Table 1, taken apart (step allocation, 3 layers)", NOT_MEASURED)]
-    assert "the allocation effect is not measured" in scorecard.table1_reading(unmeasured)
+    assert scorecard.table1_parts(fragile)["variation"] == []
+    assert scorecard.table1_stability(fragile) == ("the geometry at σ 0.02 at least 0.60 (each ± 0.01 or less; the "
+                                                   "step choice re-made: another step in 25% of rebuilds)")
+    unmeasured = [_part_row("Table 1, taken apart (initial step allocation at σ 0.02, GD at ℓ1.1's steps)", NOT_MEASURED)]
+    assert "at σ 0.02 the allocation effect is not measured at this profile" in scorecard.table1_reading(unmeasured)

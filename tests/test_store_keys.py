@@ -48,11 +48,13 @@ def _runs() -> list:
     grids = sentiment.chapter_grids(**profiles.executed_parameters("04_sentiment"))
     runs = [run for g in grids for run in _design_runs(g.design())]
     chapter = profiles.executed_parameters("04_sentiment")
-    variation = grids[1]  # the 2 x 2's arms at every candidate the variation's sweep may choose
+    variation = grids[1]  # a 2 x 2 the profile trains on the variation: its arms at every step the sweep may choose
+    arms = [allocation.ArmGrid(base=variation, multiples=list(chapter["allocation_multiples"]),
+                               seeds=variation.seeds_of(variation.methods[0])) for std in chapter["allocation_stds"]
+            if std == 0.02]
     for chosen in itertools.product(*([((L, k), m) for m in variation.multiples[k]]
                                       for L in variation.layers[:1] for k in variation.methods)):
-        runs += [(sentiment.KIND, allocation.arm_config(variation, dict(chosen), arm, seed))
-                 for arm in allocation.ARMS for seed in range(chapter["allocation_seeds"])]
+        runs += [run for a in arms for run in _design_runs(a.design(dict(chosen)))]
     runs.append((sentiment.BASELINE_KIND, {"dataset": chapter["dataset"], "split_seed": 0,
                                            "max_length": chapter["max_length"], "train_size": chapter["train_size"],
                                            "C": list(sentiment.BASELINE_C)}))

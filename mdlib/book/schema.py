@@ -128,7 +128,8 @@ TABLES: dict[str, Table] = {
                                          "steps": Column("label", pattern="global|per tensor")},
                                         ("embedding_std", "layers", "method", "seed"), "run"),
     "table-sentiment-contrasts": Table({"embedding_std": Column("number", 0), "contrast": LABEL, "n": COUNT,
-                                        **_INTERVAL}, ("embedding_std", "contrast"), "scale and contrast"),
+                                        **_INTERVAL, "sd": maybe(NONNEGATIVE)}, ("embedding_std", "contrast"),
+                                       "scale and contrast"),
     "table-sentiment-tied": Table({"chosen": FLAG, "n": COUNT, **_INTERVAL}, (), "pair of tied steps"),
     "table-sentiment-tied-2x2": Table({"embedding_std": Column("number", 0), "contrast": LABEL, "chosen": FLAG,
                                        "n": COUNT, **_INTERVAL}, (), "scale, contrast and tied steps"),
@@ -273,8 +274,8 @@ def _violations(values: pd.Series, rule: Column):
         if rule.pattern:
             yield present & ~values.astype(str).str.fullmatch(rule.pattern), f"does not match {rule.pattern}"
         return
-    if rule.type == "bool":
-        yield present & ~values.isin([True, False]), "is not True or False"
+    if rule.type == "bool":  # a CSV column with a missing value reads its flags as text
+        yield present & ~values.isin([True, False, "True", "False"]), "is not True or False"
         return
     numbers = pd.to_numeric(values, errors="coerce").astype(float)
     yield present & (numbers.isna() | pd.api.types.is_bool_dtype(values)), "is not a number"
