@@ -188,7 +188,7 @@ def test_plan_of_the_paper_profile_runs_without_apt_or_data(tmp_path):
     for name in chapters.NAMES:
         assert re.search(rf"^{name}\s", done.stdout, re.M), name
     assert re.search(r"^04_sentiment\s+Table 1 grid \(replication\)\s+90\s+\d+ \(<= 1,000\)\s+2\.1 M", done.stdout, re.M)
-    assert re.search(r"^total\s+172\s+<= [\d,.]+\s+<= [\d,.]+$", done.stdout, re.M)
+    assert re.search(r"^total\s+178\s+<= [\d,.]+\s+<= [\d,.]+$", done.stdout, re.M)
     assert list(data.iterdir()) == [] and not (tmp_path / "b").exists()  # nothing fetched, nothing written
 
 
