@@ -90,7 +90,6 @@ analysed = "variation"  # the grid whose models chapters 05 and 06 analyse: "var
 workers = 2  # runs trained at once: CPU processes of one thread each, or one process per GPU when several are visible
 
 # %% tags=["remove-stderr"]
-import numpy as np
 import pandas as pd
 from myst_nb import glue
 
@@ -275,10 +274,7 @@ glue_table1(variation, "variation", "table-1-variation", "t1v")
 # %% tags=["hide-input"]
 SMALL = SMALL_EMBEDDING_STD
 same = allocation.same_variation(record, configs["variation"])  # the long build's variation is this one
-at_variation = long_runs[(long_runs.part == "series") & np.isclose(long_runs.embedding_std, SMALL)]
-tied = estimates.tied_contrasts(at_variation, long_predictions[(long_predictions.part == "series")
-                                                                 & np.isclose(long_predictions.embedding_std, SMALL)],
-                                estimates.CONTRASTS["gap"]) if same else pd.DataFrame()
+tied = allocation.tied_at(long_runs, long_predictions, SMALL, "gap") if same else pd.DataFrame()
 artifacts.save_table(tied if len(tied) else pd.DataFrame({"note": ["the long build's variation is another setup"]}),
                      "table-sentiment-tied", styled=(tied_view(tied, estimates.CONTRASTS["gap"]) if len(tied) else
                                                      pd.DataFrame({"note": ["not measured at this profile"]})).style.hide(axis="index"))
@@ -371,11 +367,8 @@ artifacts.save_table(pd.DataFrame([{"embedding_std": std, "contrast": name, "n":
                                     "detectable": e.detectable, "sd": e.sd}
                                    for std, named in effects.items() for name, e in named.items()]),
                      "table-sentiment-contrasts", styled=contrasts_view(effects, CONTRAST_NAMES).style.hide(axis="index"))
-tied_2x2 = pd.concat([estimates.tied_contrasts(
-    pd.concat([long_runs[(long_runs.part == part) & np.isclose(long_runs.embedding_std, std)] for part in ("series", "2x2")]),
-    pd.concat([long_predictions[(long_predictions.part == part) & np.isclose(long_predictions.embedding_std, std)]
-               for part in ("series", "2x2")]), estimates.CONTRASTS[name], least=3).assign(embedding_std=std, contrast=name)
-                      for std in two_stds for name in ("geometry", "allocation")] or [pd.DataFrame()], ignore_index=True)
+tied_2x2 = pd.concat([allocation.tied_at(long_runs, long_predictions, std, name, least=3) for std in two_stds
+                      for name in ("geometry", "allocation")] or [pd.DataFrame()], ignore_index=True)
 artifacts.save_table(tied_2x2 if len(tied_2x2) else pd.DataFrame({"note": ["no tied combination of steps with every seed"]}),
                      "table-sentiment-tied-2x2", glue=False)  # each judged contrast at every tied combination
 glue("t1a-stds", " and ".join(f"σ {std:g}" for std in two_stds) or "not run", display=False)

@@ -40,8 +40,8 @@ from mdlib.models import SMALL_EMBEDDING_STD
 
 __all__ = ["ARMS", "ARM_KIND", "Allocation", "ArmGrid", "COMMITTED", "allocation", "arm_config", "committed",
            "effective_steps", "embedding_ratio", "equal_step_std", "long_predictions", "overnight_tables",
-           "predictions_table", "same_variation", "series_grids", "series_points", "step_table", "train_chapter",
-           "two_by_two"]
+           "predictions_table", "same_variation", "series_grids", "series_points", "step_table", "tied_at",
+           "train_chapter", "two_by_two"]
 
 #: The arms of the 2 x 2 besides the grid's global runs: key -> (the method trained, the method whose
 #: chosen global step each tensor's step is matched to).
@@ -357,6 +357,18 @@ def series_points(runs: pd.DataFrame, predictions: pd.DataFrame) -> pd.DataFrame
                      "low": gap.low, "high": gap.high, "seeds_low": gap.seeds_low, "seeds_high": gap.seeds_high,
                      "detectable": gap.detectable})
     return pd.DataFrame(rows)
+
+
+def tied_at(runs: pd.DataFrame, predictions: pd.DataFrame, std: float, contrast: str, least: int = 2) -> pd.DataFrame:
+    """A contrast of ``estimates.CONTRASTS`` at every combination of tied steps at embedding std ``std``
+    (``estimates.tied_contrasts`` over the series' and the 2 x 2s' runs there, ``overnight_tables``' runs and
+    ``long_predictions``), with ``embedding_std`` and ``contrast``; combinations trained at fewer than
+    ``least`` common seeds are left out."""
+    parts = ("series", "2x2")
+    tied = estimates.tied_contrasts(pd.concat([_at(runs, part, std) for part in parts], ignore_index=True),
+                                    pd.concat([_at(predictions, part, std) for part in parts], ignore_index=True),
+                                    estimates.CONTRASTS[contrast], least)
+    return tied.assign(embedding_std=std, contrast=contrast)
 
 
 def two_by_two(runs: pd.DataFrame, predictions: pd.DataFrame, std: float) -> tuple[pd.DataFrame, pd.DataFrame]:
