@@ -93,11 +93,7 @@ class ArmGrid(store.Config):
             return arm_config(self.base, chosen, cell[1], seed, cell[0], multiple)
 
         def correct(layers: int, arm: str, multiple: float, seed: int) -> np.ndarray:
-            config = run((layers, arm), multiple, seed)
-            result = store.load(sentiment.KIND, config)
-            if result is None:
-                raise LookupError(f"arm {arm} x{multiple:g} seed {seed} is not stored: train the 2 x 2")
-            return sentiment.test_correct(config, result, split="validation")
+            return sentiment.stored_correct(run((layers, arm), multiple, seed))
 
         return step_grid.Design(
             kind=ARM_KIND, run_kind=sentiment.KIND, config=self, cells=[(L, arm) for arm in ARMS],

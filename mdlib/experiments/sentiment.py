@@ -24,6 +24,7 @@ Training batches hold sentences of similar lengths: each epoch's random order is
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -47,7 +48,7 @@ __all__ = ["ADAM_STEP", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "Grid", "KIND", "PAPER_STEP_SIZES", "TokenizedDataset",
            "baseline", "build", "built_config", "built_grid", "by_length", "cell_table",
            "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "encode", "grid",
-           "grid_name", "initial_model", "movement", "pilots", "predictions", "reference_step", "run_config", "run_row",
+           "grid_name", "initial_model", "stored_correct", "movement", "pilots", "predictions", "reference_step", "run_config", "run_row",
            "SentimentGrid", "SentimentRun", "TextModel", "seeds_of", "splits",
            "sweep", "test_correct", "tokenizer", "train_grids", "train_run", "train_runs", "trained_model",
            "training_subset"]
@@ -282,11 +283,23 @@ class SentimentGrid(store.Config):
 
     def correct(self, layers: int, key: str, multiple: float, seed: int, split: str = "validation") -> np.ndarray:
         """The per-sentence correctness on ``split`` of the stored run (layers, ``key``, ``multiple``, ``seed``)."""
-        config = self.run((layers, key), multiple, seed)
-        result = store.load(KIND, config)
-        if result is None:
-            raise LookupError(f"run {key} x{multiple:g} seed {seed} at {layers} layers is not stored: train the grid")
-        return test_correct(config, result, split=split)
+        return stored_correct(self.run((layers, key), multiple, seed), split)
+
+
+def stored_correct(config: SentimentRun, split: str = "validation") -> np.ndarray:
+    """``test_correct`` on ``split`` of the stored run of ``config`` (LookupError when it is not stored),
+    computed once per process and stored entry: a grid's choice reads it at every round of its training
+    and again when the grid is built."""
+    result = store.load(KIND, config)
+    if result is None:
+        raise LookupError(f"run {store.canonical_json(config)} is not stored: train its grid first")
+    return _stored_correct(str(result.path), store.canonical_json(config), split)
+
+
+@functools.lru_cache(maxsize=None)
+def _stored_correct(path: str, key: str, split: str) -> np.ndarray:
+    config = SentimentRun.from_dict(json.loads(key))
+    return test_correct(config, store.load(KIND, config), split=split)
 
 
 #: Chapter 04's grids: the authors' setup (the replication) and one named variation of it.
