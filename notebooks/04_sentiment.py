@@ -351,9 +351,9 @@ artifacts.save_table(effective, "table-sentiment-effective-steps", styled=effect
 # the LayerNorm gains. Values: `_build/results/table-sentiment-effective-steps.csv`.
 # ```
 #
-# The 2 × 2 runs at two embedding scales: the variation's 0.02, where GD starts moving the embeddings
-# faster, and a scale on the series' other side, where $\ell_{1.1}$ does ({glue:text}`t1a-stds`). It is
-# part of the long build ({glue:text}`t1a-source`).
+# The 2 × 2 runs at {glue:text}`t1a-stds`: the long build runs it at the variation's 0.02, where GD
+# starts moving the embeddings faster, and at a scale on the series' other side, where $\ell_{1.1}$
+# does. It is part of the long build ({glue:text}`t1a-source`).
 
 # %% tags=["hide-input"]
 two_stds = sorted(set(long_runs[long_runs.part == "2x2"].embedding_std.astype(float)))
