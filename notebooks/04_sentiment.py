@@ -95,7 +95,7 @@ from myst_nb import glue
 
 from mdlib.book import artifacts, plots, provenance, scorecard
 from mdlib.book.views.sentiment import (CONTRAST_NAMES, allocation_runs_view, baseline_view, contrasts_view,
-                                       effective_steps_view, movement_text, paper_table1_view, pilots_view,
+                                       edges_text, effective_steps_view, movement_text, paper_table1_view, pilots_view,
                                        series_reading, series_view, source_text, steps_view, table1_view, tied_view)
 from mdlib.experiments.methods import GD, L1_1, method
 from mdlib.experiments import allocation, estimates, paper, sentiment, stats, train
@@ -197,14 +197,18 @@ glue("t1-floor", f"{floor:.1%}", display=False)
 # profile, at every tied step too, so that a verdict can be read at each). A later run that overflows
 # is recorded as such (it counts as a run that missed the stop rule) instead of stopping the book. The
 # replication keeps one candidate per method, the multiples its pilots found stable (it is not judged).
-# Where each chosen step sits in its grid: {glue:text}`t1-edges`. Saved as
+# Where each chosen step sits in its grid: {glue:text}`t1-edges`; in the long part (the series and the
+# 2 × 2s): {glue:text}`t1-long-edges`. Saved as
 # `_build/results/table-sentiment-steps.csv`.
 
 # %% tags=["hide-input"]
 steps = runs[runs.seed < sentiment.SWEEP_SEEDS]
 artifacts.save_table(steps, "table-sentiment-steps", styled=steps_view(steps).style.hide(axis="index"))
-glue("t1-edges", "; ".join(f"{name}: {estimates.edges_text(part) or 'inside its grid for every method'}"
+glue("t1-edges", "; ".join(f"{name}: {edges_text(part, configs[name].multiples, configs[name].grow) or 'inside its grid for every method'}"
                            for name, part in runs.groupby("grid", sort=False)), display=False)
+glue("t1-long-edges", edges_text(long_runs, {**series_multiples, **{arm: list(allocation_multiples) for arm in allocation.ARMS}},
+                                 grow, by=("part", "embedding_std")) or "inside its grid for every method and arm",
+     display=False)
 glue("t1-grow", f"{grow}", display=False)
 
 # %% [markdown]

@@ -10,12 +10,13 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from mdlib.book.views.step_grid import edge_clause
 from mdlib.experiments import allocation, estimates, methods, paper
 from mdlib.experiments.estimates import Estimate, number_text
 from mdlib.experiments.methods import method
 from mdlib.experiments.sentiment import BASELINES
 
-__all__ = ["CONTRAST_NAMES", "allocation_runs_view", "baseline_view", "contrasts_view", "effective_steps_view", "movement_text",
+__all__ = ["CONTRAST_NAMES", "allocation_runs_view", "edges_text", "baseline_view", "contrasts_view", "effective_steps_view", "movement_text",
            "multiple_text", "paper_table1_view", "pilots_view", "series_reading", "series_view", "source_text",
            "steps_view", "table1_view", "tied_view"]
 
@@ -234,3 +235,24 @@ def source_text(record: Mapping[str, Any] | None, profile: str) -> str:
     return (f"this page reads them as measured once by `{record.get('command')}` at commit {commit[:12]} "
             f"({str(record.get('time', ''))[:10]}, {machine}; {values.get('dataset')}, width {values.get('width')}, "
             f"{layers} layers), committed as {files}; the overnight profile trains them again from its own runs")
+
+
+def edges_text(runs: pd.DataFrame, first: Mapping[str, list[float]], grow: int, by: tuple[str, ...] = ("layers",)) -> str:
+    """Where each choice of a grid's (or the long part's) runs sits among the steps it tried
+    (``views.step_grid.edge_clause``), "" when every one is strictly inside: ``runs`` with ``method``,
+    ``multiple`` and ``chosen`` and the columns ``by`` that tell its cells apart (an arm's first candidates
+    are those of ``first`` under its key, else its method's)."""
+    keyed = runs.assign(method=estimates.keyed(runs.method))
+    clauses = []
+    for cell, part in keyed.groupby([*by, "method"], sort=False):
+        cell = cell if isinstance(cell, tuple) else (cell,)
+        chosen = set(part.multiple[part.chosen.astype(bool)])
+        if len(chosen) != 1:
+            continue
+        key = cell[-1]
+        where = ", ".join(f"σ {value:g}" if name == "embedding_std" else f"{value}" if name == "part"
+                          else f"{value} {name}" for name, value in zip(by, cell[:-1]))
+        clauses.append(edge_clause(f"{methods.arm_text(key)}" + (f" ({where})" if where else ""), chosen.pop(),
+                                   sorted(set(part.multiple)), first.get(key, first.get(key.partition("@")[0], [])),
+                                   grow, multiple_text))
+    return "; ".join(c for c in clauses if c)
