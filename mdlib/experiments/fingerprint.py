@@ -35,13 +35,14 @@ PACKAGE = "mdlib"
 _ROOT = Path(__file__).resolve().parent.parent  #: the package mdlib/
 
 #: The modules no run's numbers depend on: the package inits (public names, loaded lazily), the results
-#: store and what it is made of (keys, fingerprints, entry files, locks), the pool and its executors
-#: (where runs train), paths, downloads (checksum-verified) and the paper's numbers (a run's config holds
-#: the values it uses). A run's fingerprint neither includes nor looks through them.
+#: store and what it is made of (keys, fingerprints, entry files, locks), the pool, its executors and
+#: its progress files (where runs train, what they are doing), paths, downloads (checksum-verified) and
+#: the paper's numbers (a run's config holds the values it uses). A run's fingerprint neither includes
+#: nor looks through them.
 BOOKKEEPING = frozenset([PACKAGE] + [f"{PACKAGE}.{name}" for name in (
     "experiments", "experiments.store", "experiments.runkey", "experiments.fingerprint",
     "experiments.runfiles", "experiments.lockfile", "experiments.pool", "experiments.executors",
-    "experiments.paths", "experiments.fetch", "experiments.paper")])
+    "experiments.paths", "experiments.fetch", "experiments.paper", "experiments.progress")])
 
 
 def source_file(module: str) -> Path | None:

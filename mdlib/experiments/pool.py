@@ -27,9 +27,9 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from mdlib.experiments import paths, train
+from mdlib.experiments import paths, progress as _progress, train
 from mdlib.experiments.executors import EXECUTOR_ENV, open_executor, parse_executor
-from mdlib.experiments.store import Config, RunId, RunResult, busy, entry_dir, load, load_or_run
+from mdlib.experiments.store import Config, RunId, RunResult, _lock_path, busy, entry_dir, load, load_or_run
 from mdlib.experiments.train import Setup
 
 __all__ = ["run", "run_many"]
@@ -191,7 +191,9 @@ def run_many(kind: str, configs: list[Config], build: Callable[[Config], Setup],
     others. The worker processes end with the process that started them (even when it is killed); on
     Ctrl-C or SIGTERM they are stopped and one line says what was kept. Processes asking for the same
     runs (two launchers on a shared build folder) train each once (the store's lock) and share them
-    out: each starts with the runs no other process trains at that moment."""
+    out: each starts with the runs no other process trains at that moment. A command that executes the
+    notebook (``$MDLIB_PROGRESS_DIR``) is told which runs are stored, waiting, trained and failed
+    (``mdlib.experiments.progress``)."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     runs = [(RunId.of(kind, config), config) for config in configs]  # each run's id, made once
@@ -201,25 +203,49 @@ def run_many(kind: str, configs: list[Config], build: Callable[[Config], Setup],
     if alone:  # the runs another process trains now last: by then they are stored, or it died
         missing.sort(key=lambda run: busy(run[0]))
     spec = os.environ.get(EXECUTOR_ENV, "").strip() or "processes"
-    if missing and alone and (executor is not None or parse_executor(spec)[0] != "processes"):
-        with contextlib.nullcontext(executor) if executor is not None else open_executor(spec) as chosen:
-            failed = _run_on(chosen, kind, missing, build, extras, skip, progress,
-                             None if device is None else str(device))
-    elif alone and (devices := _pool_devices(workers, len(missing), device)) is not None:
-        failed = _run_in_processes(kind, missing, build, extras, workers, skip, progress, devices)
-    elif alone and len(missing) > 1:
-        failed = _run_free_first(missing, build, extras, skip, progress, device)
-    results = []
-    for run_id, config in runs:
-        try:
-            if run_id in failed:
-                raise failed[run_id]
-            results.append(_run(run_id, config, build, extras=extras, progress=progress, device=device))
-        except skip as error:
-            failed[run_id] = error
-            log.info("run %s/%s failed and is skipped: %s", kind, run_id.key[:12], error)
-            results.append(None)
-    return results
+    report = _progress.status(kind, runs, {run_id for run_id, _ in missing}, workers, lock_of=_lock_path,
+                              checkpoint_of=_checkpoint_folder, entry_of=entry_dir)
+    try:
+        if missing and alone and (executor is not None or parse_executor(spec)[0] != "processes"):
+            with contextlib.nullcontext(executor) if executor is not None else open_executor(spec) as chosen:
+                failed = _run_on(chosen, kind, missing, build, extras, skip, progress,
+                                 None if device is None else str(device), report)
+        elif alone and (devices := _pool_devices(workers, len(missing), device)) is not None:
+            failed = _run_in_processes(kind, missing, build, extras, workers, skip, progress, devices, report)
+        elif alone and len(missing) > 1:
+            failed = _run_free_first(missing, build, extras, skip, progress, device, report)
+        results = []
+        for run_id, config in runs:
+            try:
+                if run_id in failed:
+                    raise failed[run_id]
+                results.append(_run(run_id, config, build, extras=extras, progress=progress, device=device))
+                _finished(report, run_id, results[-1])
+            except skip as error:
+                failed[run_id] = error
+                log.info("run %s/%s failed and is skipped: %s", kind, run_id.key[:12], error)
+                _finished(report, run_id, failed=True)
+                results.append(None)
+        return results
+    finally:
+        if report is not None:
+            report.close()
+
+
+def _checkpoint_folder(run_id: RunId) -> Path:
+    """Where ``_run`` keeps the checkpoint of run ``run_id`` while it trains."""
+    return paths.checkpoints_dir() / run_id.kind / run_id.key
+
+
+def _finished(report: _progress.Status | None, run_id: RunId, result: Mapping[str, Any] | None = None,
+              failed: bool = False) -> None:
+    """Tell ``report`` (when there is one) that run ``run_id`` is stored (``result``, else read back from the
+    store) or failed; a run it knew as stored, or as finished already, stays as it was."""
+    if report is None or not report.waiting(run_id):
+        return
+    if not failed and result is None:
+        result = load(run_id)
+    report.finished(run_id, None if result is None else result.get("history"), failed=failed or result is None)
 
 
 def _pool_devices(workers: int, runs: int, device: str | torch.device | None) -> list[str] | None:
@@ -236,7 +262,8 @@ def _pool_devices(workers: int, runs: int, device: str | torch.device | None) ->
 
 def _run_free_first(missing: list[tuple[RunId, Config]], build: Callable[[Config], Setup],
                     extras: Callable[[nn.Module], Mapping[str, Any]] | None, skip: tuple[type[BaseException], ...],
-                    progress: bool, device: str | torch.device | None) -> dict[RunId, BaseException]:
+                    progress: bool, device: str | torch.device | None,
+                    report: _progress.Status | None = None) -> dict[RunId, BaseException]:
     """Train the ``missing`` runs (id, config) in this process, each time one that no other process
     trains now when there is one (so two launchers on the same runs share them out); returns the errors
     of type ``skip`` by run."""
@@ -247,9 +274,10 @@ def _run_free_first(missing: list[tuple[RunId, Config]], build: Callable[[Config
         pending.remove(chosen)
         run_id, config = chosen
         try:
-            _run(run_id, config, build, extras=extras, progress=progress, device=device)
+            _finished(report, run_id, _run(run_id, config, build, extras=extras, progress=progress, device=device))
         except skip as error:
             failed[run_id] = error
+            _finished(report, run_id, failed=True)
     return failed
 
 
@@ -266,9 +294,10 @@ def _sendable(build: Callable, extras: Callable | None, where: str) -> None:
                              f"{function!r}, or train in this process (workers=1, executor processes)") from error
 
 
-def _gather(jobs: Mapping[Any, RunId], skip: tuple[type[BaseException], ...], bar) -> dict[RunId, BaseException]:
-    """Wait for the jobs (future -> run) as they finish; returns the errors of type ``skip`` by run,
-    raises the first other error."""
+def _gather(jobs: Mapping[Any, RunId], skip: tuple[type[BaseException], ...], bar,
+            report: _progress.Status | None = None) -> dict[RunId, BaseException]:
+    """Wait for the jobs (future -> run) as they finish (each told to ``report``); returns the errors of
+    type ``skip`` by run, raises the first other error."""
     import concurrent.futures
 
     failed: dict[RunId, BaseException] = {}
@@ -278,13 +307,14 @@ def _gather(jobs: Mapping[Any, RunId], skip: tuple[type[BaseException], ...], ba
             raise error
         if error is not None:
             failed[jobs[job]] = error
+        _finished(report, jobs[job], failed=error is not None)
         bar.update()
     return failed
 
 
 def _run_on(executor, kind: str, missing: list[tuple[RunId, Config]], build: Callable[[Config], Setup],
             extras: Callable[[nn.Module], Mapping[str, Any]] | None, skip: tuple[type[BaseException], ...],
-            progress: bool, device: str | None) -> dict[RunId, BaseException]:
+            progress: bool, device: str | None, report: _progress.Status | None = None) -> dict[RunId, BaseException]:
     """Train and store the ``missing`` runs (id, config) as jobs of ``executor`` (``run_many``'s part for
     an executor); returns the errors of type ``skip`` by run. Another error is raised once every job is
     done."""
@@ -297,7 +327,7 @@ def _run_on(executor, kind: str, missing: list[tuple[RunId, Config]], build: Cal
     with tqdm(total=len(jobs), desc=f"{kind}: {len(jobs)} runs on {type(executor).__name__}",
               disable=not progress) as bar:
         try:
-            return _gather(jobs, skip, bar)
+            return _gather(jobs, skip, bar, report)
         except Exception:
             concurrent.futures.wait(jobs)  # the other runs still finish and are stored
             raise
@@ -306,7 +336,7 @@ def _run_on(executor, kind: str, missing: list[tuple[RunId, Config]], build: Cal
 def _run_in_processes(kind: str, missing: list[tuple[RunId, Config]], build: Callable[[Config], Setup],
                       extras: Callable[[nn.Module], Mapping[str, Any]] | None, workers: int,
                       skip: tuple[type[BaseException], ...], progress: bool,
-                      devices: list[str]) -> dict[RunId, BaseException]:
+                      devices: list[str], report: _progress.Status | None = None) -> dict[RunId, BaseException]:
     """Train and store the ``missing`` runs (id, config) in ``workers`` spawned processes, on the CPU or,
     with ``devices``, one GPU each (``run_many``'s pool); returns the errors of type ``skip`` by run.
     Another error stops waiting (the running jobs still finish and are stored) and is raised; Ctrl-C or
@@ -321,7 +351,7 @@ def _run_in_processes(kind: str, missing: list[tuple[RunId, Config]], build: Cal
             jobs = {pool.submit(_train_job, build_dir, run_id, config, build, extras, device): run_id
                     for run_id, config in missing}
             try:
-                failed = _gather(jobs, skip, bar)
+                failed = _gather(jobs, skip, bar, report)
             except Exception:
                 pool.shutdown()  # after an error, the other runs still finish and are stored
                 raise
