@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterable, Mapping
 from mdlib.experiments import paper, workload
 from mdlib.book import chapters, profiles
 
-__all__ = ["CPU_SECONDS_PER_TFLOP", "Costs", "FlopRate", "Stage", "StepTimer", "default_costs",
-           "gpu_seconds_per_tflop", "markdown", "measure_cpu", "measured_costs", "plan", "text"]
+__all__ = ["CPU_SECONDS_PER_TFLOP", "Costs", "FlopRate", "Stage", "StepTimer", "chapter_runs", "default_costs",
+           "gpu_seconds_per_tflop", "markdown", "measure_cpu", "measured_costs", "plan", "planned_seconds", "text"]
 
 #: Seconds per 10^12 training FLOPs on one core of this project's 2-core CPU machine (torch 2.14.1,
 #: float32, one thread), as :func:`measure_cpu` measures it: 14.5-14.8 on an idle machine, 14.9-16.4
@@ -209,11 +209,18 @@ def _on_cpu(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], cos
     time at the default profile."""
     work = chapters.chapter(notebook).work
     trials, count = work.count(values)
-    _, default_count = work.count(profiles.executed_parameters(notebook, "default"))
-    hours = work.measured.seconds * count / default_count / 3600
+    hours = _cpu_seconds(notebook, values) / 3600
     return [Stage(notebook, work.what, trials, None, None, count, count, work.unit, data, None, hours,
                   f"{work.where}; scaled from its measured {work.measured.seconds:.0f} s at the default profile "
                   f"({work.measured.when})")]
+
+
+def _cpu_seconds(notebook: str, values: Mapping[str, Any]) -> float:
+    """A CPU chapter's time at ``values``: its measured time at the default profile, scaled by its steps."""
+    work = chapters.chapter(notebook).work
+    _, count = work.count(values)
+    _, default_count = work.count(profiles.executed_parameters(notebook, "default"))
+    return work.measured.seconds * count / default_count
 
 
 def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
@@ -221,6 +228,15 @@ def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], 
     does not hold) and the 2 x 2s' arms (their steps follow the bases' first candidates: the same count of
     runs whatever the sweep chooses); a run two stages hold counts in the first. Grown candidates are not
     counted; a grid with ``tied_finals`` counts every seed at every candidate (at most)."""
+    out = []
+    for what, runs in _sentiment_runs(values):
+        if runs or what.startswith("Table 1 grid"):
+            out.append(_runs_stage(notebook, what, runs, data, costs))
+    return out
+
+
+def _sentiment_runs(values: Mapping[str, Any]) -> list[tuple[str, dict[str, tuple[str, Any]]]]:
+    """Chapter 04's stages (``_sentiment``) as (what, the runs by store key that no earlier stage holds)."""
     from mdlib.experiments import allocation, sentiment
 
     table1, variation = sentiment.chapter_grids(**values)
@@ -242,8 +258,7 @@ def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], 
     for what, runs in stages:
         runs = {key: run for key, run in runs.items() if key not in seen}
         seen |= set(runs)
-        if runs or what.startswith("Table 1 grid"):
-            out.append(_runs_stage(notebook, what, runs, data, costs))
+        out.append((what, runs))
     return out
 
 
@@ -273,18 +288,45 @@ def _evaluates(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], 
 
 
 def _vision(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
-    from mdlib.experiments import vision
-
-    swept, at_paper = vision.chapter_grids(**values)
-    sweep = {key: run for key, run in workload.grid_runs([swept.design()]).items() if run[1].data.validation}
-    finals = {key: run for key, run in workload.grid_runs([swept.design(), at_paper.design()]).items()
-              if key not in sweep}
+    sweep, finals = _vision_runs(values)
     stages = [_runs_stage(notebook, "step-size sweep (validation images)", sweep, data, costs),
               _runs_stage(notebook, "final runs", finals, data, costs)]
     tests = sum(workload.SPLITS[config.data.dataset][2] for _, config in finals.values())
     stages.append(_evaluation_stage(notebook, "pruning curves of the final runs", "e7-vit",
                                     next(iter(finals.values()))[1], tests * len(values["sparsities"]), data, costs))
     return stages
+
+
+def _vision_runs(values: Mapping[str, Any]) -> tuple[dict[str, tuple[str, Any]], dict[str, tuple[str, Any]]]:
+    """Chapter 07's runs by store key: (the sweep's, on validation images; the final runs)."""
+    from mdlib.experiments import vision
+
+    swept, at_paper = vision.chapter_grids(**values)
+    sweep = {key: run for key, run in workload.grid_runs([swept.design()]).items() if run[1].data.validation}
+    finals = {key: run for key, run in workload.grid_runs([swept.design(), at_paper.design()]).items()
+              if key not in sweep}
+    return sweep, finals
+
+
+def chapter_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, tuple[str, Any]] | None:
+    """The distinct training runs, by store key (``(kind, config)``), that chapter ``notebook`` trains at
+    its parameter ``values``, as the plan counts them (grown candidates not counted); None for a chapter
+    whose work the plan counts otherwise (trials, timed steps, forward passes)."""
+    work = chapters.chapter(notebook).work
+    if isinstance(work, chapters.SentimentGrids):
+        return {key: run for _, runs in _sentiment_runs(values) for key, run in runs.items()}
+    if isinstance(work, chapters.VisionGrids):
+        sweep, finals = _vision_runs(values)
+        return sweep | finals
+    return None
+
+
+def planned_seconds(notebook: str, values: Mapping[str, Any]) -> float | None:
+    """The time chapter ``notebook`` takes at its parameter ``values`` where the plan scales it from the
+    chapter's measured time (a chapter that runs on the CPU, ``chapters.OnCpu``); None otherwise."""
+    if not isinstance(chapters.chapter(notebook).work, chapters.OnCpu):
+        return None
+    return _cpu_seconds(notebook, values)
 
 
 #: How the plan costs each kind of chapter work (``mdlib.book.chapters``).
