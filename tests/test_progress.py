@@ -1,19 +1,28 @@
-"""Progress of the training runs for the command that shows it: the status files ``run_many`` writes
-and the reader of a run's checkpoint (``mdlib.experiments.progress``)."""
+"""Live progress on the terminal of the command that executes a notebook (``mdlib.book.progress``): the
+status files ``run_many`` writes, the reader of a run's checkpoint, the lines and the estimate from
+crafted files, and (slow: a kernel) ``mdlib run`` of a tiny training notebook through a pseudo-terminal
+and into a log, interrupted with Ctrl-C, its executed notebook free of progress text."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import json
 import os
 import pickle
+import re
+import select
+import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from mdlib.experiments import paths, pool, train
+from mdlib.book import progress
+from mdlib.experiments import lockfile, paths, pool, train
 from mdlib.experiments import progress as status_files
 from test_runs import blobs_run, build_blobs
 
@@ -123,3 +132,301 @@ def test_run_many_writes_its_status_for_the_command_that_watches(build_dir, tmp_
     assert runs[1]["checkpoint"] == str(paths.checkpoints_dir() / "blobs" / runs[1]["key"] / "checkpoint.pt")
     assert runs[1]["entry"] == str(paths.runs_dir() / "blobs" / runs[1]["key"])
     assert Path(runs[1]["lock"]).parent == paths.runs_dir() / ".locks" / "blobs"
+
+
+# ---------------------------------------------------------------------------------------------
+# the lines, from crafted files
+
+
+def _hold(path: Path) -> None:
+    """A lock file as a live holder (this process) writes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"host": paths.host(), "pid": os.getpid(), "pids": lockfile._pid_namespace(),
+                                "token": "t", "started": "2026-12-06T12:00:00+00:00"}))
+
+
+def _row(tmp_path: Path, key: str, label: str, group: str, state: str, **rest) -> dict:
+    return {"key": key, "label": label, "group": group, "cap": 10, "stop": 0.995, "state": state,
+            "checkpoint": str(tmp_path / "ck" / key / "checkpoint.pt"), "lock": str(tmp_path / "locks" / f"{key}.lock"),
+            "entry": str(tmp_path / "runs" / key), "flops_per_epoch": 1e9, "expected_epochs": 10.0, "epochs": None,
+            "seconds": None, **rest}
+
+
+def crafted(tmp_path: Path) -> Path:
+    """A chapter's progress folder: one run_many call of three runs on 2 workers; a finished (10 epochs
+    in 20 s), one training (4 epochs of 3 s, its lock held, accuracy 0.84), c waiting (twice the FLOPs)."""
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    runs = [_row(tmp_path, "a", "md p=1.1 seed 0", "g1", "done", epochs=10, seconds=20.0),
+            _row(tmp_path, "b", "md p=1.1 seed 1", "g1", "waiting"),
+            _row(tmp_path, "c", "md p=3 seed 0", "g2", "waiting", flops_per_epoch=2e9)]
+    record = {"pid": os.getpid(), "host": paths.host(), "kind": "e4-sentiment", "workers": 2, "started": time.time(),
+              "updated": time.time(), "finished": False, "runs": runs}
+    (folder / f"{os.getpid()}-0.json").write_text(json.dumps(record))
+    _hold(tmp_path / "locks" / "b.lock")
+    _checkpoint(tmp_path / "ck" / "b" / "checkpoint.pt", HISTORY)
+    return folder
+
+
+def test_the_lines_of_a_crafted_status_file_and_checkpoint(tmp_path):
+    watch = progress.Watch(crafted(tmp_path))
+    watch.poll()
+    snap = watch.snapshot("04_sentiment", 125.0, cells=(11, 31))
+    # b: 6 epochs left of the 10 its like took, at its own 3 s; c: 10 epochs at 2.5 s/epoch per 1e9 FLOPs x 2e9
+    assert snap.left == (50.0, False, "estimate")
+    first, second = progress.lines(snap, width=200)
+    assert first == "04_sentiment: cell 12/31, runs 1/3 so far, 2:05 elapsed, ~50 s left (estimate)"
+    assert second == "  training e4-sentiment md p=1.1 seed 1: 4/10 epochs, train acc 0.840 (stop 0.995)"
+    assert progress.log_line(snap) == f"[04_sentiment] {first[len('04_sentiment: '):]}; {second.strip()}"
+    assert all(len(line) <= 60 for line in progress.lines(snap, width=60))
+
+    (tmp_path / "runs" / "c").mkdir(parents=True)  # stored meanwhile (another process): counted, not waited for
+    watch.poll()
+    assert progress.lines(watch.snapshot("04_sentiment", 130.0), 200)[0] == (
+        "04_sentiment: runs 2/3 so far, 2:10 elapsed, ~18 s left (estimate)")
+
+
+def test_the_plan_completes_the_total_and_a_stop_rule_not_reached_yet_bounds_the_estimate(tmp_path):
+    folder = crafted(tmp_path)
+    record = json.loads((folder / f"{os.getpid()}-0.json").read_text())
+    record["runs"] = record["runs"][1:]  # no run finished: the cap bounds the epochs
+    (folder / f"{os.getpid()}-0.json").write_text(json.dumps(record))
+    planned = {"d": progress._Planned("e4-sentiment", str(tmp_path / "runs" / "d"), 10, 0.995, "g3", 1e9, 10.0)}
+    watch = progress.Watch(folder, planned)
+    watch.poll()
+    snap = watch.snapshot("04_sentiment", 5.0)
+    assert snap.complete and len(snap.runs) == 3
+    # b: 6 x 3 s; c: 10 x 6 s, d: 10 x 3 s, on 2 slots: [18 + 30, 60]
+    assert snap.left == (60.0, True, "estimate at the epoch caps")
+    assert "runs 0/3, 0:05 elapsed, at most 1 min left (estimate at the epoch caps)" in progress.lines(snap)[0]
+
+
+def test_kept_names_the_runs_stored_and_those_that_resume_from_their_checkpoint(tmp_path):
+    watch = progress.Watch(crafted(tmp_path))
+    (tmp_path / "locks" / "b.lock").unlink()  # its worker was killed
+    assert watch.kept("04_sentiment") == ("04_sentiment: 1 of 3 runs are in the results store and kept; the run "
+                                          "that was training resumes from its checkpoint: md p=1.1 seed 1 (4/10 "
+                                          "epochs)")
+    _checkpoint(tmp_path / "ck" / "c" / "checkpoint.pt", HISTORY[:1])
+    assert watch.kept("04_sentiment").endswith("the 2 runs that were training resume from their checkpoints: md "
+                                               "p=1.1 seed 1 (4/10 epochs), md p=3 seed 0 (1/10 epochs)")
+    assert progress.Watch(tmp_path / "none").kept("01") is None
+
+
+def test_a_chapter_without_runs_gets_the_plans_time_and_stale_folders_go(tmp_path):
+    snap = progress.Watch(tmp_path / "none").snapshot("01_fixed_decoder_paths", 30.0, planned_seconds=77.0)
+    assert progress.lines(snap) == ["01_fixed_decoder_paths: 0:30 elapsed, ~47 s left (plan)"]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / "p" / f"{paths.host()}-{dead.stdout.strip()}-abc"
+    stale.mkdir(parents=True)
+    with progress.watching(tmp_path / "p" / f"{paths.host()}-{os.getpid()}-def") as folder:
+        assert folder.is_dir() and not stale.exists()
+    assert not folder.exists()
+
+
+def test_the_plan_gives_the_chapters_runs_and_a_cpu_chapters_time():
+    from mdlib.book import plan, profiles
+
+    values = profiles.executed_parameters("04_sentiment", "smoke")
+    planned = progress.planned_runs("04_sentiment", values)
+    stages = plan._sentiment("04_sentiment", values, (), plan.default_costs())
+    assert len(planned) == sum(stage.runs for stage in stages) > 0
+    run = next(iter(planned.values()))
+    assert run.kind == "e4-sentiment" and run.cap == values["epochs"] and run.stop == 0.995 and run.flops_per_epoch > 0
+    assert Path(run.entry).parent == paths.runs_dir() / "e4-sentiment"
+    measured = plan.chapters.chapter("01_fixed_decoder_paths").work.measured.seconds
+    default = profiles.executed_parameters("01_fixed_decoder_paths", "default")
+    assert plan.planned_seconds("01_fixed_decoder_paths", default) == pytest.approx(measured)
+    assert plan.planned_seconds("04_sentiment", values) is None and plan.chapter_runs("01_fixed_decoder_paths", default) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the thread
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_the_monitor_redraws_a_terminal_and_writes_a_line_every_interval_to_a_log(tmp_path, tty):
+    stream = _Terminal() if tty else io.StringIO()
+    monitor = progress.Monitor("04_sentiment", crafted(tmp_path), stream=stream, mode="auto", every=0.4, poll=0.1)
+    start = time.monotonic()
+    monitor.start()
+    time.sleep(1.5)
+    monitor.stop()
+    elapsed = time.monotonic() - start
+    text = stream.getvalue()
+    if tty:
+        assert "\r\x1b[K04_sentiment: runs 1/3 so far" in text and "\n\x1b[K  training e4-sentiment" in text
+        assert "\x1b[1A\r\x1b[K04_sentiment" in text  # redrawn over its two lines
+        assert text.endswith("\x1b[1A\r\x1b[J")  # and taken off the terminal at the end
+    else:
+        lines = text.splitlines()
+        assert 2 <= len(lines) <= elapsed / 0.4 and all(line.startswith("[04_sentiment] runs 1/3") for line in lines)
+        assert "\r" not in text and "\x1b" not in text
+
+
+def test_papermills_cell_counter_goes_into_the_monitor():
+    from tqdm.auto import tqdm
+
+    monitor = progress.Monitor("x", Path("none"), stream=io.StringIO(), mode="auto", every=60)
+    bar = tqdm(total=7, **monitor.papermill_bar())
+    bar.update(3)
+    assert monitor.cells.value == (3, 7)
+    bar.close()
+    assert progress.Monitor("x", Path("none"), mode="off", every=60).papermill_bar() is False
+
+
+def test_the_settings_are_checked(monkeypatch):
+    monkeypatch.setenv(progress.MODE_ENV, "loud")
+    with pytest.raises(ValueError, match="auto .* lines or off"):
+        progress.chosen_mode()
+    monkeypatch.setenv(progress.EVERY_ENV, "-1")
+    with pytest.raises(ValueError, match="number > 0"):
+        progress.log_every()
+
+
+# ---------------------------------------------------------------------------------------------
+# mdlib run of a tiny training notebook (slow: starts a kernel)
+
+NOTEBOOK = '''# %% tags=["parameters"]
+profile = "default"  # profile
+runs = 3  # runs
+epochs = 6  # epochs a run
+pause = 0.25  # seconds an epoch
+
+# %%
+import dataclasses
+import time
+
+import torch
+from torch.utils.data import Dataset
+
+from mdlib.experiments import pool, store, train
+
+
+@dataclasses.dataclass(frozen=True)
+class Toy(store.Config):
+    lr: float
+    fit: train.FitOptions
+
+
+class Slow(Dataset):
+    def __init__(self, n):
+        self.x = torch.randn(n, 4, generator=torch.Generator().manual_seed(0))
+        self.y = torch.randint(0, 2, (n,), generator=torch.Generator().manual_seed(1)).float()  # never all right
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        time.sleep(pause / len(self.x))
+        return self.x[i], self.y[i]
+
+
+def build(config):
+    torch.manual_seed(config.fit.seed)
+    model = torch.nn.Linear(4, 1)
+    return train.Setup(model, torch.optim.SGD(model.parameters(), lr=config.lr), Slow(16))
+
+
+configs = [Toy(0.1, train.FitOptions(epochs=epochs, batch_size=8, seed=seed, stop_train_accuracy=1.0))
+           for seed in range(runs)]
+print(len(pool.run_many("toy-progress", configs, build)), "runs")
+'''
+
+
+def _project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "params").mkdir()
+    (root / "_config.yml").write_text("title: progress\n")
+    (root / "params" / "default.yaml").write_text("{}\n")
+    (root / "notebooks" / "01_train.py").write_text(NOTEBOOK)
+    return root
+
+
+def _env(root: Path, every: float) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MDLIB_")}
+    return {**env, "PYTHONPATH": str(paths.PACKAGE_DIR.parent), "MDLIB_BUILD_DIR": str(root / "_build"),
+            progress.EVERY_ENV: str(every)}
+
+
+def _mdlib_run_in_a_terminal(root: Path) -> tuple[int, int]:
+    """``python -m mdlib run 01_train`` with a pseudo-terminal as its controlling terminal (so Ctrl-C
+    there interrupts it): (its pid, the terminal's master end)."""
+    import pty
+
+    pid, master = pty.fork()
+    if pid == 0:  # the child
+        os.execve(sys.executable, [sys.executable, "-m", "mdlib", "--root", str(root), "run", "01_train"],
+                  _env(root, 0.3))
+    return pid, master
+
+
+def _read_pty(master: int, until=None, timeout: float = 240) -> bytes:
+    """What the terminal shows until every process holding it is gone (or ``until(output)``)."""
+    out, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if not ready:
+            continue
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the other end closed
+            break
+        if not data:
+            break
+        out += data
+        if until is not None and until(out):
+            break
+    return out
+
+
+def _exit_code(pid: int) -> int:
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _no_progress_in(notebook: Path) -> None:
+    text = notebook.read_text()
+    assert "3 runs" in text  # the cell's own output is there
+    for trace in ("elapsed", "left (", "train acc", "\\u001b", "\\r"):
+        assert trace not in text, trace
+
+
+@pytest.mark.slow
+def test_mdlib_run_redraws_its_progress_on_a_terminal(tmp_path):
+    root = _project(tmp_path)
+    pid, master = _mdlib_run_in_a_terminal(root)
+    shown = _read_pty(master).decode()
+    os.close(master)
+    assert _exit_code(pid) == 0, shown
+    screens = re.split(r"\r\x1b\[K|\x1b\[1A", shown)
+    assert any(re.search(r"01_train: cell 3/3, runs [12]/3 so far, 0:\d\d elapsed, ~\d+ s left \(estimate\)", s)
+               for s in screens), shown
+    assert re.search(r"\n\x1b\[K  training toy-progress seed \d: [1-5]/6 epochs, train acc 0\.\d{3} \(stop 1\)", shown)
+    assert "\r\x1b[J  01_train: " in shown  # the progress is taken off before the closing line
+    _no_progress_in(root / "notebooks" / "01_train.ipynb")
+
+
+@pytest.mark.slow
+def test_mdlib_run_writes_a_line_every_interval_into_a_log(tmp_path):
+    root = _project(tmp_path)
+    every = 1.0
+    proc = subprocess.Popen([sys.executable, "-m", "mdlib", "--root", str(root), "run", "01_train"],
+                            stderr=subprocess.PIPE, text=True, env=_env(root, every))
+    arrivals = []
+    for line in proc.stderr:
+        arrivals.append((time.monotonic(), line.rstrip("\n")))
+    assert proc.wait(timeout=240) == 0
+    progress_lines = [(t, line) for t, line in arrivals if line.startswith("[01_train] ")]
+    assert len(progress_lines) >= 3, arrivals
+    assert all(b - a >= every * 0.8 for (a, _), (b, _) in zip(progress_lines, progress_lines[1:])), arrivals
+    assert any(re.search(r"runs [0-2]/3 so far, .*; training toy-progress seed \d: \d/6 epochs", line)
+               for _, line in progress_lines), arrivals
+    assert all("\r" not in line and "\x1b" not in line for _, line in arrivals)
+    _no_progress_in(root / "notebooks" / "01_train.ipynb")
+    assert not any((root / "_build" / ".progress").iterdir())  # its status files are gone

@@ -159,8 +159,13 @@ def _execute(names: list[str], profile: str) -> dict[str, float]:
 
 def _run_apart(name: str, profile: str) -> tuple[int, float]:
     """``python -m mdlib run name --profile profile`` in this project, stopping if this process dies
-    (``paths.PARENT_ENV``): its exit code and seconds."""
+    (``paths.PARENT_ENV``): its exit code and seconds. Chapters side by side share the terminal, so each
+    shows its progress a line at a time (``mdlib.book.progress``), never redrawn."""
+    from mdlib.book import progress
+
     env = dict(os.environ, **{paths.ROOT_ENV: str(paths.root()), paths.PARENT_ENV: str(os.getpid())})
+    if progress.chosen_mode() != "off":
+        env[progress.MODE_ENV] = "lines"
     t0 = time.perf_counter()
     code = subprocess.run([sys.executable, "-m", "mdlib", "run", name, "--profile", profile], env=env).returncode
     return code, time.perf_counter() - t0

@@ -84,7 +84,7 @@ class BookError(RuntimeError):
 
 @contextlib.contextmanager
 def _kernel_environment(run: Mapping[str, Any] | None = None, output: Path | None = None,
-                        executor: str | None = None) -> Iterator[None]:
+                        executor: str | None = None, progress_dir: Path | None = None) -> Iterator[None]:
     """The kernel imports the mdlib this process runs (PYTHONPATH: the folder holding the package, a
     checkout or site-packages) and reads and writes where this process would (``MDLIB_ROOT``: the
     project this process found, when it found one).
@@ -98,14 +98,21 @@ def _kernel_environment(run: Mapping[str, Any] | None = None, output: Path | Non
     ``executor`` (the profile's ``executor: SPEC``) reaches ``pool.run_many`` in the kernel as
     ``$MDLIB_EXECUTOR`` unless that is set already (``--executor`` sets it for the whole command).
     Progress bars (tqdm) are off inside executed notebooks (``TQDM_DISABLE=1`` unless set): their
-    carriage-return output would clutter the book; papermill shows progress per cell instead.
+    carriage-return output would clutter the book. The kernel's training runs tell their progress through
+    the files of ``progress_dir`` instead (``$MDLIB_PROGRESS_DIR``, ``mdlib.book.progress``), which this
+    process shows on its terminal; without one, the variable is not passed on.
     """
     from mdlib.book import provenance
     from mdlib.experiments import executors, fetch
+    from mdlib.experiments.progress import PROGRESS_ENV
 
     keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, fetch.DATA_ENV,
-            paths.ROOT_ENV, paths.OUTPUT_ENV, provenance.ENV, executors.EXECUTOR_ENV)
+            paths.ROOT_ENV, paths.OUTPUT_ENV, provenance.ENV, executors.EXECUTOR_ENV, PROGRESS_ENV)
     saved = {key: os.environ.get(key) for key in keys}
+    if progress_dir is not None:
+        os.environ[PROGRESS_ENV] = str(Path(progress_dir).resolve())
+    else:
+        os.environ.pop(PROGRESS_ENV, None)
     if run is not None:
         os.environ[provenance.ENV] = json.dumps(dict(run), default=str)
     if output is not None:
@@ -214,23 +221,29 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
         print(f"executing {nb_name} ({shown})", file=sys.stderr, flush=True)
     start = time.perf_counter()
     kept: list[Path] = []  # this run's failed notebook, once saved
-    with _chapter_lock(nb_name, artifacts):
+    with _chapter_lock(nb_name, artifacts), contextlib.ExitStack() as watched:
         _recover(nb_name, artifacts)
         staging = _staging(nb_name, artifacts)
         staged = staging / output.name
+        monitor = _monitor(nb_name, executed, execution, watched) if progress else None
         try:
             staging.mkdir(parents=True)
-            with _kernel_environment(run, staging, executor):
+            with _kernel_environment(run, staging, executor, monitor and monitor.watch.folder):
                 # The kernel's own log (a TCP warning at start, a traceback when Ctrl-C stops it mid-cell)
                 # says nothing about the notebook: a cell's error is in the notebook and raised here.
-                papermill.execute_notebook(
-                    nb, str(staged), parameters=parameters, kernel_name=KERNEL, language="python",
-                    cwd=str(path.parent), progress_bar=progress, start_timeout=300, log_output=False,
-                    extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
-                )
+                # Progress goes to this terminal (monitor), papermill's cell counter included.
+                with _showing(monitor):
+                    papermill.execute_notebook(
+                        nb, str(staged), parameters=parameters, kernel_name=KERNEL, language="python",
+                        cwd=str(path.parent), progress_bar=monitor.papermill_bar() if monitor else False,
+                        start_timeout=300, log_output=False, extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
+                    )
             _record_portable_paths(staged, path, output)
             _echo_store_warnings(staged, nb_name)
         except BaseException as exc:
+            if monitor is not None and isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                if (line := monitor.kept()) is not None:
+                    print(line, file=sys.stderr, flush=True)
             if staged.exists():
                 with contextlib.suppress(Exception):  # a notebook papermill could not finish writing
                     _record_portable_paths(staged, path, failed)
@@ -246,6 +259,42 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
     if progress:
         print(f"  {nb_name}: {time.perf_counter() - start:.1f} s -> {output}", file=sys.stderr, flush=True)
     return output
+
+
+def _monitor(nb_name: str, executed: Mapping[str, Any], execution: str, stack: contextlib.ExitStack):
+    """The progress monitor of an execution of ``nb_name`` at its parameters ``executed``
+    (``mdlib.book.progress``), its folder ``<build>/.progress/<host>-<pid>-<execution>/`` held by
+    ``stack`` (removed when it closes); None when ``$MDLIB_PROGRESS`` is off."""
+    from mdlib.book import progress
+
+    mode, every = progress.chosen_mode(), progress.log_every()  # a wrong setting: an error before the kernel starts
+    if mode == "off":
+        return None
+    folder = stack.enter_context(progress.watching(
+        paths.build_dir() / ".progress" / f"{paths.host()}-{os.getpid()}-{execution[:12]}"))
+
+    def planned_seconds() -> float | None:
+        from mdlib.book import plan
+
+        return plan.planned_seconds(nb_name, executed)
+
+    ours = nb_name in chapters.NAMES  # a test's notebook has no plan
+    return progress.Monitor(nb_name, folder, mode=mode, every=every,
+                            planned=(lambda: progress.planned_runs(nb_name, executed)) if ours else None,
+                            planned_seconds=planned_seconds if ours else None)
+
+
+@contextlib.contextmanager
+def _showing(monitor) -> Iterator[None]:
+    """``monitor`` shows the progress during the block (nothing when it is None)."""
+    if monitor is None:
+        yield
+        return
+    monitor.start()
+    try:
+        yield
+    finally:
+        monitor.stop()
 
 
 #: The file of a staged execution that says where its executed notebook goes and its execution id.
