@@ -430,3 +430,21 @@ def test_mdlib_run_writes_a_line_every_interval_into_a_log(tmp_path):
     assert all("\r" not in line and "\x1b" not in line for _, line in arrivals)
     _no_progress_in(root / "notebooks" / "01_train.ipynb")
     assert not any((root / "_build" / ".progress").iterdir())  # its status files are gone
+
+
+@pytest.mark.slow
+def test_ctrl_c_names_the_runs_kept_and_the_command_that_resumes(tmp_path):
+    root = _project(tmp_path)
+    (root / "params" / "default.yaml").write_text("01_train: {epochs: 40}\n")
+    pid, master = _mdlib_run_in_a_terminal(root)
+    shown = _read_pty(master, until=lambda out: re.search(rb"seed 1: [2-9]/40 epochs", out))
+    os.write(master, b"\x03")  # Ctrl-C on the terminal: SIGINT to mdlib run (its kernel has a session of its own)
+    shown = (shown + _read_pty(master)).decode()
+    os.close(master)
+    assert _exit_code(pid) == 130, shown
+    end = shown[shown.rindex("\x1b[J"):]
+    assert re.search(r"01_train: 1 of 3 runs are in the results store and kept; the run that was training "
+                     r"resumes from its checkpoint: seed 1 \(\d+/40 epochs\)", end), end
+    assert "interrupted: the previous executed notebook" in end
+    assert f"to resume: python -m mdlib --root {root} run 01_train" in end
+    assert list((root / "_build" / "checkpoints" / "toy-progress").glob("*/checkpoint.pt"))

@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -36,10 +37,10 @@ NOTEBOOK_NAME = f"notebook name, e.g. {chapters.NAMES[0]} (with or without .py) 
 #: What each command keeps when Ctrl-C stops it (printed as the one line of an interrupted command).
 INTERRUPTED = {
     "run": "the previous executed notebook, its figures and results, and the finished runs in the results "
-           "store are kept; run the same command again to resume",
+           "store are kept; run the same command again to resume{command}",
     "notebook": "no notebook written, or the complete one",
     "book": "the executed notebooks and the finished runs in the results store are kept; run the same "
-            "command again to resume",
+            "command again to resume{command}",
     "fetch": "files already verified are kept, nothing half-written; run the same command again",
     "bench": "no result",
     "store": "every entry is either in place or removed whole; run the same command again",
@@ -232,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; errors and Ctrl-C end with one line on stderr (exit 1, 130)."""
     from mdlib.experiments import paths
 
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     try:
         with paths.using_root(args.root):
@@ -246,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"interrupted: {INTERRUPTED[args.command]}", file=sys.stderr, flush=True)
+        command = f": python -m mdlib {shlex.join(argv)}"
+        print(f"interrupted: {INTERRUPTED[args.command].format(command=command)}", file=sys.stderr, flush=True)
         return 130
 
 
