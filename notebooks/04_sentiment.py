@@ -113,34 +113,22 @@ configs = dict(zip(sentiment.GRIDS, sentiment.chapter_grids(  # the replication'
     variation_methods=variation_methods, variation_seeds=variation_seeds, variation_epochs=variation_epochs,
     variation_multiples=variation_multiples, analysed=analysed, grow=grow, tied_finals=tied_finals)))
 # the long part: the series (its 0.02 point is the variation) and the 2 x 2s, trained here or read as committed
-series = allocation.series_grids(configs["variation"], series_stds, series_epochs, series_multiples,
-                                 min(sentiment.seeds_of(configs["variation"], k) for k in variation_methods), grow)
-by_std = {SMALL_EMBEDDING_STD: configs["variation"]} | {g.embedding_std: g for g in series}
-if allocation_stds and not series_stds:
-    raise ValueError("allocation_stds trains 2 x 2s beside a series trained here: give series_stds too")
-if unknown := [std for std in allocation_stds if std not in by_std]:
-    raise ValueError(f"allocation_stds {unknown} are neither the variation's 0.02 nor in series_stds {series_stds}")
-two_by_twos = [allocation.ArmGrid(base=by_std[std], multiples=list(allocation_multiples), seeds=by_std[std].seeds_of(
-    variation_methods[0]), grow=grow, tied_finals=tied_finals) for std in allocation_stds]
+series, two_by_twos = allocation.long_part(
+    configs["variation"], series_stds=series_stds, series_epochs=series_epochs, series_multiples=series_multiples,
+    allocation_stds=allocation_stds, allocation_multiples=allocation_multiples, grow=grow, tied_finals=tied_finals)
 allocation.train_chapter([*configs.values(), *series], two_by_twos, workers=workers)
 recorded = sentiment.grid_name(profile, provenance.notebook_run()["variant"])  # a variant's own, never the book's
 grids = {name: sentiment.grid(c, workers=workers, name=recorded if name == analysed else None)
          for name, c in configs.items()}  # the analysed grid is recorded for chapters 05 and 06
 runs = sentiment.chapter_runs(grids, analysed)
 replication, variation = grids["replication"], grids["variation"]
-if series_stds:
-    long_runs, long_compact = allocation.overnight_tables(
-        [variation, *(sentiment.grid(g, workers=workers) for g in series)],
-        [allocation.allocation(a, workers=workers) for a in two_by_twos])
-    record = None
-else:
-    long_runs, long_compact, record = allocation.committed()
+
+# %% tags=["remove-stderr"]
+long_runs, long_compact, record = allocation.long_tables(variation, series, two_by_twos, workers=workers)
 artifacts.save_table(long_runs, "table-sentiment-overnight-runs", glue=False)  # every run of the series and 2 x 2s
 artifacts.save_table(long_compact, "table-sentiment-overnight-predictions", glue=False)  # their test predictions
 long_predictions = allocation.long_predictions(long_compact)
-print(f"profile={profile}: {dataset}, width {width}; replication ({setup}) seeds {seeds}; variation "
-      f"({variation_setup}) seeds {variation_seeds}; series stds {series_stds or 'committed'}, 2 x 2s at "
-      f"{allocation_stds or 'committed'}; chapters 05-06 analyse the {analysed}")
+print(f"profile={profile}: {dataset}, width {width}; the long part {'trained here' if series else 'as committed'}")
 text = {key: plots.method_text(*method(key)) for key in dict.fromkeys(methods + variation_methods)}
 
 # %% tags=["hide-input"]
@@ -366,20 +354,14 @@ effects = {std: estimates.allocation_effects(part, predicted) for std, (part, pr
 two_runs = pd.concat([part for part, _ in chosen_2x2.values()], ignore_index=True) if chosen_2x2 else long_runs.iloc[:0]
 artifacts.save_table(two_runs, "table-sentiment-allocation",
                      styled=allocation_runs_view(two_runs).style.hide(axis="index"))
-artifacts.save_table(pd.DataFrame([{"embedding_std": std, "contrast": name, "n": e.n, "value": e.value, "low": e.low,
-                                    "high": e.high, "seeds_low": e.seeds_low, "seeds_high": e.seeds_high,
-                                    "detectable": e.detectable, "sd": e.sd}
-                                   for std, named in effects.items() for name, e in named.items()]),
-                     "table-sentiment-contrasts", styled=contrasts_view(effects, CONTRAST_NAMES).style.hide(axis="index"))
+artifacts.save_table(allocation.contrasts_table(effects), "table-sentiment-contrasts",
+                     styled=contrasts_view(effects, CONTRAST_NAMES).style.hide(axis="index"))
 tied_2x2 = pd.concat([allocation.tied_at(long_runs, long_predictions, std, name, least=3) for std in two_stds
                       for name in ("geometry", "allocation")] or [pd.DataFrame()], ignore_index=True)
 artifacts.save_table(tied_2x2 if len(tied_2x2) else pd.DataFrame({"note": ["no tied combination of steps with every seed"]}),
                      "table-sentiment-tied-2x2", glue=False)  # each judged contrast at every tied combination
 glue("t1a-stds", " and ".join(f"σ {std:g}" for std in two_stds) or "not run", display=False)
 glue("t1a-source", source_text(record, profile), display=False)
-for std, named in effects.items():
-    for name in ("geometry", "allocation"):
-        glue(f"t1a-power-{name}-{std:g}", estimates.power_text(named[name]), display=False)
 glue("t1a-power", "; ".join(f"at σ {std:g}, the geometry's {estimates.power_text(named['geometry'])}, the allocation's "
                             f"{estimates.power_text(named['allocation'])}" for std, named in effects.items())
      or "not measured", display=False)

@@ -38,7 +38,7 @@ from mdlib.experiments import estimates, methods, paths, sentiment, step_grid, s
 from mdlib.experiments.train import Optimizer
 from mdlib.models import SMALL_EMBEDDING_STD
 
-__all__ = ["ARMS", "ARM_KIND", "Allocation", "ArmGrid", "COMMITTED", "allocation", "arm_config", "committed",
+__all__ = ["ARMS", "ARM_KIND", "Allocation", "ArmGrid", "COMMITTED", "allocation", "arm_config", "committed", "contrasts_table", "long_part", "long_tables",
            "effective_steps", "embedding_ratio", "equal_step_std", "long_predictions", "overnight_tables",
            "predictions_table", "same_variation", "series_grids", "series_points", "step_table", "tied_at",
            "train_chapter", "two_by_two"]
@@ -237,6 +237,44 @@ def train_chapter(grids: Sequence[sentiment.SentimentGrid], arms: Sequence[ArmGr
         return out
 
     step_grid.train(round_designs, sentiment.train_runs, workers=workers, progress=progress)
+
+
+def long_part(variation: sentiment.SentimentGrid, *, series_stds: Sequence[float], series_epochs: int | Sequence[int],
+              series_multiples: Mapping[str, list[float]], allocation_stds: Sequence[float],
+              allocation_multiples: Sequence[float], grow: int, tied_finals: bool
+              ) -> tuple[list[sentiment.SentimentGrid], list[ArmGrid]]:
+    """Chapter 04's long part from its parameters: the series' grids at ``series_stds`` (its 0.02 point is
+    ``variation`` itself, not among them) and the 2 x 2s at ``allocation_stds`` (each on the variation or
+    on the series' grid of that std), which need a series trained beside them."""
+    seeds = min(variation.seeds_of(k) for k in variation.methods)
+    series = series_grids(variation, series_stds, series_epochs, series_multiples, seeds, grow)
+    by_std = {SMALL_EMBEDDING_STD: variation} | {g.embedding_std: g for g in series}
+    if allocation_stds and not series_stds:
+        raise ValueError("allocation_stds trains 2 x 2s beside a series trained here: give series_stds too")
+    if unknown := [std for std in allocation_stds if std not in by_std]:
+        raise ValueError(f"allocation_stds {unknown} are neither the variation's 0.02 nor in series_stds {list(series_stds)}")
+    return series, [ArmGrid(base=by_std[std], multiples=list(allocation_multiples), seeds=seeds, grow=grow,
+                            tied_finals=tied_finals) for std in allocation_stds]
+
+
+def long_tables(variation: sentiment.Grid, series: Sequence[sentiment.SentimentGrid], twos: Sequence[ArmGrid], *,
+                workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None]:
+    """(runs, compact predictions, record) of chapter 04's long part: built here from the stored runs of
+    ``variation`` (the series' 0.02 point), the series' other grids and the 2 x 2s when ``series`` is not
+    empty (record None), else as committed under ``data/`` (``committed``)."""
+    if not series:
+        return committed()
+    runs, predictions = overnight_tables([variation, *(sentiment.grid(g, workers=workers) for g in series)],
+                                         [allocation(a, workers=workers) for a in twos])
+    return runs, predictions, None
+
+
+def contrasts_table(effects: Mapping[float, Mapping[str, estimates.Estimate]]) -> pd.DataFrame:
+    """The 2 x 2s' contrasts ({std: ``estimates.allocation_effects``}) as one table, a row per (std, contrast)."""
+    return pd.DataFrame([{"embedding_std": std, "contrast": name, "n": e.n, "value": e.value, "low": e.low,
+                          "high": e.high, "seeds_low": e.seeds_low, "seeds_high": e.seeds_high,
+                          "detectable": e.detectable, "sd": e.sd}
+                         for std, named in effects.items() for name, e in named.items()])
 
 
 def predictions_table(configs: Mapping[tuple, sentiment.SentimentRun], results: Mapping[tuple, store.RunResult],
