@@ -8,7 +8,7 @@ and a thread of the executing command (:class:`Monitor`) reads them, the locks o
 trained and those runs' checkpoints (their epochs and training accuracy so far; at most every
 ``poll`` seconds, each checkpoint only when it changed, without its tensors), and shows:
 
-    04_sentiment: cell 12/31, runs 7/23, 6:02 elapsed, ~21 min left (estimate)
+    <chapter>: cell 12/31, runs 7/23, 6:02 elapsed, ~21 min left (estimate)
       training e4-sentiment md p=1.1 lr=0.0008 seed 1: 14/100 epochs, train acc 0.962 (stop 0.995) | ...
 
 On a terminal those lines are redrawn in place; in a log (not a terminal) one line is written every

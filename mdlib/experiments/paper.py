@@ -135,7 +135,13 @@ ARTIFACTS: Mapping[str, str | None] = {
     "table-sentiment-predictions": "Table 1 (per run and test sentence)",
     "table-sentiment-effective-steps": None,
     "table-sentiment-allocation": None,
+    "table-sentiment-contrasts": None,
+    "table-sentiment-tied": None,
+    "table-sentiment-tied-2x2": None,
     "fig-sentiment-scale-series": None,
+    "table-sentiment-series": None,
+    "table-sentiment-overnight-runs": None,
+    "table-sentiment-overnight-predictions": None,
     # 05: token selection
     "fig-token-attention": "Figures 8, 13, 14",
     "table-token-selection": "Figures 8, 13, 14 (wins and mean scores)",
