@@ -108,21 +108,8 @@ def build(profile: str = "default", skip_execute: bool = False) -> Path:
     return index
 
 
-def side_by_side(names: list[str], cores: int) -> list[list[str]]:
-    """The chapters ``names`` (in the book's order) as the groups ``build`` executes one after another:
-    a run of consecutive chapters whose work runs in one thread (``Chapter.one_thread``) and read none of
-    each other is one group, whose chapters run side by side, ``cores`` at a time; every other chapter
-    is a group of its own. With one core, every chapter is."""
-    groups: list[list[str]] = []
-    for name in names:
-        chapter = chapters.chapter(name)
-        last = groups[-1] if groups else []
-        if (cores > 1 and chapter.one_thread and last and chapters.chapter(last[0]).one_thread
-                and not set(chapter.reads) & set(last)):
-            last.append(name)
-        else:
-            groups.append([name])
-    return groups
+#: The groups ``build`` executes one after another (``chapters.side_by_side``, which the plan reads too).
+side_by_side = chapters.side_by_side
 
 
 def _cores() -> int:

@@ -10,8 +10,11 @@
   models of a chapter it reads (``Evaluates``);
 - ``at_scale``: what the paper profile trains at the paper's scale, for the chapters that need a GPU
   there (``execute.gpu_warning``);
+- ``rest``: for a chapter that trains transformer grids or evaluates their models, the time of its
+  cells besides that work (loading, analyses, tables, figures) at the default profile (the plan adds it
+  to the chapter's wall time);
 - ``one_thread``: its work runs in one thread, so ``mdlib book`` executes it beside the neighbouring such
-  chapters (``book.side_by_side``); the others keep every core busy, or time themselves (08), and run
+  chapters (``side_by_side``); the others keep every core busy, or time themselves (08), and run
   alone.
 
 :data:`NAMES` is the one list of the book's chapters: the build, the plan, the parameters page and the
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 __all__ = ["BY_CLAIM", "CHAPTERS", "Chapter", "Evaluates", "Measured", "NAMES", "OnCpu", "SentimentGrids",
-           "VisionGrids", "chapter", "table1_profile"]
+           "VisionGrids", "chapter", "side_by_side", "table1_profile"]
 
 Parameters = Mapping[str, Any]  #: every parameter as the notebook executes (``profiles.executed_parameters``)
 
@@ -35,10 +38,12 @@ Parameters = Mapping[str, Any]  #: every parameter as the notebook executes (``p
 @dataclass(frozen=True)
 class Measured:
     """A notebook's wall time at the default profile on the 2-core CPU machine: ``seconds``, on the
-    date ``when`` (``python -m mdlib run NAME`` with an empty results store)."""
+    date ``when`` (``python -m mdlib run NAME`` with an empty results store); ``how`` it was found where
+    that is not a notebook's whole execution timed."""
 
     seconds: float
     when: str
+    how: str = "measured"
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,7 @@ class Chapter:
     claims: tuple[str, ...] = ()
     at_scale: str | None = None
     one_thread: bool = False
+    rest: Measured | None = None
 
     def needed(self, parameters: Parameters) -> list[str]:
         """The data sources (``fetch.NAMES``) the chapter reads at ``parameters``, each once; a
@@ -160,7 +166,15 @@ class Chapter:
 
 
 # The CPU chapters' measured wall times: 01-03 on 2026-12-02; 08 within the fresh default build of
-# 2026-12-01; 09 on 2026-12-03, its 28 runs in 2 worker processes.
+# 2026-12-01; 09 on 2026-12-03, its 28 runs in 2 worker processes. The other chapters' other cells
+# (``rest``): 04's from the fresh default builds of 2026-12-05 (43 and 56 minutes, of which about 1 outside
+# its pools of runs); 07's from the default build of 2026-12-05/06 (its 980 s less its training and pruning
+# as the plan prices them at that build's parameters: 520 s and 95 s, 2026-12-06); 05 and 06 estimated (a kernel, the imports, the store's reads, the
+# figures).
+_REST_04 = Measured(60.0, "2026-12-05", "its build less its pools of runs, about a minute")
+_REST_05_06 = Measured(20.0, "2026-12-06", "estimated: the kernel, imports, reads and figures")
+_REST_07 = Measured(365.0, "2026-12-06", "that build's 980 s less its training and pruning as this plan prices them at "
+                                         "its parameters (11 sweep runs)")
 #: The chapters, in the book's order.
 CHAPTERS: tuple[Chapter, ...] = (
     # 01-03 train in one thread (``synthetic.train``): the book runs them side by side
@@ -172,16 +186,16 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("03_joint_training", OnCpu("joint training of W and v", _e3, Measured(15.6, "2026-12-02")),
             claims=("table-e3-final",), one_thread=True),
     Chapter("04_sentiment", SentimentGrids(), _text, claims=("table-1", "table-1-variation", "table-sentiment-allocation", "fig-sentiment-scale-series"),
-            at_scale="about a hundred encoder runs of up to 1,000 epochs on IMDb"),
+            at_scale="about a hundred encoder runs of up to 1,000 epochs on IMDb", rest=_REST_04),
     # 05: attention on the lexicon-pivot sentences and on every test sentence, then two deletions each
     Chapter("05_token_selection", Evaluates("attention of chapter 04's models", lambda p, splits: 4 * splits[2]),
             _built_grid_and_lexicon, reads=("04_sentiment",),
-            claims=("table-token-selection", "fig-token-concentration")),
+            claims=("table-token-selection", "fig-token-concentration"), rest=_REST_05_06),
     Chapter("06_weights", Evaluates("pruning curves of chapter 04's models",
                                     lambda p, splits: len(p["sparsities"]) * splits[2]),
-            _built_grid, reads=("04_sentiment",), claims=("table-weights-change", "fig-pruning")),
+            _built_grid, reads=("04_sentiment",), claims=("table-weights-change", "fig-pruning"), rest=_REST_05_06),
     Chapter("07_vision", VisionGrids(), _images, claims=("table-vit", "table-vit-change"),
-            at_scale="vision-transformer runs of up to 2,000 epochs on CIFAR-10 and CIFAR-100"),
+            at_scale="vision-transformer runs of up to 2,000 epochs on CIFAR-10 and CIFAR-100", rest=_REST_07),
     Chapter("08_cost", OnCpu("timed steps of the optimizers and the chapters' models", _e8,
                              Measured(287.0, "2026-12-01"), "timed steps",
                              "times its steps on the GPU when there is one, on the CPU here"),
@@ -204,3 +218,20 @@ def chapter(name: str) -> Chapter:
                          "a new notebook gets its entry there")
     return _BY_NAME[name]
 
+
+
+def side_by_side(names: list[str], cores: int) -> list[list[str]]:
+    """The chapters ``names`` (in the book's order) as the groups ``mdlib book`` executes one after another
+    (and the plan counts): a run of consecutive chapters whose work runs in one thread
+    (``Chapter.one_thread``) and read none of each other is one group, whose chapters run side by side,
+    ``cores`` at a time; every other chapter is a group of its own. With one core, every chapter is."""
+    groups: list[list[str]] = []
+    for name in names:
+        found = chapter(name)
+        last = groups[-1] if groups else []
+        if (cores > 1 and found.one_thread and last and chapter(last[0]).one_thread
+                and not set(found.reads) & set(last)):
+            last.append(name)
+        else:
+            groups.append([name])
+    return groups
