@@ -5,6 +5,7 @@ runs with nothing but the checkout (no data, no apt)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mdlib.book import chapters, plan, profiles
+from mdlib.book import chapters, epochs as known_epochs, plan, profiles, steptimes
 from mdlib.experiments import methods, paper, sentiment, store, vision, workload
 from mdlib.models import EncoderClassifier, VisionTransformer
 from test_step_grid import FakeRuns, SENTIMENT, fake_correct, multiple_of, key_of, sentiment_config  # tests/test_step_grid.py
@@ -145,25 +146,219 @@ def test_the_paper_plan_counts_the_papers_runs():
 
 
 def test_the_readme_and_the_reproduce_page_show_the_paper_plan():
-    shown = plan.markdown(plan.plan("paper"), "paper")
+    """By FLOPs (no shape of the paper's is timed unless `plan --measure` times it), on 2 cores."""
+    shown = plan.markdown(plan.plan("paper", cores=2), "paper")
     for page in ("README.md", "book/reproduce.md"):
         assert shown in (ROOT / page).read_text("utf-8"), f"{page}: paste `python -m mdlib plan --profile paper --markdown`"
 
 
-def test_measured_costs_time_each_model_shape_once():
-    timer = plan.StepTimer("cpu", "test")
+def test_a_shapes_timing_prices_its_runs():
+    """A real timing of a tiny model: positive costs; a run is its epochs of batches, evaluations and
+    checkpoints, and its fixed seconds."""
     config = sentiment.run_config(layers=2, width=16, max_length=12, optimizer="md", lr=1e-3, p=1.1)
-    overhead, per_example = timer.step_cost(sentiment.KIND, config)
-    assert overhead >= 0 and per_example >= 0 and overhead + per_example > 0
-    assert timer.step_cost(sentiment.KIND, dataclasses.replace(config, fit=dataclasses.replace(config.fit, seed=3))
-                           ) == (overhead, per_example)
-    assert len(timer._cache) == 1
+    timing = steptimes.measure(sentiment.KIND, config, target=0.05)
+    assert timing.batch > 0 and timing.evaluate >= 0 and timing.checkpoint > 0
+    timer = plan.StepTimer(_FakeTimings({steptimes.shape(sentiment.KIND, config): timing}),
+                           plan.FlopRate(plan.CPU_SECONDS_PER_TFLOP, "test"))
     work = workload.sentiment_work(config)
-    step = overhead + work.batch_size * per_example
-    evaluation = work.eval_examples_per_epoch / work.batch_size * (overhead + work.batch_size * per_example / 3)
-    assert timer.run_seconds(sentiment.KIND, config, work) == pytest.approx(
-        work.epochs * (work.steps_per_epoch * step + evaluation))
+    assert timer.run_seconds(sentiment.KIND, config, work) == pytest.approx(plan.RUN_SECONDS + work.epochs * (
+        work.steps_per_epoch * timing.batch + work.eval_examples_per_epoch / work.batch_size * timing.evaluate
+        + timing.checkpoint))
+    assert timer.basis(sentiment.KIND, config) == f"timed here {timing.when}" and timer.timed
     assert plan.measure_cpu() > 0
+
+
+class _FakeTimings:
+    """``steptimes.Timings`` answering from a dict (shape -> Timing)."""
+
+    device = "cpu"
+
+    def __init__(self, found):
+        self.found = found
+
+    def get(self, kind, config, estimate=None):
+        return self.found.get(steptimes.shape(kind, config))
+
+
+def test_a_shape_is_timed_once_per_machine_and_cached(tmp_path, monkeypatch):
+    timed = []
+
+    def fake_measure_all(items, device="cpu", at_once=1):
+        timed.append([config.optimizer.lr for _, config in items])
+        return [steptimes.Timing(0.01, 0.004, 0.002, "2026-12-06") for _ in items]
+
+    monkeypatch.setattr(steptimes, "measure_all", fake_measure_all)
+    machine = {"name": "host A, a CPU, 2 cores"}
+    monkeypatch.setattr(steptimes, "machine", lambda device="cpu": machine["name"])
+    path = tmp_path / "plan-timings.json"
+    config = sentiment.run_config(layers=2, width=16, max_length=12, optimizer="md", lr=1e-3, p=1.1)
+    same_shape = dataclasses.replace(config, optimizer=dataclasses.replace(config.optimizer, lr=3e-3),
+                                     fit=dataclasses.replace(config.fit, seed=4))
+    timings = steptimes.Timings("cpu", "short", path, at_once=2)
+    timings.prepare([(sentiment.KIND, config, 1.0), (sentiment.KIND, same_shape, 1.0)])
+    assert timed == [[1e-3]]  # one shape: the step size and the seed do not change a batch's cost
+    assert timings.get(sentiment.KIND, same_shape) == steptimes.Timing(0.01, 0.004, 0.002, "2026-12-06")
+    assert steptimes.Timings("cpu", "short", path, at_once=2).get(sentiment.KIND, config, 1.0) is not None
+    assert len(timed) == 1  # read back from the cache by the next plan
+    assert steptimes.Timings("cpu", "short", path, at_once=1).get(sentiment.KIND, config, 1.0) is not None
+    assert len(timed) == 2  # timed alone is another timing
+    machine["name"] = "host B, another CPU, 8 cores"
+    assert steptimes.Timings("cpu", "cached", path, at_once=2).get(sentiment.KIND, config, 1.0) is None
+    assert steptimes.Timings("cpu", "short", path, at_once=2).get(sentiment.KIND, config, 1e3) is None  # too long
+    assert len(timed) == 2
+    assert steptimes.Timings("cpu", "short", path, at_once=2).get(sentiment.KIND, config, 1.0) is not None
+    assert len(timed) == 3  # each machine times its own
+    assert set(json.loads(path.read_text())) == {"host A, a CPU, 2 cores", "host B, another CPU, 8 cores"}
+    steptimes.Timings("cpu", "all", path, at_once=2).get(sentiment.KIND, config, 100.0)
+    assert len(timed) == 4  # plan --measure times it again, a longer timing too
+    assert steptimes.Timings("cpu", "all", path, at_once=2).get(sentiment.KIND, config, 1e4) is None
+    assert len(timed) == 4  # but not one of hours: by FLOPs
+
+
+def test_the_token_lengths_are_the_datas(monkeypatch):
+    """``steptimes.TOKEN_LENGTHS`` holds Rotten Tomatoes' training texts' lengths (where the data is here)."""
+    from collections import Counter
+
+    from mdlib.experiments import fetch, sentiment_run
+
+    if not (fetch.data_dir() / "movieReviewSnippets_GroundTruth.txt").is_file():
+        pytest.skip("Rotten Tomatoes is not in the data cache")
+    counts = Counter(len(ids) for ids in sentiment_run.splits("rotten_tomatoes", 0, 512)["train"].ids)
+    assert dict(counts) == dict(steptimes.TOKEN_LENGTHS["rotten_tomatoes"])
+
+
+def test_schedule_lays_runs_out_on_the_workers_round_by_round():
+    assert plan.schedule({1: [3.0, 3.0, 2.0], 2: [5.0]}, 2) == 5.0 + 5.0
+    assert plan.schedule({1: [4.0, 1.0, 1.0, 1.0]}, 2) == 4.0
+    assert plan.schedule({1: [4.0, 1.0]}, 1) == 5.0
+    assert plan.schedule({}, 2) == 0.0
+
+
+class _PerEpoch(plan.FlopRate):
+    """A rate of ``seconds`` an epoch, none for a forward pass."""
+
+    def __init__(self, seconds: float):
+        super().__init__(0.0, f"test: {seconds} s an epoch")
+        self.seconds = seconds
+
+    def run_seconds(self, kind, config, work):
+        return work.epochs * self.seconds
+
+    def forward_seconds(self, kind, config, examples):
+        return 0.0
+
+    def basis(self, kind, config):
+        return "the test's rate"
+
+
+def _store_run(root: Path, kind: str, config, epochs: int, reached: bool = True) -> None:
+    """A results store entry as ``epochs.stored_runs`` reads it: the config and the history's epochs."""
+    import pandas as pd
+
+    folder = root / "runs" / kind / store.config_key(kind, config)
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config.to_dict()))
+    accuracy = [0.9] * (epochs - 1) + [0.999 if reached else 0.9]
+    pd.DataFrame({"epoch": range(1, epochs + 1), "train_accuracy": accuracy}).to_parquet(folder / "history.parquet")
+
+
+def test_the_plans_epochs_and_wall_time_follow_the_stored_runs(tmp_path, monkeypatch):
+    """A store holding the variation's sweep: each sweep run is expected at its own epochs, each final run
+    (its step not chosen yet) at the mean over the candidates of their runs' mean, the replication (no run
+    known) at its cap; the wall time lays these out, 2 at a time, round by round."""
+    monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
+    monkeypatch.setattr(known_epochs, "committed_runs", list)
+    values = profiles.executed_parameters("04_sentiment", "default")
+    planned = plan.planned_runs("04_sentiment", values)
+    variation = [run for run in planned if run.stage.startswith("Table 1, variation")]
+    sweep = [run for run in variation if len(run.alternatives) == 1]
+    finals = [run for run in variation if len(run.alternatives) > 1]
+    assert (len(sweep), len(finals)) == (2 * 3 * 2, 2 * 4)  # methods x candidates x seeds; 4 more seeds each
+    stored = {}
+    for i, run in enumerate(sweep):
+        stored[run.key] = 40 + 5 * i  # within the cap of 100
+        _store_run(tmp_path, run.kind, run.config, stored[run.key])
+
+    def at(config) -> float:  # the stored runs' mean epochs at the config's method and step
+        same = [stored[r.key] for r in sweep if r.config.optimizer == config.optimizer]
+        return sum(same) / len(same)
+
+    expected = {run.key: stored[run.key] for run in sweep}
+    expected |= {run.key: sum(at(c) for c in run.alternatives) / len(run.alternatives) for run in finals}
+    expected |= {run.key: run.config.fit.epochs for run in planned if run not in variation}  # the replication
+    found = plan.plan("default", plan.Costs(_PerEpoch(10.0), _PerEpoch(10.0)), device="cpu", cores=2)
+    rows = {s.what: s for s in found if s.notebook == "04_sentiment"}
+    row = rows[f"Table 1, variation ({sentiment.chapter_grids(**values)[1].setup})"]
+    assert row.runs == 20 and not row.bound
+    assert row.epochs == pytest.approx(sum(expected[run.key] for run in variation) / 20)
+    assert row.steps == pytest.approx(85 * sum(expected[run.key] for run in variation))  # 8,455 sentences, batch 100
+    assert row.cpu_hours == pytest.approx(10 * sum(expected[run.key] for run in variation) / 3600)
+    assert "12 stored" in row.note and "the same runs' epochs" in row.note and "mean of the known runs" in row.note
+    replication = rows["Table 1 grid (replication)"]
+    assert replication.bound and replication.epochs == 30 and "the epoch cap" in replication.note
+
+    def greedy(seconds: list[float], workers: int = 2) -> float:
+        free = [0.0] * workers
+        for x in seconds:
+            free[free.index(min(free))] += x
+        return max(free)
+
+    first = [10 * expected[run.key] for run in planned if run.round == 1]
+    second = [10 * expected[run.key] for run in planned if run.round == 2]
+    assert len(first) == 3 + 12 and len(second) == 8  # the replication and the sweep, then the finals
+    wall = {w.notebook: w for w in found.walls}["04_sentiment"]
+    assert wall.training == pytest.approx(greedy(first) + greedy(second))
+    assert wall.total == pytest.approx(wall.training + chapters.chapter("04_sentiment").rest.seconds)
+    assert sum(s.wall for s in rows.values()) == pytest.approx(wall.total)
+    assert found.wall == pytest.approx(sum(found.wall_of(g) for g in found.groups) + plan.HTML.seconds)
+    side = found.wall_of(["01_fixed_decoder_paths", "02_single_instance_path", "03_joint_training"])
+    assert side == pytest.approx(max(76.7, 62.4 + 15.6))  # two at a time on 2 cores
+    assert all(s.note for s in found), "every row names its basis"
+
+
+def test_expected_epochs_fall_back_to_the_nearest_step_then_the_cap():
+    config = sentiment.run_config(layers=3, width=24, optimizer="md", p=1.1, lr=8e-4, seed=3, epochs=100,
+                                  setup="small-embeddings")
+    setting = known_epochs.setting(sentiment.KIND, config.to_dict())
+    known = [known_epochs.Known(setting, 2.4e-3, 0, 60, True, "test.csv"),
+             known_epochs.Known(setting, 2.4e-3, 1, 80, True, "test.csv"),
+             known_epochs.Known(setting, 8e-5, 0, 150, False, "test.csv")]  # 10x smaller: farther
+    nearest = known_epochs.expect(sentiment.KIND, config, known)
+    assert (nearest.how, nearest.epochs, nearest.ratio) == ("nearest", 70.0, pytest.approx(3.0))
+    at_step = known_epochs.expect(sentiment.KIND, config, known + [known_epochs.Known(setting, 8e-4, 0, 44, True, "t")])
+    assert (at_step.how, at_step.epochs) == ("setting", 44.0)
+    capped = known_epochs.expect(sentiment.KIND, dataclasses.replace(config, optimizer=dataclasses.replace(
+        config.optimizer, lr=1e-5)), known)
+    assert (capped.how, capped.epochs) == ("nearest", 100.0)  # 150 epochs seen, at most this run's cap of 100
+    other = sentiment.run_config(layers=3, width=24, optimizer="md", p=2.0, lr=4e-4, epochs=100, setup="small-embeddings")
+    assert known_epochs.expect(sentiment.KIND, other, known) == known_epochs.Expected(100.0, "cap", bound=True)
+    assert "2 in test.csv" in known_epochs.describe([nearest]) and "at 3x their step" in known_epochs.describe([nearest])
+
+
+def test_the_committed_pilots_are_the_defaults_runs():
+    """A pilot row is read as the run config chapter 04 trains (its seed 0 at l_1.1's paper step: 56 epochs)."""
+    values = profiles.executed_parameters("04_sentiment", "default")
+    variation = sentiment.chapter_grids(**values)[1]
+    config = variation.run((variation.layers[0], "1.1"), 1.0, 0)
+    found = known_epochs.expect(sentiment.KIND, config, known_epochs.committed_runs())
+    assert (found.how, found.epochs) == ("run", 56.0)
+    assert found.sources == {known_epochs.PILOTS: 1}
+
+
+@pytest.mark.parametrize("profile", ["default", "overnight", "paper"])
+def test_the_planned_runs_are_the_grids_runs(profile):
+    """``chapter_runs`` counts what ``workload.grid_runs`` counts, stage by stage, a run once."""
+    values = profiles.executed_parameters("04_sentiment", profile)
+    seen, expected = set(), {}
+    for _, designs, _ in plan._sentiment_designs(values):
+        for key, run in workload.grid_runs(designs).items():
+            if key not in seen:
+                seen.add(key)
+                expected[key] = run
+    assert list(plan.chapter_runs("04_sentiment", values)) == list(expected)
+    v = profiles.executed_parameters("07_vision", profile)
+    swept, at_paper = vision.chapter_grids(**v)
+    assert set(plan.chapter_runs("07_vision", v)) == set(workload.grid_runs([swept.design(), at_paper.design()]))
 
 
 def _no_apt_path(tmp_path: Path) -> str:
@@ -181,15 +376,16 @@ def test_plan_of_the_paper_profile_runs_without_apt_or_data(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     env = dict(os.environ, PATH=_no_apt_path(tmp_path), MDLIB_DATA_DIR=str(data), MDLIB_BUILD_DIR=str(tmp_path / "b"),
-               MDLIB_ROOT=str(ROOT))
+               MDLIB_ROOT=str(ROOT), XDG_CACHE_HOME=str(tmp_path / "cache"))
     done = subprocess.run([sys.executable, "-m", "mdlib", "plan", "--profile", "paper"], capture_output=True,
                           text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     for name in chapters.NAMES:
         assert re.search(rf"^{name}\s", done.stdout, re.M), name
     assert re.search(r"^04_sentiment\s+Table 1 grid \(replication\)\s+90\s+\d+ \(<= 1,000\)\s+2\.1 M", done.stdout, re.M)
-    assert re.search(r"^total\s+178\s+<= [\d,.]+\s+<= [\d,.]+$", done.stdout, re.M)
+    assert re.search(r"^total\s+178\s+<= [\d,.]+\s+<= [\d,.]+\s+<= [\d,.]+ h$", done.stdout, re.M)
     assert list(data.iterdir()) == [] and not (tmp_path / "b").exists()  # nothing fetched, nothing written
+    assert not (tmp_path / "cache").exists()  # nothing timed: the paper's shapes are long to time on a CPU
 
 
 def test_plan_refuses_an_unknown_profile(capsys):

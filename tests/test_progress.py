@@ -229,7 +229,7 @@ def test_the_plan_gives_the_chapters_runs_and_a_cpu_chapters_time():
 
     values = profiles.executed_parameters("04_sentiment", "smoke")
     planned = progress.planned_runs("04_sentiment", values)
-    stages = plan._sentiment("04_sentiment", values, (), plan.default_costs())
+    stages = [stage for stage in plan.plan("smoke") if stage.notebook == "04_sentiment"]
     assert len(planned) == sum(stage.runs for stage in stages) > 0
     run = next(iter(planned.values()))
     assert run.kind == "e4-sentiment" and run.cap == values["epochs"] and run.stop == 0.995 and run.flops_per_epoch > 0

@@ -8,7 +8,7 @@
     python -m mdlib bench optimizer|svm|synthetic|training|store [--seeds N]
     python -m mdlib store [--prune]
     python -m mdlib compare A B [--rtol X] [--atol X] [--added-columns]
-    python -m mdlib plan --profile paper [--measure] [--markdown]
+    python -m mdlib plan --profile paper [--measure] [--workers N] [--device cpu|gpu] [--markdown]
 
 The book's commands work on a checkout of the book (``_config.yml``, ``notebooks/``, ``params/``):
 ``--root DIR``, else ``$MDLIB_ROOT``, else the checkout mdlib is imported from, else the working
@@ -207,12 +207,18 @@ def build_parser() -> argparse.ArgumentParser:
     store = add_parser("store", help="list the results store's entries: computed by today's code or other code")
     store.add_argument("--prune", action="store_true", help="remove the entries computed by other code")
 
-    plan = add_parser("plan", help="what a profile costs: per notebook its runs, epochs, steps, data and estimated "
-                                   "hours; nothing is trained, fetched or installed")
-    plan.add_argument("--profile", default="default", help="smoke | default | paper (params/<profile>.yaml)")
+    plan = add_parser("plan", help="what a profile costs: per notebook its runs, epochs, steps, data, device hours "
+                                   "and wall time; nothing is trained, fetched or installed")
+    plan.add_argument("--profile", default="default", help="smoke | default | overnight | paper (params/<profile>.yaml)")
     plan.add_argument("--measure", action="store_true",
-                      help="time training steps of each model shape on this machine (its GPU, else one CPU thread) "
-                           "instead of the recorded throughputs")
+                      help="time every model shape's training steps on this machine again (one CPU thread, and its "
+                           "GPU if any) and cache them; by default a shape is timed once, where that is short, and read "
+                           "from the cache after")
+    plan.add_argument("--workers", type=int, default=None,
+                      help="runs trained at once (every chapter's `workers`; default: each chapter's own)")
+    plan.add_argument("--device", choices=("cpu", "gpu"), default=None,
+                      help="where the wall time is counted (default: a GPU when torch sees one or at the paper profile, "
+                           "else this machine's CPU)")
     plan.add_argument("--markdown", action="store_true", help="print a markdown table")
 
     # not add_parser: compare reads the two folders it is given, so a --root after it would mean nothing
@@ -319,15 +325,16 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from mdlib.book import plan
+    from mdlib.book import plan, profiles
 
     try:
-        costs = plan.measured_costs() if args.measure else plan.default_costs()
-        stages = plan.plan(args.profile, costs)
+        profiles.load_profile(args.profile)  # an unknown profile: its error before anything is timed
+        costs = plan.machine_costs(measure=args.measure)
+        found = plan.plan(args.profile, costs, workers=args.workers, device=args.device)
     except (ValueError, TypeError) as exc:  # a profile's value of the wrong type is a TypeError
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print((plan.markdown if args.markdown else plan.text)(stages, args.profile, costs), end="")
+    print((plan.markdown if args.markdown else plan.text)(found, args.profile, costs), end="")
     return 0
 
 

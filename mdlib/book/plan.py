@@ -1,42 +1,60 @@
 """What a profile costs before anything runs: ``python -m mdlib plan --profile NAME``.
 
 Per notebook, from its parameters at the profile: the training runs (the distinct runs of its grids,
-as the results store keys them), their epochs and steps, the data it reads, and an estimated time.
-Nothing is trained, fetched or installed: the counts come from the run configs
-(``mdlib.experiments.workload``), the times from measured costs, each named:
+as the results store keys them), their epochs and steps, the data it reads, the device hours and the
+wall time on the chapter's ``workers``. Nothing is trained, fetched or installed: the counts come from
+the run configs (``mdlib.experiments.workload``), and each estimate names its basis (the notes):
 
-- the transformer chapters (04-07): FLOPs at a measured throughput. On a GPU, the paper's own: one
-  V100 ran its vision transformer on CIFAR-10 for 2,000 epochs in 29 hours (Appendix G.7), which
-  fixes seconds per FLOP of that model; on a CPU, one core's measured throughput
-  (:data:`CPU_SECONDS_PER_TFLOP`, or ``--measure`` on this machine).
-- the synthetic chapters (01-03), the cost benchmark (08) and the step-size guide (09, whose tiny
-  model's steps cost far more than their FLOPs), which run on the CPU: their measured time at the
-  default profile (``mdlib.book.chapters.OnCpu``), scaled by their steps.
+- epochs: a run with a stop rule takes the mean epochs of the runs already known of its setting,
+  stored or committed (``mdlib.book.epochs``), else the authors' measured mean in the paper's own
+  setting, else the mean at the nearest step known, else its cap (an upper bound, "<=");
+- a run's time: its epochs at its shape's measured cost on this machine (``mdlib.book.steptimes``:
+  a training batch, an evaluated batch and a checkpoint, timed once by the trainer on synthetic data
+  of the shape and cached under the machine's name; ``plan --measure`` times them again). A shape not
+  timed, one whose timing would take long (the paper's models on a CPU), is priced by FLOPs: on a GPU
+  at the paper's own throughput (one V100 ran its vision transformer on CIFAR-10 for 2,000 epochs in
+  29 hours, Appendix G.7), on a CPU at one core's measured throughput (:data:`CPU_SECONDS_PER_TFLOP`),
+  which underestimates a small model several times (its steps are dominated by fixed costs);
+- the synthetic chapters (01-03), the cost benchmark (08) and the step-size guide (09), which run on
+  the CPU: their measured time at the default profile (``mdlib.book.chapters.OnCpu``), scaled by their
+  steps;
+- wall time: a chapter's runs in the rounds its pools train them (a sweep, then the runs its choices
+  decide), ``workers`` at a time, each to the worker free first; on a CPU with fewer cores than
+  workers, each run slowed in proportion; then its forward passes and its other cells (``Chapter.rest``);
+  the chapters in the book's groups (``chapters.side_by_side``: 01-03 side by side), and the HTML book.
 
-What each chapter runs, its data and its measured time are the registry's (``mdlib.book.chapters``);
-this module turns them into counts and hours.
-
-Hours are one device's (one GPU, or one CPU core): runs trained at once on N GPUs or ``workers`` CPU
-processes divide the wall time by up to N.
+Device hours are one device's (one GPU, or one CPU core): the sum of the runs' times.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from mdlib.experiments import paper, workload
-from mdlib.book import chapters, profiles
+from mdlib.experiments import paper, store, workload
+from mdlib.book import chapters, epochs as known_epochs, profiles, steptimes
 
-__all__ = ["CPU_SECONDS_PER_TFLOP", "Costs", "FlopRate", "Stage", "StepTimer", "chapter_runs", "default_costs",
-           "gpu_seconds_per_tflop", "markdown", "measure_cpu", "measured_costs", "plan", "planned_seconds", "text"]
+__all__ = ["CPU_SECONDS_PER_TFLOP", "ChapterWall", "Costs", "FlopRate", "HTML", "Plan", "Planned", "Stage",
+           "StepTimer", "chapter_runs", "default_costs", "gpu_seconds_per_tflop", "machine_costs", "markdown",
+           "measure_cpu", "measured_costs", "plan", "planned_runs", "planned_seconds", "schedule", "text"]
 
 #: Seconds per 10^12 training FLOPs on one core of this project's 2-core CPU machine (torch 2.14.1,
 #: float32, one thread), as :func:`measure_cpu` measures it: 14.5-14.8 on an idle machine, 14.9-16.4
 #: beside another busy process (2026-12-02).
 CPU_SECONDS_PER_TFLOP = 14.6
 CPU_SOURCE = "one core of a 2-core CPU at its measured throughput (2026-12-02), by FLOPs"
+
+#: A run's seconds besides its epochs where its epochs are timed: its data, model and stored result (the
+#: stored entries' seconds less their epochs', 1-4 s on the 2-core machine, 2026-12-06).
+RUN_SECONDS = 3.0
+
+#: The book after its chapters (``mdlib book``: the generated pages, the archive and ``jupyter-book build``)
+#: on the 2-core machine: what the default build of 2026-12-05/06 (4,643 s) leaves after its chapters'
+#: measured times (04 about 2,840 s, 07 about 980 s, 08 and 09 as ``chapters``, 01-03 side by side) and
+#: the estimates of 05 and 06: an estimate.
+HTML = chapters.Measured(150.0, "2026-12-06")
 
 
 def gpu_seconds_per_tflop() -> float:
@@ -61,101 +79,271 @@ class FlopRate:
     def __init__(self, seconds_per_tflop: float, source: str):
         self.seconds_per_tflop, self.source = seconds_per_tflop, source
 
-    def run_seconds(self, kind: str, config: Mapping[str, Any], work: workload.RunWork) -> float:
+    def run_seconds(self, kind: str, config: Any, work: workload.RunWork) -> float:
         return work.flops() / 1e12 * self.seconds_per_tflop
 
-    def forward_seconds(self, kind: str, config: Mapping[str, Any], examples: float) -> float:
+    def forward_seconds(self, kind: str, config: Any, examples: float) -> float:
         return examples * workload.run_work(kind, config).forward_flops / 1e12 * self.seconds_per_tflop
+
+    def basis(self, kind: str, config: Any) -> str:
+        return "by FLOPs"
 
 
 class StepTimer:
-    """Time from training steps measured here, on ``device``: per model shape, the median of three
-    steps (after a warm-up) of the config's model with ℓ1.1 mirror descent on ``small`` and on
-    ``large`` random examples, fitted as ``overhead + examples * per_example`` (the fixed cost of a
-    step, which dominates small models, and the cost of each example); a step of the config's batch
-    is priced by that line, an evaluated example at a third of a trained one."""
+    """Time from this machine's measured costs of each shape (``steptimes.Timings``: a training batch, an
+    evaluated batch and a checkpoint per epoch), by FLOPs (``fallback``) for a shape it has no timing of."""
 
-    def __init__(self, device: str, source: str, small: int = 2, large: int = 8):
-        self.device, self.source, self.small, self.large = device, source, small, large
-        self._cache: dict[str, tuple[float, float]] = {}
+    def __init__(self, timings: steptimes.Timings, fallback: FlopRate):
+        self.timings, self.fallback = timings, fallback
+        self.timed = self.untimed = False  #: whether a timing, and FLOPs, priced something
 
-    def step_cost(self, kind: str, config: Mapping[str, Any]) -> tuple[float, float]:
-        """(seconds of a step's fixed cost, seconds per example) of the config's model, cached per shape."""
-        import json
+    @property
+    def source(self) -> str:
+        """What priced the plan's rows: the timings, FLOPs (``fallback``) or both."""
+        if not self.timed:
+            return self.fallback.source
+        where = ("one thread of this machine's CPU (in as many processes at once as a chapter's workers)"
+                 if self.timings.device == "cpu" else "this machine's GPU")
+        text = (f"{where}: a run's batches, evaluations and checkpoints timed here once per model shape, cached with "
+                f"the machine's name (`plan --measure` times them again)")
+        return text + (f"; a shape not timed: {self.fallback.source}" if self.untimed else "")
 
-        shape = {"model": config.model.to_dict(), **({"data": [config.data.dataset, config.data.image_size]}
-                                                      if kind == "e7-vit" else {"tokens": config.max_length})}
-        key = json.dumps([kind, shape], sort_keys=True, default=str)
-        if key not in self._cache:
-            small, large = (_time_steps(kind, config, n, self.device) for n in (self.small, self.large))
-            per_example = max(large - small, 0.0) / (self.large - self.small)
-            self._cache[key] = (max(small - self.small * per_example, 0.0), per_example)
-        return self._cache[key]
+    @staticmethod
+    def estimate(kind: str, config: Any) -> float:
+        """About the seconds timing a shape takes on a CPU (``steptimes.measure``): at least 5 training
+        batches and their evaluations, by FLOPs at one core's throughput, and a second (a small model's
+        fixed costs)."""
+        work = workload.run_work(kind, config)
+        return 7 * 3 * work.forward_flops * work.batch_size / 1e12 * CPU_SECONDS_PER_TFLOP + 1.0
 
-    def run_seconds(self, kind: str, config: Mapping[str, Any], work: workload.RunWork) -> float:
-        overhead, per_example = self.step_cost(kind, config)
-        train = work.steps_per_epoch * (overhead + work.batch_size * per_example)
-        evaluate = work.eval_examples_per_epoch / work.batch_size * (overhead + work.batch_size * per_example / 3)
-        return work.epochs * (train + evaluate)
+    def prepare(self, runs: Iterable[tuple[str, Any]], at_once: int = 1) -> None:
+        """Read or time, all at once in ``at_once`` processes (on a CPU), the shapes of the (kind, config)
+        ``runs``."""
+        if self.timings.device == "cpu":
+            self.timings.at_once = max(int(at_once), 1)
+        self.timings.prepare([(kind, config, self.estimate(kind, config)) for kind, config in runs])
 
-    def forward_seconds(self, kind: str, config: Mapping[str, Any], examples: float) -> float:
-        overhead, per_example = self.step_cost(kind, config)
-        batch = workload.run_work(kind, config).batch_size
-        return examples / batch * (overhead + batch * per_example / 3)
+    def timing(self, kind: str, config: Any) -> steptimes.Timing | None:
+        found = self.timings.get(kind, config, estimate=self.estimate(kind, config))
+        self.timed, self.untimed = self.timed or found is not None, self.untimed or found is None
+        return found
+
+    def run_seconds(self, kind: str, config: Any, work: workload.RunWork) -> float:
+        found = self.timing(kind, config)
+        if found is None:
+            return self.fallback.run_seconds(kind, config, work)
+        return RUN_SECONDS + work.epochs * found.epoch(work.steps_per_epoch, work.eval_examples_per_epoch,
+                                                       work.batch_size)
+
+    def forward_seconds(self, kind: str, config: Any, examples: float) -> float:
+        found = self.timing(kind, config)
+        if found is None:
+            return self.fallback.forward_seconds(kind, config, examples)
+        return examples / config.fit.batch_size * found.evaluate
+
+    def basis(self, kind: str, config: Any) -> str:
+        found = self.timing(kind, config)
+        return f"timed here {found.when}" if found is not None else self.fallback.basis(kind, config)
 
 
-def _time_steps(kind: str, config: Mapping[str, Any], examples: int, device: str) -> float:
-    """The median seconds of three training steps (after one warm-up; ``bench.training_step_time``) of
-    the config's model on ``examples`` random inputs of its shape (texts at ``max_length`` tokens)."""
-    import torch
-    import torch.nn.functional as F
-
-    from mdlib import LpMirrorDescent
-    from mdlib.book import bench
-    from mdlib.experiments import sentiment, vision
-
-    if kind == "e7-vit":
-        model = vision.make_model(config)
-        channels, classes, _ = vision.DATASETS[config.data.dataset]
-        size = config.data.image_size
-        inputs, labels = torch.randn(examples, channels, size, size), torch.randint(0, classes, (examples,))
-        loss = F.cross_entropy
-    else:
-        model = sentiment.initial_model(config)
-        ids = torch.randint(1000, 2000, (examples, config.max_length))
-        inputs, labels = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, torch.randint(0, 2, (examples,))
-        loss = lambda logits, y: F.binary_cross_entropy_with_logits(logits, y.to(logits.dtype))  # noqa: E731
-    model.to(device).train()
-    inputs = {k: v.to(device) for k, v in inputs.items()} if isinstance(inputs, dict) else inputs.to(device)
-    optimizer = LpMirrorDescent(model.parameters(), lr=1e-6, p=1.1)
-    return bench.training_step_time(model, optimizer, inputs, labels.to(device), loss, repeats=3)
+Rate = FlopRate | StepTimer
 
 
 @dataclass(frozen=True)
 class Costs:
     """How the plan turns work into hours: on a GPU and on a CPU (``FlopRate`` or ``StepTimer``)."""
 
-    gpu: FlopRate | StepTimer
-    cpu: FlopRate | StepTimer
+    gpu: Rate
+    cpu: Rate
 
 
 def default_costs() -> Costs:
-    """The paper's V100 throughput and this project's measured CPU core, both by FLOPs."""
+    """The paper's V100 throughput and this project's measured CPU core, both by FLOPs: nothing timed or
+    read from this machine (the README's paper plan)."""
     return Costs(FlopRate(gpu_seconds_per_tflop(), GPU_SOURCE), FlopRate(CPU_SECONDS_PER_TFLOP, CPU_SOURCE))
 
 
-def measured_costs() -> Costs:
-    """Steps timed on this machine: on its GPU when torch sees one (the CPU column then by FLOPs),
-    else on one CPU thread (the GPU column then the paper's V100 by FLOPs)."""
+def machine_costs(measure: bool = False) -> Costs:
+    """This machine's costs (``plan``'s default): the CPU's from the cached timings of each shape, a shape
+    not cached timed now where that is short (``steptimes.SHORT_SECONDS``), else by FLOPs; with a CUDA
+    GPU, the GPU's from its cached timings, else the paper's V100 by FLOPs. ``measure`` (``plan
+    --measure``): time every shape anew where the build trains, on the GPU where torch sees one, else on
+    the CPU (a shape whose timing would take over ``steptimes.MEASURE_SECONDS`` stays by FLOPs)."""
     import torch
 
-    costs = default_costs()
-    if torch.cuda.is_available():
-        name = torch.cuda.get_device_name(0)
-        return Costs(StepTimer("cuda", f"{name}, training steps measured here now (plan --measure)"), costs.cpu)
-    torch.set_num_threads(1)
-    return Costs(costs.gpu, StepTimer("cpu", "one thread of this machine's CPU, training steps measured here now "
-                                             "(plan --measure)"))
+    base = default_costs()
+    cuda = torch.cuda.is_available()
+    cpu = StepTimer(steptimes.Timings("cpu", "all" if measure and not cuda else "short"), base.cpu)
+    gpu = StepTimer(steptimes.Timings("cuda", "all" if measure else "cached"), base.gpu) if cuda else base.gpu
+    return Costs(gpu, cpu)
+
+
+def measured_costs() -> Costs:
+    """``machine_costs(measure=True)``: every shape timed here now."""
+    return machine_costs(measure=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# the runs a chapter trains, in the rounds its pools train them
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A training run of a chapter: its store ``key`` and ``config`` (for a final run whose step the sweep
+    chooses, the first candidate's, as ``workload.grid_runs`` counts it), the configs it may be
+    (``alternatives``: one per candidate the choice may pick; its cost is their mean), the ``round`` of
+    pools it trains in (1: the sweeps and the runs no choice decides; 2: the runs the sweeps decide and
+    the grids that follow another's choice; ...) and its plan row (``stage``)."""
+
+    key: str
+    kind: str
+    config: Any
+    alternatives: tuple
+    round: int
+    stage: str
+
+
+def _design_runs(design, first: int, stage: Callable[[Any], str] | str, seen: set[str]) -> list[Planned]:
+    """A grid's runs (``step_grid.Design``) not in ``seen`` (which they join), as ``workload.grid_runs``
+    counts them: its sweep in round ``first``, its finals in the next where a sweep chooses their step
+    (else in ``first``), each final at every candidate (``alternatives``) unless ``tied_finals`` counts
+    every candidate's as a run of its own (at most)."""
+    from mdlib.experiments import step_grid
+
+    candidates = {cell: list(design.candidates(cell)) for cell in design.cells}
+    chosen = {cell: step_grid.Choice(values[0], tuple(values) if design.tied_finals else (values[0],), values[0])
+              for cell, values in candidates.items()}
+    rounds = {cell: first + 1 if list(design.sweep_seeds(cell)) else first for cell in design.cells}
+    out: list[Planned] = []
+
+    def add(config: Any, alternatives: tuple, round_: int) -> None:
+        key = store.config_key(design.run_kind, config)
+        if key not in seen:
+            seen.add(key)
+            out.append(Planned(key, design.run_kind, config, alternatives, round_,
+                               stage if isinstance(stage, str) else stage(config)))
+
+    for item in design.sweep_items():
+        config = design.sweep_config(*item)
+        add(config, (config,), first)
+    for cell, value, seed in design.final_items(chosen):
+        config = design.final_config(cell, value, seed)
+        alternatives = ((config,) if design.tied_finals
+                        else tuple(design.final_config(cell, c, seed) for c in candidates[cell]))
+        add(config, alternatives, rounds[cell])
+    return out
+
+
+ARMS = "Table 1, the 2 x 2s' per-tensor arms"
+
+
+def _sentiment_designs(values: Mapping[str, Any], choice: int = 0) -> list[tuple[str, list, int]]:
+    """Chapter 04's stages as (what, designs, first round): the replication's grid, the variation's, the
+    series (its runs that the variation does not hold) and the 2 x 2s' arms (their steps follow the bases'
+    candidates numbered ``choice``, the first by default: the same count of runs whatever the sweep
+    chooses; they start once their base has chosen, in round 2). Grown candidates are not counted; a grid
+    with ``tied_finals`` counts every seed at every candidate (at most)."""
+    from mdlib.experiments import allocation, sentiment
+
+    table1, variation = sentiment.chapter_grids(**values)
+    chosen = {(L, key): variation.multiples[key][min(choice, len(variation.multiples[key]) - 1)]
+              for L in variation.layers[:1] for key in variation.methods}
+    series = allocation.series_grids(variation, values.get("series_stds") or [], values.get("series_epochs", 0),
+                                     values.get("series_multiples", {}), min(variation.seeds_of(k) for k in variation.methods),
+                                     values.get("grow", 0))
+    by_std = {allocation.SMALL_EMBEDDING_STD: variation} | {g.embedding_std: g for g in series}
+    arms = [allocation.ArmGrid(base=by_std[std], multiples=list(values.get("allocation_multiples", [1.0])),
+                               seeds=variation.seeds_of(variation.methods[0]), grow=values.get("grow", 0),
+                               tied_finals=bool(values.get("tied_finals")))
+            for std in values.get("allocation_stds") or [] if std in by_std]
+    return [("Table 1 grid (replication)", [table1.design()], 1),
+            (f"Table 1, variation ({variation.setup})", [variation.design()], 1),
+            ("embedding-scale series", [g.design() for g in series], 1),
+            (ARMS, [a.design(chosen) for a in arms], 2)]
+
+
+def _sentiment_planned(values: Mapping[str, Any]) -> list[Planned]:
+    """Chapter 04's runs (``_sentiment_designs``); a run two stages hold counts in the first. The arms of a
+    2 x 2 are counted at their base's first candidates and cost the mean over its candidates (the arms'
+    steps are matched to the steps their base chooses)."""
+    from mdlib.experiments import sentiment
+
+    variation = sentiment.chapter_grids(**values)[1]
+    choices = max(len(m) for m in variation.multiples.values())
+    stages = [_sentiment_designs(values, j) for j in range(choices)]
+    seen: set[str] = set()
+    out = []
+    for i, (what, designs, first) in enumerate(stages[0]):
+        for d, design in enumerate(designs):
+            runs = _design_runs(design, first, what, set())
+            if what == ARMS and choices > 1:  # every base choice's runs, in the same order
+                others = [_design_runs(stage[i][1][d], first, what, set()) for stage in stages[1:]]
+                runs = [dataclasses.replace(run, alternatives=run.alternatives + tuple(
+                    c for other in others for c in other[k].alternatives)) for k, run in enumerate(runs)]
+            for run in runs:
+                if run.key not in seen:
+                    seen.add(run.key)
+                    out.append(run)
+    return out
+
+
+SWEEP, FINALS = "step-size sweep (validation images)", "final runs"
+
+
+def _vision_planned(values: Mapping[str, Any]) -> list[Planned]:
+    """Chapter 07's runs: its sweep (on validation images) and finals, then the grid at the paper's steps
+    (``vision.grid`` of each, one after the other)."""
+    from mdlib.experiments import vision
+
+    swept, at_paper = vision.chapter_grids(**values)
+    seen: set[str] = set()
+    stage = lambda config: SWEEP if config.data.validation else FINALS  # noqa: E731
+    first = _design_runs(swept.design(), 1, stage, seen)
+    return first + _design_runs(at_paper.design(), max((r.round for r in first), default=0) + 1, stage, seen)
+
+
+def planned_runs(notebook: str, values: Mapping[str, Any]) -> list[Planned] | None:
+    """The training runs chapter ``notebook`` trains at its parameter ``values`` (``Planned``); None for a
+    chapter whose work the plan counts otherwise (trials, timed steps, forward passes)."""
+    work = chapters.chapter(notebook).work
+    if isinstance(work, chapters.SentimentGrids):
+        return _sentiment_planned(values)
+    if isinstance(work, chapters.VisionGrids):
+        return _vision_planned(values)
+    return None
+
+
+def chapter_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, tuple[str, Any]] | None:
+    """The distinct training runs, by store key (``(kind, config)``), that chapter ``notebook`` trains at
+    its parameter ``values``, as the plan counts them (grown candidates not counted); None for a chapter
+    whose work the plan counts otherwise (trials, timed steps, forward passes)."""
+    found = planned_runs(notebook, values)
+    return None if found is None else {run.key: (run.kind, run.config) for run in found}
+
+
+def planned_seconds(notebook: str, values: Mapping[str, Any]) -> float | None:
+    """The time chapter ``notebook`` takes at its parameter ``values`` where the plan scales it from the
+    chapter's measured time (a chapter that runs on the CPU, ``chapters.OnCpu``); None otherwise."""
+    if not isinstance(chapters.chapter(notebook).work, chapters.OnCpu):
+        return None
+    return _cpu_seconds(notebook, values)
+
+
+def schedule(rounds: Mapping[int, Sequence[float]], workers: int) -> float:
+    """The wall time of runs of the given seconds trained ``workers`` at a time, round after round (a
+    round's pool ends when its last run does), each run, in order, to the worker free first."""
+    total = 0.0
+    for round_ in sorted(rounds):
+        free = [0.0] * max(int(workers), 1)
+        for seconds in rounds[round_]:
+            i = min(range(len(free)), key=free.__getitem__)
+            free[i] += seconds
+        total += max(free)
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# rows
 
 
 @dataclass(frozen=True)
@@ -163,8 +351,10 @@ class Stage:
     """One line of the plan: what a notebook runs and what it costs. ``runs``: training runs (for the
     synthetic chapters: trials; 0: an analysis or benchmark); ``epochs`` per run, expected, and
     ``epochs_cap``, the most; ``steps`` in all, expected and at most (``steps_cap``), in ``unit``;
-    ``gpu_hours`` (None: the chapter runs on the CPU) and ``cpu_hours``, expected; ``bound``: these
-    expectations are upper bounds (runs a stop rule may end sooner); ``note``: where they come from."""
+    ``gpu_hours`` (None: the chapter runs on the CPU) and ``cpu_hours``, expected; ``wall``: its seconds
+    on the clock (a training row: its share of its chapter's training wall time, by its device hours);
+    ``bound``: these expectations are upper bounds (runs a stop rule may end sooner, counted at their
+    cap); ``note``: their basis."""
 
     notebook: str
     what: str
@@ -179,40 +369,177 @@ class Stage:
     cpu_hours: float
     note: str
     bound: bool = False
+    wall: float | None = None
 
 
-def _runs_stage(notebook: str, what: str, runs: Mapping[str, tuple[str, Mapping[str, Any]]], data: tuple[str, ...],
-                costs: Costs) -> Stage:
-    works = [(kind, config, workload.run_work(kind, config)) for kind, config in runs.values()]
-    note = "; ".join(sorted({w.expected_from for _, _, w in works}))
-    if any(w.tokens_bound for _, _, w in works):
-        note += "; texts counted at max_length tokens (an upper bound)"
+@dataclass(frozen=True)
+class ChapterWall:
+    """A chapter's wall time in seconds: ``training`` (its runs' pools on ``workers``), ``forward`` (its
+    forward passes), ``rest`` (its other cells, or the whole chapter scaled from its measured time) and
+    ``total``."""
 
-    def hours(rate: FlopRate | StepTimer) -> float:
-        return sum(rate.run_seconds(kind, config, w) for kind, config, w in works) / 3600
+    notebook: str
+    workers: int
+    training: float
+    forward: float
+    rest: float
 
-    return Stage(notebook, what, len(works), sum(w.epochs for _, _, w in works) / max(len(works), 1),
-                 max((w.epochs_cap for _, _, w in works), default=0), sum(w.steps() for _, _, w in works),
-                 sum(w.steps(w.epochs_cap) for _, _, w in works), "steps", data, hours(costs.gpu), hours(costs.cpu),
-                 note, any(w.bound for _, _, w in works))
-
-
-def _evaluation_stage(notebook: str, what: str, kind: str, config: Mapping[str, Any], examples: float,
-                      data: tuple[str, ...], costs: Costs) -> Stage:
-    return Stage(notebook, what, 0, None, None, examples, examples, "evaluated examples", data,
-                 costs.gpu.forward_seconds(kind, config, examples) / 3600,
-                 costs.cpu.forward_seconds(kind, config, examples) / 3600, "forward passes only")
+    @property
+    def total(self) -> float:
+        return self.training + self.forward + self.rest
 
 
-def _on_cpu(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
+@dataclass(frozen=True)
+class Plan:
+    """A profile's plan: its rows (``stages``; iterating a plan gives them), each chapter's wall time
+    (``walls``), the book's (``wall``: its chapter groups and the HTML book), and where the wall times
+    are counted (``device``: "cpu" or "gpu", on ``cores`` CPU cores)."""
+
+    profile: str
+    stages: list[Stage]
+    walls: list[ChapterWall]
+    device: str
+    cores: int
+    groups: list[list[str]] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[Stage]:
+        return iter(self.stages)
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+    def wall_of(self, group: Sequence[str]) -> float:
+        """The wall time of chapters executed side by side, one per core (one chapter: its own)."""
+        by_name = {w.notebook: w.total for w in self.walls}
+        return schedule({0: [by_name[name] for name in group]}, min(self.cores, len(group)))
+
+    @property
+    def wall(self) -> float:
+        """The book's wall time: its groups of chapters one after another, then the HTML book."""
+        return sum(self.wall_of(group) for group in self.groups) + HTML.seconds
+
+
+@dataclass
+class _Context:
+    """What costing one profile's chapters shares: the costs, the device and cores of the wall time, the
+    runs known, and each config's work (expected epochs) once."""
+
+    costs: Costs
+    device: str
+    cores: int
+    index: known_epochs.Index
+    works: dict[str, tuple[workload.RunWork, known_epochs.Expected]] = field(default_factory=dict)
+
+    @property
+    def wall_rate(self) -> Rate:
+        return self.costs.gpu if self.device == "gpu" else self.costs.cpu
+
+    def work(self, kind: str, config: Any) -> tuple[workload.RunWork, known_epochs.Expected]:
+        """A run's work at its expected epochs (``epochs.expect``), and that expectation."""
+        key = store.config_key(kind, config)
+        if key not in self.works:
+            work = workload.run_work(kind, config)
+            if kind != "e4-sentiment":
+                expected = known_epochs.Expected(work.epochs, "fixed")
+            else:
+                authors = None if work.bound else (work.epochs, work.expected_from)
+                expected = known_epochs.expect(kind, config, self.index, authors)
+                _, validation, test = workload.SPLITS[config.dataset]
+                work = dataclasses.replace(work, epochs=expected.epochs, bound=expected.bound,
+                                           eval_examples_per_epoch=test + validation / expected.epochs)
+            self.works[key] = (work, expected)
+        return self.works[key]
+
+    def seconds(self, run: Planned, rate: Rate) -> float:
+        """A run's seconds at ``rate``: the mean over its alternatives."""
+        return sum(rate.run_seconds(run.kind, c, self.work(run.kind, c)[0]) for c in run.alternatives) / len(
+            run.alternatives)
+
+    def slowdown(self, workers: int) -> float:
+        """How much slower each of ``workers`` runs trains on this device: on a CPU with fewer cores than
+        workers, in proportion; one GPU per worker otherwise."""
+        return max(1.0, workers / self.cores) if self.device == "cpu" else 1.0
+
+
+def _runs_stages(notebook: str, planned: list[Planned], order: Sequence[str], data: tuple[str, ...],
+                 workers: int, ctx: _Context) -> tuple[list[Stage], float]:
+    """A training chapter's rows (one per stage of ``order`` that holds runs, the first always) and its
+    training wall time: its runs by round on ``workers``, split over the rows by their device hours."""
+    wall_seconds = {run.key: ctx.seconds(run, ctx.wall_rate) * ctx.slowdown(workers) for run in planned}
+    rounds: dict[int, list[float]] = {}
+    for run in planned:
+        rounds.setdefault(run.round, []).append(wall_seconds[run.key])
+    training = schedule(rounds, workers)
+    device_total = sum(wall_seconds.values())
+    stages = []
+    for i, what in enumerate(order):
+        runs = [run for run in planned if run.stage == what]
+        if not runs and i:
+            continue
+        alternatives = [(run, c) for run in runs for c in run.alternatives]
+        expected = [ctx.work(run.kind, c)[1] for run, c in alternatives]
+        weights = [1 / len(run.alternatives) for run, _ in alternatives]
+
+        def mean_sum(value: Callable[[Planned, Any], float]) -> float:
+            return sum(w * value(run, c) for w, (run, c) in zip(weights, alternatives))
+
+        steps = mean_sum(lambda run, c: ctx.work(run.kind, c)[0].steps())
+        epochs = mean_sum(lambda run, c: ctx.work(run.kind, c)[0].epochs) / max(len(runs), 1)
+        caps = [ctx.work(run.kind, run.config)[0] for run in runs]
+        gpu = sum(ctx.seconds(run, ctx.costs.gpu) for run in runs) / 3600
+        cpu = sum(ctx.seconds(run, ctx.costs.cpu) for run in runs) / 3600
+        share = sum(wall_seconds[run.key] for run in runs) / device_total if device_total else 0.0
+        notes = [known_epochs.describe(expected, weights)] if expected else []
+        notes += _time_basis(runs, ctx)
+        if any(w.tokens_bound for w in caps):
+            notes.append("texts counted at max_length tokens (an upper bound)")
+        stages.append(Stage(notebook, what, len(runs), epochs, max((w.epochs_cap for w in caps), default=0), steps,
+                            sum(w.steps(w.epochs_cap) for w in caps), "steps", data, gpu, cpu, "; ".join(notes),
+                            any(e.bound for e in expected), training * share))
+    return stages, training
+
+
+def _time_basis(runs: Iterable[Planned], ctx: _Context) -> list[str]:
+    """The basis of the rows' times: of the CPU hours, and of the GPU hours where they are timed."""
+    out = []
+    for name, rate in (("CPU", ctx.costs.cpu), ("GPU", ctx.costs.gpu)):
+        if name == "GPU" and not isinstance(rate, StepTimer):
+            continue
+        bases = sorted({rate.basis(run.kind, c) for run in runs for c in run.alternatives})
+        if bases:
+            out.append(f"{name} time: {', '.join(bases)}")
+    return out
+
+
+def _evaluation_stage(notebook: str, what: str, kind: str, config: Any, examples: float, data: tuple[str, ...],
+                      ctx: _Context) -> Stage:
+    cpu = ctx.costs.cpu.forward_seconds(kind, config, examples)
+    gpu = ctx.costs.gpu.forward_seconds(kind, config, examples)
+    wall = gpu if ctx.device == "gpu" else cpu
+    runs = [Planned("", kind, config, (config,), 0, what)]
+    return Stage(notebook, what, 0, None, None, examples, examples, "evaluated examples", data, gpu / 3600,
+                 cpu / 3600, "; ".join(["forward passes only", *_time_basis(runs, ctx)]), wall=wall)
+
+
+def _rest_stage(notebook: str) -> Stage | None:
+    rest = chapters.chapter(notebook).rest
+    if rest is None:
+        return None
+    return Stage(notebook, "the other cells (analyses, tables, figures)", 0, None, None, 0, 0, "", (), None, 0.0,
+                 f"{rest.seconds:.0f} s at the default profile: {rest.how} ({rest.when})", wall=rest.seconds)
+
+
+def _on_cpu(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx: _Context
+            ) -> tuple[list[Stage], ChapterWall]:
     """A CPU chapter's stage: (trials, steps) from its parameters, its time scaled from its measured
     time at the default profile."""
     work = chapters.chapter(notebook).work
     trials, count = work.count(values)
-    hours = _cpu_seconds(notebook, values) / 3600
-    return [Stage(notebook, work.what, trials, None, None, count, count, work.unit, data, None, hours,
+    seconds = _cpu_seconds(notebook, values)
+    stage = Stage(notebook, work.what, trials, None, None, count, count, work.unit, data, None, seconds / 3600,
                   f"{work.where}; scaled from its measured {work.measured.seconds:.0f} s at the default profile "
-                  f"({work.measured.when})")]
+                  f"({work.measured.when})", wall=seconds)
+    return [stage], ChapterWall(notebook, 1, 0.0, 0.0, seconds)
 
 
 def _cpu_seconds(notebook: str, values: Mapping[str, Any]) -> float:
@@ -223,43 +550,23 @@ def _cpu_seconds(notebook: str, values: Mapping[str, Any]) -> float:
     return work.measured.seconds * count / default_count
 
 
-def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
-    """Chapter 04's stages: the replication's grid, the variation's, the series (its runs that the variation
-    does not hold) and the 2 x 2s' arms (their steps follow the bases' first candidates: the same count of
-    runs whatever the sweep chooses); a run two stages hold counts in the first. Grown candidates are not
-    counted; a grid with ``tied_finals`` counts every seed at every candidate (at most)."""
-    out = []
-    for what, runs in _sentiment_runs(values):
-        if runs or what.startswith("Table 1 grid"):
-            out.append(_runs_stage(notebook, what, runs, data, costs))
-    return out
+def _workers(values: Mapping[str, Any]) -> int:
+    return max(int(values.get("workers") or 1), 1)
 
 
-def _sentiment_runs(values: Mapping[str, Any]) -> list[tuple[str, dict[str, tuple[str, Any]]]]:
-    """Chapter 04's stages (``_sentiment``) as (what, the runs by store key that no earlier stage holds)."""
-    from mdlib.experiments import allocation, sentiment
+def _with_rest(notebook: str, stages: list[Stage], training: float, forward: float, workers: int
+               ) -> tuple[list[Stage], ChapterWall]:
+    rest = _rest_stage(notebook)
+    return stages + ([rest] if rest else []), ChapterWall(notebook, workers, training, forward,
+                                                          rest.wall if rest else 0.0)
 
-    table1, variation = sentiment.chapter_grids(**values)
-    chosen = {(L, key): variation.multiples[key][0] for L in variation.layers[:1] for key in variation.methods}
-    series = allocation.series_grids(variation, values.get("series_stds") or [], values.get("series_epochs", 0),
-                                     values.get("series_multiples", {}), min(variation.seeds_of(k) for k in variation.methods),
-                                     values.get("grow", 0))
-    by_std = {allocation.SMALL_EMBEDDING_STD: variation} | {g.embedding_std: g for g in series}
-    arms = [allocation.ArmGrid(base=by_std[std], multiples=list(values.get("allocation_multiples", [1.0])),
-                               seeds=variation.seeds_of(variation.methods[0]), grow=values.get("grow", 0),
-                               tied_finals=bool(values.get("tied_finals")))
-            for std in values.get("allocation_stds") or [] if std in by_std]
-    stages = [("Table 1 grid (replication)", workload.grid_runs([table1.design()])),
-              (f"Table 1, variation ({variation.setup})", workload.grid_runs([variation.design()])),
-              ("embedding-scale series", workload.grid_runs([g.design() for g in series])),
-              ("Table 1, the 2 x 2s' per-tensor arms", workload.grid_runs([a.design(chosen) for a in arms]))]
-    seen: set[str] = set()
-    out = []
-    for what, runs in stages:
-        runs = {key: run for key, run in runs.items() if key not in seen}
-        seen |= set(runs)
-        out.append((what, runs))
-    return out
+
+def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx: _Context
+               ) -> tuple[list[Stage], ChapterWall]:
+    """Chapter 04's rows (``_sentiment_designs``' stages that hold runs, the replication's always)."""
+    order = [what for what, _, _ in _sentiment_designs(values)]
+    stages, training = _runs_stages(notebook, _sentiment_planned(values), order, data, _workers(values), ctx)
+    return _with_rest(notebook, stages, training, 0.0, _workers(values))
 
 
 def _read_grid(notebook: str, values: Mapping[str, Any]):
@@ -273,7 +580,8 @@ def _read_grid(notebook: str, values: Mapping[str, Any]):
     return grids[built["analysed"]]
 
 
-def _evaluates(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
+def _evaluates(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx: _Context
+               ) -> tuple[list[Stage], ChapterWall]:
     """Forward passes through the models at ``depth`` of the grid the chapter reads (no training)."""
     chapter = chapters.chapter(notebook)
     work = chapter.work
@@ -281,93 +589,120 @@ def _evaluates(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], 
     runs = [config for _, config in workload.grid_runs([grid.design()]).values()
             if config.model.layers == values["depth"]]
     if not runs:
-        return [Stage(notebook, work.what, 0, None, None, 0, 0, "evaluated examples", data, 0.0, 0.0,
-                      f"no models of depth {values['depth']} in the grid of {', '.join(chapter.reads)}")]
+        stage = Stage(notebook, work.what, 0, None, None, 0, 0, "evaluated examples", data, 0.0, 0.0,
+                      f"no models of depth {values['depth']} in the grid of {', '.join(chapter.reads)}", wall=0.0)
+        return _with_rest(notebook, [stage], 0.0, 0.0, 1)
     examples = len(runs) * work.per_model(values, workload.SPLITS[grid.dataset])
-    return [_evaluation_stage(notebook, work.what, "e4-sentiment", runs[0], examples, data, costs)]
+    stage = _evaluation_stage(notebook, work.what, "e4-sentiment", runs[0], examples, data, ctx)
+    return _with_rest(notebook, [stage], 0.0, stage.wall, 1)
 
 
-def _vision(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], costs: Costs) -> list[Stage]:
-    sweep, finals = _vision_runs(values)
-    stages = [_runs_stage(notebook, "step-size sweep (validation images)", sweep, data, costs),
-              _runs_stage(notebook, "final runs", finals, data, costs)]
-    tests = sum(workload.SPLITS[config.data.dataset][2] for _, config in finals.values())
-    stages.append(_evaluation_stage(notebook, "pruning curves of the final runs", "e7-vit",
-                                    next(iter(finals.values()))[1], tests * len(values["sparsities"]), data, costs))
-    return stages
-
-
-def _vision_runs(values: Mapping[str, Any]) -> tuple[dict[str, tuple[str, Any]], dict[str, tuple[str, Any]]]:
-    """Chapter 07's runs by store key: (the sweep's, on validation images; the final runs)."""
-    from mdlib.experiments import vision
-
-    swept, at_paper = vision.chapter_grids(**values)
-    sweep = {key: run for key, run in workload.grid_runs([swept.design()]).items() if run[1].data.validation}
-    finals = {key: run for key, run in workload.grid_runs([swept.design(), at_paper.design()]).items()
-              if key not in sweep}
-    return sweep, finals
-
-
-def chapter_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, tuple[str, Any]] | None:
-    """The distinct training runs, by store key (``(kind, config)``), that chapter ``notebook`` trains at
-    its parameter ``values``, as the plan counts them (grown candidates not counted); None for a chapter
-    whose work the plan counts otherwise (trials, timed steps, forward passes)."""
-    work = chapters.chapter(notebook).work
-    if isinstance(work, chapters.SentimentGrids):
-        return {key: run for _, runs in _sentiment_runs(values) for key, run in runs.items()}
-    if isinstance(work, chapters.VisionGrids):
-        sweep, finals = _vision_runs(values)
-        return sweep | finals
-    return None
-
-
-def planned_seconds(notebook: str, values: Mapping[str, Any]) -> float | None:
-    """The time chapter ``notebook`` takes at its parameter ``values`` where the plan scales it from the
-    chapter's measured time (a chapter that runs on the CPU, ``chapters.OnCpu``); None otherwise."""
-    if not isinstance(chapters.chapter(notebook).work, chapters.OnCpu):
-        return None
-    return _cpu_seconds(notebook, values)
+def _vision(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx: _Context
+            ) -> tuple[list[Stage], ChapterWall]:
+    planned = _vision_planned(values)
+    stages, training = _runs_stages(notebook, planned, [SWEEP, FINALS], data, _workers(values), ctx)
+    finals = [run.config for run in planned if run.stage == FINALS]
+    tests = sum(workload.SPLITS[config.data.dataset][2] for config in finals)
+    pruning = _evaluation_stage(notebook, "pruning curves of the final runs", "e7-vit", finals[0],
+                                tests * len(values["sparsities"]), data, ctx)
+    return _with_rest(notebook, stages + [pruning], training, pruning.wall, _workers(values))
 
 
 #: How the plan costs each kind of chapter work (``mdlib.book.chapters``).
-STAGES: Mapping[type, Callable[[str, Mapping[str, Any], tuple[str, ...], Costs], list[Stage]]] = {
+STAGES: Mapping[type, Callable[[str, Mapping[str, Any], tuple[str, ...], _Context], tuple[list[Stage], ChapterWall]]] = {
     chapters.OnCpu: _on_cpu, chapters.SentimentGrids: _sentiment, chapters.VisionGrids: _vision,
     chapters.Evaluates: _evaluates}
 
 
-def plan(profile: str, costs: Costs | None = None) -> list[Stage]:
-    """Every chapter's stages at ``profile`` (``params/<profile>.yaml``), in the book's order, costed
-    by ``costs`` (default: ``default_costs()``)."""
+def _gpu_profile(profile: str) -> bool:
+    """Whether the build of ``profile`` trains on a GPU: torch sees one, or it is the paper's scale (the
+    profile whose chapters ``at_scale`` name, ``execute.gpu_warning``)."""
+    import torch
+
+    return torch.cuda.is_available() or (profile == "paper" and any(c.at_scale for c in chapters.CHAPTERS))
+
+
+def _prepare(parameters: Mapping[str, Mapping[str, Any]], ctx: _Context) -> None:
+    """Time the shapes of every run and model the chapters cost (``StepTimer.prepare``) before costing
+    them: all at once, in as many processes as the chapters train runs at once (at most one per core)."""
+    runs: list[tuple[str, Any]] = []
+    at_once = 1
+    for name, values in parameters.items():
+        planned = planned_runs(name, values)
+        if planned is not None:
+            runs += [(run.kind, c) for run in planned for c in run.alternatives]
+            at_once = max(at_once, _workers(values))
+        elif isinstance(chapters.chapter(name).work, chapters.Evaluates):
+            grid = _read_grid(name, values)
+            runs += [(kind, c) for kind, c in workload.grid_runs([grid.design()]).values()
+                     if c.model.layers == values["depth"]][:1]
+    for rate in (ctx.costs.cpu, ctx.costs.gpu):
+        if isinstance(rate, StepTimer):
+            rate.prepare(runs, min(at_once, ctx.cores))
+
+
+def plan(profile: str, costs: Costs | None = None, *, workers: int | None = None, device: str | None = None,
+         cores: int | None = None) -> Plan:
+    """Every chapter's rows at ``profile`` (``params/<profile>.yaml``), in the book's order, costed by
+    ``costs`` (default: ``default_costs()``, by FLOPs), the wall times on each chapter's ``workers``
+    parameter (or ``workers``) on ``device`` ("cpu" or "gpu"; default: a GPU where torch sees one or
+    the profile is the paper's, else the CPU) with ``cores`` CPU cores (default: this machine's)."""
     profiles.load_profile(profile)
     profiles.check_notebooks()
+    if device not in (None, "cpu", "gpu"):
+        raise ValueError(f"device {device!r}: cpu or gpu")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     costs = costs or default_costs()
+    ctx = _Context(costs, device or ("gpu" if _gpu_profile(profile) else "cpu"), cores or steptimes.cores(),
+                   known_epochs.Index(known_epochs.known_runs()))
+    parameters = {}
+    for name in chapters.NAMES:
+        values = profiles.executed_parameters(name, profile)
+        parameters[name] = {**values, "workers": workers} if workers is not None and "workers" in values else values
+    _prepare(parameters, ctx)
     stages: list[Stage] = []
+    walls: list[ChapterWall] = []
     for name in chapters.NAMES:
         chapter = chapters.chapter(name)
-        values = profiles.executed_parameters(name, profile)
+        values = parameters[name]
         data = chapter.needed(values)
         if chapter.reads:  # before the chapter it reads has run, the store cannot name its grid's data set
             data = [_read_grid(name, values).dataset] + data
-        stages += STAGES[type(chapter.work)](name, values, tuple(dict.fromkeys(data)), costs)
-    return stages
+        rows, wall = STAGES[type(chapter.work)](name, values, tuple(dict.fromkeys(data)), ctx)
+        stages += rows
+        walls.append(wall)
+    return Plan(profile, stages, walls, ctx.device, ctx.cores, chapters.side_by_side(list(chapters.NAMES), ctx.cores))
 
 
 def measure_cpu() -> float:
     """Seconds per 10^12 training FLOPs of one CPU thread here (how :data:`CPU_SECONDS_PER_TFLOP` was
-    measured): ``StepTimer``'s steps of the sentiment encoder at width 128, 4 layers, 128 tokens,
-    batch 32, counted by ``workload.encoder_flops``."""
+    measured): steps of the sentiment encoder at width 128, 4 layers, 128 tokens, batch 32
+    (``bench.training_step_time``), counted by ``workload.encoder_flops``."""
     import torch
+    import torch.nn.functional as F
 
+    from mdlib import LpMirrorDescent
+    from mdlib.book import bench
     from mdlib.experiments import sentiment
 
     config = sentiment.run_config(layers=4, width=128, max_length=128, optimizer="md", lr=1e-6, p=1.1, batch_size=32)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        seconds = _time_steps("e4-sentiment", config, 32, "cpu")
+        model = sentiment.initial_model(config).train()
+        ids = torch.randint(1000, 2000, (32, config.max_length))
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        loss = lambda logits, y: F.binary_cross_entropy_with_logits(logits, y.to(logits.dtype))  # noqa: E731
+        seconds = bench.training_step_time(model, LpMirrorDescent(model.parameters(), lr=1e-6, p=1.1), inputs,
+                                           torch.randint(0, 2, (32,)), loss, repeats=3)
     finally:
         torch.set_num_threads(threads)
     return seconds / (3 * 32 * workload.encoder_flops(128, 128, 512, 4) / 1e12)
+
+
+# ---------------------------------------------------------------------------------------------
+# printing
 
 
 def _count(value: float) -> str:
@@ -383,21 +718,36 @@ def _hours(value: float | None, bound: bool = False) -> str:
     return ("<= " if bound else "") + f"{value:,.1f}"
 
 
+def _wall(seconds: float | None, bound: bool = False) -> str:
+    """Seconds on the clock as the plan prints them: minutes below 100, else hours."""
+    if seconds is None:
+        return "-"
+    at_most = "<= " if bound else ""
+    if seconds < 30:
+        return "< 1 min" if seconds > 0 else "-"
+    if seconds < 6000:
+        return f"{at_most}{seconds / 60:.0f} min"
+    return f"{at_most}{seconds / 3600:,.1f} h" if seconds < 360000 else f"{at_most}{seconds / 3600:,.0f} h"
+
+
 def _row(stage: Stage) -> list[str]:
     at_most = "<= " if stage.bound else ""
+    if not stage.unit:  # a chapter's other cells: only a wall time
+        return [stage.notebook, stage.what, "-", "-", "-", "-", "-", _wall(stage.wall), "-"]
     if stage.epochs is None:
         epochs = "-"
-    elif stage.bound or stage.epochs == stage.epochs_cap:
+    elif stage.bound or round(stage.epochs) == stage.epochs_cap:
         epochs = f"{at_most}{stage.epochs:,.0f}"
     else:
         epochs = f"{stage.epochs:,.0f} (<= {stage.epochs_cap:,})"
     steps = at_most + _count(stage.steps) + ("" if stage.bound or math.isclose(stage.steps, stage.steps_cap)
                                              else f" (<= {_count(stage.steps_cap)})")
     return [stage.notebook, stage.what, f"{stage.runs:,}" if stage.runs else "-", epochs, f"{steps} {stage.unit}",
-            _hours(stage.gpu_hours, stage.bound), _hours(stage.cpu_hours, stage.bound), ", ".join(stage.data) or "-"]
+            _hours(stage.gpu_hours, stage.bound), _hours(stage.cpu_hours, stage.bound), _wall(stage.wall, stage.bound),
+            ", ".join(stage.data) or "-"]
 
 
-HEADER = ["notebook", "what", "runs", "epochs a run", "steps", "GPU h", "CPU h", "data"]
+HEADER = ["notebook", "what", "runs", "epochs a run", "steps", "GPU h", "CPU h", "wall", "data"]
 
 
 def _totals(stages: Iterable[Stage]) -> tuple[int, float, float]:
@@ -407,39 +757,69 @@ def _totals(stages: Iterable[Stage]) -> tuple[int, float, float]:
     return sum(s.runs for s in stages if s.unit == "steps"), gpu, sum(s.cpu_hours for s in stages)
 
 
-def _legend(profile: str, costs: Costs) -> list[str]:
+def _legend(found: Plan, profile: str, costs: Costs) -> list[str]:
+    where = ("one GPU per worker (a chapter's `workers`; the CPU chapters on the CPU)" if found.device == "gpu"
+             else "this machine's CPU, each run in one of a chapter's `workers` processes of one thread")
     return [f"GPU h: {costs.gpu.source}; a chapter that runs on the CPU counts its CPU hours there.",
             f"CPU h: {costs.cpu.source}.",
+            f"wall: the time on the clock on {where}: a chapter's runs in the rounds its pools train them, each to "
+            "the worker free first; its forward passes and other cells after them; chapters 01-03 side by side, "
+            f"one per core; the HTML book after the chapters ({HTML.seconds:.0f} s, estimated). A training row "
+            "holds its share of its chapter's training time (by its device hours).",
             "runs: training runs (trials for the synthetic chapters; the total counts training runs). Epochs and "
-            "steps: expected, with the most the epoch caps allow (<=) where the stop rule decides. Hours are one "
-            "device's: N GPUs (one run each) or N CPU workers divide them by up to N.",
+            "steps: expected, with the most the epoch caps allow (<=) where the stop rule decides and no run of "
+            "the setting is known. Device hours are one device's: the sum of the runs' times.",
             f"`python -m mdlib plan --profile {profile}` estimates this without training, fetching or installing anything."]
 
 
-def _notes(stages: list[Stage]) -> list[str]:
+def _chapter_walls(found: Plan) -> list[str]:
+    out = []
+    for wall in found.walls:
+        parts = []
+        if wall.training:
+            parts.append(f"training {_wall(wall.training)} on {wall.workers} worker{'s' * (wall.workers > 1)}")
+        if wall.forward:
+            parts.append(f"forward passes {_wall(wall.forward)}")
+        if wall.rest and (wall.training or wall.forward):
+            parts.append(f"other cells {_wall(wall.rest)}")
+        out.append(f"- {wall.notebook}: {_wall(wall.total)}" + (f" ({', '.join(parts)})" if parts else ""))
+    side = [group for group in found.groups if len(group) > 1]
+    for group in side:
+        out.append(f"- {', '.join(group)} side by side: {_wall(found.wall_of(group))}")
+    out.append(f"- the HTML book: {_wall(HTML.seconds)}")
+    out.append(f"- the book: {_wall(found.wall)}")
+    return out
+
+
+def _notes(stages: Iterable[Stage]) -> list[str]:
     return [f"- {s.notebook}, {s.what}: {s.note}" for s in stages if s.note]
 
 
-def text(stages: list[Stage], profile: str, costs: Costs | None = None) -> str:
-    """The plan as an aligned text table, with totals, the sources of its estimates and notes."""
+def text(found: Plan, profile: str, costs: Costs | None = None) -> str:
+    """The plan as an aligned text table, with totals, the sources of its estimates, each chapter's wall time
+    and the notes."""
     costs = costs or default_costs()
-    rows = [HEADER] + [_row(s) for s in stages]
-    runs, gpu, cpu = _totals(stages)
-    bound = any(s.bound for s in stages)
-    rows.append(["total", "", f"{runs:,}", "", "", _hours(gpu, bound), _hours(cpu, bound), ""])
+    rows = [HEADER] + [_row(s) for s in found.stages]
+    runs, gpu, cpu = _totals(found.stages)
+    bound = any(s.bound for s in found.stages)
+    rows.append(["total", "", f"{runs:,}", "", "", _hours(gpu, bound), _hours(cpu, bound), _wall(found.wall, bound), ""])
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    return "\n".join([f"plan of profile {profile!r}", *lines, "", *_legend(profile, costs), "", *_notes(stages)]) + "\n"
+    return "\n".join([f"plan of profile {profile!r}", *lines, "", *_legend(found, profile, costs), "",
+                      "Wall time per chapter:", *_chapter_walls(found), "", *_notes(found.stages)]) + "\n"
 
 
-def markdown(stages: list[Stage], profile: str, costs: Costs | None = None) -> str:
-    """The plan as a markdown table (README, the reproduce page), with totals, sources and notes."""
+def markdown(found: Plan, profile: str, costs: Costs | None = None) -> str:
+    """The plan as a markdown table (README, the reproduce page), with totals, sources, each chapter's wall
+    time and notes."""
     costs = costs or default_costs()
-    rows = [_row(s) for s in stages]
-    runs, gpu, cpu = _totals(stages)
-    bound = any(s.bound for s in stages)
-    rows.append(["**total**", "", f"**{runs:,}**", "", "", f"**{_hours(gpu, bound)}**", f"**{_hours(cpu, bound)}**", ""])
+    rows = [_row(s) for s in found.stages]
+    runs, gpu, cpu = _totals(found.stages)
+    bound = any(s.bound for s in found.stages)
+    rows.append(["**total**", "", f"**{runs:,}**", "", "", f"**{_hours(gpu, bound)}**", f"**{_hours(cpu, bound)}**",
+                 f"**{_wall(found.wall, bound)}**", ""])
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(cell.replace("|", "/") for cell in r) + " |" for r in rows]
-    return "\n".join(lines + [""] + [f"- {line}" for line in _legend(profile, costs)] + ["", "Notes:", ""]
-                     + _notes(stages)) + "\n"
+    return "\n".join(lines + [""] + [f"- {line}" for line in _legend(found, profile, costs)]
+                     + ["", "Wall time per chapter:", ""] + _chapter_walls(found) + ["", "Notes:", ""]
+                     + _notes(found.stages)) + "\n"
