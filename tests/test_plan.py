@@ -410,3 +410,15 @@ def test_plan_names_a_profile_value_of_the_wrong_type_in_one_line(tmp_path, monk
     err = capsys.readouterr().err
     assert err == ("error: 04_sentiment: parameter 'seeds' from params/smoke.yaml should be a mapping like its "
                    'default {"1.1": 1, "2": 1, "3": 1}, got \'four\'\n'), err
+
+
+def test_a_chapters_other_cells_shrink_with_its_work_never_below_a_kernels_start():
+    """At the default profile a chapter's other cells take their measured time; where it does less (smoke),
+    less in proportion, at least ``REST_FLOOR``; where it does more (paper), the default's."""
+    def rest(profile: str) -> dict[str, float]:
+        return {s.notebook: s.wall for s in plan.plan(profile, cores=2) if s.what.startswith("the other cells")}
+
+    default, smoke, paper_scale = rest("default"), rest("smoke"), rest("paper")
+    assert default == {c.name: c.rest.seconds for c in chapters.CHAPTERS if c.rest}
+    assert all(plan.REST_FLOOR <= smoke[name] < default[name] for name in default)
+    assert paper_scale == default

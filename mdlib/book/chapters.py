@@ -12,7 +12,7 @@
   there (``execute.gpu_warning``);
 - ``rest``: for a chapter that trains transformer grids or evaluates their models, the time of its
   cells besides that work (loading, analyses, tables, figures) at the default profile (the plan adds it
-  to the chapter's wall time);
+  to the chapter's wall time, scaled at another profile by the chapter's runs or evaluated examples);
 - ``one_thread``: its work runs in one thread, so ``mdlib book`` executes it beside the neighbouring such
   chapters (``side_by_side``); the others keep every core busy, or time themselves (08), and run
   alone.

@@ -521,12 +521,32 @@ def _evaluation_stage(notebook: str, what: str, kind: str, config: Any, examples
                  cpu / 3600, "; ".join(["forward passes only", *_time_basis(runs, ctx)]), wall=wall)
 
 
-def _rest_stage(notebook: str) -> Stage | None:
+#: The least a chapter's other cells take at any profile: a kernel, its imports, the store's reads.
+REST_FLOOR = 10.0
+
+
+def _rest_stage(notebook: str, values: Mapping[str, Any], ctx: _Context) -> Stage | None:
+    """A chapter's other cells: their time at the default profile (``Chapter.rest``); at a profile where the
+    chapter does less (its runs' and forward passes' FLOPs), that much less, at least :data:`REST_FLOOR`."""
     rest = chapters.chapter(notebook).rest
     if rest is None:
         return None
+    scale = min(1.0, _flops(notebook, values, ctx) / max(_flops(notebook, profiles.executed_parameters(
+        notebook, "default"), ctx), 1.0))
+    seconds = rest.seconds if math.isclose(scale, 1.0) else max(REST_FLOOR, rest.seconds * scale)
+    where = "" if math.isclose(scale, 1.0) else f", scaled by its work here ({scale:.2g}x)"
     return Stage(notebook, "the other cells (analyses, tables, figures)", 0, None, None, 0, 0, "", (), None, 0.0,
-                 f"{rest.seconds:.0f} s at the default profile: {rest.how} ({rest.when})", wall=rest.seconds)
+                 f"{rest.seconds:.0f} s at the default profile: {rest.how} ({rest.when}){where}", wall=seconds)
+
+
+def _flops(notebook: str, values: Mapping[str, Any], ctx: _Context) -> float:
+    """A chapter's work at ``values`` in FLOPs: its runs' at their expected epochs, or its forward passes'."""
+    planned = planned_runs(notebook, values)
+    if planned is not None:
+        return sum(sum(ctx.work(run.kind, c)[0].flops() for c in run.alternatives) / len(run.alternatives)
+                   for run in planned)
+    config, examples = _evaluated(notebook, values)
+    return 0.0 if config is None else examples * workload.run_work("e4-sentiment", config).forward_flops
 
 
 def _on_cpu(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx: _Context
@@ -554,9 +574,9 @@ def _workers(values: Mapping[str, Any]) -> int:
     return max(int(values.get("workers") or 1), 1)
 
 
-def _with_rest(notebook: str, stages: list[Stage], training: float, forward: float, workers: int
-               ) -> tuple[list[Stage], ChapterWall]:
-    rest = _rest_stage(notebook)
+def _with_rest(notebook: str, values: Mapping[str, Any], ctx: _Context, stages: list[Stage], training: float,
+               forward: float, workers: int) -> tuple[list[Stage], ChapterWall]:
+    rest = _rest_stage(notebook, values, ctx)
     return stages + ([rest] if rest else []), ChapterWall(notebook, workers, training, forward,
                                                           rest.wall if rest else 0.0)
 
@@ -566,7 +586,7 @@ def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], 
     """Chapter 04's rows (``_sentiment_designs``' stages that hold runs, the replication's always)."""
     order = [what for what, _, _ in _sentiment_designs(values)]
     stages, training = _runs_stages(notebook, _sentiment_planned(values), order, data, _workers(values), ctx)
-    return _with_rest(notebook, stages, training, 0.0, _workers(values))
+    return _with_rest(notebook, values, ctx, stages, training, 0.0, _workers(values))
 
 
 def _read_grid(notebook: str, values: Mapping[str, Any]):
@@ -580,21 +600,29 @@ def _read_grid(notebook: str, values: Mapping[str, Any]):
     return grids[built["analysed"]]
 
 
-def _evaluates(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx: _Context
-               ) -> tuple[list[Stage], ChapterWall]:
-    """Forward passes through the models at ``depth`` of the grid the chapter reads (no training)."""
-    chapter = chapters.chapter(notebook)
-    work = chapter.work
+def _evaluated(notebook: str, values: Mapping[str, Any]) -> tuple[Any, float]:
+    """(a model's config, the examples evaluated) of a reading chapter: forward passes through the models at
+    ``depth`` of the grid it reads; (None, 0) where that grid has none."""
+    work = chapters.chapter(notebook).work
     grid = _read_grid(notebook, values)
     runs = [config for _, config in workload.grid_runs([grid.design()]).values()
             if config.model.layers == values["depth"]]
     if not runs:
-        stage = Stage(notebook, work.what, 0, None, None, 0, 0, "evaluated examples", data, 0.0, 0.0,
+        return None, 0.0
+    return runs[0], len(runs) * work.per_model(values, workload.SPLITS[grid.dataset])
+
+
+def _evaluates(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx: _Context
+               ) -> tuple[list[Stage], ChapterWall]:
+    """Forward passes through the models at ``depth`` of the grid the chapter reads (no training)."""
+    chapter = chapters.chapter(notebook)
+    config, examples = _evaluated(notebook, values)
+    if config is None:
+        stage = Stage(notebook, chapter.work.what, 0, None, None, 0, 0, "evaluated examples", data, 0.0, 0.0,
                       f"no models of depth {values['depth']} in the grid of {', '.join(chapter.reads)}", wall=0.0)
-        return _with_rest(notebook, [stage], 0.0, 0.0, 1)
-    examples = len(runs) * work.per_model(values, workload.SPLITS[grid.dataset])
-    stage = _evaluation_stage(notebook, work.what, "e4-sentiment", runs[0], examples, data, ctx)
-    return _with_rest(notebook, [stage], 0.0, stage.wall, 1)
+        return _with_rest(notebook, values, ctx, [stage], 0.0, 0.0, 1)
+    stage = _evaluation_stage(notebook, chapter.work.what, "e4-sentiment", config, examples, data, ctx)
+    return _with_rest(notebook, values, ctx, [stage], 0.0, stage.wall, 1)
 
 
 def _vision(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx: _Context
@@ -605,7 +633,7 @@ def _vision(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx
     tests = sum(workload.SPLITS[config.data.dataset][2] for config in finals)
     pruning = _evaluation_stage(notebook, "pruning curves of the final runs", "e7-vit", finals[0],
                                 tests * len(values["sparsities"]), data, ctx)
-    return _with_rest(notebook, stages + [pruning], training, pruning.wall, _workers(values))
+    return _with_rest(notebook, values, ctx, stages + [pruning], training, pruning.wall, _workers(values))
 
 
 #: How the plan costs each kind of chapter work (``mdlib.book.chapters``).
@@ -633,9 +661,8 @@ def _prepare(parameters: Mapping[str, Mapping[str, Any]], ctx: _Context) -> None
             runs += [(run.kind, c) for run in planned for c in run.alternatives]
             at_once = max(at_once, _workers(values))
         elif isinstance(chapters.chapter(name).work, chapters.Evaluates):
-            grid = _read_grid(name, values)
-            runs += [(kind, c) for kind, c in workload.grid_runs([grid.design()]).values()
-                     if c.model.layers == values["depth"]][:1]
+            config = _evaluated(name, values)[0]
+            runs += [("e4-sentiment", config)] if config is not None else []
     for rate in (ctx.costs.cpu, ctx.costs.gpu):
         if isinstance(rate, StepTimer):
             rate.prepare(runs, min(at_once, ctx.cores))
