@@ -164,7 +164,7 @@ class Grid:
 
 def run_row(cell: tuple[int, str], multiple: float, seed: int, config: SentimentRun,
              result: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A run's row of ``Grid.runs`` (result None: diverged)."""
+    """A run's row of ``Grid.runs`` (result None: diverged); ``seconds``: the training's, summed over its epochs."""
     layers, key = cell
     row = {"layers": layers, "method": key, "multiple": multiple, "lr": config.optimizer.lr,
            "seed": seed, "diverged": result is None}
@@ -175,7 +175,7 @@ def run_row(cell: tuple[int, str], multiple: float, seed: int, config: Sentiment
                   "reached": bool(h.train_accuracy.iloc[-1] >= config.fit.stop_train_accuracy),
                   "best_test": float(h.test_accuracy.max()), "last_test": float(h.test_accuracy.iloc[-1]),
                   "validation": float(result["validation_accuracy"]),
-                  "validation_n": int(result["validation_n"])}
+                  "validation_n": int(result["validation_n"]), "seconds": float(h.seconds.sum())}
 
 
 #: The seeds (0..n-1) a grid's sweep trains at each candidate step of a cell with several: a step that

@@ -16,7 +16,7 @@ from mdlib.experiments.estimates import Estimate, number_text
 from mdlib.experiments.methods import method
 from mdlib.experiments.sentiment import BASELINES
 
-__all__ = ["CONTRAST_NAMES", "allocation_runs_view", "edges_text", "baseline_view", "contrasts_view", "effective_steps_view", "movement_text",
+__all__ = ["CONTRAST_NAMES", "allocation_runs_view", "edges_text", "timings_text", "baseline_view", "contrasts_view", "effective_steps_view", "movement_text",
            "multiple_text", "paper_table1_view", "pilots_view", "series_reading", "series_view", "source_text",
            "steps_view", "table1_view", "tied_view"]
 
@@ -256,3 +256,18 @@ def edges_text(runs: pd.DataFrame, first: Mapping[str, list[float]], grow: int, 
                                    sorted(set(part.multiple)), first.get(key, first.get(key.partition("@")[0], [])),
                                    grow, multiple_text))
     return "; ".join(c for c in clauses if c)
+
+
+def timings_text(long_runs: pd.DataFrame, runs: pd.DataFrame, workers: int) -> str:
+    """How long the long part's runs and this page's own trained (their ``seconds``, summed over their epochs,
+    one core each), and about how long that is on ``workers`` cores at once."""
+    def hours(seconds: float) -> str:
+        return f"{seconds / 3600:.1f} h"
+
+    parts = []
+    for name, table in (("the long part's", long_runs), ("this page's", runs)):
+        if "seconds" in table and table.seconds.notna().any():
+            total = float(table.seconds.fillna(0).sum())
+            parts.append(f"{name} {int(table.seconds.notna().sum())} runs trained for {hours(total)} of one core each, "
+                         f"about {hours(total / workers)} on {workers} cores")
+    return "; ".join(parts) or "not recorded"
