@@ -53,7 +53,8 @@ def fake_history(config, accuracy: float) -> dict:
     epochs = config.fit.epochs
     return {"history": pd.DataFrame({"epoch": np.arange(1, epochs + 1), "train_loss": np.linspace(1, 0.5, epochs),
                                      "train_accuracy": np.linspace(0.5, 1.0, epochs),
-                                     "test_accuracy": np.full(epochs, accuracy)}),
+                                     "test_accuracy": np.full(epochs, accuracy),
+                                     "seconds": np.ones(epochs)}),
             "validation_accuracy": accuracy, "validation_n": 1000, "state.x": np.zeros(1)}
 
 

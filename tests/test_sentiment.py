@@ -205,7 +205,8 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
                 out.append(None)
                 continue
             train_acc, validation, test = values
-            history = pd.DataFrame({"epoch": [1, 2], "train_accuracy": [0.5, train_acc], "test_accuracy": [0.5, test]})
+            history = pd.DataFrame({"epoch": [1, 2], "train_accuracy": [0.5, train_acc], "test_accuracy": [0.5, test],
+                                    "seconds": [1.0, 1.0]})
             store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": validation, "validation_n": 1000,
                                             "state.x": np.zeros(1)})
             out.append(store.load(sentiment.KIND, c))
@@ -264,7 +265,7 @@ def test_grid_takes_seeds_per_method(monkeypatch, tmp_path):
         out = []
         for c in configs:
             trained.append((methods.method_key(c.optimizer.name, c.optimizer.p), c.fit.seed))
-            history = pd.DataFrame({"epoch": [1], "train_accuracy": [1.0], "test_accuracy": [0.6]})
+            history = pd.DataFrame({"epoch": [1], "train_accuracy": [1.0], "test_accuracy": [0.6], "seconds": [1.0]})
             store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": 0.6, "validation_n": 1000,
                                             "state.x": np.zeros(1)})
             out.append(store.load(sentiment.KIND, c))

@@ -47,7 +47,7 @@ class FakeRuns:
             self.trained.append(c)
             train_acc, validation, test = values
             history = pd.DataFrame({"epoch": [1, 2], "train_loss": [1.0, 0.5], "train_accuracy": [0.5, train_acc],
-                                    "test_accuracy": [0.0, test]})
+                                    "test_accuracy": [0.0, test], "seconds": [1.0, 1.0]})
             store.save(self.kind, c, {"history": history, "validation_accuracy": validation, "validation_n": 1000,
                                       "state.x": np.zeros(1)})
             out.append(store.load(self.kind, c))
