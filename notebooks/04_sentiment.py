@@ -86,6 +86,7 @@ series_epochs = [150, 150, 200]  # most epochs at each std of series_stds (in or
 series_multiples = {"1.1": [0.3333333333333333, 1, 3], "2": [0.3333333333333333, 1, 3]}  # the series' candidate steps (x paper) at every std, chosen on validation
 allocation_stds = []  # embedding stds of the 2 x 2s trained here (with series_stds: 0.02 or one of them); empty: none trained here
 allocation_multiples = [0.3333333333333333, 1, 3]  # candidate multipliers of each 2 x 2 arm's matched steps, chosen on validation
+long_committed = False  # with series_stds empty: read the long part as the overnight profile committed it under data/ (True), or show none of it (False: not committed yet)
 analysed = "variation"  # the grid whose models chapters 05 and 06 analyse: "variation" or "replication"
 workers = 2  # runs trained at once: CPU processes of one thread each, or one process per GPU when several are visible
 
@@ -125,11 +126,15 @@ runs = sentiment.chapter_runs(grids, analysed)
 replication, variation = grids["replication"], grids["variation"]
 
 # %% tags=["remove-stderr"]
-long_runs, long_compact, record = allocation.long_tables(variation, series, two_by_twos, workers=workers)
-artifacts.save_table(long_runs, "table-sentiment-overnight-runs", glue=False)  # every run of the series and 2 x 2s
-artifacts.save_table(long_compact, "table-sentiment-overnight-predictions", glue=False)  # their test predictions
+long_runs, long_compact, record = allocation.long_tables(variation, series, two_by_twos, read_committed=long_committed,
+                                                        workers=workers)
+no_long = (f"not measured: {source_text(record, profile)}" if allocation.absent(record)  # what an empty long-part
+           else "not measured at this profile")                                            # table says instead
+artifacts.save_table(long_runs, "table-sentiment-overnight-runs", glue=False, absent=no_long)  # every run of the series and 2 x 2s
+artifacts.save_table(long_compact, "table-sentiment-overnight-predictions", glue=False, absent=no_long)  # their test predictions
 long_predictions = allocation.long_predictions(long_compact)
-print(f"profile={profile}: {dataset}, width {width}; the long part {'trained here' if series else 'as committed'}")
+print(f"profile={profile}: {dataset}, width {width}; the long part "
+      + ("trained here" if series else "none" if allocation.absent(record) else "as committed"))
 text = {key: plots.method_text(*method(key)) for key in dict.fromkeys(methods + variation_methods)}
 
 # %% tags=["hide-input"]
@@ -195,9 +200,9 @@ steps = runs[runs.seed < sentiment.SWEEP_SEEDS]
 artifacts.save_table(steps, "table-sentiment-steps", styled=steps_view(steps).style.hide(axis="index"))
 glue("t1-edges", "; ".join(f"{name}: {edges_text(part, configs[name].multiples, configs[name].grow) or 'inside its grid for every method'}"
                            for name, part in runs.groupby("grid", sort=False)), display=False)
-glue("t1-long-edges", edges_text(long_runs, {**series_multiples, **{arm: list(allocation_multiples) for arm in allocation.ARMS}},
-                                 grow, by=("part", "embedding_std")) or "inside its grid for every method and arm",
-     display=False)
+glue("t1-long-edges", (edges_text(long_runs, {**series_multiples, **{arm: list(allocation_multiples) for arm in allocation.ARMS}},
+                                  grow, by=("part", "embedding_std")) or "inside its grid for every method and arm")
+     if len(long_runs) else no_long, display=False)
 glue("t1-grow", f"{grow}", display=False)
 glue("t1-timings", timings_text(long_runs, runs, workers), display=False)
 
@@ -269,11 +274,11 @@ glue_table1(variation, "variation", "table-1-variation", "t1v")
 SMALL = SMALL_EMBEDDING_STD
 same = allocation.same_variation(record, configs["variation"])  # the long build's variation is this one
 tied = allocation.tied_at(long_runs, long_predictions, SMALL, "gap") if same else pd.DataFrame()
-artifacts.save_table(tied if len(tied) else pd.DataFrame({"note": ["the long build's variation is another setup"]}),
-                     "table-sentiment-tied", styled=(tied_view(tied, estimates.CONTRASTS["gap"]) if len(tied) else
-                                                     pd.DataFrame({"note": ["not measured at this profile"]})).style.hide(axis="index"))
+why_not = ("no long part in this build" if allocation.absent(record) else "the long build ran another variation")
+artifacts.save_table(tied, "table-sentiment-tied", absent=f"not measured at this profile: {why_not}",
+                     styled=tied_view(tied, estimates.CONTRASTS["gap"]).style.hide(axis="index") if len(tied) else None)
 glue("t1v-tied-source", ("trained by this execution" if record is None else "read from its committed runs")
-     if same else "not measured at this profile: the long build ran another variation", display=False)
+     if same else f"not measured at this profile: {why_not}", display=False)
 
 # %% [markdown]
 # ```{glue:figure} table-sentiment-tied
@@ -354,9 +359,9 @@ two_stds = sorted(set(long_runs[long_runs.part == "2x2"].embedding_std.astype(fl
 chosen_2x2 = {std: allocation.two_by_two(long_runs, long_predictions, std) for std in two_stds}
 effects = {std: estimates.allocation_effects(part, predicted) for std, (part, predicted) in chosen_2x2.items()}
 two_runs = pd.concat([part for part, _ in chosen_2x2.values()], ignore_index=True) if chosen_2x2 else long_runs.iloc[:0]
-artifacts.save_table(two_runs, "table-sentiment-allocation",
-                     styled=allocation_runs_view(two_runs).style.hide(axis="index"))
-artifacts.save_table(allocation.contrasts_table(effects), "table-sentiment-contrasts",
+artifacts.save_table(two_runs, "table-sentiment-allocation", absent=no_long,
+                     styled=allocation_runs_view(two_runs).style.hide(axis="index") if len(two_runs) else None)
+artifacts.save_table(allocation.contrasts_table(effects), "table-sentiment-contrasts", absent=no_long,
                      styled=contrasts_view(effects, CONTRAST_NAMES).style.hide(axis="index"))
 tied_2x2 = pd.concat([allocation.tied_at(long_runs, long_predictions, std, name, least=3) for std in two_stds
                       for name in ("geometry", "allocation")] or [pd.DataFrame()], ignore_index=True)
@@ -410,8 +415,12 @@ glue("t1a-power", "; ".join(f"at σ {std:g}, the geometry's {estimates.power_tex
 # %% tags=["hide-input"]
 points = allocation.series_points(long_runs, long_predictions)
 equal = allocation.equal_step_std(sentiment.reference_step(L, L1_1), sentiment.reference_step(L, GD))
-artifacts.save_figure(plots.scale_series_figure(points, SMALL), "fig-sentiment-scale-series", data=points)
-artifacts.save_table(points, "table-sentiment-series", styled=series_view(points).style.hide(axis="index"))
+if len(points):
+    artifacts.save_figure(plots.scale_series_figure(points, SMALL), "fig-sentiment-scale-series", data=points)
+else:  # the caption stands over the reason instead of a figure
+    glue("fig-sentiment-scale-series", no_long, display=False)
+artifacts.save_table(points, "table-sentiment-series", styled=series_view(points).style.hide(axis="index"),
+                     absent=no_long)
 trend = estimates.scale_trend(points)
 against_ratio = estimates.scale_trend(points, x="embedding_ratio")
 glue("t1s-stds", ", ".join(f"{x:g}" for x in points.embedding_std), display=False)

@@ -142,7 +142,8 @@ def fake_runs(calls: list, accuracy=lambda config: 0.7):
             if (found := store.load(sentiment.KIND, c)) is not None:
                 out.append(found)
                 continue
-            history = pd.DataFrame({"epoch": [1, 2], "train_accuracy": [0.5, 0.999], "test_accuracy": [0.5, accuracy(c)]})
+            history = pd.DataFrame({"epoch": [1, 2], "train_accuracy": [0.5, 0.999], "test_accuracy": [0.5, accuracy(c)],
+                                    "seconds": [1.0, 1.0]})
             store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": 0.7, "validation_n": 1000,
                                            "state.x": np.zeros(1)})
             out.append(store.load(sentiment.KIND, c))
@@ -249,3 +250,26 @@ def test_source_text_names_the_committed_build_or_this_execution():
     assert "`python -m mdlib run 04_sentiment --profile overnight` at commit bda87aa6effe (2026-12-05" in text
     assert "width 24, 3 layers" in text and f"data/{allocation.COMMITTED['runs']}" in text
     assert source_text(None, "overnight").startswith("here they were trained by this execution (profile overnight)")
+
+
+def test_a_build_without_the_long_part_has_empty_tables_that_say_so():
+    """With no series trained here and ``read_committed`` off, the long part is absent: tables with the
+    built ones' columns and no rows, a record that says so, no variation of its own, a series with no
+    points (its columns kept), no slope, and a source sentence that names why."""
+    from types import SimpleNamespace
+
+    from mdlib.book.views.sentiment import series_reading, source_text
+
+    runs, compact = _overnight({0.02: (0.70, 0.76)})
+    variation = SimpleNamespace(runs=runs[runs.part == "series"].drop(columns=["part", "embedding_std"]))
+    empty_runs, empty_compact, record = allocation.long_tables(variation, [], [], read_committed=False)
+    assert empty_runs.empty and list(empty_runs.columns[:2]) == ["part", "embedding_std"]
+    assert set(variation.runs.columns) <= set(empty_runs.columns) and empty_compact.empty
+    assert allocation.absent(record) and not allocation.absent(None)
+    assert not allocation.same_variation(record, None)
+    points = allocation.series_points(empty_runs, allocation.long_predictions(empty_compact))
+    assert points.empty and {"embedding_std", "reached", "value", "low", "high"} <= set(points.columns)
+    trend = estimates.scale_trend(points)
+    assert trend.n == 0 and math.isnan(trend.value)
+    assert series_reading(points, trend, trend) == "not measured: no std of the series in this build"
+    assert source_text(record, "default").startswith("not in this build (profile default): the overnight profile's runs")

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from mdlib.book import artifacts, plots, provenance  # noqa: E402
+from mdlib.book import artifacts, plots, provenance, schema  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("build_dir")  # conftest's: what they write goes to a temporary build
@@ -60,6 +60,17 @@ def test_save_table_and_index_handling(build_dir):
     assert pd.read_csv(build_dir / "results" / "tab-acc.csv").columns.tolist() == ["p", "acc"]
     artifacts.save_table(df.set_index("p"), "tab-indexed")
     assert pd.read_csv(build_dir / "results" / "tab-indexed.csv").columns.tolist() == ["p", "acc"]
+
+
+def test_an_empty_table_with_a_reason_is_saved_as_a_placeholder(build_dir):
+    """An empty table given ``absent`` is the placeholder that says why (its schema not applied, the
+    scorecard reads its note); a table with rows is saved as it is, ``absent`` ignored."""
+    empty = pd.DataFrame(columns=["embedding_std", "contrast", "n", "value"])
+    artifacts.save_table(empty, "table-sentiment-contrasts", absent="no 2 x 2 in this build")
+    saved = pd.read_csv(build_dir / "results" / "table-sentiment-contrasts.csv")
+    assert schema.placeholder(saved) and saved.note.tolist() == ["no 2 x 2 in this build"]
+    artifacts.save_table(pd.DataFrame({"p": [1.1]}), "tab-kept", absent="unused")
+    assert pd.read_csv(build_dir / "results" / "tab-kept.csv").columns.tolist() == ["p"]
 
 
 def test_bad_labels_and_inputs():

@@ -250,7 +250,7 @@ def save_two_by_two(folder: Path, grid: list[dict], first, reached: bool = True,
         [{"embedding_std": std, "contrast": name, "n": e.n, "value": e.value, "low": e.low, "high": e.high,
           "seeds_low": e.seeds_low, "seeds_high": e.seeds_high, "detectable": e.detectable, "sd": e.sd}
          for name, e in effects.items()]))
-    long = [dict(row, part="series" if row["grid"] != "2x2" else "2x2", embedding_std=std, tied=row["chosen"])
+    long = [dict(row, part="series" if row["grid"] != "2x2" else "2x2", embedding_std=std, tied=row["chosen"], seconds=60.0)
             for row in [*grid, *others, *arms]]
     save(folder, "table-sentiment-overnight-runs", pd.DataFrame(long).drop(columns=["grid", "setup", "analysed"]))
 
@@ -706,14 +706,15 @@ def test_a_verdict_a_rebuild_would_often_not_reach_is_marked_fragile(results, mo
     assert row.stability_text.endswith(f"; fragile below {scorecard.STABLE_SHARE:.2f}")
 
 
-def variation_with_steps(folder: Path, other_test: float, other_validation: float) -> None:
+def variation_with_steps(folder: Path, other_test: float, other_validation: float, tied: bool = True) -> None:
     """The variation at six seeds, ℓ1.1 about 1.2 points ahead of GD at its chosen step (1×), and GD's
-    other candidate (3×, seeds 0 and 1) ``other_test`` and ``other_validation`` (shares) from the chosen."""
+    other candidate (3×, seeds 0 and 1, ``tied`` with the choice) ``other_test`` and ``other_validation``
+    (shares) from the chosen."""
     first = [0.70, 0.72, 0.74, 0.76, 0.78, 0.73]
     second = [a - 0.012 + 0.004 * np.sin(i) for i, a in enumerate(first)]
     rows = run_rows([0.6] * 3, [0.6] * 3, analysed=False) + run_rows(first, second, grid="variation")
     other = [dict(r, multiple=3, chosen=False, last_test=r["last_test"] + other_test,
-                  validation=r["validation"] + other_validation)
+                  validation=r["validation"] + other_validation, tied=tied)
              for r in rows if r["grid"] == "variation" and r["method"] == "2" and r["seed"] < 2]
     save_runs(folder, rows + other)
     baseline(folder, 0.6)
@@ -731,6 +732,19 @@ def test_a_rebuild_chooses_the_step_again(results):
     variation_with_steps(results, 0.03, -0.1)
     row = next(r for r in scorecard.rows(results) if r.short.startswith("Table 1, a variation"))
     assert row.verdict.outcome == HOLDS and not row.fragile and row.stability.flips < 0.01
+
+
+def test_a_variation_whose_choice_ties_is_not_settled_until_judged_at_the_tied_steps(results):
+    """GD's 3× ties with its chosen 1× on validation: with the variation not measured at the tied steps
+    (``table-sentiment-tied`` a placeholder: no long part in this build), the verdict is kept and marked not
+    settled; without a tie, the same table leaves it unqualified."""
+    variation_with_steps(results, 0.0, -0.001)
+    save(results, "table-sentiment-tied", pd.DataFrame({"note": ["not measured at this profile"]}))
+    row = next(r for r in scorecard.rows(results) if r.short.startswith("Table 1, a variation"))
+    assert row.verdict.outcome == HOLDS and "not settled: a chosen step ties with another" in row.verdict.why
+    variation_with_steps(results, 0.0, -0.001, tied=False)
+    row = next(r for r in scorecard.rows(results) if r.short.startswith("Table 1, a variation"))
+    assert row.verdict.outcome == HOLDS and "not settled" not in row.verdict.why
 
 
 def test_an_arm_matched_to_gds_chosen_step_gets_a_lower_bound(results):

@@ -200,9 +200,10 @@ def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.S
 
 
 def save_table(df: pd.DataFrame | pd.Series, label: str, *, styled: Styler | None = None, float_format: str = "{:.4g}",
-               index: bool | None = None, glue: bool = True) -> Saved:
+               index: bool | None = None, glue: bool = True, absent: str | None = None) -> Saved:
     """Save ``df`` as ``<output>/results/<label>.csv`` (``paths.output_dir``) with its provenance record (``mdlib.book.provenance``)
-    beside it, ``<label>.json``, and glue it as an HTML table under ``label``.
+    beside it, ``<label>.json``, and glue it as an HTML table under ``label``. An empty ``df`` with
+    ``absent`` given is saved as the placeholder ``note`` table that says why (``schema.placeholder``).
 
     ``styled`` is an optional pandas ``Styler`` (or any object with ``to_html()``) to display instead
     of the plain table, e.g. with "mean ± std" formatting; the CSV always holds ``df``'s raw numbers.
@@ -215,6 +216,8 @@ def save_table(df: pd.DataFrame | pd.Series, label: str, *, styled: Styler | Non
         df = df.to_frame()
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"save_table needs a pandas DataFrame, got {type(df).__name__}")
+    if absent is not None and df.empty:
+        df, styled = pd.DataFrame({"note": [absent]}), None
     csv = _write_csv(df, label)
     saved = Saved(label, "table", {"csv": csv})
     provenance.write(provenance.record(label, "table", saved.files), has_csv=True)

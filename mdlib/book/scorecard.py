@@ -357,23 +357,28 @@ def _table1(r: Results):
 def _variation(r: Results):
     """The variation's ℓ1.1 − GD (``_table1_rows``), its verdict qualified by the verdicts at every pair of
     steps tied with the choices (``table-sentiment-tied``, the long build's runs of every seed at each):
-    "not settled" where one of them reads otherwise."""
+    "not settled" where one of them reads otherwise, or where a choice tied and the table is not measured."""
     r.csv("table-1-variation", ["setup", "layers", "method"])
     rows = _table1_rows(r, "variation")
-    return [part._replace(verdict=_settled(r, part.verdict, "table-sentiment-tied", {})) for part in rows]
+    runs = r.csv("table-sentiment-runs", ["grid", "layers", "method", "multiple", "tied"])
+    tied = runs[(runs.grid == "variation") & runs.tied.astype(bool)]
+    ties = bool(tied.groupby(["layers", "method"]).multiple.nunique().gt(1).any())
+    return [part._replace(verdict=_settled(r, part.verdict, "table-sentiment-tied", {}, ties)) for part in rows]
 
 
-def _settled(r: Results, verdict: Verdict, label: str, where: Mapping[str, Any]) -> Verdict:
+def _settled(r: Results, verdict: Verdict, label: str, where: Mapping[str, Any], ties: bool = True) -> Verdict:
     """``verdict`` qualified by the same rule's verdicts at every combination of tied steps of ``label``'s
     rows matching ``where`` (value, low, high, n per combination; the gates are the judged row's, so only
-    the interval can differ): "holds at all k tied pairs", or "not settled" naming one that reads otherwise,
-    or no qualifier where the table has no rows (the tie was not measured)."""
+    the interval can differ): "holds at all k tied pairs", or "not settled" naming one that reads otherwise;
+    where ``label`` is not measured, "not settled" when a choice ``ties`` with another step, else no
+    qualifier; none where the table has no rows at ``where``."""
     if verdict.outcome in (NOT_MEASURED,):
         return verdict
     try:
         table = r.csv(label, [])
     except Unmeasured:
-        return verdict
+        return replace(verdict, why=(verdict.why + "; " if verdict.why else "") + "not settled: a chosen step ties with "
+                       "another on validation and the verdict was not measured at the tied steps") if ties else verdict
     if "value" not in table:
         return replace(verdict, why=(verdict.why + "; " if verdict.why else "") + "its tied steps not measured")
     for key, value in where.items():

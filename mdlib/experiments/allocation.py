@@ -258,11 +258,17 @@ def long_part(variation: sentiment.SentimentGrid, *, series_stds: Sequence[float
 
 
 def long_tables(variation: sentiment.Grid, series: Sequence[sentiment.SentimentGrid], twos: Sequence[ArmGrid], *,
-                workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None]:
+                read_committed: bool = True, workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None]:
     """(runs, compact predictions, record) of chapter 04's long part: built here from the stored runs of
     ``variation`` (the series' 0.02 point), the series' other grids and the 2 x 2s when ``series`` is not
-    empty (record None), else as committed under ``data/`` (``committed``)."""
+    empty (record None); else as committed under ``data/`` (``committed``) when ``read_committed``; else
+    none: empty tables with the columns of built ones and a record that says so (``absent``)."""
     if not series:
+        if not read_committed:
+            keys = ["part", "embedding_std", "method", "multiple", "seed"]
+            empty = variation.runs.iloc[:0].assign(part=pd.Series(dtype=str), embedding_std=pd.Series(dtype=float))
+            return (empty[keys[:2] + [c for c in empty.columns if c not in keys[:2]]],
+                    pd.DataFrame(columns=[*keys, "correct"]), {"absent": True})
         return committed()
     runs, predictions = overnight_tables([variation, *(sentiment.grid(g, workers=workers) for g in series)],
                                          [allocation(a, workers=workers) for a in twos])
@@ -328,12 +334,19 @@ COMMITTED = {"runs": "sentiment_overnight_runs.csv", "predictions": "sentiment_o
              "record": "sentiment_overnight.json"}
 
 
+def absent(record: Mapping[str, Any] | None) -> bool:
+    """Whether ``long_tables`` found no long part: none trained by this execution, none read as committed."""
+    return record is not None and bool(record.get("absent"))
+
+
 def same_variation(record: Mapping[str, Any] | None, variation: sentiment.SentimentGrid) -> bool:
     """Whether the long build a committed ``record`` describes (None: this execution) ran the same variation
     grid as ``variation`` (every setting but ``tied_finals``): only then are its runs at the variation's
-    tied steps this variation's."""
+    tied steps this variation's. A build without a long part (``absent``) ran none."""
     if record is None:
         return True
+    if absent(record):
+        return False
     built = sentiment.chapter_grids(**record.get("parameters", {}))[1]
     return (dataclasses.replace(built, tied_finals=False).to_dict()
             == dataclasses.replace(variation, tied_finals=False).to_dict())
@@ -368,6 +381,9 @@ def series_points(runs: pd.DataFrame, predictions: pd.DataFrame) -> pd.DataFrame
     rule (``reached``: all of them), and ℓ1.1 − GD at the chosen steps over the seed pairs and test
     sentences (``estimates.crossed``: value, low, high, seeds_low, seeds_high, n, detectable)."""
     first, second = estimates.COMPARED
+    columns = ["embedding_std", *(f"{c}_{k}" for c in ("multiple", "lr") for k in (first, second)), "embedding_ratio",
+               f"tied_{first}", f"tied_{second}", "runs", "reached_runs", "reached", "n", "value", "low", "high",
+               "seeds_low", "seeds_high", "detectable"]
     rows = []
     for std in sorted(set(runs[runs.part == "series"].embedding_std.astype(float))):
         grid = _at(runs, "series", std)
@@ -390,7 +406,7 @@ def series_points(runs: pd.DataFrame, predictions: pd.DataFrame) -> pd.DataFrame
                      "reached": bool(chosen.reached.astype(bool).all()), "n": gap.n, "value": gap.value,
                      "low": gap.low, "high": gap.high, "seeds_low": gap.seeds_low, "seeds_high": gap.seeds_high,
                      "detectable": gap.detectable})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=columns)
 
 
 def tied_at(runs: pd.DataFrame, predictions: pd.DataFrame, std: float, contrast: str, least: int = 2) -> pd.DataFrame:

@@ -154,6 +154,8 @@ def series_reading(points: pd.DataFrame, trend: Estimate, against_ratio: Estimat
     interval at a std in the regime excludes zero and on which side, whether the sign changes (only when a
     std on each side excludes zero), and the std-level slopes against log10 of the std and of the
     embedding-step ratio."""
+    if points.empty:
+        return "not measured: no std of the series in this build"
     kept = points[points.reached.astype(bool)]
     capped = points[~points.reached.astype(bool)]
     below = [f"{x:g}" for x, h in zip(kept.embedding_std, kept.high) if h < 0]
@@ -223,9 +225,14 @@ def allocation_runs_view(runs: pd.DataFrame) -> pd.DataFrame:
 
 def source_text(record: Mapping[str, Any] | None, profile: str) -> str:
     """Where the long profile's runs a page shows come from: trained by this execution (``record`` None), or
-    measured once by the build a committed record describes (its command, commit, time and CPU)."""
+    measured once by the build a committed record describes (its command, commit, time and CPU), or in
+    neither (``allocation.absent``)."""
     if record is None:
         return f"here they were trained by this execution (profile {profile}), from its own runs"
+    if allocation.absent(record):
+        return (f"not in this build (profile {profile}): the overnight profile's runs are not committed under `data/` "
+                "yet (`long_committed` off), so this page shows none of them and the scorecard reads their verdicts "
+                "as not measured")
     commit = (record.get("git") or {}).get("commit") or "an unknown commit"
     machine = (record.get("hardware") or {}).get("cpu") or "an unrecorded CPU"
     values = record.get("parameters") or {}
