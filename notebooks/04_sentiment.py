@@ -369,6 +369,9 @@ artifacts.save_table(tied_2x2 if len(tied_2x2) else pd.DataFrame({"note": ["no t
                      "table-sentiment-tied-2x2", glue=False)  # each judged contrast at every tied combination
 glue("t1a-stds", " and ".join(f"σ {std:g}" for std in two_stds) or "not run", display=False)
 glue("t1a-source", source_text(record, profile), display=False)
+glue("t1a-judged", "; ".join(f"at σ {std:g}, the geometry {named['geometry'].text()} and the allocation "
+                             f"{named['allocation'].text()} points" for std, named in effects.items())
+     or "not measured", display=False)
 glue("t1a-power", "; ".join(f"at σ {std:g}, the geometry's {estimates.power_text(named['geometry'])}, the allocation's "
                             f"{estimates.power_text(named['allocation'])}" for std, named in effects.items())
      or "not measured", display=False)
@@ -394,7 +397,7 @@ glue("t1a-power", "; ".join(f"at σ {std:g}, the geometry's {estimates.power_tex
 # ```
 #
 # The scorecard judges the geometry at GD's allocation and the allocation at GD's geometry, against
-# zero, at each scale (below). **Power**, against the ±0.9 points the 2 × 2 was asked to resolve:
+# zero, at each scale (below): {glue:text}`t1a-judged`. **Power**, against the ±0.9 points the 2 × 2 was asked to resolve:
 # {glue:text}`t1a-power`.
 #
 # ## The embedding scale: does the sign of the gap follow it?
