@@ -29,7 +29,6 @@ def test_p_colors_are_fixed_and_distinct():
     other = plots.p_color(1.3)  # other values: a spare slot, the same however p is written
     assert other in spare and other not in main and other == plots.p_color("1.3") == plots.p_color(1.3000001)
     assert plots.p_color("adam") not in main
-    assert plots.p_palette([1.1, 3]) == {1.1: main[0], 3: main[3]}
     assert plots.p_label(2) == r"$\ell_{2}$ (GD)" and plots.p_label(1.1) == r"$\ell_{1.1}$"
 
 

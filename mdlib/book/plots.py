@@ -85,17 +85,6 @@ def p_color(p: float | str) -> tuple[float, float, float]:
     return palette[_SPARE_SLOTS[int(round(value * 1000)) % len(_SPARE_SLOTS)]]
 
 
-def p_palette(ps: Iterable[float | str]) -> dict:
-    """``{p: colour}`` for seaborn's ``palette=`` argument (with ``hue="p"``)."""
-    return {p: p_color(p) for p in ps}
-
-
-
-
-
-
-
-
 def method_color(optimizer: str, p: float | None = None) -> tuple[float, float, float]:
     """The colour of a real-data run's optimizer: ``p_color(p)`` for "md", else ``p_color(optimizer)``."""
     return p_color(p if optimizer == "md" else optimizer)
