@@ -122,10 +122,10 @@ def test_training_subset_is_stratified_seeded_and_shared(fixture_data):
 
 def test_a_run_is_stored_and_its_model_rebuilt(fixture_data):
     config = small()
-    result = sentiment.train_run(config, progress=False)
-    assert list(result["history"].epoch) == [1, 2]
+    [result] = sentiment.train_runs([config], progress=False)  # the path a grid trains its runs by
+    assert not result.cached and list(result["history"].epoch) == [1, 2]
     assert 0 <= result["validation_accuracy"] <= 1 and result["validation_loss"] > 0  # evaluated once, at the end
-    again = sentiment.train_run(config, progress=False)
+    [again] = sentiment.train_runs([config], progress=False)
     assert again.cached
     model = sentiment.trained_model(config, again)
     setup = sentiment.build(config)

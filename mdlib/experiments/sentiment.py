@@ -17,8 +17,8 @@ of the training split (the same sentences for every method and seed; None: all o
 the batch's summed binary cross-entropy, as in the authors' code (their step sizes assume the sum).
 Training batches hold sentences of similar lengths: each epoch's random order is cut into pools of
 ``fit.pool`` batches, each sorted by length (``mdlib.experiments.train.fit``).
-``train_run(config)`` trains it (or reads it back from the store) and keeps the final weights;
-``trained_model(config, result)`` rebuilds the model.
+``train_runs(configs)`` trains the runs (reading back those the store holds) and keeps their final
+weights; ``trained_model(config, result)`` rebuilds a run's model.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ __all__ = ["ADAM_STEP", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "encode", "grid",
            "grid_name", "initial_model", "stored_correct", "movement", "pilots", "predictions", "reference_step", "run_config", "run_row",
            "SentimentGrid", "SentimentRun", "TextModel", "seeds_of", "splits",
-           "sweep", "test_correct", "tokenizer", "train_grids", "train_run", "train_runs", "trained_model",
+           "sweep", "test_correct", "tokenizer", "train_grids", "train_runs", "trained_model",
            "training_subset"]
 
 #: Adam's reference step size (torch's default), for Adam as an extra column.
@@ -59,15 +59,10 @@ ADAM_STEP = 1e-3
 PAPER_STEP_SIZES = paper.SENTIMENT_STEP_SIZES
 
 
-def train_run(config: SentimentRun, progress: bool = True) -> store.RunResult:
-    """The stored result of one run (history + final weights), training it when missing."""
-    return pool.run(KIND, config, build, extras=train.model_state, progress=progress)
-
-
 def train_runs(configs: list[SentimentRun], workers: int = 1, progress: bool = True,
                skip: tuple[type[BaseException], ...] = ()) -> list[store.RunResult | None]:
-    """``train_run`` for each config, the missing ones ``workers`` at a time (None for a run that
-    raised one of ``skip``)."""
+    """The stored result of each run (history + final weights), the missing ones trained ``workers``
+    at a time (None for a run that raised one of ``skip``)."""
     return pool.run_many(KIND, configs, build, extras=train.model_state, workers=workers, skip=skip, progress=progress)
 
 
