@@ -45,9 +45,8 @@ def build_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "out"))
     monkeypatch.setenv(paths.OUTPUT_ENV, str(tmp_path / "out"))
     monkeypatch.delenv(provenance.ENV, raising=False)
-    store.clear_used_runs()
-    yield (tmp_path / "out").resolve()
-    store.clear_used_runs()
+    monkeypatch.setattr(store, "_used", {})  # a registry of the test's own runs; the process's comes back after
+    return (tmp_path / "out").resolve()
 
 
 @pytest.fixture
@@ -239,15 +238,15 @@ def test_git_state_clean_dirty_and_not_a_repository(tmp_path):
     assert provenance.git_state(repo / "sub") == {"commit": None, "dirty": None}  # not the top of the tree
 
 
-def test_runs_registry_records_exactly_what_was_loaded_or_stored(build_dir):
+def test_runs_registry_records_exactly_what_was_loaded_or_stored(build_dir, monkeypatch):
     key = lambda kind, config: f"{kind}/{store.config_key(kind, config)}"  # noqa: E731
     assert store.load("a", {"n": 1}) is None  # a miss records nothing
     assert store.used_runs() == []
     store.save("a", {"n": 1}, {"x": 1})
     store.load_or_run("b", {"n": 2}, lambda: {"y": np.ones(2)})  # computed and stored
     store.load_or_run("b", {"n": 2}, lambda: pytest.fail("recomputed"))  # a hit, recorded once
-    store.clear_used_runs()
-    assert store.used_runs() == []
+    assert store.used_runs() == [key("a", {"n": 1}), key("b", {"n": 2})]  # stored or computed: recorded
+    monkeypatch.setattr(store, "_used", {})  # a fresh registry: what follows records hits alone
     assert store.load("b", {"n": 2}) is not None
     store.load_or_run("a", {"n": 1}, lambda: pytest.fail("recomputed"))
     assert store.used_runs() == [key("b", {"n": 2}), key("a", {"n": 1})]

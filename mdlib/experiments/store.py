@@ -118,11 +118,6 @@ def used_runs() -> list[str]:
     return list(_used)
 
 
-def clear_used_runs() -> None:
-    """Forget :func:`used_runs` (e.g. between two notebooks executed in one process)."""
-    _used.clear()
-
-
 # ---------------------------------------------------------------------------------------------
 # names: how one chapter finds the runs another chapter built
 
