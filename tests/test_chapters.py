@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mdlib.book import book, chapters, execute, profiles, scorecard
+from mdlib.book import book, chapters, execute, pages, profiles, scorecard
 from mdlib.experiments import sentiment, store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,8 +112,44 @@ def test_the_registry_lists_the_books_chapters():
     book._check_toc()  # what the build checks
     profiles.check_notebooks()  # notebooks/NN_*.py
     for profile in profiles.list_profiles():
-        assert set(profiles.load_profile(profile)) == set(chapters.NAMES), profile
+        assert set(profiles.load_profile(profile)) <= set(chapters.NAMES), profile
     assert len(set(chapters.NAMES)) == len(chapters.NAMES)
+
+
+def test_a_profile_names_only_the_chapters_it_changes():
+    """A chapter a profile does not name runs at its notebook's defaults, so a profile has no empty
+    section (the default profile, the notebooks' own values, has none at all); the parameters page still
+    lists every chapter at every profile."""
+    sections = {profile: profiles.load_profile(profile) for profile in profiles.list_profiles()}
+    assert sections["default"] == {}
+    assert [(p, name) for p, found in sections.items() for name, values in found.items() if not values] == []
+    for name in chapters.NAMES:
+        defaults = profiles.executed_parameters(name, "default")
+        for profile, found in sections.items():
+            if name not in found:
+                assert profiles.executed_parameters(name, profile) == defaults | {"profile": profile}, (name, profile)
+    page = pages.parameters_page()
+    assert [f"notebooks/{name}.py" for name in chapters.NAMES] == re.findall(r"Source `(notebooks/[^`]+)`", page)
+
+
+def test_a_profile_without_a_chapter_still_refuses_unknown_names(tmp_path):
+    """Leaving chapters out changes none of the checks: a section that names no notebook is refused
+    whichever chapter runs, and a parameter the notebook lacks when it does; a chapter left out runs at
+    its defaults."""
+    profile = tmp_path / "trial.yaml"
+    profile.write_text("05_token_selectoin:\n  heatmap_sentences: 4\n")
+    for name in ("05_token_selection", "01_fixed_decoder_paths"):
+        with pytest.raises(ValueError, match=r"params/trial.yaml has a section '05_token_selectoin', which is not a "
+                                             r"notebook \(did you mean '05_token_selection'\?\)"):
+            profiles.resolve_parameters(name, "trial", params_dir=tmp_path)
+    profile.write_text("05_token_selection:\n  heatmap_sentence: 4\n")
+    with pytest.raises(ValueError, match=r"05_token_selection: unknown parameter 'heatmap_sentence' in "
+                                         r"params/trial.yaml"):
+        profiles.resolve_parameters("05_token_selection", "trial", params_dir=tmp_path)
+    profile.write_text("05_token_selection:\n  heatmap_sentences: 4\n")
+    assert profiles.resolve_parameters("05_token_selection", "trial", params_dir=tmp_path) == {
+        "heatmap_sentences": 4, "profile": "trial"}
+    assert profiles.resolve_parameters("01_fixed_decoder_paths", "trial", params_dir=tmp_path) == {"profile": "trial"}
 
 
 def test_a_notebook_the_registry_lacks_or_a_missing_one_is_named(tmp_path):

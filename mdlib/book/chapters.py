@@ -20,8 +20,8 @@
 :data:`NAMES` is the one list of the book's chapters: the build, the plan, the parameters page and the
 CLI read it, never the ``notebooks/`` folder. ``profiles.check_notebooks`` holds ``notebooks/`` to it (a
 chapter notebook it lacks gets its entry here), ``book._check_toc`` holds ``_toc.yml`` to it, and a test
-every profile's sections. No other module of mdlib types a chapter's name: each looks its chapter up
-here (``chapter``).
+every profile's sections (a profile names only the chapters it changes, each one of these). No other
+module of mdlib types a chapter's name: each looks its chapter up here (``chapter``).
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ Notebook conventions (``notebooks/NN_name.py``, jupytext py:percent):
   a markdown cell with ``{glue:figure} label`` (``:name: label`` and a caption make it numbered).
 
 Parameters are merged as: the notebook's own defaults < ``params/<profile>.yaml[<notebook>]`` <
-explicit overrides, plus ``profile=<profile>``; unknown names and values of the wrong type are
-rejected before anything runs.
+explicit overrides, plus ``profile=<profile>``. A profile names only the notebooks it changes: one it
+does not name runs at its own defaults. A section that names no notebook, unknown parameter names and
+values of the wrong type are rejected before anything runs.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def list_profiles(params_dir: Path | None = None) -> list[str]:
 
 
 def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict[str, Any]]:
-    """``params/<profile>.yaml``: a mapping notebook name -> {parameter: value}; ``profile`` is one of
+    """``params/<profile>.yaml``: a mapping notebook name -> {parameter: value} of the notebooks the
+    profile changes (a notebook it does not name keeps its defaults); ``profile`` is one of
     :func:`list_profiles` (a name, never a path). Its ``executor`` key, checked, is left out (see
     :func:`profile_executor`)."""
     return {name: values for name, values in _read_profile(profile, params_dir).items() if name != EXECUTOR_KEY}
@@ -313,8 +315,9 @@ def _check_kind(value: Any, default: Any, fail: Callable[[str], NoReturn]) -> No
 
 def resolve_parameters(name: str, profile: str = "default", overrides: Mapping[str, Any] | None = None, *,
                        notebooks_dir: Path | None = None, params_dir: Path | None = None) -> dict[str, Any]:
-    """The parameters papermill injects: ``params/<profile>.yaml[<name>]`` < ``overrides``, plus the
-    profile; validated against the notebook's parameters cell (names and types)."""
+    """The parameters papermill injects: ``params/<profile>.yaml[<name>]`` (nothing where the profile does
+    not name the notebook) < ``overrides``, plus the profile; validated against the notebook's parameters
+    cell (names and types), and every section of the profile against the notebooks."""
     path = resolve_notebook(name, notebooks_dir)
     nb_name = path.stem
     sections = load_profile(profile, params_dir)
