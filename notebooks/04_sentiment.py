@@ -53,7 +53,7 @@
 # geometry), each arm with a global step of its own chosen like the methods', at two embedding scales.
 # **The embedding-scale series** runs the variation at four embedding scales, each with its own steps,
 # every run trained to the stop rule, and asks whether the sign of the gap follows the scale. The
-# series and the 2 × 2s take a long build (the `overnight` profile, about five hours of two cores);
+# series and the 2 × 2s take a long build (the `overnight` profile, about ten hours of two cores);
 # this page reads their runs as that build committed them, and says so where it does. What else differs from
 # the paper, and we state it: distinct initializations per seed; training batches of similar lengths
 # (below); the data: the default profile runs offline on the Rotten Tomatoes sentences (a source the
