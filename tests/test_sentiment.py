@@ -349,3 +349,19 @@ def test_chapter_runs_put_both_grids_in_one_table_and_mark_the_analysed_one():
         sentiment.chapter_runs(grids, "ablation")
     view = steps_view(runs[runs.seed == 0])
     assert list(view.columns[:2]) == ["setup", "layers"]
+
+
+def test_the_authors_setup_pilots_are_read_from_their_file_a_row_per_run():
+    """The pilots that ruled out the authors' setup come from data/sentiment_authors_pilots.csv (one row per
+    reading, the documented columns); the book joins a run's readings and names how it ended."""
+    from mdlib.book.views.sentiment import authors_pilots_view
+
+    table = sentiment.authors_pilots()
+    assert list(table.columns) == ["train_size", "width", "method", "multiple", "epoch", "train_accuracy",
+                                   "test_accuracy", "seconds_per_epoch", "event"]
+    assert set(table.method) == {"1.1", "2"} and table.train_accuracy.between(0, 1).all()
+    shown = authors_pilots_view(table)
+    assert len(shown) == len(table.groupby(["train_size", "width", "method", "multiple"]))
+    gd = shown[shown["method, step"].str.endswith("10×") & (shown["training set, width"] == "8,455, 24")].iloc[0]
+    assert gd["epochs"] == "100 / 200 / 300 / 400 (cap; best training accuracy 0.993)"
+    assert gd["training acc."] == "0.838 / 0.948 / 0.978 / 0.989"

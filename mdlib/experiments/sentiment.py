@@ -48,7 +48,7 @@ __all__ = ["ADAM_STEP", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
            "Grid", "KIND", "PAPER_STEP_SIZES", "TokenizedDataset",
            "baseline", "build", "built_config", "built_grid", "by_length", "cell_table",
            "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "encode", "grid",
-           "grid_name", "initial_model", "stored_correct", "movement", "pilots", "predictions", "reference_step", "run_config", "run_row",
+           "grid_name", "initial_model", "stored_correct", "movement", "authors_pilots", "pilots", "predictions", "reference_step", "run_config", "run_row",
            "SentimentGrid", "SentimentRun", "TextModel", "seeds_of", "splits",
            "sweep", "test_correct", "tokenizer", "train_grids", "train_runs", "trained_model",
            "training_subset"]
@@ -515,6 +515,16 @@ def _baselines(dataset: str, split_seed: int, max_length: int, train_size: int |
 
 
 # --- chapter 04's pilots ---------------------------------------------------------------------------
+
+
+def authors_pilots() -> pd.DataFrame:
+    """The pilots of the authors' setup that ruled it out as the default (data/sentiment_authors_pilots.csv,
+    measured once): one row per reading of a run (3 layers, seed 0): train_size, width, method, multiple
+    (of the paper's step), epoch, train_accuracy and test_accuracy there, seconds an epoch (two runs sharing
+    2 cores), and ``event``: how the run ended where this is its last reading (the stop rule, the cap, a
+    collapse to chance), else empty."""
+    return pd.read_csv(paths.data_file("sentiment_authors_pilots.csv"), dtype={"method": str, "event": str},
+                       keep_default_na=False)
 
 
 def pilots() -> pd.DataFrame:

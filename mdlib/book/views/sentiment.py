@@ -16,7 +16,7 @@ from mdlib.experiments.estimates import Estimate, number_text
 from mdlib.experiments.methods import method
 from mdlib.experiments.sentiment import BASELINES
 
-__all__ = ["CONTRAST_NAMES", "allocation_runs_view", "edges_text", "timings_text", "baseline_view", "contrasts_view", "effective_steps_view", "movement_text",
+__all__ = ["CONTRAST_NAMES", "allocation_runs_view", "authors_pilots_view", "edges_text", "timings_text", "baseline_view", "contrasts_view", "effective_steps_view", "movement_text",
            "multiple_text", "paper_table1_view", "pilots_view", "series_reading", "series_view", "source_text",
            "steps_view", "table1_view", "tied_view"]
 
@@ -78,6 +78,19 @@ def table1_view(cells: pd.DataFrame, baseline: float | None = None) -> pd.DataFr
                                                   "test acc. at the stop (%)": f"{100 * baseline:.2f}"}
         view = pd.concat([view, pd.DataFrame([row])], ignore_index=True)
     return view
+
+
+def authors_pilots_view(table: pd.DataFrame) -> pd.DataFrame:
+    """``sentiment.authors_pilots`` as the book shows them: one row per run, its readings joined by " / "."""
+    rows = []
+    for (size, width, key, multiple), run in table.groupby(["train_size", "width", "method", "multiple"], sort=False):
+        end = run.event.iloc[-1]
+        rows.append({"training set, width": f"{size:,}, {width}", "method, step": f"{_method_name(key)}, {multiple:g}×",
+                     "epochs": " / ".join(map(str, run.epoch)) + (f" ({end})" if end else ""),
+                     "training acc.": " / ".join(f"{a:.3f}" for a in run.train_accuracy),
+                     "test acc.": " / ".join(f"{a:.2f}" for a in run.test_accuracy),
+                     "s / epoch": f"{run.seconds_per_epoch.iloc[-1]:.1f}"})
+    return pd.DataFrame(rows)
 
 
 def pilots_view(table: pd.DataFrame) -> pd.DataFrame:
