@@ -92,6 +92,7 @@ workers = 2  # runs trained at once: CPU processes of one thread each, or one pr
 
 # %% tags=["remove-stderr"]
 import pandas as pd
+from IPython.display import Markdown
 from myst_nb import glue
 
 from mdlib.book import artifacts, plots, provenance, scorecard
@@ -421,13 +422,13 @@ equal = allocation.equal_step_std(sentiment.reference_step(L, L1_1), sentiment.r
 if len(points):
     artifacts.save_figure(plots.scale_series_figure(points, SMALL), "fig-sentiment-scale-series", data=points)
 else:  # the caption stands over the reason instead of a figure
-    glue("fig-sentiment-scale-series", no_long, display=False)
+    glue("fig-sentiment-scale-series", Markdown(no_long), display=False)
 artifacts.save_table(points, "table-sentiment-series", styled=series_view(points).style.hide(axis="index"),
                      absent=no_long)
 trend = estimates.scale_trend(points)
 against_ratio = estimates.scale_trend(points, x="embedding_ratio")
-glue("t1s-stds", ", ".join(f"{x:g}" for x in points.embedding_std), display=False)
-glue("t1s-seeds", f"{int(points.n.max()) if len(points) else 0}", display=False)
+glue("t1s-stds", ", ".join(f"{x:g}" for x in points.embedding_std) or "none in this build", display=False)
+glue("t1s-seeds", f"{int(points.n.max())}" if len(points) else "the variation's number of", display=False)
 glue("t1s-equal", f"{equal:.3f}", display=False)
 glue("t1s-source", source_text(record, profile), display=False)
 glue("t1s-reading", series_reading(points, trend, against_ratio), display=False)
@@ -555,7 +556,7 @@ judged = scorecard.chapter_rows("04_sentiment")
 glue("t1-verdict", scorecard.verdicts_text(judged), display=False)
 for name, rows in scorecard.table1_parts(judged).items():
     glue(f"t1-said-{name}", "; ".join((f"at {scorecard.scale_of(row)}, " if len(rows) > 1 else "") + scorecard.said(row)
-                                      for row in rows) or "not run", display=False)
+                                      for row in rows) or "not measured at this profile", display=False)
 glue("t1-reading", scorecard.table1_reading(judged), display=False)
 glue("t1-stability", scorecard.table1_stability(judged), display=False)
 

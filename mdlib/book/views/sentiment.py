@@ -243,8 +243,8 @@ def source_text(record: Mapping[str, Any] | None, profile: str) -> str:
     if record is None:
         return f"here they were trained by this execution (profile {profile}), from its own runs"
     if allocation.absent(record):
-        return (f"not in this build (profile {profile}): the overnight profile's runs are not committed under `data/` "
-                "yet (`long_committed` off), so this page shows none of them and the scorecard reads their verdicts "
+        return (f"not in this build (profile {profile}): the overnight profile's runs are not committed under data/ "
+                "yet (long_committed off), so this page shows none of them and the scorecard reads their verdicts "
                 "as not measured")
     commit = (record.get("git") or {}).get("commit") or "an unknown commit"
     machine = (record.get("hardware") or {}).get("cpu") or "an unrecorded CPU"
