@@ -12,6 +12,7 @@ import os
 import pickle
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -361,7 +362,8 @@ def _mdlib_run_in_a_terminal(root: Path) -> tuple[int, int]:
     import pty
 
     pid, master = pty.fork()
-    if pid == 0:  # the child
+    if pid == 0:  # the child: Ctrl-C as a terminal's foreground job gets it, even where the tests run as a
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # background job of a script, which ignores SIGINT
         os.execve(sys.executable, [sys.executable, "-m", "mdlib", "--root", str(root), "run", "01_train"],
                   _env(root, 0.3))
     return pid, master
