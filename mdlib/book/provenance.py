@@ -144,7 +144,8 @@ def versions() -> dict[str, str | None]:
             "python": platform.python_version()}
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo, else the platform's processor; None where neither says)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -164,7 +165,7 @@ def hardware() -> dict[str, Any]:
             gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
         except Exception:  # noqa: BLE001 - a broken driver: no GPU to report
             gpu = None
-    return {"platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "gpu": gpu}
+    return {"platform": platform.platform(), "cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpu": gpu}
 
 
 def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from mdlib.book import provenance
 from mdlib.experiments import paths
 
 __all__ = ["CACHE_NAME", "SHORT_SECONDS", "TOKEN_LENGTHS", "Timing", "Timings", "cores", "machine", "measure",
@@ -89,16 +90,6 @@ class Timing:
         return steps * self.batch + evaluated / batch_size * self.evaluate + self.checkpoint
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
 def cores() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -106,7 +97,7 @@ def cores() -> int:
 
 def machine(device: str = "cpu") -> str:
     """This machine's name as the cache keys it: host, CPU model and cores; for ``cuda``, the GPU's name."""
-    name = f"{socket.gethostname()}, {_cpu_model()}, {cores()} cores"
+    name = f"{socket.gethostname()}, {provenance.cpu_model() or platform.machine() or 'unknown CPU'}, {cores()} cores"
     if device != "cpu":
         import torch
 
