@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from mdlib.book import execute
-from mdlib.experiments import lockfile, paths
+from mdlib.experiments import paths
+from mdlib.runs import lockfile
+from mdlib.runs.files import atomic_write
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIX = dict(notebooks_dir=FIXTURES / "notebooks", params_dir=FIXTURES / "params")
@@ -27,7 +29,7 @@ def tree(folder: Path) -> dict[str, bytes]:
 
 
 def write(path: Path, text: str) -> None:
-    paths.atomic_write(path, lambda tmp: tmp.write_text(text))
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def record(folder: Path, label: str, notebook: str, execution: str) -> None:
@@ -94,14 +96,14 @@ def test_a_chapter_lock_of_another_host_is_refused_until_its_heartbeat_stops(tmp
             pass
     os.utime(lock, (time.time() - 60, time.time() - 60))  # its heartbeat stopped a minute ago
     with execute._chapter_lock("03_three", tmp_path):
-        assert json.loads(lock.read_text())["host"] == paths.host()
+        assert json.loads(lock.read_text())["host"] == lockfile.host()
     assert not lock.exists()
 
 
 #: A process that takes a lock (``sys.argv[1]``) and is killed while it holds it.
 KILLED_HOLDER = """import os, signal, sys
 from pathlib import Path
-from mdlib.experiments import lockfile
+from mdlib.runs import lockfile
 with lockfile.hold(Path(sys.argv[1]), "a chapter"):
     os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -170,9 +172,9 @@ def test_a_chapter_the_book_started_stops_when_the_book_is_killed(tmp_path):
     book.kill()  # kill -9 of the book's process, mid-cell of the chapter it started
     book.wait()
     deadline = time.monotonic() + 60
-    while paths.alive(child[0]) and time.monotonic() < deadline:
+    while lockfile.alive(child[0]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not paths.alive(child[0]), "the chapter kept running without its book"
+    assert not lockfile.alive(child[0]), "the chapter kept running without its book"
     assert not execute._staging("02_sleeper", build).exists() and not (build / "figures" / "fig-sleeper.png").exists()
     try:  # its kernel stopped with it: nothing of the book's process group is left
         while time.monotonic() < deadline:

@@ -14,8 +14,10 @@ import torch
 from scipy import integrate
 
 from mdlib import matched_lr
-from mdlib.experiments import allocation, estimates, sentiment, store
+from mdlib.experiments import allocation, estimates, sentiment
 from mdlib.experiments.train import Optimizer
+from mdlib.runs import store
+from mdlib.runs.identity import RunId
 from test_step_grid import fake_correct
 
 
@@ -134,19 +136,19 @@ def fake_runs(calls: list, accuracy=lambda config: 0.7):
     """A stand-in for ``sentiment.train_runs`` that stores a two-epoch history per config and records
     each pool's configs that were not stored yet (what a pool trains)."""
     def run(configs, workers=1, progress=True, skip=()):
-        fresh = [c for c in configs if store.load(sentiment.KIND, c) is None]
+        fresh = [c for c in configs if store.load(RunId.of(sentiment.KIND, c)) is None]
         if fresh:
             calls.append(fresh)
         out = []
         for c in configs:
-            if (found := store.load(sentiment.KIND, c)) is not None:
+            if (found := store.load(RunId.of(sentiment.KIND, c))) is not None:
                 out.append(found)
                 continue
             history = pd.DataFrame({"epoch": [1, 2], "train_accuracy": [0.5, 0.999], "test_accuracy": [0.5, accuracy(c)],
                                     "seconds": [1.0, 1.0]})
-            store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": 0.7, "validation_n": 1000,
+            store.save(RunId.of(sentiment.KIND, c), {"history": history, "validation_accuracy": 0.7, "validation_n": 1000,
                                            "state.x": np.zeros(1)})
-            out.append(store.load(sentiment.KIND, c))
+            out.append(store.load(RunId.of(sentiment.KIND, c)))
         return out
     return run
 

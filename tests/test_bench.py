@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from mdlib.book import bench
+from mdlib.runs.identity import RunId
 
 
 def test_median_interval_brackets_the_median_and_covers_it():
@@ -225,13 +226,13 @@ def test_store_bench_times_every_current_kinds_reads_and_their_content_check(tmp
     import pandas as pd
 
     from mdlib.book import cli
-    from mdlib.experiments import store
+    from mdlib.runs import store
 
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path / "build"))
     assert cli.main(["bench", "store"]) == 1
     assert "no stored runs from today's code" in capsys.readouterr().err
     for a in (1, 2):
-        store.load_or_run("c", {"a": a}, lambda: {"t": pd.DataFrame({"x": np.arange(1000.0)}), "y": np.arange(1e5)})
+        store.load_or_run(RunId.of("c", {"a": a}), lambda: {"t": pd.DataFrame({"x": np.arange(1000.0)}), "y": np.arange(1e5)})
     report = bench.store_reads(SimpleNamespace(repeats=3))
     row = report["kinds"]["c"]
     assert report["benchmark"] == "store" and set(report["kinds"]) == {"c"} and row["entries"] == 2

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from mdlib.book import book, chapters, execute, pages, profiles, scorecard
-from mdlib.experiments import sentiment, store
+from mdlib.experiments import sentiment
+from mdlib.runs import store
 
 ROOT = Path(__file__).resolve().parents[1]
 

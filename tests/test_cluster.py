@@ -16,7 +16,9 @@ import pandas as pd
 import pytest
 import torch
 
-from mdlib.experiments import executors, lockfile, paths, pool, store
+from mdlib.experiments import paths
+from mdlib.runs import identity, lockfile, pool, store
+from mdlib.runs.identity import RunId
 from test_runs import BlobsRun, blobs_run, build_blobs, build_either
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +28,8 @@ TESTS = Path(__file__).resolve().parent
 #: test counts the computations), sleeps argv[2] seconds, and the process prints the result as JSON.
 ASK = textwrap.dedent("""
     import json, os, sys, time
-    from mdlib.experiments import store
+    from mdlib.runs import store
+    from mdlib.runs.identity import RunId
 
     def compute():
         with open(sys.argv[1], "a") as handle:
@@ -34,7 +37,7 @@ ASK = textwrap.dedent("""
         time.sleep(float(sys.argv[2]))
         return {"pid": os.getpid(), "value": 42}
 
-    result = store.load_or_run("race", {"a": 1}, compute)
+    result = store.load_or_run(RunId.of("race", {"a": 1}), compute)
     print(json.dumps(dict(result)))
 """)
 
@@ -60,7 +63,7 @@ def _answer(process: subprocess.Popen) -> tuple[dict, str]:
 
 
 def _lock() -> Path:
-    return paths.runs_dir() / ".locks" / "race" / f"{store.config_key('race', {'a': 1})}.lock"
+    return paths.runs_dir() / ".locks" / "race" / f"{identity.config_key('race', {'a': 1})}.lock"
 
 
 def test_cluster_lock_two_racing_processes_compute_a_run_once(tmp_path):
@@ -86,7 +89,7 @@ def test_cluster_lock_of_a_killed_holder_is_taken_over_at_once(tmp_path):
     result, _ = _answer(_ask(count, 0.0))  # the lock timeout is 10 minutes: the dead pid decides
     assert time.monotonic() - start < 30
     assert result["pid"] != holder.pid and len(count.read_text().split()) == 2
-    assert store.load("race", {"a": 1})["value"] == 42 and not _lock().exists()
+    assert store.load(RunId.of("race", {"a": 1}))["value"] == 42 and not _lock().exists()
 
 
 def _foreign_lock(age: float, host: str = "another-host", pid: int = 1, pids: str = "") -> None:
@@ -128,10 +131,10 @@ def test_cluster_lock_of_another_host_is_waited_for_until_its_heartbeat_is_old(m
     else:  # a container sharing this host's name: its pid means nothing here
         dead = subprocess.Popen([sys.executable, "-c", ""])
         dead.wait()
-        _foreign_lock(age=0, host=paths.host(), pid=dead.pid, pids="pid:[1]")
-        holder = f"{paths.host()}:{dead.pid}"
+        _foreign_lock(age=0, host=lockfile.host(), pid=dead.pid, pids="pid:[1]")
+        holder = f"{lockfile.host()}:{dead.pid}"
     start = time.monotonic()
-    result = store.load_or_run("race", {"a": 1}, lambda: {"value": 1})
+    result = store.load_or_run(RunId.of("race", {"a": 1}), lambda: {"value": 1})
     assert time.monotonic() - start >= 1.0 and result["value"] == 1
     assert f"{holder} (since 2026-01-01T00:00:00+00:00); waiting" in capsys.readouterr().err
 
@@ -153,7 +156,7 @@ def test_cluster_lock_without_a_readable_record_is_taken_over_within_seconds(mon
     """A writer killed between creating its lock and writing it (or an emptied lock): not 10 minutes."""
     _lock().parent.mkdir(parents=True)
     _lock().write_text(text)
-    result, seconds = _within(30, lambda: store.load_or_run("race", {"a": 1}, lambda: {"value": 1}))
+    result, seconds = _within(30, lambda: store.load_or_run(RunId.of("race", {"a": 1}), lambda: {"value": 1}))
     assert result["value"] == 1 and seconds < 3 * lockfile.UNREADABLE_LOCK_SECONDS and not _lock().exists()
     assert f"the lock {_lock()} holds no readable record; waiting at most 5 s" in capsys.readouterr().err
 
@@ -162,7 +165,7 @@ def test_cluster_lock_with_a_heartbeat_in_the_future_is_taken_over_after_the_tim
     """A lock of another host whose clock runs a day ahead: its age counts from when it was seen."""
     monkeypatch.setenv(lockfile.LOCK_TIMEOUT_ENV, "0.02")  # 1.2 s
     _foreign_lock(age=-86400)
-    result, seconds = _within(30, lambda: store.load_or_run("race", {"a": 1}, lambda: {"value": 1}))
+    result, seconds = _within(30, lambda: store.load_or_run(RunId.of("race", {"a": 1}), lambda: {"value": 1}))
     assert result["value"] == 1 and 1.0 <= seconds < 10
     assert ("another-host:1 (since 2026-01-01T00:00:00+00:00); waiting for it, and taking it over if its "
             "heartbeat stops for 0.02 minutes") in capsys.readouterr().err
@@ -172,7 +175,7 @@ def test_cluster_lock_with_a_heartbeat_in_the_future_is_taken_over_after_the_tim
 def test_cluster_lock_timeout_must_be_positive_minutes(monkeypatch, text):
     monkeypatch.setenv(lockfile.LOCK_TIMEOUT_ENV, text)
     with pytest.raises(ValueError, match="MDLIB_LOCK_TIMEOUT.*minutes"):
-        store.load_or_run("race", {"a": 1}, lambda: {"value": 1})
+        store.load_or_run(RunId.of("race", {"a": 1}), lambda: {"value": 1})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,7 +201,7 @@ SHARE = textwrap.dedent("""
     import json, sys
     from test_cluster import build_slowly
     from test_runs import BlobsRun
-    from mdlib.experiments import pool
+    from mdlib.runs import pool
 
     configs = [BlobsRun.from_dict(c) for c in json.loads(sys.argv[1])]
     results = pool.run_many("cluster", configs, build_slowly, progress=False)
@@ -229,7 +232,7 @@ def test_cluster_run_many_trains_first_the_runs_no_other_process_trains(tmp_path
     held = threading.Event()
 
     def hold_the_first():  # as another process would: until the second run is trained here
-        with store._run_lock(store.RunId.of("cluster", first)):
+        with store._run_lock(identity.RunId.of("cluster", first)):
             held.set()
             deadline = time.monotonic() + 60
             while not count.exists() and time.monotonic() < deadline:
@@ -238,11 +241,11 @@ def test_cluster_run_many_trains_first_the_runs_no_other_process_trains(tmp_path
     holder = threading.Thread(target=hold_the_first)
     holder.start()
     held.wait(10)
-    assert store.busy("cluster", first) and not store.busy("cluster", second)
+    assert store.busy(RunId.of("cluster", first)) and not store.busy(RunId.of("cluster", second))
     results = pool.run_many("cluster", [first, second], build_counted, progress=False)
     holder.join()
     assert count.read_text().split() == ["1", "0"] and [r.key for r in results] == [
-        store.config_key("cluster", c) for c in (first, second)]
+        identity.config_key("cluster", c) for c in (first, second)]
 
 
 #: A launcher: run_many of argv[2]'s configs through the Dask scheduler at argv[1], given as the
@@ -251,11 +254,11 @@ LAUNCH = textwrap.dedent("""
     import json, os, sys
     from test_cluster import build_counted
     from test_runs import BlobsRun
-    from mdlib.experiments import executors, pool
+    from mdlib.runs import pool
 
     address, configs, how = sys.argv[1], [BlobsRun.from_dict(c) for c in json.loads(sys.argv[2])], sys.argv[3]
     if how == "environment":
-        os.environ[executors.EXECUTOR_ENV] = f"dask:{address}"
+        os.environ[pool.EXECUTOR_ENV] = f"dask:{address}"
         results = pool.run_many("cluster", configs, build_counted, progress=False)
     else:
         from distributed import Client
@@ -300,9 +303,9 @@ def test_cluster_two_launchers_on_one_dask_cluster_train_each_run_once(tmp_path,
 def test_cluster_dask_local_spec_trains_as_the_process_does(tmp_path, build_dir, monkeypatch):
     pytest.importorskip("distributed")
     configs = [blobs_run(4, epochs=2, count=str(tmp_path / "count"))]
-    monkeypatch.setenv(executors.EXECUTOR_ENV, "dask-local:1")
+    monkeypatch.setenv(pool.EXECUTOR_ENV, "dask-local:1")
     remote = pool.run_many("cluster", configs, build_counted, progress=False)
-    monkeypatch.setenv(executors.EXECUTOR_ENV, "processes")
+    monkeypatch.setenv(pool.EXECUTOR_ENV, "processes")
     monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path / "in-process"))
     here = pool.run_many("cluster", configs, build_counted, progress=False)
     assert remote[0].key == here[0].key and remote[0].path.parent.parent.parent == build_dir
@@ -330,17 +333,17 @@ def test_cluster_any_executor_takes_the_runs_and_their_skipped_errors(tmp_path):
 @pytest.mark.parametrize("spec", ["dask-local:0", "dask-local", "dask:", "slurm", "processes:2", ""])
 def test_cluster_executor_spec_must_be_one_of_the_three(spec):
     with pytest.raises(ValueError, match="processes, dask-local:N or dask:ADDRESS"):
-        executors.parse_executor(spec)
+        pool.parse_executor(spec)
 
 
 def test_cluster_executor_specs_parse():
-    assert executors.parse_executor("processes") == ("processes", None)
-    assert executors.parse_executor("dask-local:4") == ("dask-local", 4)
-    assert executors.parse_executor(" dask:tcp://node7:8786") == ("dask", "tcp://node7:8786")
+    assert pool.parse_executor("processes") == ("processes", None)
+    assert pool.parse_executor("dask-local:4") == ("dask-local", 4)
+    assert pool.parse_executor(" dask:tcp://node7:8786") == ("dask", "tcp://node7:8786")
 
 
 def test_cluster_a_bad_executor_in_the_environment_stops_run_many(monkeypatch):
-    monkeypatch.setenv(executors.EXECUTOR_ENV, "dask-local:none")
+    monkeypatch.setenv(pool.EXECUTOR_ENV, "dask-local:none")
     config = blobs_run(0, count="unused")
     with pytest.raises(ValueError, match="unknown executor 'dask-local:none'"):
         pool.run_many("cluster", [config], build_counted, progress=False)
@@ -349,7 +352,7 @@ def test_cluster_a_bad_executor_in_the_environment_stops_run_many(monkeypatch):
 def test_cluster_a_worker_with_another_results_store_says_so(tmp_path):
     config = blobs_run(0, count=str(tmp_path / "count"))
     with pytest.raises(RuntimeError, match=f"start the workers with MDLIB_BUILD_DIR={tmp_path / 'elsewhere'}"):
-        pool._train_job(str(tmp_path / "elsewhere"), store.RunId.of("cluster", config), config, build_counted, None,
+        pool._train_job(str(tmp_path / "elsewhere"), identity.RunId.of("cluster", config), config, build_counted, None,
                         "cpu")
 
 
@@ -404,11 +407,11 @@ def chapter(tmp_path, monkeypatch):
         shutil.copytree(fixtures / name, tmp_path / name)
     monkeypatch.setattr(layout, "notebooks_dir", lambda: tmp_path / "notebooks")
     monkeypatch.setattr(layout, "params_dir", lambda: tmp_path / "params")
-    monkeypatch.delenv(executors.EXECUTOR_ENV, raising=False)
+    monkeypatch.delenv(pool.EXECUTOR_ENV, raising=False)
     seen = []
 
     def execute_notebook(nb, output, **kwargs):
-        seen.append(os.environ.get(executors.EXECUTOR_ENV))
+        seen.append(os.environ.get(pool.EXECUTOR_ENV))
         nbformat.write(nb, output)
 
     monkeypatch.setattr("papermill.execute_notebook", execute_notebook)
@@ -432,7 +435,7 @@ def test_cluster_executor_reaches_the_kernel_from_the_profile_or_the_command(cha
     assert "executor" not in profiles.load_profile("smoke")
     argv = ["run", "01_fixture", "--profile", "smoke"] + (["--executor", given] if given else [])
     assert cli.main(argv) == 0
-    assert seen == [expected] and executors.EXECUTOR_ENV not in os.environ
+    assert seen == [expected] and pool.EXECUTOR_ENV not in os.environ
 
 
 def test_cluster_a_bad_executor_is_refused_before_anything_runs(chapter, capsys):
@@ -453,7 +456,7 @@ def test_cluster_a_bad_executor_is_refused_before_anything_runs(chapter, capsys)
 def test_cluster_a_result_of_locked_runs_is_computed_without_its_own_lock():
     import threading
 
-    run, held, done = store.RunId.of("race", {"a": 1}), threading.Event(), threading.Event()
+    run, held, done = identity.RunId.of("race", {"a": 1}), threading.Event(), threading.Event()
 
     def hold():
         with store._run_lock(run):
@@ -464,7 +467,7 @@ def test_cluster_a_result_of_locked_runs_is_computed_without_its_own_lock():
     holder.start()
     held.wait(10)
     try:
-        assert store.load_or_run("race", {"a": 1}, lambda: {"value": 7}, lock=False)["value"] == 7
+        assert store.load_or_run(RunId.of("race", {"a": 1}), lambda: {"value": 7}, lock=False)["value"] == 7
     finally:
         done.set()
         holder.join()

@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mdlib.experiments import methods, paths, sentiment, store, synthetic, vision
+from mdlib.experiments import methods, paths, sentiment, synthetic, vision
+from mdlib.runs import identity, store
+from mdlib.runs.identity import RunId
 from test_step_grid import fake_correct  # tests/test_step_grid.py
 
 
@@ -25,7 +27,7 @@ def stored_configs(kind: str) -> list[dict]:
 
 
 def plain(config) -> dict:
-    return json.loads(store.canonical_json(config))
+    return json.loads(identity.canonical_json(config))
 
 
 SYNTHETIC = [
@@ -64,8 +66,8 @@ def recording_runs(kind, given):
         given.extend(configs)
         out = []
         for c in configs:
-            store.save(kind, c, fake_history(c, 0.5 + c.optimizer.lr))
-            out.append(store.load(kind, c))
+            store.save(RunId.of(kind, c), fake_history(c, 0.5 + c.optimizer.lr))
+            out.append(store.load(RunId.of(kind, c)))
         return out
     return train_runs
 
@@ -78,8 +80,8 @@ def test_the_table_1_grid_stores_exactly_its_argument_and_runs_what_it_names(mon
                   layers=[3], methods=["1.1", "2"], seeds=2, multiples={"1.1": [1, 3], "2": [3]})
     grid = sentiment.grid(config)
     assert stored_configs(sentiment.GRID_KIND) == [plain(config)]
-    assert sorted(map(store.canonical_json, stored_configs(sentiment.KIND))) == sorted(
-        {store.canonical_json(c) for c in given})
+    assert sorted(map(identity.canonical_json, stored_configs(sentiment.KIND))) == sorted(
+        {identity.canonical_json(c) for c in given})
     for run in grid.configs.values():  # every run is the grid's settings at one cell, step and seed
         assert (run.dataset, run.max_length, run.train_size) == (config["dataset"], config["max_length"],
                                                                  config["train_size"])
@@ -107,6 +109,6 @@ def test_the_vision_grid_stores_exactly_its_argument(monkeypatch):
     with pytest.raises(ValueError, match=r"needs a non-empty list of candidates for each of the methods"):
         vision.grid(dict(config, step_sizes={"adam": [1e-3]}))
     typed = vision.VisionGrid.of(config)  # the typed config is the same grid, read back
-    assert store.load(vision.GRID_KIND, typed) is not None and vision.grid(typed).chosen == grid.chosen
+    assert store.load(RunId.of(vision.GRID_KIND, typed)) is not None and vision.grid(typed).chosen == grid.chosen
     assert stored_configs(vision.GRID_KIND) == [plain(config)]
 

@@ -19,9 +19,10 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from mdlib import _lp_compiled, _lp_steps, mirror
-from mdlib.experiments import methods, pool, sentiment_run, store
+from mdlib.experiments import methods, sentiment_run
 from mdlib.models import EncoderClassifier
 from mdlib.optim import LpMirrorDescent
+from mdlib.runs import identity, pool, store
 from test_optim_conventions import edit_clamp, edit_no_grad, edit_vector
 from test_runs import blobs_run, build_blobs
 from test_train import Crashing, blobs, fit, mlp, same_history
@@ -393,7 +394,7 @@ def test_run_many_trains_one_run_per_gpu_and_reads_them_back():
         assert result["device"] == DEVICE
         assert result["history"]["epoch"].tolist() == [1, 2]
         assert result["history"].drop(columns="lr").notna().all().all()
-        assert store.load(store.RunId.of("cuda-blobs", config)) is not None
+        assert store.load(identity.RunId.of("cuda-blobs", config)) is not None
     again = pool.run_many("cuda-blobs", configs, build_blobs, extras=device_of, workers=gpus, progress=False)
     for a, b in zip(results, again):
         assert b.cached and b.key == a.key

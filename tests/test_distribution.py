@@ -16,21 +16,24 @@ import tomllib
 import pytest
 
 from mdlib.book import cli
-from mdlib.experiments import fingerprint, paths
+from mdlib.experiments import paths
+from mdlib.runs import identity
 
 PACKAGE = paths.PACKAGE_DIR
 CORE = {"torch", "numpy", "scipy"}
 #: The tiers, lowest first: the library (mdlib/*.py: pip install attention-mirror-descent), the
-#: experiments (mdlib/experiments/) and the book (mdlib/book/). ``python -m mdlib`` (mdlib/__main__.py)
-#: is the book's command line.
+#: experiments (mdlib/experiments/ and mdlib/runs/, how their runs are filed and scheduled) and the book
+#: (mdlib/book/). ``python -m mdlib`` (mdlib/__main__.py) is the book's command line.
 TIERS = ("library", "experiments", "book")
 
 
 def tier_of(module: str) -> str:
-    """The tier of the mdlib module ``module`` ("mdlib.experiments.store" -> "experiments")."""
+    """The tier of the mdlib module ``module`` ("mdlib.runs.store" -> "experiments")."""
     parts = module.split(".")
-    if parts[1:2] in (["experiments"], ["book"]):
-        return parts[1]
+    if parts[1:2] in (["experiments"], ["runs"]):
+        return "experiments"
+    if parts[1:2] == ["book"]:
+        return "book"
     return "book" if module == "mdlib.__main__" else "library"
 
 
@@ -182,9 +185,9 @@ def test_the_svm_works_without_numba(tmp_path):
 
 
 def test_each_tier_imports_only_itself_and_the_tiers_below():
-    """Read from the sources, imports inside functions included (``fingerprint.imports``)."""
+    """Read from the sources, imports inside functions included (``identity.imports``)."""
     wrong = [f"{module} ({tier_of(module)}) imports {other} ({tier_of(other)})"
-             for module in modules() for other in sorted(fingerprint.imports(module))
+             for module in modules() for other in sorted(identity.imports(module))
              if TIERS.index(tier_of(other)) > TIERS.index(tier_of(module))]
     assert not wrong, "\n".join(wrong)
 
@@ -193,9 +196,10 @@ def test_each_tier_imports_only_itself_and_the_tiers_below():
 NO_TORCH = textwrap.dedent("""
     import sys, pathlib
     sys.modules["torch"] = None
-    from mdlib.experiments import store
+    from mdlib.runs import store
+    from mdlib.runs.identity import RunId
     from mdlib.book import scorecard, verdicts
-    assert store.load("e1-fixed-decoder", {"seeds": 1}) is None and store.entries() == []
+    assert store.load(RunId.of("e1-fixed-decoder", {"seeds": 1})) is None and store.entries() == []
     rows = scorecard.rows(pathlib.Path(sys.argv[1]))
     assert rows and all(row.verdict.outcome == verdicts.NOT_MEASURED for row in rows), rows
     print("torch" in {name for name, module in sys.modules.items() if module is not None})

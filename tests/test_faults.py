@@ -20,8 +20,11 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from mdlib.book import execute
-from mdlib.experiments import paths, runfiles, store, train
+from mdlib.experiments import paths, train
 from mdlib.optim import LpMirrorDescent
+from mdlib.runs import files, lockfile, store
+from mdlib.runs.files import atomic_write
+from mdlib.runs.identity import RunId
 
 
 @pytest.fixture(autouse=True)
@@ -109,23 +112,24 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_pa
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        paths.atomic_write(target, half_then_fail)
+        atomic_write(target, half_then_fail)
     assert target.read_text() == "old" and sorted(tmp_path.iterdir()) == [target]
-    assert paths.atomic_write(target, lambda tmp: tmp.write_text("new")) == target
+    assert atomic_write(target, lambda tmp: tmp.write_text("new")) == target
     assert target.read_text() == "new" and sorted(tmp_path.iterdir()) == [target]
 
 
 KILLED_WRITE = textwrap.dedent("""
     import sys, time
-    from mdlib.experiments import runfiles, store
+    from mdlib.runs import files, store
+    from mdlib.runs.identity import RunId
 
     def stuck(folder, *args):  # a write that is killed half way
         (folder / "config.json").write_text("{}")
         print("writing", flush=True)
         time.sleep(600)
 
-    runfiles.write_entry = stuck
-    store.save("killed", {"a": 1}, {"x": 1})
+    files.write_entry = stuck
+    store.save(RunId.of("killed", {"a": 1}), {"x": 1})
 """)
 
 
@@ -135,12 +139,12 @@ def test_the_temporary_file_of_a_killed_writer_is_removed_by_the_next_write(tmp_
     dead = subprocess.Popen([sys.executable, "-c", ""])
     dead.wait()
     target = tmp_path / "03_joint_training.ipynb"
-    left = tmp_path / f".03_joint_training.{dead.pid}@{paths.host()}.executing.ipynb"
-    live = tmp_path / f".03_joint_training.{os.getppid()}@{paths.host()}.executing.ipynb"  # a write in progress
+    left = tmp_path / f".03_joint_training.{dead.pid}@{lockfile.host()}.executing.ipynb"
+    live = tmp_path / f".03_joint_training.{os.getppid()}@{lockfile.host()}.executing.ipynb"  # a write in progress
     elsewhere = tmp_path / f".03_joint_training.{dead.pid}@another_host.executing.ipynb"  # its pid means nothing here
     for path in (left, live, elsewhere):
         path.write_text("{}")
-    paths.atomic_write(target, lambda tmp: tmp.write_text("done"), tag="executing")
+    atomic_write(target, lambda tmp: tmp.write_text("done"), tag="executing")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, live.name, elsewhere.name])
     assert target.read_text() == "done"
 
@@ -155,14 +159,14 @@ def test_a_killed_store_write_is_cleaned_up_by_the_next_load(build_dir, tmp_path
     (left,) = folder.glob(".tmp-*")
     proc.kill()
     proc.wait()
-    live = folder / f".tmp-{'0' * 16}-{os.getpid()}@{paths.host()}-x"  # a write in progress (this process)
+    live = folder / f".tmp-{'0' * 16}-{os.getpid()}@{lockfile.host()}-x"  # a write in progress (this process)
     live.mkdir()
     old = folder / ".tmp-0123456789abcdef-x"  # no writer named: removed by age
     old.mkdir()
-    os.utime(old, (time.time() - runfiles.STALE_SECONDS - 60,) * 2)
-    assert store.load("killed", {"a": 1}) is None
+    os.utime(old, (time.time() - files.STALE_SECONDS - 60,) * 2)
+    assert store.load(RunId.of("killed", {"a": 1})) is None
     assert not left.exists() and not old.exists() and live.exists()
-    assert store.load_or_run("killed", {"a": 1}, lambda: {"x": 1})["x"] == 1
+    assert store.load_or_run(RunId.of("killed", {"a": 1}), lambda: {"x": 1})["x"] == 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,10 +179,11 @@ SLOW_BUILD = textwrap.dedent("""
     import torch
     from torch import nn
     from torch.utils.data import Dataset
-    from mdlib.experiments import pool, store, train
+    from mdlib.experiments import train
+    from mdlib.runs import identity, pool, store
 
     @dataclass(frozen=True)
-    class Run(store.Config):
+    class Run(identity.Config):
         fit: train.FitOptions
 
     class Slow(Dataset):
@@ -199,7 +204,8 @@ PARENT = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
     from slowbuild import Run, build
-    from mdlib.experiments import pool, train
+    from mdlib.experiments import train
+    from mdlib.runs import pool
 
     if __name__ == "__main__":
         configs = [Run(train.FitOptions(epochs=50, batch_size=8, seed=seed)) for seed in range(3)]
@@ -293,11 +299,11 @@ def test_an_entry_the_kernel_recomputed_is_named_on_the_terminal(build_dir, tmp_
 
     import numpy as np
 
-    first = store.load_or_run("c", {"a": 1}, lambda: {"x": np.arange(3.0)})
+    first = store.load_or_run(RunId.of("c", {"a": 1}), lambda: {"x": np.arange(3.0)})
     (first.path / "arrays.npz").write_bytes(b"edited")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert store.load("c", {"a": 1}) is None
+        assert store.load(RunId.of("c", {"a": 1})) is None
     text = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", outputs=[
         nbformat.v4.new_output("stream", name="stderr", text="some other line\n" + text)])])

@@ -17,8 +17,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from mdlib.book import chapters, epochs as known_epochs, plan, profiles, steptimes
-from mdlib.experiments import methods, paper, sentiment, store, vision, workload
+from mdlib.experiments import methods, paper, sentiment, vision, workload
 from mdlib.models import EncoderClassifier, VisionTransformer
+from mdlib.runs import identity
 from test_step_grid import FakeRuns, SENTIMENT, fake_correct, multiple_of, key_of, sentiment_config  # tests/test_step_grid.py
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def test_the_counted_runs_are_the_runs_the_grid_trains(monkeypatch, tmp_path):
     config = sentiment.SentimentGrid.of(sentiment_config())
     counted = workload.grid_runs([config.design()])
     sentiment.grid(config)
-    trained = {store.config_key(sentiment.KIND, c) for c in fake.trained}
+    trained = {identity.config_key(sentiment.KIND, c) for c in fake.trained}
     assert len(fake.trained) == len(trained) == len(counted) == 2 * (3 + 2) + 2  # candidates at seeds 0, 1; then seed 2
     sweep = {key for key, (_, c) in counted.items() if c.fit.seed < sentiment.SWEEP_SEEDS}  # every candidate
     assert sweep <= trained  # the finals differ only by which candidate the sweep chose
@@ -255,7 +256,7 @@ def _store_run(root: Path, kind: str, config, epochs: int, reached: bool = True)
     """A results store entry as ``epochs.stored_runs`` reads it: the config and the history's epochs."""
     import pandas as pd
 
-    folder = root / "runs" / kind / store.config_key(kind, config)
+    folder = root / "runs" / kind / identity.config_key(kind, config)
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(config.to_dict()))
     accuracy = [0.9] * (epochs - 1) + [0.999 if reached else 0.9]

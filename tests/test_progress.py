@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from mdlib.book import progress
-from mdlib.experiments import lockfile, paths, pool, train
-from mdlib.experiments import progress as status_files
+from mdlib.experiments import paths, train
+from mdlib.runs import lockfile, pool, progress as status_files
 from test_runs import blobs_run, build_blobs
 
 
@@ -142,7 +142,7 @@ def test_run_many_writes_its_status_for_the_command_that_watches(build_dir, tmp_
 def _hold(path: Path) -> None:
     """A lock file as a live holder (this process) writes it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"host": paths.host(), "pid": os.getpid(), "pids": lockfile._pid_namespace(),
+    path.write_text(json.dumps({"host": lockfile.host(), "pid": os.getpid(), "pids": lockfile._pid_namespace(),
                                 "token": "t", "started": "2026-12-06T12:00:00+00:00"}))
 
 
@@ -161,7 +161,7 @@ def crafted(tmp_path: Path) -> Path:
     runs = [_row(tmp_path, "a", "md p=1.1 seed 0", "g1", "done", epochs=10, seconds=20.0),
             _row(tmp_path, "b", "md p=1.1 seed 1", "g1", "waiting"),
             _row(tmp_path, "c", "md p=3 seed 0", "g2", "waiting", flops_per_epoch=2e9)]
-    record = {"pid": os.getpid(), "host": paths.host(), "kind": "e4-sentiment", "workers": 2, "started": time.time(),
+    record = {"pid": os.getpid(), "host": lockfile.host(), "kind": "e4-sentiment", "workers": 2, "started": time.time(),
               "updated": time.time(), "finished": False, "runs": runs}
     (folder / f"{os.getpid()}-0.json").write_text(json.dumps(record))
     _hold(tmp_path / "locks" / "b.lock")
@@ -218,9 +218,9 @@ def test_a_chapter_without_runs_gets_the_plans_time_and_stale_folders_go(tmp_pat
     snap = progress.Watch(tmp_path / "none").snapshot("01_fixed_decoder_paths", 30.0, planned_seconds=77.0)
     assert progress.lines(snap) == ["01_fixed_decoder_paths: 0:30 elapsed, ~47 s left (plan)"]
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = tmp_path / "p" / f"{paths.host()}-{dead.stdout.strip()}-abc"
+    stale = tmp_path / "p" / f"{lockfile.host()}-{dead.stdout.strip()}-abc"
     stale.mkdir(parents=True)
-    with progress.watching(tmp_path / "p" / f"{paths.host()}-{os.getpid()}-def") as folder:
+    with progress.watching(tmp_path / "p" / f"{lockfile.host()}-{os.getpid()}-def") as folder:
         assert folder.is_dir() and not stale.exists()
     assert not folder.exists()
 
@@ -306,11 +306,12 @@ import time
 import torch
 from torch.utils.data import Dataset
 
-from mdlib.experiments import pool, store, train
+from mdlib.experiments import train
+from mdlib.runs import identity, pool, store
 
 
 @dataclasses.dataclass(frozen=True)
-class Toy(store.Config):
+class Toy(identity.Config):
     lr: float
     fit: train.FitOptions
 

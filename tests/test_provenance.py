@@ -22,7 +22,9 @@ import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from mdlib.book import artifacts, chapters, cli, layout, profiles, provenance
-from mdlib.experiments import paper, paths, store  # noqa: E402
+from mdlib.experiments import paper, paths
+from mdlib.runs import identity, store# noqa: E402
+from mdlib.runs.identity import RunId
 
 sys.path.insert(0, str(layout.book_dir() / "_ext"))
 import mdlib_artifacts  # noqa: E402
@@ -77,7 +79,7 @@ def _check_common(record, label, kind):
 
 
 def test_figure_record_has_every_field(build_dir, kernel_env):
-    store.save("e1-paths", {"seed": 1}, {"x": np.arange(3)})
+    store.save(RunId.of("e1-paths", {"seed": 1}), {"x": np.arange(3)})
     data = pd.DataFrame({"train_p": 2.0, "svm_p": 2.0, "step": [0, 1], "mean": [1.0, 0.5], "std": 0.1,
                          "q10": [0.9, 0.4], "q90": [1.1, 0.6]})
     artifacts.save_figure(_figure(), "fig-e1-paths", data=data)
@@ -86,7 +88,7 @@ def test_figure_record_has_every_field(build_dir, kernel_env):
     assert json.loads((build_dir / "results" / "fig-e1-paths.json").read_text()) == record
     _check_common(record, "fig-e1-paths", "figure")
     assert record["reproduces"] == "Figure 4" and record["new"] is False
-    assert record["runs"] == [f"e1-paths/{store.config_key('e1-paths', {'seed': 1})}"]
+    assert record["runs"] == [f"e1-paths/{identity.config_key('e1-paths', {'seed': 1})}"]
     assert record["files"] == ["figures/fig-e1-paths.png", "figures/fig-e1-paths.pdf", "results/fig-e1-paths.csv"]
     # the command runs the same notebook again, and its -p values parse back to the overrides
     args = cli.build_parser().parse_args(shlex.split(record["command"])[3:])
@@ -239,16 +241,16 @@ def test_git_state_clean_dirty_and_not_a_repository(tmp_path):
 
 
 def test_runs_registry_records_exactly_what_was_loaded_or_stored(build_dir, monkeypatch):
-    key = lambda kind, config: f"{kind}/{store.config_key(kind, config)}"  # noqa: E731
-    assert store.load("a", {"n": 1}) is None  # a miss records nothing
+    key = lambda kind, config: f"{kind}/{identity.config_key(kind, config)}"  # noqa: E731
+    assert store.load(RunId.of("a", {"n": 1})) is None  # a miss records nothing
     assert store.used_runs() == []
-    store.save("a", {"n": 1}, {"x": 1})
-    store.load_or_run("b", {"n": 2}, lambda: {"y": np.ones(2)})  # computed and stored
-    store.load_or_run("b", {"n": 2}, lambda: pytest.fail("recomputed"))  # a hit, recorded once
+    store.save(RunId.of("a", {"n": 1}), {"x": 1})
+    store.load_or_run(RunId.of("b", {"n": 2}), lambda: {"y": np.ones(2)})  # computed and stored
+    store.load_or_run(RunId.of("b", {"n": 2}), lambda: pytest.fail("recomputed"))  # a hit, recorded once
     assert store.used_runs() == [key("a", {"n": 1}), key("b", {"n": 2})]  # stored or computed: recorded
     monkeypatch.setattr(store, "_used", {})  # a fresh registry: what follows records hits alone
-    assert store.load("b", {"n": 2}) is not None
-    store.load_or_run("a", {"n": 1}, lambda: pytest.fail("recomputed"))
+    assert store.load(RunId.of("b", {"n": 2})) is not None
+    store.load_or_run(RunId.of("a", {"n": 1}), lambda: pytest.fail("recomputed"))
     assert store.used_runs() == [key("b", {"n": 2}), key("a", {"n": 1})]
 
 

@@ -16,8 +16,10 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from mdlib.experiments import methods, paths, pool, runfiles, runkey, store, train
+from mdlib.experiments import methods, paths, train
 from mdlib.optim import LpMirrorDescent
+from mdlib.runs import files, identity, pool, store
+from mdlib.runs.identity import RunId
 from test_train import Crashing, blobs, mlp, same_history
 
 
@@ -47,7 +49,7 @@ def _result():
 
 
 def test_roundtrip(build_dir):
-    out = store.load_or_run("e1-test", CONFIG, _result)
+    out = store.load_or_run(RunId.of("e1-test", CONFIG), _result)
     assert out.cached is False
     expected = _result()
     np.testing.assert_array_equal(out["divergence"], expected["divergence"])
@@ -58,7 +60,7 @@ def test_roundtrip(build_dir):
     assert out["n_steps"] == 1500 and out["score"] == 0.25 and out["note"] == "converged"
     assert out["flags"] == [True, False] and np.isnan(out["diverged_at"])
     assert out.path.parent == build_dir / "runs" / "e1-test"
-    assert out.path.name == store.config_key("e1-test", CONFIG)
+    assert out.path.name == identity.config_key("e1-test", CONFIG)
     names = sorted(p.name for p in out.path.iterdir())
     assert names == ["arrays.npz", "config.json", "meta.json", "series.parquet", "table.parquet"]
     assert json.loads((out.path / "config.json").read_text())["nested"] == {"a": [1, 2], "b": 1}
@@ -73,40 +75,40 @@ def test_cache_hit_does_not_recompute():
         calls.append(1)
         return {"x": np.arange(3.0)}
 
-    first = store.load_or_run("hit", {"a": 1}, compute)
-    second = store.load_or_run("hit", {"a": 1}, compute)
+    first = store.load_or_run(RunId.of("hit", {"a": 1}), compute)
+    second = store.load_or_run(RunId.of("hit", {"a": 1}), compute)
     assert len(calls) == 1
     assert first.cached is False and second.cached is True
     np.testing.assert_array_equal(first["x"], second["x"])
-    store.load_or_run("hit", {"a": 1}, compute, force=True)
+    store.load_or_run(RunId.of("hit", {"a": 1}), compute, force=True)
     assert len(calls) == 2
 
 
 def test_keys():
     base = {"lr": 0.1, "ps": [1.75, 2, 3], "seed": 0}
-    key = store.config_key("e1", base)
+    key = identity.config_key("e1", base)
     assert len(key) == 64
     # key order and tuple/list or numpy/Python spelling do not matter
-    assert store.config_key("e1", {"seed": np.int64(0), "ps": (1.75, 2, 3), "lr": 0.1}) == key
+    assert identity.config_key("e1", {"seed": np.int64(0), "ps": (1.75, 2, 3), "lr": 0.1}) == key
     # any change of the config or of the kind does
-    assert store.config_key("e1", {**base, "lr": 0.2}) != key
-    assert store.config_key("e1", {**base, "seed": 1}) != key
-    assert store.config_key("e2", base) != key
+    assert identity.config_key("e1", {**base, "lr": 0.2}) != key
+    assert identity.config_key("e1", {**base, "seed": 1}) != key
+    assert identity.config_key("e2", base) != key
     with pytest.raises(ValueError, match="not allowed"):
-        store.config_key("e1", {"lr": float("nan")})
+        identity.config_key("e1", {"lr": float("nan")})
     with pytest.raises(TypeError, match="JSON"):
-        store.config_key("e1", {"f": object()})
+        identity.config_key("e1", {"f": object()})
     with pytest.raises(ValueError, match="invalid run kind"):
-        store.config_key("../evil", base)
+        identity.config_key("../evil", base)
 
 
 def test_different_config_different_entry():
-    a = store.load_or_run("k", {"seed": 0}, lambda: {"v": np.zeros(2)})
-    b = store.load_or_run("k", {"seed": 1}, lambda: {"v": np.ones(2)})
+    a = store.load_or_run(RunId.of("k", {"seed": 0}), lambda: {"v": np.zeros(2)})
+    b = store.load_or_run(RunId.of("k", {"seed": 1}), lambda: {"v": np.ones(2)})
     assert a.path != b.path
-    assert store.load("k", {"seed": 0})["v"].sum() == 0
-    assert store.load("k", {"seed": 1})["v"].sum() == 2
-    assert store.load("k", {"seed": 2}) is None
+    assert store.load(RunId.of("k", {"seed": 0}))["v"].sum() == 0
+    assert store.load(RunId.of("k", {"seed": 1}))["v"].sum() == 2
+    assert store.load(RunId.of("k", {"seed": 2})) is None
 
 
 def test_compute_failure_leaves_no_entry(build_dir):
@@ -114,13 +116,13 @@ def test_compute_failure_leaves_no_entry(build_dir):
         raise RuntimeError("diverged")
 
     with pytest.raises(RuntimeError, match="diverged"):
-        store.load_or_run("fail", {"a": 1}, boom)
-    assert store.load("fail", {"a": 1}) is None
+        store.load_or_run(RunId.of("fail", {"a": 1}), boom)
+    assert store.load(RunId.of("fail", {"a": 1})) is None
 
 
 def test_write_failure_leaves_no_entry(build_dir):
     with pytest.raises(TypeError, match="object arrays"):
-        store.load_or_run("bad", {"a": 1}, lambda: {"ok": np.zeros(3), "bad": np.array([{}, None])})
+        store.load_or_run(RunId.of("bad", {"a": 1}), lambda: {"ok": np.zeros(3), "bad": np.array([{}, None])})
     folder = build_dir / "runs" / "bad"
     assert list(folder.iterdir()) == []  # neither the entry nor its temporary folder
 
@@ -129,37 +131,38 @@ def test_crash_mid_write_leaves_no_entry(build_dir):
     """A process killed while writing (os._exit inside np.savez) leaves nothing that reads as an entry."""
     script = textwrap.dedent("""
         import os, numpy as np
-        from mdlib.experiments import pool, store
+        from mdlib.runs import store
+        from mdlib.runs.identity import RunId
         real = np.savez
         def dying(*args, **kwargs):
             real(*args, **kwargs)
             os._exit(3)
         np.savez = dying
-        store.load_or_run("crash", {"a": 1}, lambda: {"x": np.arange(4.0), "s": 1})
+        store.load_or_run(RunId.of("crash", {"a": 1}), lambda: {"x": np.arange(4.0), "s": 1})
     """)
     proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "MDLIB_BUILD_DIR": str(build_dir)})
     assert proc.returncode == 3
-    key = store.config_key("crash", {"a": 1})
+    key = identity.config_key("crash", {"a": 1})
     assert not (build_dir / "runs" / "crash" / key).exists()
-    assert store.load("crash", {"a": 1}) is None
+    assert store.load(RunId.of("crash", {"a": 1})) is None
     calls = []
-    out = store.load_or_run("crash", {"a": 1}, lambda: calls.append(1) or {"x": np.arange(4.0), "s": 1})
+    out = store.load_or_run(RunId.of("crash", {"a": 1}), lambda: calls.append(1) or {"x": np.arange(4.0), "s": 1})
     assert calls == [1] and out["s"] == 1
 
 
 def test_corrupt_entry_is_recomputed(build_dir):
-    first = store.load_or_run("c", {"a": 1}, lambda: {"x": np.arange(3.0), "t": pd.DataFrame({"a": [1]})})
+    first = store.load_or_run(RunId.of("c", {"a": 1}), lambda: {"x": np.arange(3.0), "t": pd.DataFrame({"a": [1]})})
     (first.path / "t.parquet").write_bytes(b"not parquet")
     calls = []
     with pytest.warns(store.StoreWarning, match="unreadable"):
-        again = store.load_or_run("c", {"a": 1}, lambda: calls.append(1) or {"x": np.arange(3.0),
+        again = store.load_or_run(RunId.of("c", {"a": 1}), lambda: calls.append(1) or {"x": np.arange(3.0),
                                                                              "t": pd.DataFrame({"a": [1]})})
     assert calls == [1] and again.cached is False
-    assert store.load("c", {"a": 1})["t"]["a"].tolist() == [1]
+    assert store.load(RunId.of("c", {"a": 1}))["t"]["a"].tolist() == [1]
     # a partial folder (no meta.json), e.g. copied by hand, is also replaced
     (again.path / "meta.json").unlink()
     with pytest.warns(store.StoreWarning):
-        third = store.load_or_run("c", {"a": 1}, lambda: {"x": np.zeros(1)})
+        third = store.load_or_run(RunId.of("c", {"a": 1}), lambda: {"x": np.zeros(1)})
     assert third.cached is False and third["x"].tolist() == [0.0]
     assert sorted(p.name for p in third.path.parent.iterdir()) == [third.path.name]
 
@@ -177,8 +180,8 @@ def test_an_entry_whose_content_changed_is_recomputed_never_served(build_dir, ed
     def compute(value):
         return lambda: {"t": pd.DataFrame({"mean": [value]}), "x": np.arange(3.0), "note": {"mean": value}}
 
-    first = store.load_or_run("c", {"a": 1}, compute(0.168))
-    other = store.load_or_run("c", {"a": 2}, compute(0.5))
+    first = store.load_or_run(RunId.of("c", {"a": 1}), compute(0.168))
+    other = store.load_or_run(RunId.of("c", {"a": 2}), compute(0.5))
     if edit == "a float in a parquet":
         _edit_parquet(first.path / "t.parquet", "mean", 10)
     elif edit == "another run's parquet":
@@ -192,29 +195,29 @@ def test_an_entry_whose_content_changed_is_recomputed_never_served(build_dir, ed
     else:
         (first.path / "arrays.npz").unlink()
     with pytest.warns(store.StoreWarning, match="content is not what was stored"):
-        assert store.load("c", {"a": 1}) is None
+        assert store.load(RunId.of("c", {"a": 1})) is None
     calls = []
-    again = store.load_or_run("c", {"a": 1}, lambda: calls.append(1) or compute(0.168)())
+    again = store.load_or_run(RunId.of("c", {"a": 1}), lambda: calls.append(1) or compute(0.168)())
     assert calls == [1] and again.cached is False
-    assert store.load("c", {"a": 1})["t"]["mean"].tolist() == [0.168] and store.load("c", {"a": 2}).cached
+    assert store.load(RunId.of("c", {"a": 1}))["t"]["mean"].tolist() == [0.168] and store.load(RunId.of("c", {"a": 2})).cached
 
 
 def test_an_entry_of_the_previous_format_is_recomputed(build_dir):
-    first = store.load_or_run("c", {"a": 1}, lambda: {"x": np.arange(3.0)})
+    first = store.load_or_run(RunId.of("c", {"a": 1}), lambda: {"x": np.arange(3.0)})
     meta = json.loads((first.path / "meta.json").read_text())
     del meta["sha256"]
-    (first.path / "meta.json").write_text(json.dumps(meta | {"format": runfiles.FORMAT - 1}))
+    (first.path / "meta.json").write_text(json.dumps(meta | {"format": files.FORMAT - 1}))
     with pytest.warns(store.StoreWarning, match="format or kind mismatch"):
-        assert store.load("c", {"a": 1}) is None
+        assert store.load(RunId.of("c", {"a": 1})) is None
 
 
 def test_bad_results_are_rejected():
     with pytest.raises(TypeError, match="dict"):
-        store.load_or_run("r", {"a": 1}, lambda: [1, 2])
+        store.load_or_run(RunId.of("r", {"a": 1}), lambda: [1, 2])
     with pytest.raises(ValueError, match="invalid result name"):
-        store.load_or_run("r", {"a": 2}, lambda: {"a/b": 1})
+        store.load_or_run(RunId.of("r", {"a": 2}), lambda: {"a/b": 1})
     with pytest.raises(TypeError, match="JSON"):
-        store.load_or_run("r", {"a": 3}, lambda: {"f": object()})
+        store.load_or_run(RunId.of("r", {"a": 3}), lambda: {"f": object()})
 
 
 def test_a_name_points_at_the_run_recorded_last(build_dir):
@@ -230,13 +233,13 @@ def test_a_name_points_at_the_run_recorded_last(build_dir):
 
 
 def test_check_keys_names_what_is_missing_and_unknown():
-    store.check_keys({"a": 1, "b": 2}, ("a", "b"), "a config")
+    identity.check_keys({"a": 1, "b": 2}, ("a", "b"), "a config")
     with pytest.raises(ValueError, match=r"a config has exactly the keys a, b; missing \['b'\], unknown \['c'\]"):
-        store.check_keys({"a": 1, "c": 2}, ("a", "b"), "a config")
+        identity.check_keys({"a": 1, "c": 2}, ("a", "b"), "a config")
 
 
 @dataclasses.dataclass(frozen=True)
-class ToyRun(store.Config):
+class ToyRun(identity.Config):
     OMIT_AT_DEFAULT = ("fit.reduction", "fit.stop_train_accuracy", "fit.eval_every", "fit.pool")
 
     data: dict
@@ -249,10 +252,10 @@ def test_a_typed_config_is_its_dict_to_the_store():
     plain = {"data": {"n": 40}, "model": {"seed": 0}, "fit": {"epochs": 3, "batch_size": 8, "seed": 0,
                                                               "loss": "multiclass"}}
     assert typed.to_dict() == plain
-    assert store.config_key("toy", typed) == store.config_key("toy", plain)
-    store.save("toy", typed, {"x": np.arange(3)})
-    assert store.load("toy", plain) is not None and json.loads(
-        (store.entry_dir("toy", plain) / "config.json").read_text("utf-8")) == plain
+    assert identity.config_key("toy", typed) == identity.config_key("toy", plain)
+    store.save(RunId.of("toy", typed), {"x": np.arange(3)})
+    assert store.load(RunId.of("toy", plain)) is not None and json.loads(
+        (store.entry_dir(RunId.of("toy", plain)) / "config.json").read_text("utf-8")) == plain
     assert ToyRun.from_dict(plain) == typed
     with pytest.raises(ValueError, match=r"the fit settings of a run config has exactly the keys epochs, batch_size, "
                                          r"seed, loss, .*; missing \['loss'\], unknown \['lr'\]"):
@@ -329,7 +332,7 @@ def test_run_resumes_an_interrupted_training(build_dir):
 
 
 @dataclasses.dataclass(frozen=True)
-class BlobsRun(store.Config):
+class BlobsRun(identity.Config):
     """A run of ``build_blobs`` at step size ``lr``; ``diverge``: at one that overflows (``build_either``);
     ``count``: a file ``test_cluster``'s builders append a line to."""
 
@@ -380,15 +383,15 @@ def build_either(config: BlobsRun):
 def ids_made(monkeypatch) -> list[str]:
     """The kinds of the run ids made (``RunId.of`` asks ``code_of`` once per id), in order."""
     made = []
-    real = runkey.code_of
-    monkeypatch.setattr(runkey, "code_of", lambda kind: made.append(kind) or real(kind))
+    real = identity.code_of
+    monkeypatch.setattr(identity, "code_of", lambda kind: made.append(kind) or real(kind))
     return made
 
 
 def test_the_store_makes_a_runs_id_once_for_all_its_visits(ids_made):
     """load_or_run of a missing run finds, locks, finds again, writes and reads back one run id."""
-    assert store.load_or_run("once", {"a": 1}, lambda: {"x": 1})["x"] == 1 and ids_made == ["once"]
-    assert store.load_or_run("once", {"a": 1}, lambda: {"x": 2})["x"] == 1 and ids_made == ["once"] * 2
+    assert store.load_or_run(RunId.of("once", {"a": 1}), lambda: {"x": 1})["x"] == 1 and ids_made == ["once"]
+    assert store.load_or_run(RunId.of("once", {"a": 1}), lambda: {"x": 2})["x"] == 1 and ids_made == ["once"] * 2
 
 
 def test_the_pool_makes_a_runs_id_once_for_all_its_visits(ids_made):
@@ -401,12 +404,40 @@ def test_the_pool_makes_a_runs_id_once_for_all_its_visits(ids_made):
     assert pool.run("once", configs[0], build_blobs, progress=False).cached and ids_made == ["once"]
 
 
+def test_exists_reads_the_metadata_alone_and_load_checks_the_whole_entry(build_dir):
+    """``exists`` says an entry is there from its meta.json (kind, key, code), ``load`` reads and checks it:
+    a damaged entry exists and does not load; another code's entry does not exist."""
+    run = RunId.of("there", {"a": 1})
+    assert not store.exists(run)
+    store.save(run, {"x": np.arange(3.0)})
+    assert store.exists(run) and store.load(run)["x"].sum() == 3
+    (store.entry_dir(run) / "arrays.npz").write_bytes(b"damaged")
+    assert store.exists(run)
+    with pytest.warns(store.StoreWarning):
+        assert store.load(run) is None
+    other = dataclasses.replace(run, code="0" * 64)
+    assert not store.exists(other)
+
+
+def test_the_pool_reads_and_checks_a_stored_run_once(monkeypatch):
+    """On its way through ``run_many`` a stored run is read back (and its content hash-checked) once: the
+    missing runs are told by their metadata alone."""
+    configs = [blobs_run(seed) for seed in (0, 1)]
+    pool.run_many("read", configs, build_blobs, progress=False)
+    reads = []
+    real = files.read_entry
+    monkeypatch.setattr(files, "read_entry", lambda path, run: reads.append(path.name) or real(path, run))
+    again = pool.run_many("read", configs, build_blobs, progress=False)
+    assert [r.cached for r in again] == [True, True]
+    assert sorted(reads) == sorted(r.key for r in again)  # each once
+
+
 def test_a_worker_that_keys_a_run_otherwise_refuses_to_train_it(tmp_path):
     config = blobs_run(0, count=str(tmp_path / "count"))
-    launcher = dataclasses.replace(store.RunId.of("other", config), key="0" * 64)  # the launcher's other code
+    launcher = dataclasses.replace(identity.RunId.of("other", config), key="0" * 64)  # the launcher's other code
     with pytest.raises(RuntimeError, match="runs other mdlib code than the launcher"):
         pool._train_job(str(paths.build_dir()), launcher, config, build_blobs, None, "cpu")
-    assert not (tmp_path / "count").exists() and store.load("other", config) is None
+    assert not (tmp_path / "count").exists() and store.load(RunId.of("other", config)) is None
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -14,8 +14,9 @@ import torch
 
 from mdlib.book import chapters, profiles
 from mdlib.book.views.sentiment import movement_text, steps_view, table1_view
-from mdlib.experiments import estimates, methods, paper, sentiment, store, train
-from mdlib.experiments import step_grid
+from mdlib.experiments import estimates, methods, paper, sentiment, step_grid, train
+from mdlib.runs import store
+from mdlib.runs.identity import RunId
 from test_step_grid import fake_correct  # tests/test_step_grid.py
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,9 +208,9 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
             train_acc, validation, test = values
             history = pd.DataFrame({"epoch": [1, 2], "train_accuracy": [0.5, train_acc], "test_accuracy": [0.5, test],
                                     "seconds": [1.0, 1.0]})
-            store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": validation, "validation_n": 1000,
+            store.save(RunId.of(sentiment.KIND, c), {"history": history, "validation_accuracy": validation, "validation_n": 1000,
                                             "state.x": np.zeros(1)})
-            out.append(store.load(sentiment.KIND, c))
+            out.append(store.load(RunId.of(sentiment.KIND, c)))
         return out
 
     monkeypatch.setattr(sentiment, "train_runs", fake_runs)
@@ -266,9 +267,9 @@ def test_grid_takes_seeds_per_method(monkeypatch, tmp_path):
         for c in configs:
             trained.append((methods.method_key(c.optimizer.name, c.optimizer.p), c.fit.seed))
             history = pd.DataFrame({"epoch": [1], "train_accuracy": [1.0], "test_accuracy": [0.6], "seconds": [1.0]})
-            store.save(sentiment.KIND, c, {"history": history, "validation_accuracy": 0.6, "validation_n": 1000,
+            store.save(RunId.of(sentiment.KIND, c), {"history": history, "validation_accuracy": 0.6, "validation_n": 1000,
                                             "state.x": np.zeros(1)})
-            out.append(store.load(sentiment.KIND, c))
+            out.append(store.load(RunId.of(sentiment.KIND, c)))
         return out
 
     monkeypatch.setattr(sentiment, "train_runs", fake_runs)

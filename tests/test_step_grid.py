@@ -12,7 +12,9 @@ import pytest
 from mdlib.book import profiles
 from mdlib.book.views.step_grid import edge_clause, tie_clause
 from mdlib.book.views.vision import sweep_texts
-from mdlib.experiments import estimates, methods, sentiment, step_grid, step_sizes, store, train, vision
+from mdlib.experiments import estimates, methods, sentiment, step_grid, step_sizes, train, vision
+from mdlib.runs import identity, store
+from mdlib.runs.identity import RunId
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +37,7 @@ class FakeRuns:
     def __call__(self, configs, workers=1, progress=True, skip=()):
         out = []
         for c in configs:
-            if (hit := store.load(self.kind, c)) is not None:
+            if (hit := store.load(RunId.of(self.kind, c))) is not None:
                 out.append(hit)
                 continue
             values = self.outcome(c)
@@ -48,9 +50,9 @@ class FakeRuns:
             train_acc, validation, test = values
             history = pd.DataFrame({"epoch": [1, 2], "train_loss": [1.0, 0.5], "train_accuracy": [0.5, train_acc],
                                     "test_accuracy": [0.0, test], "seconds": [1.0, 1.0]})
-            store.save(self.kind, c, {"history": history, "validation_accuracy": validation, "validation_n": 1000,
+            store.save(RunId.of(self.kind, c), {"history": history, "validation_accuracy": validation, "validation_n": 1000,
                                       "state.x": np.zeros(1)})
-            out.append(store.load(self.kind, c))
+            out.append(store.load(RunId.of(self.kind, c)))
         return out
 
 
@@ -222,8 +224,8 @@ def test_typed_run_configs_are_the_dicts_the_store_keeps():
         train.Optimizer("gd", 1e-3, None),
         train.FitOptions(epochs=5, batch_size=100, seed=0, loss="binary", reduction="sum", stop_train_accuracy=0.995))
     plain = typed.to_dict()
-    assert store.config_key(sentiment.KIND, typed) == store.config_key(sentiment.KIND, plain)
-    assert store.canonical_json(typed) == store.canonical_json(plain)
+    assert identity.config_key(sentiment.KIND, typed) == identity.config_key(sentiment.KIND, plain)
+    assert identity.canonical_json(typed) == identity.canonical_json(plain)
     # one fit type: each kind keeps the fit settings it kept before, the others only where changed
     assert plain["fit"] == {"epochs": 5, "batch_size": 100, "seed": 0, "loss": "binary", "reduction": "sum",
                             "stop_train_accuracy": 0.995, "pool": 16}
@@ -231,7 +233,7 @@ def test_typed_run_configs_are_the_dicts_the_store_keeps():
     bf16 = dataclasses.replace(typed, fit=dataclasses.replace(typed.fit, eval_every=2, precision="bf16"))
     assert bf16.to_dict()["fit"] == plain["fit"] | {"eval_every": 2, "precision": "bf16"}
     assert sentiment.SentimentRun.from_dict(bf16.to_dict()) == bf16
-    assert store.config_key(sentiment.KIND, bf16) != store.config_key(sentiment.KIND, typed)
+    assert identity.config_key(sentiment.KIND, bf16) != identity.config_key(sentiment.KIND, typed)
     assert set(config.to_dict()["fit"]) == {"epochs", "batch_size", "seed", "loss", "eval_every"}  # vision's
     with pytest.raises(ValueError, match=r"the fit settings of a run config has exactly the keys .*missing \['pool'\]"):
         sentiment.SentimentRun.from_dict(plain | {"fit": {k: v for k, v in plain["fit"].items() if k != "pool"}})

@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from mdlib.book.views.step_sizes import first_step_view, summary_texts
-from mdlib.experiments import methods, sentiment_run, step_grid, step_sizes, store, train
+from mdlib.experiments import methods, sentiment_run, step_grid, step_sizes, train
 from mdlib.experiments.train import Optimizer
 from mdlib.mirror import matched_lr
+from mdlib.runs import store
+from mdlib.runs.identity import RunId
 
 TINY = dict(dataset="rotten_tomatoes", max_length=16, train_size=8, width=4, layers=1, heads=2, mlp=8, dropout=0.0,
             setup="small-embeddings", epochs=1, batch_size=4, seeds=1, ps=[1.1, 2.0], sgd_lr=0.1, scale=0.25,
@@ -101,7 +103,7 @@ def fake_sweep(monkeypatch, mean_loss):
     def train_runs(configs, workers=1, progress=True, skip=()):
         out = []
         for c in configs:
-            if (hit := store.load(step_sizes.KIND, c)) is not None:
+            if (hit := store.load(RunId.of(step_sizes.KIND, c))) is not None:
                 out.append(hit)
                 continue
             key = methods.method_key(c.optimizer.name, c.optimizer.p)
@@ -113,11 +115,11 @@ def fake_sweep(monkeypatch, mean_loss):
             trained.append((key, multiple, c.fit.seed))
             rng = np.random.default_rng([c.fit.seed, round(1e6 * c.optimizer.lr)])
             per = SENTENCES - SENTENCES.mean() + loss + rng.normal(0, 0.002, len(SENTENCES))
-            store.save(step_sizes.KIND, c, {"history": pd.DataFrame({"epoch": [1], "train_loss": [loss],
+            store.save(RunId.of(step_sizes.KIND, c), {"history": pd.DataFrame({"epoch": [1], "train_loss": [loss],
                                                                      "train_accuracy": [0.8]}),
                                             "validation_loss": float(per.mean()), "validation_accuracy": 0.7,
                                             "validation_n": len(per), "validation_losses": per})
-            out.append(store.load(step_sizes.KIND, c))
+            out.append(store.load(RunId.of(step_sizes.KIND, c)))
         return out
 
     monkeypatch.setattr(step_sizes, "train_runs", train_runs)
@@ -194,7 +196,7 @@ def test_a_tiny_sweep_end_to_end_and_read_back_without_training(fixture_data, mo
     monkeypatch.setattr(sentiment_run, "splits", lambda *args: NoTest(real_splits(*args)))
     result = step_sizes.sweep(grid(), progress=False)
     for (key, seed), config in result.configs.items():  # each sentence's loss, the mean's parts
-        stored = store.load(step_sizes.KIND, config)
+        stored = store.load(RunId.of(step_sizes.KIND, config))
         assert len(stored["validation_losses"]) == stored["validation_n"]
         assert stored["validation_losses"].mean() == pytest.approx(stored["validation_loss"], rel=1e-5)
     runs = result.runs.set_index(["method", "multiple"])
@@ -219,5 +221,5 @@ def test_a_tiny_sweep_end_to_end_and_read_back_without_training(fixture_data, mo
     monkeypatch.setattr(step_sizes, "build", no_training)
     again = step_sizes.sweep(grid(), progress=False)
     pd.testing.assert_frame_equal(again.runs, result.runs)
-    assert store.load(step_sizes.KIND, grid().design().sweep_config(("1.1",), 1e4, 0)) is None  # kept as diverged only
+    assert store.load(RunId.of(step_sizes.KIND, grid().design().sweep_config(("1.1",), 1e4, 0))) is None  # kept as diverged only
     assert np.isfinite(again.best.validation_loss).all()

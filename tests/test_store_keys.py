@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from mdlib.book import profiles
-from mdlib.experiments import allocation, sentiment, step_sizes, store, synthetic, vision
+from mdlib.experiments import allocation, sentiment, step_sizes, synthetic, vision
+from mdlib.runs import identity
 
 FIXTURE = Path(__file__).parent / "fixtures" / "store_keys.json"
 
@@ -72,10 +73,10 @@ def _runs() -> list:
 
 def held_keys(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     """{kind: sorted distinct store keys} of ``_runs``, the code fingerprint fixed to "held"."""
-    monkeypatch.setattr(sys.modules[store.config_key.__module__], "code_of", lambda kind: "held")
+    monkeypatch.setattr(sys.modules[identity.config_key.__module__], "code_of", lambda kind: "held")
     keys: dict[str, set[str]] = {}
     for kind, config in _runs():
-        keys.setdefault(kind, set()).add(store.config_key(kind, config))
+        keys.setdefault(kind, set()).add(identity.config_key(kind, config))
     return {kind: sorted(found) for kind, found in sorted(keys.items())}
 
 

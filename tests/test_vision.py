@@ -9,7 +9,8 @@ import torch
 
 from conftest import install_idx
 from mdlib.book.views.vision import pruning_contrast_text, pruning_levels_text, summary_texts, summary_view
-from mdlib.experiments import data, pool, train, vision
+from mdlib.experiments import data, train, vision
+from mdlib.runs import pool
 
 MODEL = dict(patch=7, width=8, depth=1, heads=2, mlp=8, dropout=0.1, embedding_dropout=0.1)
 TRAIN_PER_CLASS, TEST_PER_CLASS = 12, 2

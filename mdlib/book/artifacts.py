@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from mdlib.book import provenance, schema
 from mdlib.experiments import paper, paths
+from mdlib.runs.files import atomic_write
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -151,7 +152,7 @@ def _write_csv(frame, label: str) -> Path:
             raise ValueError(f"{label} not saved: {error}. Fix the table, or its rule in mdlib.book.schema.TABLES "
                              "if the rule is wrong") from None
 
-    return paths.atomic_write(paths.output_dir() / "results" / f"{label}.csv", write)
+    return atomic_write(paths.output_dir() / "results" / f"{label}.csv", write)
 
 
 def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.Series | None = None, *,
@@ -181,9 +182,9 @@ def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.S
         files["csv"] = _write_csv(data, label)  # first: the record holds its hash
     record = provenance.record(label, "figure", files)
     text = provenance.dumps(record)
-    png = paths.atomic_write(files["png"], lambda tmp: fig.savefig(
+    png = atomic_write(files["png"], lambda tmp: fig.savefig(
         tmp, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None, "Provenance": text}))
-    paths.atomic_write(files["pdf"], lambda tmp: fig.savefig(
+    atomic_write(files["pdf"], lambda tmp: fig.savefig(
         tmp, format="pdf", bbox_inches="tight", metadata={
             "CreationDate": None, "Title": label, "Subject": text, "Creator": f"mdlib {record['versions']['mdlib']}"}))
     provenance.write(record, has_csv=data is not None)

@@ -474,9 +474,10 @@ def training(args: argparse.Namespace) -> dict:
 def store_reads(args: argparse.Namespace) -> dict:
     """What checking a stored run's content costs on reads: per run kind of the build's results store, its
     entries from today's code (``python -m mdlib store`` lists them) read back whole (``store._read``,
-    which hashes every file) and their content check alone (``runfiles.check_content``), interleaved over
+    which hashes every file) and their content check alone (``files.check_content``), interleaved over
     ``--repeats`` rounds (default 7); medians of the rounds' totals, in milliseconds."""
-    from mdlib.experiments import paths, runfiles, store
+    from mdlib.experiments import paths
+    from mdlib.runs import files, identity, store
 
     found = [e for e in store.entries() if e.current]
     if not found:
@@ -485,7 +486,7 @@ def store_reads(args: argparse.Namespace) -> dict:
     out = {}
     for kind in sorted({e.kind for e in found}):
         of = [e.path for e in found if e.kind == kind]
-        run = {path: store.RunId.of(kind, json.loads((path / "config.json").read_text("utf-8"))) for path in of}
+        run = {path: identity.RunId.of(kind, json.loads((path / "config.json").read_text("utf-8"))) for path in of}
         meta = {path: json.loads((path / "meta.json").read_text("utf-8")) for path in of}
 
         def read_all(of=of, run=run, kind=kind):
@@ -494,7 +495,7 @@ def store_reads(args: argparse.Namespace) -> dict:
 
         def check_all(of=of, meta=meta):
             for path in of:
-                runfiles.check_content(path, meta[path])
+                files.check_content(path, meta[path])
 
         rounds = interleaved_rounds({"read": read_all, "check": check_all}, args.repeats or 7, seed=0, warmup=1)
         read_ms, check_ms = (1e3 * statistics.median(rounds[name]) for name in ("read", "check"))

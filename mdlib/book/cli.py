@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mdlib.book import chapters
+from mdlib.runs import lockfile
 
 #: The help of a command's NOTEBOOK argument.
 NOTEBOOK_NAME = f"notebook name, e.g. {chapters.NAMES[0]} (with or without .py) or its number, e.g. 01"
@@ -111,11 +112,11 @@ def _positive_int(text: str) -> int:
 
 
 def _executor(text: str) -> str:
-    """An argparse type: an executor spec (``mdlib.experiments.executors.parse_executor``)."""
-    from mdlib.experiments import executors
+    """An argparse type: an executor spec (``mdlib.runs.pool.parse_executor``)."""
+    from mdlib.runs import pool
 
     try:
-        executors.parse_executor(text)
+        pool.parse_executor(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text.strip()
@@ -267,10 +268,11 @@ def _book_command(args: argparse.Namespace) -> int:
     """``run``, ``notebook`` or ``book``; their errors end with one line (exit 1). ``--executor`` is in
     the environment the notebooks' kernels inherit."""
     from mdlib.book import book, execute
-    from mdlib.experiments import executors, fetch
+    from mdlib.experiments import fetch
+    from mdlib.runs import pool
 
     try:
-        with _environment(executors.EXECUTOR_ENV, getattr(args, "executor", None)):
+        with _environment(pool.EXECUTOR_ENV, getattr(args, "executor", None)):
             if args.command == "run":
                 _run(args)
             elif args.command == "notebook":
@@ -349,7 +351,7 @@ def _run(args: argparse.Namespace) -> None:
 
     if os.environ.get(paths.PARENT_ENV) == str(os.getppid()):
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with it ignored
-        paths.watch_parent(os.getppid(), lambda: signal.raise_signal(signal.SIGINT))
+        lockfile.watch_parent(os.getppid(), lambda: signal.raise_signal(signal.SIGINT))
 
     given = overrides(args.notebook, args.parameter)
     if args.output_dir:
@@ -397,14 +399,15 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
 def _store(args: argparse.Namespace) -> int:
     """Per run kind: the entries computed by the code it runs now and by other code (older or newer
     edits), with their sizes; ``--prune``: remove the latter."""
-    from mdlib.experiments import paths, store
+    from mdlib.experiments import paths
+    from mdlib.runs import identity, store
 
     found = store.entries()
     print(f"results store {paths.runs_dir()}: {len(found)} entries")
     for kind in sorted({e.kind for e in found}):
         of = [e for e in found if e.kind == kind]
         now, other = [e for e in of if e.current], [e for e in of if not e.current]
-        print(f"  {kind}: {len(now)} from today's code ({store.code_of(kind)[:12]}, {_mb(now)}), "
+        print(f"  {kind}: {len(now)} from today's code ({identity.code_of(kind)[:12]}, {_mb(now)}), "
               f"{len(other)} from other code ({_mb(other)})")
     if args.prune:
         gone = store.prune()

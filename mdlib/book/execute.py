@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, NoReturn
 
 from mdlib import first_line
-from mdlib.experiments import lockfile, paths
 from mdlib.book import chapters, layout, profiles
+from mdlib.experiments import paths
+from mdlib.runs import lockfile
+from mdlib.runs.files import atomic_write
 
 
 KERNEL = "python3"
@@ -103,11 +105,12 @@ def _kernel_environment(run: Mapping[str, Any] | None = None, output: Path | Non
     process shows on its terminal; without one, the variable is not passed on.
     """
     from mdlib.book import provenance
-    from mdlib.experiments import executors, fetch
-    from mdlib.experiments.progress import PROGRESS_ENV
+    from mdlib.experiments import fetch
+    from mdlib.runs import pool
+    from mdlib.runs.progress import PROGRESS_ENV
 
     keys = ("PYTHONPATH", "OMP_WAIT_POLICY", "TQDM_DISABLE", "PYTHONWARNINGS", paths.BUILD_ENV, fetch.DATA_ENV,
-            paths.ROOT_ENV, paths.OUTPUT_ENV, provenance.ENV, executors.EXECUTOR_ENV, PROGRESS_ENV)
+            paths.ROOT_ENV, paths.OUTPUT_ENV, provenance.ENV, pool.EXECUTOR_ENV, PROGRESS_ENV)
     saved = {key: os.environ.get(key) for key in keys}
     if progress_dir is not None:
         os.environ[PROGRESS_ENV] = str(Path(progress_dir).resolve())
@@ -117,8 +120,8 @@ def _kernel_environment(run: Mapping[str, Any] | None = None, output: Path | Non
         os.environ[provenance.ENV] = json.dumps(dict(run), default=str)
     if output is not None:
         os.environ[paths.OUTPUT_ENV] = str(Path(output).resolve())
-    if executor is not None and not saved[executors.EXECUTOR_ENV]:
-        os.environ[executors.EXECUTOR_ENV] = executor
+    if executor is not None and not saved[pool.EXECUTOR_ENV]:
+        os.environ[pool.EXECUTOR_ENV] = executor
     for key, resolved in ((paths.BUILD_ENV, paths.build_dir), (fetch.DATA_ENV, fetch.data_dir)):
         if saved[key]:
             os.environ[key] = str(resolved())
@@ -271,7 +274,7 @@ def _monitor(nb_name: str, executed: Mapping[str, Any], execution: str, stack: c
     if mode == "off":
         return None
     folder = stack.enter_context(progress.watching(
-        paths.build_dir() / ".progress" / f"{paths.host()}-{os.getpid()}-{execution[:12]}"))
+        paths.build_dir() / ".progress" / f"{lockfile.host()}-{os.getpid()}-{execution[:12]}"))
 
     def planned_seconds() -> float | None:
         from mdlib.book import plan
@@ -311,7 +314,7 @@ def _staging(nb_name: str, artifacts: Path) -> Path:
 
 def _move(source: Path, target: Path) -> None:
     """Put the file ``source`` at ``target`` (atomically, across file systems too), then remove ``source``."""
-    paths.atomic_write(target, lambda tmp: shutil.copyfile(source, tmp), tag="executing")
+    atomic_write(target, lambda tmp: shutil.copyfile(source, tmp), tag="executing")
     source.unlink()
 
 
@@ -424,7 +427,7 @@ def write_notebook(name: str, target: str | os.PathLike | None = None, *, force:
         raise ValueError(f"-o {out} is the book's executed notebook of {path.stem}; give another path, or --force "
                          "to replace it with the unexecuted one")
     nb = _as_ipynb(path)
-    return paths.atomic_write(out, lambda tmp: nbformat.write(nb, str(tmp)))
+    return atomic_write(out, lambda tmp: nbformat.write(nb, str(tmp)))
 
 
 def _project_relative(path: Path) -> str | None:

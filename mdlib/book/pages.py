@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 
-from mdlib.experiments import paths
 from mdlib.book import chapters, layout, profiles
+from mdlib.runs.files import atomic_write
 
 
 
@@ -118,7 +118,7 @@ def write_parameters_page(target: Path | None = None, profile: str | None = None
     """Write :func:`parameters_page` (``kwargs`` go to it) to ``book/parameters.md``, atomically."""
     target = Path(target or layout.book_dir() / "parameters.md")
     text = parameters_page(profile, **kwargs)
-    return paths.atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))
+    return atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))
 
 
 def substitutions(results: Path | None = None) -> dict[str, str]:

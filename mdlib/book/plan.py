@@ -33,8 +33,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from mdlib.experiments import paper, store, workload
 from mdlib.book import chapters, epochs as known_epochs, profiles, steptimes
+from mdlib.experiments import paper, workload
+from mdlib.runs import identity
 
 __all__ = ["CPU_SECONDS_PER_TFLOP", "ChapterWall", "Costs", "FlopRate", "HTML", "Plan", "Planned", "Stage",
            "StepTimer", "chapter_runs", "default_costs", "gpu_seconds_per_tflop", "machine_costs", "markdown",
@@ -217,7 +218,7 @@ def _design_runs(design, first: int, stage: Callable[[Any], str] | str, seen: se
     out: list[Planned] = []
 
     def add(config: Any, alternatives: tuple, round_: int) -> None:
-        key = store.config_key(design.run_kind, config)
+        key = identity.config_key(design.run_kind, config)
         if key not in seen:
             seen.add(key)
             out.append(Planned(key, design.run_kind, config, alternatives, round_,
@@ -436,7 +437,7 @@ class _Context:
 
     def work(self, kind: str, config: Any) -> tuple[workload.RunWork, known_epochs.Expected]:
         """A run's work at its expected epochs (``epochs.expect``), and that expectation."""
-        key = store.config_key(kind, config)
+        key = identity.config_key(kind, config)
         if key not in self.works:
             work = workload.run_work(kind, config)
             if kind != "e4-sentiment":

@@ -146,13 +146,13 @@ def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict
 
 def profile_executor(profile: str, params_dir: Path | None = None) -> str | None:
     """The profile's ``executor: SPEC`` (where ``pool.run_many`` trains its runs: processes,
-    dask-local:N, dask:ADDRESS; ``mdlib.experiments.executors``), or None when it names none."""
+    dask-local:N, dask:ADDRESS; ``mdlib.runs.pool``), or None when it names none."""
     return _read_profile(profile, params_dir).get(EXECUTOR_KEY)
 
 
 def _read_profile(profile: str, params_dir: Path | None) -> dict[str, Any]:
     """``params/<profile>.yaml`` checked: notebook name -> {parameter: value}, and an executor spec."""
-    from mdlib.experiments import executors
+    from mdlib.runs import pool
 
     folder = Path(params_dir or layout.params_dir())
     profiles = list_profiles(folder)
@@ -167,7 +167,7 @@ def _read_profile(profile: str, params_dir: Path | None) -> dict[str, Any]:
     for notebook, values in data.items():
         if notebook == EXECUTOR_KEY:
             try:
-                executors.parse_executor(values)
+                pool.parse_executor(values)
             except ValueError as exc:
                 raise ValueError(f"{path}: {EXECUTOR_KEY}: {exc}") from None
             out[EXECUTOR_KEY] = str(values).strip()

@@ -3,7 +3,7 @@
 
 The notebook runs in a Jupyter kernel, whose output lands in the executed notebook. So the kernel says
 nothing: :func:`watching` gives it a folder (``$MDLIB_PROGRESS_DIR``, inherited by the kernel and its
-workers), its ``pool.run_many`` calls write their status files there (``mdlib.experiments.progress``),
+workers), its ``pool.run_many`` calls write their status files there (``mdlib.runs.progress``),
 and a thread of the executing command (:class:`Monitor`) reads them, the locks of the runs being
 trained and those runs' checkpoints (their epochs and training accuracy so far; at most every
 ``poll`` seconds, each checkpoint only when it changed, without its tensors), and shows:
@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TextIO
 
-from mdlib.experiments import lockfile, paths
-from mdlib.experiments import progress as status_files
+from mdlib.experiments import paths
+from mdlib.runs import lockfile, progress as status_files
 
 __all__ = ["EVERY_ENV", "MODE_ENV", "Monitor", "Run", "Snapshot", "Watch", "chosen_mode", "estimate", "lines", "log_every", "log_line",
            "planned_runs", "watching"]
@@ -283,7 +283,7 @@ class Watch:
         """Read the status files, locks, entries and changed checkpoints again."""
         slots = 1
         for call in self._calls():
-            live = call.get("finished") or call.get("host") != paths.host() or paths.alive(int(call.get("pid", 0)))
+            live = call.get("finished") or call.get("host") != lockfile.host() or lockfile.alive(int(call.get("pid", 0)))
             waiting = 0
             for row in call["runs"]:
                 run = self.runs.setdefault(row["key"], Run(row["key"], call.get("kind", "")))
@@ -536,8 +536,8 @@ def watching(folder: Path) -> Iterator[Path]:
     parent = folder.parent
     if parent.is_dir():
         for other in parent.iterdir():
-            found = re.fullmatch(rf"{re.escape(paths.host())}-([0-9]+)-.*", other.name)
-            if found and not paths.alive(int(found.group(1))):
+            found = re.fullmatch(rf"{re.escape(lockfile.host())}-([0-9]+)-.*", other.name)
+            if found and not lockfile.alive(int(found.group(1))):
                 shutil.rmtree(other, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     try:

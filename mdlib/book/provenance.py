@@ -21,10 +21,10 @@ PDF (info dict ``Subject``) carry the same JSON. The record holds:
   are None outside that pipeline (a notebook executed by papermill's own command or in Jupyter);
 * ``executed_by``: :data:`BY_MDLIB` inside that pipeline, else :data:`OUTSIDE`, which says so;
 * ``runs``: ``kind/key`` of every stored run the process loaded or stored before the save
-  (``mdlib.experiments.store.used_runs``): in a notebook, its runs up to that figure, a superset of those drawn;
+  (``mdlib.runs.store.used_runs``): in a notebook, its runs up to that figure, a superset of those drawn;
   each key holds the fingerprint of the code that computed the run;
 * ``code``: the fingerprint of every mdlib source file as this process read them
-  (``mdlib.experiments.fingerprint``), which names the library code behind the artifact even in a dirty tree;
+  (``mdlib.runs.identity``), which names the library code behind the artifact even in a dirty tree;
 * ``git`` (``commit``, ``dirty``; None outside a git checkout), ``versions`` (mdlib, torch, numpy,
   python), ``hardware`` (platform, CPU model and count, GPU name or None), ``time`` (UTC, ISO 8601),
   ``files`` (relative to the output directory), ``sha256`` ({file: hash} of the CSV, written before the
@@ -50,7 +50,9 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from mdlib.book import layout
-from mdlib.experiments import fingerprint, paper, paths
+from mdlib.experiments import paper, paths
+from mdlib.runs import identity
+from mdlib.runs.files import atomic_write
 
 #: The environment variable (JSON: notebook, profile, parameters, overrides) set for a notebook's kernel.
 ENV = "MDLIB_NOTEBOOK_RUN"
@@ -170,7 +172,7 @@ def hardware() -> dict[str, Any]:
 
 def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> dict[str, Any]:
     """The provenance record of the artifact ``label`` (``kind`` "figure" or "table") saved now."""
-    from mdlib.experiments import store
+    from mdlib.runs import store
 
     if kind not in ("figure", "table"):
         raise ValueError(f"kind must be 'figure' or 'table', got {kind!r}")
@@ -192,7 +194,7 @@ def record(label: str, kind: str, files: Mapping[str, Path] | None = None) -> di
         "executed_by": BY_MDLIB if run["notebook"] else OUTSIDE,
         "command": command(run["notebook"], run["profile"], run["overrides"], run["output_dir"]),
         "runs": store.used_runs(),
-        "code": fingerprint.fingerprint(),
+        "code": identity.fingerprint(),
         "git": git_state(),
         "versions": versions(),
         "hardware": hardware(),
@@ -225,7 +227,7 @@ def json_paths(label: str, kind: str, has_csv: bool) -> list[Path]:
 def write(rec: Mapping[str, Any], has_csv: bool) -> list[Path]:
     """Write ``rec`` (see :func:`record`) atomically to every place :func:`json_paths` names."""
     text = dumps(rec) + "\n"
-    return [paths.atomic_write(path, lambda tmp: tmp.write_text(text, "utf-8"))
+    return [atomic_write(path, lambda tmp: tmp.write_text(text, "utf-8"))
             for path in json_paths(rec["label"], rec["kind"], has_csv)]
 
 
@@ -381,7 +383,7 @@ def write_archive(build: Path | None = None) -> Path:
             for path in archive_members(build):
                 archive.write(path, path.relative_to(build).as_posix())
 
-    return paths.atomic_write(build / ARCHIVE, fill)
+    return atomic_write(build / ARCHIVE, fill)
 
 
 def publish_archive(html_root: Path | None = None, build: Path | None = None) -> Path:
@@ -390,7 +392,7 @@ def publish_archive(html_root: Path | None = None, build: Path | None = None) ->
 
     build = Path(build) if build is not None else paths.build_dir()
     html_root = Path(html_root) if html_root is not None else layout.html_dir()
-    return paths.atomic_write(html_root / ARCHIVE_HTML, lambda tmp: shutil.copyfile(build / ARCHIVE, tmp))
+    return atomic_write(html_root / ARCHIVE_HTML, lambda tmp: shutil.copyfile(build / ARCHIVE, tmp))
 
 
 def archive_href(docname: str = "index") -> str:

@@ -13,7 +13,7 @@ from mdlib.book.pages import md_text
 from mdlib.book.scorecard import FRAGILE, STABLE_SHARE, Row, reference, rows
 from mdlib.book.verdicts import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RULES, SMALLER
 from mdlib.experiments import stability
-from mdlib.experiments.paths import atomic_write
+from mdlib.runs.files import atomic_write
 
 __all__ = ["FOREST", "forest", "page", "write_page"]
 

@@ -46,6 +46,7 @@ from typing import Any, Mapping
 
 from mdlib.book import provenance
 from mdlib.experiments import paths
+from mdlib.runs.files import atomic_write
 
 __all__ = ["CACHE_NAME", "SHORT_SECONDS", "TOKEN_LENGTHS", "Timing", "Timings", "cores", "machine", "measure",
            "measure_all", "shape"]
@@ -321,7 +322,7 @@ class Timings:
         held = self._read()
         mine = held.setdefault(self.machine, {})
         mine.update({key: dataclasses.asdict(timing) for key, timing in found.items()})
-        paths.atomic_write(self.path, lambda tmp: tmp.write_text(json.dumps(held, indent=1, sort_keys=True) + "\n",
+        atomic_write(self.path, lambda tmp: tmp.write_text(json.dumps(held, indent=1, sort_keys=True) + "\n",
                                                                  "utf-8"))
 
     def _wanted(self, estimate: float | None) -> bool:

@@ -34,9 +34,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mdlib.experiments import estimates, methods, paths, sentiment, step_grid, store
+from mdlib.experiments import estimates, methods, paths, sentiment, step_grid
 from mdlib.experiments.train import Optimizer
 from mdlib.models import SMALL_EMBEDDING_STD
+from mdlib.runs import identity, store
 
 __all__ = ["ARMS", "ARM_KIND", "Allocation", "ArmGrid", "COMMITTED", "allocation", "arm_config", "committed", "contrasts_table", "long_part", "long_tables",
            "effective_steps", "embedding_ratio", "equal_step_std", "long_predictions", "overnight_tables",
@@ -48,7 +49,7 @@ __all__ = ["ARMS", "ARM_KIND", "Allocation", "ArmGrid", "COMMITTED", "allocation
 ARMS = {methods.arm_key(trained, matched): (trained, matched)
         for trained, matched in ((methods.L1_1, methods.GD), (methods.GD, methods.L1_1))}
 
-ARM_KIND = store.kind("e4-arms", __name__)
+ARM_KIND = identity.kind("e4-arms", __name__)
 
 
 def arm_config(config: sentiment.SentimentGrid, chosen: Mapping[tuple[int, str], float], arm: str, seed: int,
@@ -70,7 +71,7 @@ def arm_config(config: sentiment.SentimentGrid, chosen: Mapping[tuple[int, str],
 
 
 @dataclass(frozen=True)
-class ArmGrid(store.Config):
+class ArmGrid(identity.Config):
     """The 2 x 2's arms on a grid (``base``, whose ℓ1.1 and GD steps it chooses first): each arm (``ARMS``)
     at ``multiples`` (candidates, in order) times its matched steps, swept at the sweep seeds, chosen by
     ``sentiment.choose`` (the grids' rule), growing ``grow`` times past an end, then every seed of
@@ -226,12 +227,12 @@ def train_chapter(grids: Sequence[sentiment.SentimentGrid], arms: Sequence[ArmGr
     """Train what chapter 04 reads in as few pools of ``workers`` as the choices allow (``step_grid.train``):
     every grid's sweep, grown sweeps, final runs, and each 2 x 2's arms once its base grid has chosen its
     steps. ``sentiment.grid`` and ``allocation`` then read them back."""
-    designs = {store.canonical_json(g): g.design() for g in [*grids, *(a.base for a in arms)]}
+    designs = {identity.canonical_json(g): g.design() for g in [*grids, *(a.base for a in arms)]}
 
     def round_designs(failed: frozenset[str]) -> list[step_grid.Design]:
         out = list(designs.values())
         for arm in arms:
-            chosen = step_grid.decided(designs[store.canonical_json(arm.base)], failed)
+            chosen = step_grid.decided(designs[identity.canonical_json(arm.base)], failed)
             if chosen is not None:
                 out.append(arm.design({cell: choice.value for cell, choice in chosen.items()}))
         return out

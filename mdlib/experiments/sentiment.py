@@ -32,14 +32,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib.experiments import analysis, paper, paths, pool, store, train
-from mdlib.experiments import step_grid
+from mdlib.experiments import analysis, paper, paths, step_grid, train
 from mdlib.experiments.methods import method, method_key
-from mdlib.experiments.stats import paired_se
-from mdlib.models import SETUPS, EncoderClassifier
 from mdlib.experiments.sentiment_run import (KIND, SentimentRun, TextModel, TokenizedDataset, build, by_length,
                                              collate, encode, initial_model, run_config, splits, tokenizer,
                                              training_subset)
+from mdlib.experiments.stats import paired_se
+from mdlib.models import SETUPS, EncoderClassifier
+from mdlib.runs import identity, pool, store
+from mdlib.runs.identity import RunId
 
 if TYPE_CHECKING:
     pass
@@ -205,11 +206,11 @@ def choose(candidates: pd.DataFrame, correct: Callable[[int, str, float, int], n
                                 ranked=list(per.reached))
 
 
-GRID_KIND = store.kind("e4-grid", __name__)
+GRID_KIND = identity.kind("e4-grid", __name__)
 
 
 @dataclass(frozen=True)
-class SentimentGrid(store.Config):
+class SentimentGrid(identity.Config):
     """A Table 1 grid config (``grid``): the shared run settings (``run_config``: dataset, max_length,
     train_size, width, setup, epochs, embedding_std), then what the grid spans: layers (list), methods (list of method
     keys), seeds (one count, or {method: count}), multiples ({method: [multiples of the reference
@@ -285,16 +286,16 @@ def stored_correct(config: SentimentRun, split: str = "validation") -> np.ndarra
     """``test_correct`` on ``split`` of the stored run of ``config`` (LookupError when it is not stored),
     computed once per process and stored entry: a grid's choice reads it at every round of its training
     and again when the grid is built."""
-    result = store.load(KIND, config)
+    result = store.load(RunId.of(KIND, config))
     if result is None:
-        raise LookupError(f"run {store.canonical_json(config)} is not stored: train its grid first")
-    return _stored_correct(str(result.path), store.canonical_json(config), split)
+        raise LookupError(f"run {identity.canonical_json(config)} is not stored: train its grid first")
+    return _stored_correct(str(result.path), identity.canonical_json(config), split)
 
 
 @functools.lru_cache(maxsize=None)
 def _stored_correct(path: str, key: str, split: str) -> np.ndarray:
     config = SentimentRun.from_dict(json.loads(key))
-    return test_correct(config, store.load(KIND, config), split=split)
+    return test_correct(config, store.load(RunId.of(KIND, config)), split=split)
 
 
 #: Chapter 04's grids: the authors' setup (the replication) and one named variation of it.
@@ -476,7 +477,7 @@ def _bag_of_tokens(dataset: TokenizedDataset, binary: bool):
     return counts
 
 
-BASELINE_KIND = store.kind("e4-baseline", __name__)
+BASELINE_KIND = identity.kind("e4-baseline", __name__)
 
 
 def baseline(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: int = 64,
@@ -487,7 +488,7 @@ def baseline(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: 
     ``BASELINE_KIND``), so every page reads the same numbers."""
     config = {"dataset": dataset, "split_seed": split_seed, "max_length": max_length, "train_size": train_size,
               "C": list(BASELINE_C)}
-    return store.load_or_run(BASELINE_KIND, config, lambda: {"table": _baselines(**config)})["table"]
+    return store.load_or_run(RunId.of(BASELINE_KIND, config), lambda: {"table": _baselines(**config)})["table"]
 
 
 def _baselines(dataset: str, split_seed: int, max_length: int, train_size: int | None, C) -> pd.DataFrame:

@@ -1,5 +1,5 @@
 """One sentiment training run (E4-E6): its config, data, model and optimizer, and nothing else (the
-code of a run's key, ``mdlib.experiments.runkey``; chapter 04's grids, tables and views are
+code of a run's key, ``mdlib.runs.identity``; chapter 04's grids, tables and views are
 ``mdlib.experiments.sentiment``'s).
 
 A run config (``SentimentRun``, made by ``run_config``; the results store hashes its ``to_dict()``)
@@ -31,9 +31,10 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from mdlib.experiments import data, paper, store, train
+from mdlib.experiments import data, paper, train
 from mdlib.experiments.train import Optimizer
 from mdlib.models import EncoderClassifier, check_setup
+from mdlib.runs import identity
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["KIND", "SentimentRun", "TextModel", "TokenizedDataset", "build", "by_length", "collate", "encode",
            "initial_model", "run_config", "splits", "tokenizer", "training_subset"]
 
-KIND = store.kind("e4-sentiment", __name__)
+KIND = identity.kind("e4-sentiment", __name__)
 
 
 class TokenizedDataset(Dataset):
@@ -98,7 +99,7 @@ def splits(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: in
 
 
 @dataclass(frozen=True)
-class TextModel(store.Config):
+class TextModel(identity.Config):
     """The model part of a sentiment run config: ``EncoderClassifier``'s arguments (``embedding_std``:
     the small-embeddings setup's sigma, None for its default 0.02)."""
 
@@ -114,7 +115,7 @@ class TextModel(store.Config):
 
 
 @dataclass(frozen=True)
-class SentimentRun(store.Config):
+class SentimentRun(identity.Config):
     """A sentiment run config (the module docstring); ``to_dict()`` is what the store keeps (of the fit
     settings: all but those of ``OMIT_AT_DEFAULT`` where they hold their defaults)."""
 

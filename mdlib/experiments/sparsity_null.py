@@ -20,7 +20,7 @@ as sparsity within the matrices. For GD, Adam and any method but ℓ_p mirror de
 identity (p = 2) and the null is unstructured noise at each matrix's scale of ΔW itself.
 
 A module apart from ``sparsity``, which the vision runs' code imports (``vision.change_table``): their
-store keys cover it, so an edit there would re-key every ViT run (``mdlib.experiments.fingerprint``).
+store keys cover it, so an edit there would re-key every ViT run (``mdlib.runs.identity``).
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mdlib.experiments import store
+from mdlib.runs import identity, store
+from mdlib.runs.identity import RunId
 
 __all__ = ["Choice", "DIVERGED", "Design", "Outcome", "TIE_Z", "build", "decided", "neutral_pick", "pending", "sweep",
            "sweep_configs", "tie_choice", "train"]
@@ -136,14 +137,14 @@ class Design:
 
     kind: str
     run_kind: str
-    config: store.Config
+    config: identity.Config
     cells: Sequence[Cell]
     candidates: Callable[[Cell], Sequence[float]]
     seeds: Callable[[Cell], int]
     sweep_seeds: Callable[[Cell], Sequence[int]]
-    sweep_config: Callable[[Cell, float, int], store.Config]
-    final_config: Callable[[Cell, float, int], store.Config]
-    summary: Callable[[Cell, float, int, store.Config, Mapping[str, Any] | None], dict[str, Any]]
+    sweep_config: Callable[[Cell, float, int], identity.Config]
+    final_config: Callable[[Cell, float, int], identity.Config]
+    summary: Callable[[Cell, float, int, identity.Config, Mapping[str, Any] | None], dict[str, Any]]
     columns: tuple[str, ...]
     candidate: str
     choose: Callable[[pd.DataFrame], float]
@@ -199,13 +200,13 @@ class Outcome:
     candidates: dict[Cell, list[float]]
     finals: pd.DataFrame | None
     diverged: list[tuple]
-    configs: dict[tuple, store.Config]
+    configs: dict[tuple, identity.Config]
     results: dict[tuple, store.RunResult]
-    tied_configs: dict[tuple, store.Config]
+    tied_configs: dict[tuple, identity.Config]
     tied_results: dict[tuple, store.RunResult]
 
 
-def sweep_configs(design: Design) -> list[store.Config]:
+def sweep_configs(design: Design) -> list[identity.Config]:
     """The run configs of a grid's first sweep, in order (to train several grids' sweeps in one pool)."""
     return [design.sweep_config(*item) for item in design.sweep_items()]
 
@@ -273,10 +274,10 @@ def _entry(design: Design, workers: int, progress: bool) -> dict[str, Any]:
     diverged finals at the choice (a sweep run at its cell's choice among them) and (optionally) the
     summaries of the final runs the sweep did not train."""
     table, choices, swept_diverged, grids = _swept(design, workers, progress)
-    swept = {store.canonical_json(design.sweep_config(*item)) for item in design.sweep_items(grids)}
+    swept = {identity.canonical_json(design.sweep_config(*item)) for item in design.sweep_items(grids)}
     items = design.final_items(choices)
     fresh = [(item, c) for item, c in zip(items, (design.final_config(*item) for item in items))
-             if store.canonical_json(c) not in swept]
+             if identity.canonical_json(c) not in swept]
     results = design.train_runs([c for _, c in fresh], workers, progress, skip=DIVERGED)
     entry = {"sweep": table, "chosen": [[*cell, c.value] for cell, c in choices.items()],
              "tied": [[*cell, list(c.tied), c.best] for cell, c in choices.items()],
@@ -311,12 +312,12 @@ def build(design: Design, *, workers: int = 1, progress: bool = True, name: str 
     ``stored_only``: never train; a grid or final run that is not stored raises LookupError naming
     ``what`` and ending with ``missing_hint``."""
     if stored_only:
-        entry = store.load(design.kind, design.config)
+        entry = store.load(RunId.of(design.kind, design.config))
         if entry is None:
             raise LookupError(f"the {what} is not in the results store. {missing_hint}".strip())
     else:
         # no lock: the grid's runs hold theirs, so two processes building it share them out
-        entry = store.load_or_run(design.kind, design.config, lambda: _entry(design, workers, progress), lock=False)
+        entry = store.load_or_run(RunId.of(design.kind, design.config), lambda: _entry(design, workers, progress), lock=False)
     choices = _choices(entry)
     candidates = {tuple(row[:-1]): [float(v) for v in row[-1]] for row in entry.get("candidates", [])}
     diverged = [tuple(item) for item in entry["diverged"]]
@@ -325,7 +326,7 @@ def build(design: Design, *, workers: int = 1, progress: bool = True, name: str 
     wanted = {item: c for item, c in finals.items() if item not in diverged_tied
               and not (item[1] == choices[item[0]].value and (*item[0], item[2]) in diverged)}
     if stored_only:
-        found = [store.load(design.run_kind, c) for c in wanted.values()]
+        found = [store.load(RunId.of(design.run_kind, c)) for c in wanted.values()]
         if any(r is None for r in found):
             raise LookupError(f"{sum(r is None for r in found)} of the {what}'s {len(found)} final runs are not "
                               f"in the results store. {missing_hint}".strip())
@@ -358,8 +359,8 @@ def _probe(design: Design, failed: frozenset[str]) -> Design:
     def stored_only(configs, workers=1, progress=True, skip=()):
         results, missing = [], []
         for config in configs:
-            result = store.load(design.run_kind, config)
-            if result is None and store.canonical_json(config) not in failed:
+            result = store.load(RunId.of(design.run_kind, config))
+            if result is None and identity.canonical_json(config) not in failed:
                 missing.append(config)
             results.append(result)
         if missing:
@@ -369,11 +370,11 @@ def _probe(design: Design, failed: frozenset[str]) -> Design:
     return dataclasses.replace(design, train_runs=stored_only)
 
 
-def pending(design: Design, failed: frozenset[str] = frozenset()) -> list[store.Config]:
+def pending(design: Design, failed: frozenset[str] = frozenset()) -> list[identity.Config]:
     """The runs the grid needs next that the store lacks: its sweep's, a grown sweep's once the choices
     ask for one, then its final runs; [] once every run it needs is stored (or diverged: ``failed``), or
     once the grid's entry is (``build`` then trains whatever final run is missing)."""
-    if store.load(design.kind, design.config) is not None:
+    if store.load(RunId.of(design.kind, design.config)) is not None:
         return []
     try:
         _entry(_probe(design, failed), 1, False)
@@ -399,10 +400,10 @@ def train(designs: Callable[[frozenset[str]], Sequence[Design]], train_runs: Tra
     ``decided``); ``train_runs(configs, workers, progress, skip)`` trains (``pool.run_many``)."""
     failed: set[str] = set()
     while True:
-        need: dict[str, store.Config] = {}
+        need: dict[str, identity.Config] = {}
         for design in designs(frozenset(failed)):
             for config in pending(design, frozenset(failed)):
-                need.setdefault(store.canonical_json(config), config)
+                need.setdefault(identity.canonical_json(config), config)
         if not need:
             return
         results = train_runs(list(need.values()), workers, progress, skip=DIVERGED)

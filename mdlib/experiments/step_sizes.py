@@ -52,20 +52,21 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib.experiments import analysis, methods, pool, sentiment_run, store, train
-from mdlib.experiments import step_grid
-from mdlib.experiments.train import Optimizer
+from mdlib.experiments import analysis, methods, sentiment_run, step_grid, train
 from mdlib.experiments.sentiment_run import TextModel
 from mdlib.experiments.stats import paired_se
+from mdlib.experiments.train import Optimizer
 from mdlib.mirror import check_p, matched_lr
 from mdlib.models import EncoderClassifier, check_setup
+from mdlib.runs import identity, pool, store
+from mdlib.runs.identity import RunId
 
 __all__ = ["GRID_KIND", "KIND", "MOVEMENT_GROUPS", "OUTCOMES", "StepRun", "StepSizeGrid", "StepSizes",
            "best_table", "build", "chapter_config", "choose", "first_step_table", "initial_model", "kept_results",
            "kept_state", "matrix_scale", "movement", "summary_row", "sweep", "train_runs", "validation_losses", "work"]
 
-KIND = store.kind("e9-step-sizes", __name__)
-GRID_KIND = store.kind("e9-step-grid", __name__)
+KIND = identity.kind("e9-step-sizes", __name__)
+GRID_KIND = identity.kind("e9-step-grid", __name__)
 #: How a run ended: it finished with a finite validation loss, mirror descent refused a step that
 #: overflowed (FloatingPointError), or it finished with a non-finite loss (it diverged).
 OUTCOMES = ("finished", "overflow", "non-finite loss")
@@ -77,7 +78,7 @@ _STATE = "state."
 
 
 @dataclass(frozen=True)
-class StepRun(store.Config):
+class StepRun(identity.Config):
     """A run config of the sweep (the module docstring); ``to_dict()`` is what the store keeps (of the fit
     settings: all but those of ``OMIT_AT_DEFAULT`` where they hold their defaults; no stop rule: a fixed
     number of epochs)."""
@@ -99,7 +100,7 @@ class StepRun(store.Config):
 
 
 @dataclass(frozen=True)
-class StepSizeGrid(store.Config):
+class StepSizeGrid(identity.Config):
     """The sweep's config (the module docstring): the task (data, ``model``: the runs' ``TextModel``,
     epochs, batch, seeds), the
     exponents ``ps`` (2, SGD, among them: it is the reference of the predictions), the centre ``sgd_lr``
@@ -195,7 +196,7 @@ class StepSizeGrid(store.Config):
         one row per seed, in the validation split's order. LookupError where a run is not stored."""
         rows = []
         for seed in range(self.seeds):
-            result = store.load(KIND, self._config((key,), multiple, seed))
+            result = store.load(RunId.of(KIND, self._config((key,), multiple, seed)))
             if result is None or "validation_losses" not in result:
                 raise LookupError(f"run {key} x{multiple:g} seed {seed} is not stored with its per-sentence "
                                   "validation losses: train the sweep")

@@ -28,8 +28,9 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from mdlib import mirror, svm
-from mdlib.experiments import store
 from mdlib.models import SyntheticData, attention_logits, gaussian_instances, joint_training_data, logistic_loss
+from mdlib.runs import identity, store
+from mdlib.runs.identity import RunId
 
 if TYPE_CHECKING:  # pandas loads lazily, in the functions that build tables
     import pandas as pd
@@ -228,21 +229,21 @@ def initial_weights(trials: int, d: int, seed: int, dtype: torch.dtype = torch.f
     return torch.randn((trials, d, d), generator=g, dtype=dtype)
 
 
-def _stored(kind: str, config_type: type[store.Config], compute: Callable[..., dict],
-            config: store.Config | Mapping[str, Any], progress: bool, cache: bool) -> Mapping[str, Any]:
+def _stored(kind: str, config_type: type[identity.Config], compute: Callable[..., dict],
+            config: identity.Config | Mapping[str, Any], progress: bool, cache: bool) -> Mapping[str, Any]:
     """``compute(**config)`` through the results store (``cache=False``: computed, not stored); a
     mapping is taken as ``config_type`` (exactly its fields)."""
     typed = config_type.of(config)
     if not cache:
         return compute(**typed.to_dict(), progress=progress)
-    return store.load_or_run(kind, typed, lambda: compute(**typed.to_dict(), progress=progress))
+    return store.load_or_run(RunId.of(kind, typed), lambda: compute(**typed.to_dict(), progress=progress))
 
 
-E1_KIND = store.kind("e1-fixed-decoder", __name__)
+E1_KIND = identity.kind("e1-fixed-decoder", __name__)
 
 
 @dataclass(frozen=True)
-class E1Config(store.Config):
+class E1Config(identity.Config):
     """An E1 config (``fixed_decoder_experiment``); ``steps``: {p as a string: steps}."""
 
     WHAT = f"an {E1_KIND} config"
@@ -314,11 +315,11 @@ def _entries(matrix_path: Tensor, reference: Tensor, p: float, step: np.ndarray,
                       for j, name in enumerate(names)], ignore_index=True)
 
 
-E2_KIND = store.kind("e2-single-instance", __name__)
+E2_KIND = identity.kind("e2-single-instance", __name__)
 
 
 @dataclass(frozen=True)
-class E2Config(store.Config):
+class E2Config(identity.Config):
     """An E2 config (``single_instance_experiment``)."""
 
     WHAT = f"an {E2_KIND} config"
@@ -375,11 +376,11 @@ def _single_instance(*, ps, normalized_steps, lr, plain_steps, plain_lr, n, T, d
             "svm": pd.DataFrame(solutions).astype({"selected": str})}
 
 
-E3_KIND = store.kind("e3-joint", __name__)
+E3_KIND = identity.kind("e3-joint", __name__)
 
 
 @dataclass(frozen=True)
-class E3Config(store.Config):
+class E3Config(identity.Config):
     """An E3 config (``joint_training_experiment``); ``steps``: {p as a string: steps}."""
 
     WHAT = f"an {E3_KIND} config"

@@ -7,7 +7,7 @@
 (``config.fit``); ``fit``'s keywords are the data's helpers (``collate_fn``,
 ``lengths``) and where and how it runs (checkpoint, device, workers, progress).
 
-(``mdlib.experiments.pool.run`` trains a run config this way unless the results store holds it.)
+(``mdlib.runs.pool.run`` trains a run config this way unless the results store holds it.)
 
 Datasets are map-style torch Datasets yielding ``(inputs, label)``. ``inputs`` is a tensor, passed as
 ``model(inputs)``, or a dict of tensors (e.g. ``input_ids``, ``attention_mask``), passed as
@@ -61,8 +61,8 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from mdlib import first_line
-from mdlib.experiments import paths
-from mdlib.experiments.runkey import Config
+from mdlib.runs.files import atomic_write
+from mdlib.runs.identity import Config
 
 __all__ = ["COLUMNS", "PRECISIONS", "FitOptions", "Optimizer", "Setup", "World", "batching", "check_precision", "evaluate", "fit",
            "load_model_state", "model_state", "process_world", "train_setup"]
@@ -196,7 +196,7 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
 
 def _save(folder: Path, checkpoint: dict) -> None:
     """Write ``folder/checkpoint.pt`` atomically."""
-    paths.atomic_write(folder / CHECKPOINT, lambda tmp: torch.save(checkpoint, tmp))
+    atomic_write(folder / CHECKPOINT, lambda tmp: torch.save(checkpoint, tmp))
 
 
 def _plain_setting(value: Any) -> Any:

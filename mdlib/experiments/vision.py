@@ -18,7 +18,7 @@ seed (``config.fit.seed``) also seeds the model's initialization.
 
 Precision: ``precision="bf16"`` trains under bfloat16 autocast (``train.FitOptions.precision``); the
 paper's float32 is the default, and a config's ``to_dict()`` at it holds no ``precision`` key
-(``store.Config.OMIT_AT_DEFAULT``), so the store keys of float32 runs are those they had before the
+(``identity.Config.OMIT_AT_DEFAULT``), so the store keys of float32 runs are those they had before the
 option existed.
 """
 
@@ -34,12 +34,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib.experiments import analysis, data, fetch, methods, paper, pool, store, train
-from mdlib.experiments import step_grid
+from mdlib.experiments import analysis, data, fetch, methods, paper, step_grid, train
+from mdlib.experiments.methods import method, method_key
 from mdlib.experiments.stats import paired_se
 from mdlib.experiments.train import Optimizer
 from mdlib.models import VISION_SETUPS, VisionTransformer, check_setup
-from mdlib.experiments.methods import method, method_key
+from mdlib.runs import identity, pool, store
+from mdlib.runs.identity import RunId
 
 __all__ = ["DATASETS", "GRID_KIND", "Grid", "ImageData", "KIND", "PAPER_STEP_SIZES", "PRUNING_KIND",
            "VisionGrid", "VisionModel", "VisionPruning", "VisionRun", "build", "change_table", "chapter_grids", "choose", "dataset_shape", "grid", "image_sets",
@@ -60,7 +61,7 @@ def dataset_shape(dataset: str) -> tuple[int, int, int]:
 
 
 @dataclass(frozen=True)
-class ImageData(store.Config):
+class ImageData(identity.Config):
     """The data part of a vision run config (the module docstring): images, held-out validation images
     (0: evaluate on the test set), the data seed and CIFAR's folder (None: the data cache)."""
 
@@ -76,7 +77,7 @@ class ImageData(store.Config):
 
 
 @dataclass(frozen=True)
-class VisionModel(store.Config):
+class VisionModel(identity.Config):
     """The model part of a vision run config: ``VisionTransformer``'s arguments but the image's size,
     channels and classes (the data's)."""
 
@@ -94,7 +95,7 @@ class VisionModel(store.Config):
 
 
 @dataclass(frozen=True)
-class VisionRun(store.Config):
+class VisionRun(identity.Config):
     """A vision run config; ``to_dict()`` is what the store keeps (of the fit settings: all but those of
     ``OMIT_AT_DEFAULT``, and ``precision``, where they hold their defaults)."""
 
@@ -180,15 +181,15 @@ def trained_model(config: VisionRun, result: Mapping[str, Any]) -> VisionTransfo
 
 # --- the chapter's experiment: a validation sweep of step sizes, then the final runs ----------------
 
-KIND = store.kind("e7-vit", __name__)
-GRID_KIND = store.kind("e7-grid", __name__)
-PRUNING_KIND = store.kind("e7-pruning", __name__)
+KIND = identity.kind("e7-vit", __name__)
+GRID_KIND = identity.kind("e7-grid", __name__)
+PRUNING_KIND = identity.kind("e7-pruning", __name__)
 #: The paper's step sizes, by method key (``paper.VIT_STEP_SIZES``).
 PAPER_STEP_SIZES = paper.VIT_STEP_SIZES
 
 
 @dataclass(frozen=True)
-class VisionGrid(store.Config):
+class VisionGrid(identity.Config):
     """A vision grid config (``grid``): datasets, image_size, train_size (0 or None: all), validation
     (images held out for the sweep), model (``VisionTransformer``'s arguments), setup, batch_size, root
     (CIFAR folder, "" or None: the data cache), epochs, eval_every, seeds, methods (method keys: "adam"
@@ -264,7 +265,7 @@ class VisionGrid(store.Config):
         rows = []
         for seed in range(self.sweep_seeds):
             config = self.run((dataset, key), lr, seed, sweep=True)
-            result = store.load(KIND, config)
+            result = store.load(RunId.of(KIND, config))
             if result is None:
                 raise LookupError(f"sweep run {key} lr {lr:g} seed {seed} on {dataset} is not stored: train the grid")
             rows.append(validation_correct(config, result))
@@ -467,7 +468,7 @@ def validation_correct(config: VisionRun, result: Mapping[str, Any], batch_size:
 
 
 @dataclass(frozen=True)
-class VisionPruning(store.Config):
+class VisionPruning(identity.Config):
     """A pruning config (``pruning``): a final run (stored) and the fractions of its prunable weights
     set to zero."""
 
@@ -483,7 +484,7 @@ def pruning(config: VisionPruning | Mapping[str, Any]) -> store.RunResult:
     fields; the result's "accuracy" has one value per sparsity."""
     config = VisionPruning.of(config)
     run = config.run
-    result = store.load(KIND, run)
+    result = store.load(RunId.of(KIND, run))
     if result is None:
         raise LookupError("the run to prune is not in the results store: train it first (``grid``)")
 
@@ -493,7 +494,7 @@ def pruning(config: VisionPruning | Mapping[str, Any]) -> store.RunResult:
         evaluate = lambda pruned: train.evaluate(pruned, test_set, batch_size=1000, loss="multiclass")[1]  # noqa: E731
         return {"accuracy": np.array([a for _, a in analysis.pruning_curve(model, config.sparsities, evaluate)])}
 
-    return store.load_or_run(PRUNING_KIND, config, compute)
+    return store.load_or_run(RunId.of(PRUNING_KIND, config), compute)
 
 
 # --- the chapter's summary table (chapter 07) ---------------------------------------------------

@@ -24,9 +24,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from mdlib.experiments import step_grid
-from mdlib.experiments import paper, store
+from mdlib.experiments import paper, step_grid
 from mdlib.experiments.methods import method_key
+from mdlib.runs import identity
 
 if TYPE_CHECKING:
     from mdlib.experiments.sentiment import SentimentRun
@@ -132,20 +132,20 @@ def vision_work(config: VisionRun) -> RunWork:
 _WORK = {"e4-sentiment": sentiment_work, "e7-vit": vision_work}
 
 
-def run_work(kind: str, config: store.Config) -> RunWork:
+def run_work(kind: str, config: identity.Config) -> RunWork:
     """The work of a run of ``kind`` (a sentiment or vision run)."""
     if kind not in _WORK:
         raise ValueError(f"no work model for runs of kind {kind!r}; known: {', '.join(_WORK)}")
     return _WORK[kind](config)
 
 
-def grid_runs(designs: Iterable[step_grid.Design]) -> dict[str, tuple[str, store.Config]]:
+def grid_runs(designs: Iterable[step_grid.Design]) -> dict[str, tuple[str, identity.Config]]:
     """The distinct runs the grids train, by store key: ``{key: (kind, config)}``. A sweep run that is
     also a final run counts once, as ``grid.build`` trains it once; the count does not depend on
     which candidate the sweep chooses (every candidate's sweep seeds are trained, and the finals
     add the other seeds), so the first candidate stands in for the choice; with ``tied_finals`` every
     candidate counts as tied (at most). Candidates a grid grows are not counted."""
-    found: dict[str, tuple[str, store.Config]] = {}
+    found: dict[str, tuple[str, identity.Config]] = {}
     for design in designs:
         candidates = {cell: list(design.candidates(cell)) for cell in design.cells}
         chosen = {cell: step_grid.Choice(values[0], tuple(values) if design.tied_finals else (values[0],), values[0])
@@ -154,5 +154,5 @@ def grid_runs(designs: Iterable[step_grid.Design]) -> dict[str, tuple[str, store
         items += [(design.final_config, item) for item in design.final_items(chosen)]
         for make, item in items:
             config = make(*item)
-            found.setdefault(store.config_key(design.run_kind, config), (design.run_kind, config))
+            found.setdefault(identity.config_key(design.run_kind, config), (design.run_kind, config))
     return found

@@ -36,7 +36,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from mdlib.experiments import paths
+from mdlib.runs import files, lockfile
 
 __all__ = ["PROGRESS_ENV", "Status", "describe", "group_of", "read_checkpoint", "status", "work_of"]
 
@@ -123,7 +123,7 @@ class Status:
     def __init__(self, folder: Path, kind: str, runs: Sequence[tuple[Any, Any]], missing: set, workers: int,
                  lock_of, checkpoint_of, entry_of):
         self.path = folder / f"{os.getpid()}-{next(_calls)}.json"
-        self.record: dict[str, Any] = {"pid": os.getpid(), "host": paths.host(), "kind": kind, "workers": workers,
+        self.record: dict[str, Any] = {"pid": os.getpid(), "host": lockfile.host(), "kind": kind, "workers": workers,
                                        "started": time.time(), "updated": time.time(), "finished": False, "runs": []}
         unique = list({run_id.key: (run_id, config) for run_id, config in runs}.values())  # a run asked twice: once
         labels = describe([run_id.config for run_id, _ in unique])
@@ -145,7 +145,7 @@ class Status:
         self.record["updated"] = time.time()
         text = json.dumps(self.record)
         try:
-            paths.atomic_write(self.path, lambda tmp: tmp.write_text(text, "utf-8"), tag="progress")
+            files.atomic_write(self.path, lambda tmp: tmp.write_text(text, "utf-8"), tag="progress")
         except OSError:
             pass
 

@@ -27,17 +27,18 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from mdlib.experiments import paths
-from mdlib.experiments.runkey import RunId, canonical_json, check_name, plain
+from mdlib.runs import lockfile
+from mdlib.runs.identity import RunId, canonical_json, check_name, plain
 
-__all__ = ["FORMAT", "STALE_SECONDS", "check_content", "clean_stale", "discard", "read_entry", "sha256_hex",
+__all__ = ["FORMAT", "META", "STALE_SECONDS", "atomic_write", "check_content", "clean_stale", "discard", "read_entry", "sha256_hex",
            "temp_folder", "write_entry"]
 
 FORMAT = 3  #: 3: meta.json holds the sha256 of the entry's content
+META = "meta.json"  #: the file an entry is complete with: written last, read first
 STALE_SECONDS = 3600  #: a temporary folder this old is removed whoever wrote it
 _WRITER_RE = re.compile(r"^\.(?:tmp|trash)-(?:[0-9a-f]{16}-)?([0-9]+)@([A-Za-z0-9_]*)-")
 _cleaned: set[Path] = set()
@@ -46,7 +47,7 @@ _cleaned: set[Path] = set()
 def temp_folder(parent: Path, what: str, key: str = "") -> Path:
     """A new temporary folder in ``parent`` named after this process: ``.<what>-[<key16>-]<pid>@<host>-*``
     (``what``: "tmp" or "trash")."""
-    prefix = f".{what}-{key[:16] + '-' if key else ''}{os.getpid()}@{paths.host()}-"
+    prefix = f".{what}-{key[:16] + '-' if key else ''}{os.getpid()}@{lockfile.host()}-"
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
@@ -65,7 +66,7 @@ def clean_stale(folder: Path) -> None:
             old = now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS
         except FileNotFoundError:
             continue
-        dead = match is not None and match.group(2) == paths.host() and not paths.alive(int(match.group(1)))
+        dead = match is not None and match.group(2) == lockfile.host() and not lockfile.alive(int(match.group(1)))
         if old or dead:
             shutil.rmtree(entry.path, ignore_errors=True)
 
@@ -83,7 +84,7 @@ def read_entry(path: Path, run: RunId) -> tuple[dict[str, Any], dict[str, Any]]:
     completely or is not that run's, computed by the code its kind runs now (``run.code``)."""
     import pandas as pd
 
-    meta = json.loads((path / "meta.json").read_text("utf-8"))
+    meta = json.loads((path / META).read_text("utf-8"))
     if meta.get("format") != FORMAT or meta.get("kind") != run.kind:
         raise ValueError("format or kind mismatch")
     if meta.get("code") != run.code:
@@ -127,8 +128,8 @@ def _meta_digest(meta: Mapping[str, Any]) -> str:
 
 def _content(folder: Path, meta: Mapping[str, Any]) -> dict[str, str]:
     """{file name: sha256} of every file of an entry but meta.json, and ``meta.json``: ``_meta_digest``."""
-    files = {f.name: sha256_hex(f.read_bytes()) for f in sorted(folder.iterdir()) if f.name != "meta.json"}
-    return files | {"meta.json": _meta_digest(meta)}
+    files = {f.name: sha256_hex(f.read_bytes()) for f in sorted(folder.iterdir()) if f.name != META}
+    return files | {META: _meta_digest(meta)}
 
 
 def check_content(folder: Path, meta: Mapping[str, Any]) -> None:
@@ -197,4 +198,32 @@ def write_entry(folder: Path, run: RunId, result: Mapping[str, Any], seconds: fl
     }
     meta["sha256"] = _content(folder, meta)
     # meta.json last: an entry without it is never read back as complete.
-    (folder / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", "utf-8")
+    (folder / META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", "utf-8")
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], *, tag: str = "tmp") -> Path:
+    """Call ``write(tmp)`` on the temporary sibling ``.<stem>.<pid>@<host>.<tag><suffix>`` of ``path``
+    (same folder, same suffix), flush it to disk, then move it over ``path`` with one ``os.replace``;
+    returns ``path``.
+
+    ``path`` is either the previous file or the complete new one. If ``write`` raises, the temporary
+    file is removed (unless ``write`` moved it elsewhere first, e.g. to keep a failed output) and the
+    error propagates; the parent folder is created when missing. The temporary siblings that killed
+    writers on this host left (their pid no longer runs) are removed first.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    leftover = re.compile(rf"\.{re.escape(path.stem)}\.([0-9]+)@{re.escape(lockfile.host())}\.{re.escape(tag)}"
+                          rf"{re.escape(path.suffix)}")
+    for sibling in path.parent.iterdir():
+        if (found := leftover.fullmatch(sibling.name)) and not lockfile.alive(int(found.group(1))):
+            sibling.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}@{lockfile.host()}.{tag}{path.suffix}")
+    try:
+        write(tmp)
+        with open(tmp, "r+b") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

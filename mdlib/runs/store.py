@@ -1,26 +1,26 @@
 """The results store: a finished run is read back instead of recomputed.
 
-    from mdlib.experiments import store
-    result = store.load_or_run("e1-paths", config, lambda: train(config))
+    from mdlib.runs import store
+    from mdlib.runs.identity import RunId
+    run = RunId.of("e1-paths", config)
+    result = store.load_or_run(run, lambda: train(config))
     result["divergence"]          # numpy array / DataFrame / JSON value, as compute() returned it
     result.cached, result.path    # whether it came from the store, and where it lives
 
-A run is named by its kind, its config (a typed ``Config`` or a plain mapping) and the code that
-computes it, and filed under their key (``mdlib.experiments.runkey``, whose ``RunId``, ``Config``,
-``KINDS``, ``kind``, ``config_key``, ``code_of``, ``canonical_json`` and ``check_keys`` this module
-passes on as its own vocabulary): ``<build>/runs/<kind>/<key>/``, written atomically and checked when
-read back (``mdlib.experiments.runfiles``); an entry that does not read back is ignored, recomputed and
-replaced. Each function takes its run as a kind and its config, or as the ``RunId`` of the two, made
-once by a caller that visits the store several times for one run (``mdlib.experiments.pool``).
+A run is named by its ``RunId`` (``mdlib.runs.identity``: its kind, its config and the code that
+computes it, and their key), made once by the caller and given to every function here; it is filed
+under ``<build>/runs/<kind>/<key>/``, written atomically and checked when read back
+(``mdlib.runs.files``); an entry that does not read back is ignored, recomputed and replaced.
+:func:`exists` asks whether an entry is there without reading it, :func:`load` reads and checks it.
 The entries of other code fingerprints stay on disk unused until :func:`prune` (``python -m mdlib store
 --prune``) removes them.
 
 Two processes asked for the same missing run compute it once: ``load_or_run`` holds the run's lock,
-``<build>/runs/.locks/<kind>/<key>.lock`` (``mdlib.experiments.lockfile``), while it computes; the other
+``<build>/runs/.locks/<kind>/<key>.lock`` (``mdlib.runs.lockfile``), while it computes; the other
 waits and reads the stored entry when the lock goes. The run's checkpoint lets the next holder resume
 where the last one stopped.
 
-Training runs of the real-data chapters fill it through ``mdlib.experiments.pool``. The store imports
+Training runs of the real-data chapters fill it through ``mdlib.runs.pool``. The store imports
 neither torch nor the trainer: the scorecard and the provenance records read it without them.
 """
 
@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from mdlib.experiments import lockfile, paths, runfiles, runkey
-from mdlib.experiments.runkey import (KINDS, Config, RunId, canonical_json, check_keys, check_name, code_of, config_key,
-                                      kind)
+from mdlib.experiments import paths
+from mdlib.runs import files, identity, lockfile
+from mdlib.runs.identity import RunId, canonical_json, check_name
 
-__all__ = ["KINDS", "Config", "RunId", "RunResult", "StoreWarning", "busy", "canonical_json", "check_keys", "code_of",
-           "config_key", "entries", "entry_dir", "kind", "load", "load_or_run", "prune", "save"]
+__all__ = ["Entry", "RunResult", "StoreWarning", "busy", "entries", "entry_dir", "exists", "load", "load_or_run",
+           "lock_path", "named", "prune", "save", "set_name", "used_runs"]
 
 _used: dict[str, None] = {}  # "kind/key" of the runs loaded or stored by this process, in first-use order
 
@@ -63,21 +63,8 @@ class StoreWarning(UserWarning):
     """A stored entry was unusable and is being recomputed."""
 
 
-def _identify(run: RunId | str, config: Config | Mapping[str, Any] | None) -> RunId:
-    """``run`` when it is a ``RunId`` (and no config is given), else the id of run (kind ``run``,
-    ``config``): how each function of the store takes its run."""
-    if isinstance(run, RunId):
-        if config is not None:
-            raise TypeError(f"run {run.kind}/{run.key[:12]} is a RunId: give it without a config")
-        return run
-    if config is None:
-        raise TypeError(f"run kind {run!r} needs its config")
-    return RunId.of(run, config)
-
-
-def entry_dir(run: RunId | str, config: Config | Mapping[str, Any] | None = None) -> Path:
-    """The folder of the entry of ``run`` (a ``RunId``, or a kind and its ``config``)."""
-    run = _identify(run, config)
+def entry_dir(run: RunId) -> Path:
+    """The folder of the entry of ``run``."""
     return paths.runs_dir() / run.kind / run.key
 
 
@@ -87,7 +74,7 @@ def _read(path: Path, run: RunId) -> RunResult | None:
     if not path.is_dir():
         return None
     try:
-        values, meta = runfiles.read_entry(path, run)
+        values, meta = files.read_entry(path, run)
     except Exception as exc:  # noqa: BLE001 - any failure means: not a usable entry
         warnings.warn(f"ignoring unreadable run entry {path} ({type(exc).__name__}: {exc}); recomputing",
                       StoreWarning, stacklevel=3)
@@ -95,12 +82,20 @@ def _read(path: Path, run: RunId) -> RunResult | None:
     return RunResult(values, key=path.name, path=path, cached=True, meta=meta)
 
 
-def load(run: RunId | str, config: Config | Mapping[str, Any] | None = None) -> RunResult | None:
-    """The stored result of ``run`` (a ``RunId``, or a kind and its ``config``), or None. A hit is
-    recorded in :func:`used_runs`."""
-    run = _identify(run, config)
+def exists(run: RunId) -> bool:
+    """Whether the store holds an entry of ``run``, told from its metadata alone (``files.META``: its
+    kind, key and code are the run's); :func:`load` still checks the whole entry when it reads it."""
+    try:
+        meta = json.loads((entry_dir(run) / files.META).read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and (meta.get("kind"), meta.get("key"), meta.get("code")) == (run.kind, run.key, run.code)
+
+
+def load(run: RunId) -> RunResult | None:
+    """The stored result of ``run``, or None. A hit is recorded in :func:`used_runs`."""
     path = entry_dir(run)
-    runfiles.clean_stale(path.parent)
+    files.clean_stale(path.parent)
     result = _read(path, run)
     if result is not None:
         _used[f"{run.kind}/{run.key}"] = None
@@ -126,11 +121,11 @@ def _name_path(name: str) -> Path:
     return paths.runs_dir() / "_names" / f"{check_name(name, 'run name')}.json"
 
 
-def set_name(name: str, kind: str, config: Config | Mapping[str, Any]) -> Path:
+def set_name(name: str, kind: str, config: identity.Config | Mapping[str, Any]) -> Path:
     """Record that ``name`` now means the run (``kind``, ``config``), replacing what it meant before;
     ``named(name)`` reads it back. Written atomically (``<build>/runs/_names/<name>.json``)."""
     text = canonical_json({"kind": check_name(kind, "run kind"), "config": config}) + "\n"
-    return paths.atomic_write(_name_path(name), lambda tmp: tmp.write_text(text, "utf-8"))
+    return files.atomic_write(_name_path(name), lambda tmp: tmp.write_text(text, "utf-8"))
 
 
 def named(name: str) -> tuple[str, dict[str, Any]] | None:
@@ -161,13 +156,13 @@ class Entry:
 
 def entries() -> list[Entry]:
     """Every entry in ``<build>/runs/`` (the runs names and temporary folders aside), by kind and key;
-    ``current`` compares its code with its kind's today (``runkey.code_of``: no module is imported)."""
+    ``current`` compares its code with its kind's today (``identity.code_of``: no module is imported)."""
     out = []
     root = paths.runs_dir()
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
         if not folder.is_dir() or folder.name.startswith(("_", ".")):
             continue
-        today = runkey.code_of(folder.name)  # the code RunId.of puts in the keys of this kind's runs
+        today = identity.code_of(folder.name)  # the code RunId.of puts in the keys of this kind's runs
         for path in sorted(folder.iterdir()):
             if not path.is_dir() or path.name.startswith("."):
                 continue
@@ -185,7 +180,7 @@ def prune() -> list[Entry]:
     metadata); returns them."""
     gone = [entry for entry in entries() if not entry.current]
     for entry in gone:
-        runfiles.discard(entry.path, entry.key)
+        files.discard(entry.path, entry.key)
     return gone
 
 
@@ -193,26 +188,22 @@ def prune() -> list[Entry]:
 # writing
 
 
-def save(run: RunId | str, config: Config | Mapping[str, Any] | None = None, result: Mapping[str, Any] | None = None,
-         *, seconds: float = 0.0) -> Path:
-    """Write ``result`` as the entry of ``run`` (a ``RunId``, or a kind and its ``config``), atomically,
-    and return its folder; the run is recorded in :func:`used_runs`."""
-    run = _identify(run, config)
-    if result is None:
-        raise TypeError("save() needs the result to store")
+def save(run: RunId, result: Mapping[str, Any], *, seconds: float = 0.0) -> Path:
+    """Write ``result`` as the entry of ``run``, atomically, and return its folder; the run is recorded in
+    :func:`used_runs`."""
     final = entry_dir(run)
     final.parent.mkdir(parents=True, exist_ok=True)
-    runfiles.clean_stale(final.parent)
-    tmp = runfiles.temp_folder(final.parent, "tmp", run.key)
+    files.clean_stale(final.parent)
+    tmp = files.temp_folder(final.parent, "tmp", run.key)
     try:
-        runfiles.write_entry(tmp, run, result, seconds)
+        files.write_entry(tmp, run, result, seconds)
         try:
             os.replace(tmp, final)
         except OSError:
             # Something is already there: a complete entry from a concurrent run (keep it), or a
             # corrupt one (move it aside, then put ours in place).
             if _read(final, run) is None and final.exists():
-                runfiles.discard(final, run.key)
+                files.discard(final, run.key)
                 os.replace(tmp, final)
     finally:
         if tmp.exists():
@@ -225,26 +216,24 @@ def save(run: RunId | str, config: Config | Mapping[str, Any] | None = None, res
 # the lock of a run being computed
 
 
-def _lock_path(run: RunId) -> Path:
+def lock_path(run: RunId) -> Path:
+    """The lock file of ``run`` while it is computed (``<build>/runs/.locks/<kind>/<key>.lock``)."""
     return paths.runs_dir() / ".locks" / run.kind / f"{run.key}.lock"
 
 
-def busy(run: RunId | str, config: Config | Mapping[str, Any] | None = None) -> bool:
-    """Whether another process computes ``run`` (a ``RunId``, or a kind and its ``config``) now: its lock
-    is held and not stale."""
-    return lockfile.is_held(_lock_path(_identify(run, config)))
+def busy(run: RunId) -> bool:
+    """Whether another process computes ``run`` now: its lock is held and not stale."""
+    return lockfile.is_held(lock_path(run))
 
 
 def _run_lock(run: RunId) -> contextlib.AbstractContextManager[None]:
     """The lock of ``run`` (``lockfile.hold``), to hold while computing it."""
-    return lockfile.hold(_lock_path(run), f"run {run.kind}/{run.key[:12]}")
+    return lockfile.hold(lock_path(run), f"run {run.kind}/{run.key[:12]}")
 
 
-def load_or_run(run: RunId | str, config: Config | Mapping[str, Any] | None = None,
-                compute: Callable[[], Mapping[str, Any]] | None = None, *, force: bool = False,
+def load_or_run(run: RunId, compute: Callable[[], Mapping[str, Any]], *, force: bool = False,
                 lock: bool = True) -> RunResult:
-    """The stored result of ``run`` (a kind and its ``config``, or a ``RunId`` and ``compute=``); if there
-    is none, ``compute()`` it, store it and return it as read back from the store (so a fresh and a
+    """The stored result of ``run``; if there is none, ``compute()`` it, store it and return it as read back from the store (so a fresh and a
     cached result look exactly the same).
 
     ``compute()`` returns a dict of name -> numpy array (or torch tensor), pandas DataFrame/Series, or
@@ -254,9 +243,6 @@ def load_or_run(run: RunId | str, config: Config | Mapping[str, Any] | None = No
     for a result gathered from runs that hold their own locks (a grid): processes that compute it at
     once share those runs out, and the first stored result is the one all of them return.
     """
-    run = _identify(run, config)
-    if compute is None:
-        raise TypeError("load_or_run() needs compute, the function that computes the run")
     if not force:
         hit = load(run)
         if hit is not None:
@@ -279,8 +265,8 @@ def _store_computed(run: RunId, result: Any, seconds: float, force: bool) -> Run
     if force:
         existing = entry_dir(run)
         if existing.exists():
-            runfiles.discard(existing)
-    path = save(run, result=result, seconds=seconds)
+            files.discard(existing)
+    path = save(run, result, seconds=seconds)
     loaded = _read(path, run)
     if loaded is None:  # pragma: no cover - save() just wrote it
         raise RuntimeError(f"run entry {path} could not be read back after writing it")

@@ -1,5 +1,5 @@
 """Training runs through the results store: one (``run``) or many (``run_many``, a pool of worker
-processes); a run the store holds is read back instead of trained.
+processes, or the jobs of an executor); a run the store holds is read back instead of trained.
 
 ``run(kind, config, build)``: ``build(config)`` makes a ``train.Setup`` (model, optimizer, data), and
 ``mdlib.experiments.train.train_setup`` trains it, with checkpoints, unless the store holds the run::
@@ -8,6 +8,16 @@ processes); a run the store holds is read back instead of trained.
     results = pool.run_many("e4-sentiment", configs, build, workers=2)  # 2 CPU processes, or 1 per GPU
     results = pool.run_many("e4-sentiment", configs, build, executor=client.get_executor())  # Dask
     train.load_model_state(model, result)  # the trained weights, back into a model
+
+Where ``run_many`` trains the missing runs is named by an executor spec (``--executor SPEC`` of
+``python -m mdlib run|book``, ``executor: SPEC`` in a profile, ``$MDLIB_EXECUTOR``)::
+
+    processes               run_many's own pool of ``workers`` processes (the default)
+    dask-local:N            a Dask LocalCluster of N single-threaded worker processes on this machine
+    dask:ADDRESS            the Dask scheduler at ADDRESS, e.g. dask:tcp://node7:8786 (``dask scheduler``,
+                            a dask_jobqueue.SLURMCluster); its workers share the build folder
+
+Importing this module imports no torch (the book's process checks a spec with it); training does.
 """
 
 from __future__ import annotations
@@ -20,21 +30,63 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-import torch
-import torch.distributed as dist
-from torch import nn
 from tqdm.auto import tqdm
 
-from mdlib.experiments import paths, progress as _progress, train
-from mdlib.experiments.executors import EXECUTOR_ENV, open_executor, parse_executor
-from mdlib.experiments.store import Config, RunId, RunResult, _lock_path, busy, entry_dir, load, load_or_run
-from mdlib.experiments.train import Setup
+from mdlib.experiments import paths
+from mdlib.runs import lockfile, progress as _progress, store
+from mdlib.runs.identity import Config, RunId
+from mdlib.runs.store import RunResult
 
-__all__ = ["run", "run_many"]
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from mdlib.experiments.train import Setup
+
+__all__ = ["EXECUTOR_ENV", "EXECUTOR_SPECS", "open_executor", "parse_executor", "run", "run_many"]
 
 log = logging.getLogger(__name__)
+
+EXECUTOR_ENV = "MDLIB_EXECUTOR"  #: the executor spec run_many uses when it is given none
+EXECUTOR_SPECS = "processes, dask-local:N or dask:ADDRESS (e.g. dask:tcp://host:8786)"
+
+
+def parse_executor(spec: str) -> tuple[str, str | int | None]:
+    """An executor spec as (``"processes"``, None), (``"dask-local"``, N) or (``"dask"``, address); a
+    ValueError saying what a spec looks like otherwise. ``processes``: ``run_many``'s own pool of
+    ``workers`` processes; ``dask-local:N``: a Dask LocalCluster of N single-threaded worker
+    processes; ``dask:ADDRESS``: the Dask scheduler at ADDRESS (``dask scheduler``, a SLURMCluster)."""
+    name, _, argument = str(spec).strip().partition(":")
+    if name == "processes" and not argument:
+        return name, None
+    if name == "dask-local" and argument.isdigit() and int(argument) >= 1:
+        return name, int(argument)
+    if name == "dask" and argument:
+        return name, argument
+    raise ValueError(f"unknown executor {spec!r}; an executor is {EXECUTOR_SPECS}")
+
+
+@contextlib.contextmanager
+def open_executor(spec: str):
+    """The ``concurrent.futures.Executor`` of an executor spec (:func:`parse_executor`) for the block,
+    None for ``processes``; a LocalCluster it started is closed after it. Dask comes with the extra
+    ``cluster``; its workers get ``OMP_NUM_THREADS=1`` by default."""
+    name, argument = parse_executor(spec)
+    if name == "processes":
+        yield None
+        return
+    from distributed import Client, LocalCluster
+
+    if name == "dask-local":
+        with LocalCluster(n_workers=argument, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                Client(cluster) as client:
+            yield client.get_executor()
+    else:
+        with Client(argument) as client:
+            yield client.get_executor()
+
 
 def run(kind: str, config: Config, build: Callable[[Config], Setup], *,
         extras: Callable[[nn.Module], Mapping[str, Any]] | None = None, progress: bool = True,
@@ -59,11 +111,15 @@ def _run(run_id: RunId, config: Config, build: Callable[[Config], Setup], *,
          num_workers: int = 0, force: bool = False) -> RunResult:
     """``run``, given the run's id (that of ``config``), made once by the caller and passed to each visit
     of the store."""
+    import torch.distributed as dist
+
+    from mdlib.experiments import train
+
     if not isinstance(config, Config) or not isinstance(getattr(config, "fit", None), train.FitOptions):
-        raise TypeError(f"config must be a typed run config (a store.Config) whose fit part is a "
+        raise TypeError(f"config must be a typed run config (a identity.Config) whose fit part is a "
                         f"train.FitOptions, got {type(config).__name__}")
     options = config.fit
-    if not force and (hit := load(run_id)) is not None:
+    if not force and (hit := store.load(run_id)) is not None:
         return hit
     world = train.process_world(device)
     folder = paths.checkpoints_dir() / run_id.kind / run_id.key
@@ -75,8 +131,8 @@ def _run(run_id: RunId, config: Config, build: Callable[[Config], Setup], *,
     if world.rank != 0:
         compute()
         dist.barrier()
-        return load(run_id)
-    result = load_or_run(run_id, compute=compute, force=force)
+        return store.load(run_id)
+    result = store.load_or_run(run_id, compute, force=force)
     shutil.rmtree(folder, ignore_errors=True)
     if world.size > 1:
         dist.barrier()
@@ -88,6 +144,8 @@ def _worker_init(parent: int, devices=None) -> None:
     ``CUDA_VISIBLE_DEVICES`` values, one per worker; set before torch touches CUDA), and exit as soon as
     ``parent`` (the process that started it) is gone: a parent-death signal on Linux, and on every
     system a daemon thread that polls the parent's pid (a worker whose parent died is reparented)."""
+    import torch
+
     torch.set_num_threads(1)
     if devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices.get()
@@ -98,12 +156,14 @@ def _worker_init(parent: int, devices=None) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass  # the watchdog below still applies
-    paths.watch_parent(parent, lambda: os._exit(1))
+    lockfile.watch_parent(parent, lambda: os._exit(1))
 
 
 def _device_slots() -> list[str]:
     """The GPUs a worker can be pinned to, as ``CUDA_VISIBLE_DEVICES`` values: the entries of this
     process's ``CUDA_VISIBLE_DEVICES`` when it is set, else ``0 .. device_count - 1``."""
+    import torch
+
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [entry.strip() for entry in visible.split(",") if entry.strip()]
@@ -193,18 +253,18 @@ def run_many(kind: str, configs: list[Config], build: Callable[[Config], Setup],
     runs (two launchers on a shared build folder) train each once (the store's lock) and share them
     out: each starts with the runs no other process trains at that moment. A command that executes the
     notebook (``$MDLIB_PROGRESS_DIR``) is told which runs are stored, waiting, trained and failed
-    (``mdlib.experiments.progress``)."""
+    (``mdlib.runs.progress``)."""
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     runs = [(RunId.of(kind, config), config) for config in configs]  # each run's id, made once
-    missing = list({run_id: (run_id, config) for run_id, config in runs if load(run_id) is None}.values())
+    missing = list({run_id: (run_id, config) for run_id, config in runs if not store.exists(run_id)}.values())
     failed: dict[RunId, BaseException] = {}
     alone = int(os.environ.get("WORLD_SIZE", "1")) == 1
     if alone:  # the runs another process trains now last: by then they are stored, or it died
-        missing.sort(key=lambda run: busy(run[0]))
+        missing.sort(key=lambda run: store.busy(run[0]))
     spec = os.environ.get(EXECUTOR_ENV, "").strip() or "processes"
-    report = _progress.status(kind, runs, {run_id for run_id, _ in missing}, workers, lock_of=_lock_path,
-                              checkpoint_of=_checkpoint_folder, entry_of=entry_dir)
+    report = _progress.status(kind, runs, {run_id for run_id, _ in missing}, workers, lock_of=store.lock_path,
+                              checkpoint_of=_checkpoint_folder, entry_of=store.entry_dir)
     try:
         if missing and alone and (executor is not None or parse_executor(spec)[0] != "processes"):
             with contextlib.nullcontext(executor) if executor is not None else open_executor(spec) as chosen:
@@ -244,13 +304,15 @@ def _finished(report: _progress.Status | None, run_id: RunId, result: Mapping[st
     if report is None or not report.waiting(run_id):
         return
     if not failed and result is None:
-        result = load(run_id)
+        result = store.load(run_id)
     report.finished(run_id, None if result is None else result.get("history"), failed=failed or result is None)
 
 
 def _pool_devices(workers: int, runs: int, device: str | torch.device | None) -> list[str] | None:
     """How ``run_many``'s pool trains ``runs`` runs: [] on the CPU, the GPUs of one worker each on CUDA
     with several visible; None when there is no pool (one worker or run, one GPU, an indexed device)."""
+    import torch
+
     if workers == 1 or runs < 2:
         return None
     target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -270,7 +332,7 @@ def _run_free_first(missing: list[tuple[RunId, Config]], build: Callable[[Config
     failed: dict[RunId, BaseException] = {}
     pending = list(missing)
     while pending:
-        chosen = next((run for run in pending if not busy(run[0])), pending[0])
+        chosen = next((run for run in pending if not store.busy(run[0])), pending[0])
         pending.remove(chosen)
         run_id, config = chosen
         try:
@@ -357,7 +419,7 @@ def _run_in_processes(kind: str, missing: list[tuple[RunId, Config]], build: Cal
                 raise
     except (KeyboardInterrupt, SystemExit):
         _stop(pool)
-        done = sum(entry_dir(run_id).is_dir() for run_id, _ in missing)
+        done = sum(store.exists(run_id) for run_id, _ in missing)
         print(f"interrupted: {done} of {len(missing)} {kind} runs finished and are stored; the running ones "
               "keep their checkpoint of their last finished epoch; run the same command again to resume",
               file=sys.stderr, flush=True)

@@ -21,17 +21,18 @@ import json
 import logging
 import math
 import os
+import re
+import socket
 import sys
 import threading
 import time
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from mdlib.experiments import paths
-
-__all__ = ["LOCK_TIMEOUT_ENV", "LockHeld", "LockWarning", "UNREADABLE_LOCK_SECONDS", "hold", "is_held", "lock_timeout"]
+__all__ = ["LOCK_TIMEOUT_ENV", "LockHeld", "LockWarning", "UNREADABLE_LOCK_SECONDS", "alive", "hold", "host", "is_held",
+           "lock_timeout", "watch_parent"]
 
 LOCK_TIMEOUT_ENV = "MDLIB_LOCK_TIMEOUT"  #: minutes without a heartbeat after which a run's lock is taken over
 LOCK_TIMEOUT_MINUTES = 10.0
@@ -40,6 +41,33 @@ LOCK_TIMEOUT_MINUTES = 10.0
 UNREADABLE_LOCK_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
+
+
+def host() -> str:
+    """This machine's name, as file names and lock records hold it (letters, digits, '_')."""
+    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40]
+
+
+def watch_parent(parent: int, on_death: Callable[[], None]) -> None:
+    """Call ``on_death`` from a daemon thread as soon as process ``parent`` is no longer this process's
+    parent (it died, even by kill -9, and this process was reparented); checked twice a second."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        on_death()
+
+    threading.Thread(target=watch, name="mdlib-parent-watchdog", daemon=True).start()
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        pass
+    return True
 
 
 class LockWarning(UserWarning):
@@ -100,8 +128,8 @@ def _stale(record: dict[str, Any] | None, age: float, timeout: float) -> bool:
     (the file's modification time) is older than ``timeout`` seconds."""
     if record is None:
         return age > min(UNREADABLE_LOCK_SECONDS, timeout)
-    if (record.get("host"), record.get("pids")) == (paths.host(), _pid_namespace()):
-        if isinstance(record.get("pid"), int) and not paths.alive(record["pid"]):
+    if (record.get("host"), record.get("pids")) == (host(), _pid_namespace()):
+        if isinstance(record.get("pid"), int) and not alive(record["pid"]):
             return True
     return age > timeout
 
@@ -122,7 +150,7 @@ def _break(path: Path, token: str | None, timeout: float) -> None:
     try:
         now = _holder(path)
         if now is not None and (now[0] or {}).get("token") == token:
-            aside = path.with_name(f"{path.name}.stale-{os.getpid()}@{paths.host()}-{uuid.uuid4().hex[:8]}")
+            aside = path.with_name(f"{path.name}.stale-{os.getpid()}@{host()}-{uuid.uuid4().hex[:8]}")
             os.replace(path, aside)
             aside.unlink()
     finally:
@@ -156,7 +184,7 @@ def hold(path: Path, what: str, *, wait: bool = True) -> Iterator[None]:
     ``wait``: its writer is writing it, or was killed and it turns stale within seconds."""
     timeout = lock_timeout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    token = f"{paths.host()}:{os.getpid()}:{uuid.uuid4().hex}"
+    token = f"{host()}:{os.getpid()}:{uuid.uuid4().hex}"
     poll, waited = min(1.0, timeout / 8), False
     seen: dict[float, float] = {}  # the lock's modification times, when this process first saw each
     while True:
@@ -188,7 +216,7 @@ def hold(path: Path, what: str, *, wait: bool = True) -> Iterator[None]:
             log.info(message)
             print(message, file=sys.stderr, flush=True)
         time.sleep(poll)
-    record = {"host": paths.host(), "pid": os.getpid(), "pids": _pid_namespace(), "token": token,
+    record = {"host": host(), "pid": os.getpid(), "pids": _pid_namespace(), "token": token,
               "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
