@@ -100,7 +100,7 @@ from mdlib.book.views.sentiment import (CONTRAST_NAMES, allocation_runs_view, au
                                        contrasts_view, edges_text, effective_steps_view, movement_text,
                                        paper_table1_view, pilots_view, series_reading, series_view, source_text,
                                        steps_view, table1_view, tied_view, timings_text)
-from mdlib.experiments.methods import GD, L1_1, method
+from mdlib.experiments.methods import GD, L1_1, key_text
 from mdlib.experiments import allocation, estimates, paper, sentiment, stats, train
 from mdlib.models import SMALL_EMBEDDING_STD
 
@@ -136,7 +136,7 @@ artifacts.save_table(long_compact, "table-sentiment-overnight-predictions", glue
 long_predictions = allocation.long_predictions(long_compact)
 print(f"profile={profile}: {dataset}, width {width}; the long part "
       + ("trained here" if series else "none" if allocation.absent(record) else "as committed"))
-text = {key: plots.method_text(*method(key)) for key in dict.fromkeys(methods + variation_methods)}
+text = {key: key_text(key) for key in dict.fromkeys(methods + variation_methods)}
 
 # %% tags=["hide-input"]
 predictions = pd.concat([sentiment.predictions(g.configs, g.results).assign(grid=name) for name, g in grids.items()],

@@ -48,7 +48,7 @@ import pandas as pd
 from myst_nb import glue
 
 from mdlib.book import artifacts, plots, provenance, scorecard
-from mdlib.experiments.methods import method
+from mdlib.experiments.methods import key_text, method
 from mdlib.experiments import analysis, estimates, paper, selection, sentiment, sparsity, sparsity_null, train
 
 plots.set_theme()
@@ -58,7 +58,7 @@ dataset, max_length, width, methods = grid.config.dataset, grid.config.max_lengt
 models = {(key, seed): model for (L, key, seed), model in grid.models().items() if L == depth}
 initial = {seed: sentiment.initial_model(grid.configs[depth, key, seed]).eval() for key, seed in models}
 label = {key: plots.method_label(*method(key)) for key in methods} | {"init": "initialization"}
-names = " / ".join(plots.method_text(*method(k)) for k in methods)
+names = " / ".join(key_text(k) for k in methods)
 entries = depth * width * width
 scaled = analysis.scaled_threshold(width, paper.KQV_WIDTH, threshold)  # the same multiple of the init bound
 print(f"profile={profile}: {len(models)} models ({dataset}, {depth} layers, width {width}); threshold {scaled:.3f}; "

@@ -76,7 +76,7 @@ from myst_nb import glue
 from mdlib.book import artifacts, plots, scorecard
 from mdlib.book.views.vision import (by_dataset, pruning_contrast_text, pruning_levels_text, summary_texts,
                                      summary_view, sweep_texts)
-from mdlib.experiments.methods import dataset_text, method, method_key, method_text
+from mdlib.experiments.methods import dataset_text, key_text, method, method_key
 from mdlib.experiments import analysis, paper, vision
 
 plots.set_theme()
@@ -91,7 +91,7 @@ config, paper_config = vision.chapter_grids(  # the swept grid, and Adam and l_1
     precision=precision, sweep_grow=sweep_grow)
 methods = config.methods
 grid = vision.grid(config, workers=workers)
-name = {k: method_text(*method(k)) for k in methods}
+name = {k: key_text(k) for k in methods}
 swept = [k for k in methods if len(config.step_sizes[k]) > 1]
 print(f"profile={profile}: {len(grid.sweep)} candidate step sizes swept, "
       f"{int(grid.sweep.diverged.sum())} with a diverged run")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from mdlib.book.artifacts import DPI
 from mdlib.experiments import paper
 # how a method is written, for the chapters: plots.p_label(1.1), plots.method_label("adam"), ...
-from mdlib.experiments.methods import method_label, method_text, p_label  # noqa: F401
+from mdlib.experiments.methods import method_label, p_label  # noqa: F401
 
 if TYPE_CHECKING:  # matplotlib, pandas and seaborn load lazily, in the functions that draw
     import pandas as pd

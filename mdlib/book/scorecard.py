@@ -306,7 +306,7 @@ def _choosing(cell: pd.DataFrame) -> dict[str, stability.Choosing]:
 
 
 def _method(key: str) -> str:
-    return methods.method_text(*methods.method(key))
+    return methods.key_text(key)
 
 
 def _embedding_step(r: Results, setup: str) -> str:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["ADAM", "GD", "L1_1", "L3", "OPTIMIZERS", "PAPER_PS", "arm_key", "arm_text", "make_optimizer", "method", "method_key",
-           "method_label", "method_text", "p_label", "DATASET_CLASSES", "DATASET_NAMES", "dataset_text"]
+           "key_text", "method_label", "method_text", "p_label", "DATASET_CLASSES", "DATASET_NAMES", "dataset_text"]
 
 OPTIMIZERS = ("md", "adam", "adamw", "sgd")
 
@@ -112,6 +112,11 @@ def method_text(optimizer: str, p: float | None = None) -> str:
     return f"ℓ{float(p):g}" + (" (GD)" if float(p) == 2.0 else "")
 
 
+def key_text(key: str | float) -> str:
+    """Plain-text name of a method key (``method``): "1.1" -> "ℓ1.1", "2" -> "ℓ2 (GD)", "adam" -> "Adam"."""
+    return method_text(*method(key))
+
+
 def arm_key(trained: str, matched: str) -> str:
     """The key of an arm of chapter 04's 2 x 2: method ``trained`` with each tensor's step matched to method
     ``matched``'s, "a@b" (``arm_key(L1_1, GD)`` is "1.1@2")."""
@@ -123,8 +128,8 @@ def arm_text(key: str) -> str:
     with each tensor's step matched to method b's ("ℓ1.1, GD's steps per tensor")."""
     trained, at, matched = str(key).partition("@")
     if not at:
-        return method_text(*method(key))
-    short = [method_text(*method(k)).replace("ℓ2 (GD)", "GD") for k in (trained, matched)]
+        return key_text(key)
+    short = [key_text(k).replace("ℓ2 (GD)", "GD") for k in (trained, matched)]
     return f"{short[0]}, {short[1]}'s steps per tensor"
 
 

@@ -190,7 +190,7 @@ def token_win_rate() -> float:
 def _per_method(values: Mapping[int, Mapping[str, float]], fmt: str = "{}") -> str:
     """"ℓ1.1 a / b / c, ..." over the layers, one group per method of Table 1 (its keys "1.1", "2", "3")."""
     keys = list(values[min(values)])
-    return ", ".join(f"{methods.method_text(*methods.method(key))} "
+    return ", ".join(f"{methods.key_text(key)} "
                      + " / ".join(fmt.format(values[L][key]) for L in sorted(values)) for key in keys)
 
 
@@ -204,7 +204,7 @@ def quotes() -> dict[str, str]:
         "paper-t1-layers": " / ".join(str(L) for L in sorted(TABLE_1)),
         "paper-epochs": _per_method(EPOCHS_TO_STOP),
         "paper-rerun": " / ".join(f"{value:.2f}" for value in RERUN_6_LAYERS.values())
-        + f" ({' / '.join(methods.method_text(*methods.method(key)) for key in RERUN_6_LAYERS)})",
+        + f" ({' / '.join(methods.key_text(key) for key in RERUN_6_LAYERS)})",
         "paper-tokens": f"ℓ1.1 wins {t['wins']} of {t['sentences']} sentences, GD {t['losses']}, {t['ties']} ties",
         "paper-token-counts": f"{t['wins']} / {t['losses']} / {t['ties']}",
         "paper-token-scores": f"{t['score_1.1']:.2f} / {t['score_2']:.2f} (ℓ1.1 / GD)",

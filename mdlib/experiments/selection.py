@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from mdlib.experiments import analysis, data, estimates, paper, paths, sentiment
-from mdlib.experiments.methods import method, method_text
+from mdlib.experiments.methods import key_text
 from mdlib.experiments.stats import generalization_floor, mean_interval, wilson_interval
 
 if TYPE_CHECKING:
@@ -274,7 +274,7 @@ def summary_view(table: pd.DataFrame) -> pd.DataFrame:
         "[95 % t, seeds only]": [_bounds(a, b) for a, b in zip(table.seeds_low, table.seeds_high)],
         "pooled [Wilson, as if independent]": [_interval(r, a, b) for r, a, b in
                                                zip(table.pooled, table.pooled_low, table.pooled_high)]}
-        | {f"pivot score {method_text('md', float(k))}": table[f"score_{k}"].map(
+        | {f"pivot score {key_text(k)}": table[f"score_{k}"].map(
             lambda v: "–" if pd.isna(v) else f"{v:.2f}") for k in methods})
 
 
@@ -311,7 +311,7 @@ def concentration_text(table: pd.DataFrame, methods: Sequence[str], pairs: Seque
     for key in methods:
         part = table[table.method == key]
         m, lo, hi = mean_interval(part.entropy)
-        parts.append(f"{method_text('md', float(key))}: normalized entropy {m:.3f}"
+        parts.append(f"{key_text(key)}: normalized entropy {m:.3f}"
                      + ("" if lo != lo else f" [{lo:.3f}, {hi:.3f}]") + f", top-token share {part.top_share.mean():.3f}")
     text = "Mean over the test sentences, then over seeds (95 % t interval): " + "; ".join(parts) + "."
     if set(estimates.COMPARED) <= set(methods) and len(pairs) >= 1:
@@ -339,7 +339,7 @@ def deletion_text(drops: pd.DataFrame, methods: Sequence[str]) -> str:
     means = drops.groupby(["deleted", "method"], sort=False)["drop"].mean()
     return "; ".join(f"deleting the {target}: " + " / ".join(f"{means[target, k]:.3f}" for k in methods)
                      for target in dict.fromkeys(drops.deleted)) + " (" + " / ".join(
-        method_text(*("md", float(k))) for k in methods) + ")"
+        key_text(k) for k in methods) + ")"
 
 
 def gate_text(grid: "sentiment.Grid", depth: int) -> str:
@@ -349,6 +349,6 @@ def gate_text(grid: "sentiment.Grid", depth: int) -> str:
     c = grid.config
     nb = sentiment.baseline(c.dataset, 0, c.max_length, c.train_size).set_index("baseline").test_accuracy
     floor = generalization_floor(float(nb["naive_bayes"]))
-    parts = [f"{method_text(*method(k))}: {int(r.reached.sum())} of {len(r)} runs reached the stop rule, "
+    parts = [f"{key_text(k)}: {int(r.reached.sum())} of {len(r)} runs reached the stop rule, "
              f"test accuracy {r.last_test.mean():.1%}" for k, r in runs.groupby("method", sort=False)]
     return "; ".join(parts) + f" (baseline {nb['naive_bayes']:.1%}, so the floor is {floor:.1%})"

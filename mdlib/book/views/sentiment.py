@@ -110,7 +110,7 @@ def paper_table1_view() -> pd.DataFrame:
     ℓ3 and the reported ℓ1.1 − GD gap (points), from ``mdlib.experiments.paper``."""
     rows = paper.table1_rows()
     return pd.DataFrame({"layers": [r["layers"] for r in rows],
-                         **{methods.method_text(*methods.method(key)): [f"{r[key]:.2f}" for r in rows]
+                         **{methods.key_text(key): [f"{r[key]:.2f}" for r in rows]
                             for key in ("1.1", "2", "3")},
                          "ℓ1.1 − GD": [f"{r['gap']:+.2f}" for r in rows]})
 

@@ -54,11 +54,11 @@ def summary_texts(result: StepSizes, moved: pd.DataFrame | None = None) -> dict[
     if bad.empty:
         texts["overflows"] = "No run diverged"
     else:
-        parts = [f"{methods.method_text(*methods.method(key))} at lr {', '.join(_lr_text(x) for x in sorted(g.lr.unique()))}"
+        parts = [f"{methods.key_text(key)} at lr {', '.join(_lr_text(x) for x in sorted(g.lr.unique()))}"
                  f" ({', '.join(sorted(g.outcome.unique()))})" for key, g in bad.groupby("method", sort=False)]
         texts["overflows"] = f"{len(bad)} of {len(runs)} runs diverged: " + "; ".join(parts)
     top = best.validation_loss[md].idxmin()
-    texts["best-md"] = f"{methods.method_text(*methods.method(top))} at lr {_lr_text(best.lr[top])}"
+    texts["best-md"] = f"{methods.key_text(top)} at lr {_lr_text(best.lr[top])}"
     texts["best-md-loss"] = f"{best.validation_loss[top]:.3f}"
     texts["best-md-accuracy"] = f"{best.validation_accuracy[top]:.1%}"
     texts["adamw-loss"] = f"{best.validation_loss['adamw']:.3f}"
@@ -78,7 +78,7 @@ def summary_texts(result: StepSizes, moved: pd.DataFrame | None = None) -> dict[
 
 
 def _name(key: str) -> str:
-    return methods.method_text(*methods.method(key))
+    return methods.key_text(key)
 
 
 def _multiple(m: float) -> str:
@@ -150,7 +150,7 @@ def best_view(best: pd.DataFrame) -> pd.DataFrame:
         return "–" if x != x else format(x, spec)
 
     return pd.DataFrame({
-        "method": [methods.method_text(*methods.method(k)) for k in best.method],
+        "method": [methods.key_text(k) for k in best.method],
         "chosen lr": [number(x) + (" (grid end)" if edge else "") for x, edge in zip(best.lr, best.at_edge)],
         "multiples tried (× centre)": best.tried, "tied with the choice": best.tied,
         "matched_lr prediction": best.predicted_lr.map(number), "chosen / predicted": best.ratio.map(number),
@@ -163,6 +163,6 @@ def movement_view(moved: pd.DataFrame) -> pd.DataFrame:
     """``StepSizes.movement()`` as the book shows it: one row per method (mean over seeds), one column per
     group of ``MOVEMENT_GROUPS``."""
     wide = moved.groupby(["method", "group"], sort=False).movement.mean().unstack()[list(MOVEMENT_GROUPS)]
-    wide.index = [methods.method_text(*methods.method(k)) for k in wide.index]
+    wide.index = [methods.key_text(k) for k in wide.index]
     wide.index.name = "method"
     return wide.map(lambda x: f"{x:.2g}")
