@@ -286,16 +286,16 @@ def stored_correct(config: SentimentRun, split: str = "validation") -> np.ndarra
     """``test_correct`` on ``split`` of the stored run of ``config`` (LookupError when it is not stored),
     computed once per process and stored entry: a grid's choice reads it at every round of its training
     and again when the grid is built."""
-    result = store.load(RunId.of(KIND, config))
-    if result is None:
+    run = RunId.of(KIND, config)
+    if not store.exists(run):
         raise LookupError(f"run {identity.canonical_json(config)} is not stored: train its grid first")
-    return _stored_correct(str(result.path), identity.canonical_json(config), split)
+    return _stored_correct(str(store.entry_dir(run)), identity.canonical_json(config), split)
 
 
 @functools.lru_cache(maxsize=None)
 def _stored_correct(path: str, key: str, split: str) -> np.ndarray:
     config = SentimentRun.from_dict(json.loads(key))
-    return test_correct(config, store.load(RunId.of(KIND, config)), split=split)
+    return test_correct(config, store.stored(RunId.of(KIND, config), hint="train its grid first"), split=split)
 
 
 #: Chapter 04's grids: the authors' setup (the replication) and one named variation of it.

@@ -312,9 +312,7 @@ def build(design: Design, *, workers: int = 1, progress: bool = True, name: str 
     ``stored_only``: never train; a grid or final run that is not stored raises LookupError naming
     ``what`` and ending with ``missing_hint``."""
     if stored_only:
-        entry = store.load(RunId.of(design.kind, design.config))
-        if entry is None:
-            raise LookupError(f"the {what} is not in the results store. {missing_hint}".strip())
+        entry = store.stored(RunId.of(design.kind, design.config), what, missing_hint)
     else:
         # no lock: the grid's runs hold theirs, so two processes building it share them out
         entry = store.load_or_run(RunId.of(design.kind, design.config), lambda: _entry(design, workers, progress), lock=False)

@@ -11,7 +11,8 @@ A run is named by its ``RunId`` (``mdlib.runs.identity``: its kind, its config a
 computes it, and their key), made once by the caller and given to every function here; it is filed
 under ``<build>/runs/<kind>/<key>/``, written atomically and checked when read back
 (``mdlib.runs.files``); an entry that does not read back is ignored, recomputed and replaced.
-:func:`exists` asks whether an entry is there without reading it, :func:`load` reads and checks it.
+:func:`exists` asks whether an entry is there without reading it, :func:`load` reads and checks it,
+:func:`stored` reads a run that must be there.
 The entries of other code fingerprints stay on disk unused until :func:`prune` (``python -m mdlib store
 --prune``) removes them.
 
@@ -41,7 +42,7 @@ from mdlib.runs import files, identity, lockfile
 from mdlib.runs.identity import RunId, canonical_json, check_name
 
 __all__ = ["Entry", "RunResult", "StoreWarning", "busy", "entries", "entry_dir", "exists", "load", "load_or_run",
-           "lock_path", "named", "prune", "save", "set_name", "used_runs"]
+           "lock_path", "named", "prune", "save", "set_name", "stored", "used_runs"]
 
 _used: dict[str, None] = {}  # "kind/key" of the runs loaded or stored by this process, in first-use order
 
@@ -99,6 +100,15 @@ def load(run: RunId) -> RunResult | None:
     result = _read(path, run)
     if result is not None:
         _used[f"{run.kind}/{run.key}"] = None
+    return result
+
+
+def stored(run: RunId, what: str = "run", hint: str = "") -> RunResult:
+    """The stored result of ``run``, which must be stored: a LookupError naming ``what`` and ending with
+    ``hint`` (what builds it) when it is not."""
+    result = load(run)
+    if result is None:
+        raise LookupError(f"the {what} ({run.kind}/{run.key[:12]}) is not in the results store. {hint}".strip())
     return result
 
 
