@@ -101,7 +101,8 @@ from mdlib.book.views.sentiment import (CONTRAST_NAMES, allocation_runs_view, au
                                        paper_table1_view, pilots_view, series_reading, series_view, source_text,
                                        steps_view, table1_view, tied_view, timings_text)
 from mdlib.experiments.methods import GD, L1_1, key_text
-from mdlib.experiments import allocation, estimates, paper, sentiment, stats, train
+from mdlib.experiments import estimates, paper, sentiment, stats, train
+from mdlib.experiments.sentiment import allocation, chapter
 from mdlib.models import SMALL_EMBEDDING_STD
 
 plots.set_theme()
@@ -116,10 +117,10 @@ configs = dict(zip(sentiment.GRIDS, sentiment.chapter_grids(  # the replication'
     variation_methods=variation_methods, variation_seeds=variation_seeds, variation_epochs=variation_epochs,
     variation_multiples=variation_multiples, analysed=analysed, grow=grow, tied_finals=tied_finals)))
 # the long part: the series (its 0.02 point is the variation) and the 2 x 2s, trained here or read as committed
-series, two_by_twos = allocation.long_part(
+series, two_by_twos = chapter.long_part(
     configs["variation"], series_stds=series_stds, series_epochs=series_epochs, series_multiples=series_multiples,
     allocation_stds=allocation_stds, allocation_multiples=allocation_multiples, grow=grow, tied_finals=tied_finals)
-allocation.train_chapter([*configs.values(), *series], two_by_twos, workers=workers)
+chapter.train_chapter([*configs.values(), *series], two_by_twos, workers=workers)
 recorded = sentiment.grid_name(profile, provenance.notebook_run()["variant"])  # a variant's own, never the book's
 grids = {name: sentiment.grid(c, workers=workers, name=recorded if name == analysed else None)
          for name, c in configs.items()}  # the analysed grid is recorded for chapters 05 and 06
@@ -127,15 +128,15 @@ runs = sentiment.chapter_runs(grids, analysed)
 replication, variation = grids["replication"], grids["variation"]
 
 # %% tags=["remove-stderr"]
-long_runs, long_compact, record = allocation.long_tables(variation, series, two_by_twos, read_committed=long_committed,
+long_runs, long_compact, record = chapter.long_tables(variation, series, two_by_twos, read_committed=long_committed,
                                                         workers=workers)
-no_long = (f"not measured: {source_text(record, profile)}" if allocation.absent(record)  # what an empty long-part
+no_long = (f"not measured: {source_text(record, profile)}" if chapter.absent(record)  # what an empty long-part
            else "not measured at this profile")                                            # table says instead
 artifacts.save_table(long_runs, "table-sentiment-overnight-runs", glue=False, absent=no_long)  # every run of the series and 2 x 2s
 artifacts.save_table(long_compact, "table-sentiment-overnight-predictions", glue=False, absent=no_long)  # their test predictions
-long_predictions = allocation.long_predictions(long_compact)
+long_predictions = chapter.long_predictions(long_compact)
 print(f"profile={profile}: {dataset}, width {width}; the long part "
-      + ("trained here" if series else "none" if allocation.absent(record) else "as committed"))
+      + ("trained here" if series else "none" if chapter.absent(record) else "as committed"))
 text = {key: key_text(key) for key in dict.fromkeys(methods + variation_methods)}
 
 # %% tags=["hide-input"]
@@ -273,9 +274,9 @@ glue_table1(variation, "variation", "table-1-variation", "t1v")
 
 # %% tags=["hide-input"]
 SMALL = SMALL_EMBEDDING_STD
-same = allocation.same_variation(record, configs["variation"])  # the long build's variation is this one
-tied = allocation.tied_at(long_runs, long_predictions, SMALL, "gap") if same else pd.DataFrame()
-why_not = ("no long part in this build" if allocation.absent(record) else "the long build ran another variation")
+same = chapter.same_variation(record, configs["variation"])  # the long build's variation is this one
+tied = chapter.tied_at(long_runs, long_predictions, SMALL, "gap") if same else pd.DataFrame()
+why_not = ("no long part in this build" if chapter.absent(record) else "the long build ran another variation")
 artifacts.save_table(tied, "table-sentiment-tied", absent=f"not measured at this profile: {why_not}",
                      styled=tied_view(tied, estimates.CONTRASTS["gap"]).style.hide(axis="index") if len(tied) else None)
 glue("t1v-tied-source", ("trained by this execution" if record is None else "read from its committed runs")
@@ -357,14 +358,14 @@ artifacts.save_table(effective, "table-sentiment-effective-steps", styled=effect
 
 # %% tags=["hide-input"]
 two_stds = sorted(set(long_runs[long_runs.part == "2x2"].embedding_std.astype(float)))
-chosen_2x2 = {std: allocation.two_by_two(long_runs, long_predictions, std) for std in two_stds}
+chosen_2x2 = {std: chapter.two_by_two(long_runs, long_predictions, std) for std in two_stds}
 effects = {std: estimates.allocation_effects(part, predicted) for std, (part, predicted) in chosen_2x2.items()}
 two_runs = pd.concat([part for part, _ in chosen_2x2.values()], ignore_index=True) if chosen_2x2 else long_runs.iloc[:0]
 artifacts.save_table(two_runs, "table-sentiment-allocation", absent=no_long,
                      styled=allocation_runs_view(two_runs).style.hide(axis="index") if len(two_runs) else None)
 artifacts.save_table(allocation.contrasts_table(effects), "table-sentiment-contrasts", absent=no_long,
                      styled=contrasts_view(effects, CONTRAST_NAMES).style.hide(axis="index"))
-tied_2x2 = pd.concat([allocation.tied_at(long_runs, long_predictions, std, name, least=3) for std in two_stds
+tied_2x2 = pd.concat([chapter.tied_at(long_runs, long_predictions, std, name, least=3) for std in two_stds
                       for name in ("geometry", "allocation")] or [pd.DataFrame()], ignore_index=True)
 artifacts.save_table(tied_2x2 if len(tied_2x2) else pd.DataFrame({"note": ["no tied combination of steps with every seed"]}),
                      "table-sentiment-tied-2x2", glue=False)  # each judged contrast at every tied combination
@@ -417,7 +418,7 @@ glue("t1a-power", "; ".join(f"at σ {std:g}, the geometry's {estimates.power_tex
 # of the long build ({glue:text}`t1s-source`).
 
 # %% tags=["hide-input"]
-points = allocation.series_points(long_runs, long_predictions)
+points = chapter.series_points(long_runs, long_predictions)
 equal = allocation.equal_step_std(sentiment.reference_step(L, L1_1), sentiment.reference_step(L, GD))
 if len(points):
     artifacts.save_figure(plots.scale_series_figure(points, SMALL), "fig-sentiment-scale-series", data=points)

@@ -1,4 +1,4 @@
-"""Chapter 04's 2 x 2 and embedding-scale series (mdlib.experiments.allocation): the arms' optimizers
+"""Chapter 04's 2 x 2 and embedding-scale series (mdlib.experiments.sentiment.allocation): the arms' optimizers
 against matched_lr and an independent first step, the effective steps against numpy, the std of equal
 embedding steps against numerical integration, the series' grids, and the two training pools."""
 
@@ -14,7 +14,8 @@ import torch
 from scipy import integrate
 
 from mdlib import matched_lr
-from mdlib.experiments import allocation, estimates, sentiment
+from mdlib.experiments import estimates, sentiment
+from mdlib.experiments.sentiment import allocation, chapter, grids
 from mdlib.experiments.train import Optimizer
 from mdlib.runs import store
 from mdlib.runs.identity import RunId
@@ -114,17 +115,17 @@ def test_equal_step_std_equates_the_gaussian_mean_steps(lr_md, lr_gd):
 
 def test_series_grids_vary_only_the_embedding_std():
     base = grid_config()
-    grids = allocation.series_grids(base, [0.02, 0.1, 1.0], [100, 150, 90], {"1.1": [0.3, 1], "2": [1, 3]}, 2, grow=2)
+    grids = chapter.series_grids(base, [0.02, 0.1, 1.0], [100, 150, 90], {"1.1": [0.3, 1], "2": [1, 3]}, 2, grow=2)
     assert all(g.grow == 2 and not g.tied_finals for g in grids)
     assert [g.embedding_std for g in grids] == [None, 0.1, 1.0]  # 0.02 is the base's own: its runs are shared
     assert [g.epochs for g in grids] == [100, 150, 90] and all(g.seeds == 2 for g in grids)
     assert grids[0].run((3, "2"), 1, 0) == base.run((3, "2"), 1, 0)  # the variation's run, to the byte
     assert grids[1].run((3, "2"), 1, 0).model.embedding_std == 0.1
-    assert allocation.series_grids(base, [], [100], {}, 2) == []
+    assert chapter.series_grids(base, [], [100], {}, 2) == []
     with pytest.raises(ValueError, match="2 epoch caps for 3 stds"):
-        allocation.series_grids(base, [0.02, 0.1, 1.0], [100, 150], {"1.1": [1], "2": [1]}, 2)
+        chapter.series_grids(base, [0.02, 0.1, 1.0], [100, 150], {"1.1": [1], "2": [1]}, 2)
     with pytest.raises(ValueError, match="small-embeddings"):
-        allocation.series_grids(grid_config(setup="authors"), [0.1], 100, {"1.1": [1], "2": [1]}, 2)
+        chapter.series_grids(grid_config(setup="authors"), [0.1], 100, {"1.1": [1], "2": [1]}, 2)
     torch.manual_seed(0)
     model = sentiment.initial_model(grids[2].run((3, "1.1"), 1, 0))
     assert float(model.token.weight.detach().std()) == pytest.approx(1.0, rel=0.02)
@@ -157,12 +158,12 @@ def test_chapter_runs_train_in_as_few_pools_as_the_choices_allow_and_the_2x2_rea
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
     calls = []
     gd_step = {1.0: 0.70, 3.0: 0.80}  # validation is 0.7 for all: ties everywhere; test by step
-    monkeypatch.setattr(sentiment, "train_runs", fake_runs(calls, lambda c: gd_step.get(
+    monkeypatch.setattr(grids, "train_runs", fake_runs(calls, lambda c: gd_step.get(
         round(c.optimizer.lr / sentiment.reference_step(3, "2"), 3), 0.6) if c.optimizer.matched_p is None else 0.65))
-    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
+    monkeypatch.setattr(grids, "test_correct", fake_correct)
     config = grid_config()
     arms = allocation.ArmGrid(base=config, multiples=[1 / 3, 1.0, 3.0], seeds=3)
-    allocation.train_chapter([config], [arms], workers=2)
+    chapter.train_chapter([config], [arms], workers=2)
     # the sweep; GD's finals with the arms' sweep (its steps follow GD's and 1.1's choice); the arms' finals
     assert len(calls) == 3
     sweeps, second, third = calls
@@ -211,9 +212,9 @@ def _overnight(values: dict[float, tuple[float, float]], capped: tuple[float, ..
 
 def test_series_points_judge_each_std_at_its_chosen_steps_over_seeds_and_sentences():
     runs, compact = _overnight({0.02: (0.70, 0.76), 0.1: (0.74, 0.74), 0.3: (0.80, 0.70)}, capped=(0.3,))
-    predictions = allocation.long_predictions(compact)
+    predictions = chapter.long_predictions(compact)
     assert len(predictions) == 3 * 2 * 3 * 400 and set(predictions.correct) == {0, 1}
-    points = allocation.series_points(runs, predictions)
+    points = chapter.series_points(runs, predictions)
     assert points.embedding_std.tolist() == [0.02, 0.1, 0.3] and points.reached.tolist() == [True, True, False]
     assert points["tied_2"].tolist() == ["1 3"] * 3 and (points.n == 3).all()
     at = predictions[np.isclose(predictions.embedding_std, 0.02)]
@@ -230,7 +231,7 @@ def test_the_series_reading_claims_a_change_of_sign_only_where_both_sides_exclud
     from mdlib.book.views.sentiment import series_reading
 
     runs, compact = _overnight({0.02: (0.70, 0.76), 0.05: (0.72, 0.74), 0.1: (0.76, 0.74), 0.2: (0.80, 0.72)})
-    points = allocation.series_points(runs, allocation.long_predictions(compact))
+    points = chapter.series_points(runs, chapter.long_predictions(compact))
     trend, ratio = estimates.scale_trend(points), estimates.scale_trend(points, x="embedding_ratio")
     text = series_reading(points, trend, ratio)
     assert text.startswith("the sign of ℓ1.1 − GD changes with the embedding scale: GD is ahead at σ 0.02")
@@ -250,7 +251,7 @@ def test_source_text_names_the_committed_build_or_this_execution():
               "parameters": {"dataset": "rotten_tomatoes", "width": 24, "layers": [3]}}
     text = source_text(record, "default")
     assert "`python -m mdlib run 04_sentiment --profile overnight` at commit bda87aa6effe (2026-12-05" in text
-    assert "width 24, 3 layers" in text and f"data/{allocation.COMMITTED['runs']}" in text
+    assert "width 24, 3 layers" in text and f"data/{chapter.COMMITTED['runs']}" in text
     assert source_text(None, "overnight").startswith("here they were trained by this execution (profile overnight)")
 
 
@@ -264,12 +265,12 @@ def test_a_build_without_the_long_part_has_empty_tables_that_say_so():
 
     runs, compact = _overnight({0.02: (0.70, 0.76)})
     variation = SimpleNamespace(runs=runs[runs.part == "series"].drop(columns=["part", "embedding_std"]))
-    empty_runs, empty_compact, record = allocation.long_tables(variation, [], [], read_committed=False)
+    empty_runs, empty_compact, record = chapter.long_tables(variation, [], [], read_committed=False)
     assert empty_runs.empty and list(empty_runs.columns[:2]) == ["part", "embedding_std"]
     assert set(variation.runs.columns) <= set(empty_runs.columns) and empty_compact.empty
-    assert allocation.absent(record) and not allocation.absent(None)
-    assert not allocation.same_variation(record, None)
-    points = allocation.series_points(empty_runs, allocation.long_predictions(empty_compact))
+    assert chapter.absent(record) and not chapter.absent(None)
+    assert not chapter.same_variation(record, None)
+    points = chapter.series_points(empty_runs, chapter.long_predictions(empty_compact))
     assert points.empty and {"embedding_std", "reached", "value", "low", "high"} <= set(points.columns)
     trend = estimates.scale_trend(points)
     assert trend.n == 0 and math.isnan(trend.value)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from mdlib.experiments import methods, paths, sentiment, synthetic, vision
+from mdlib.experiments.sentiment import grids
 from mdlib.runs import identity, store
 from mdlib.runs.identity import RunId
 from test_step_grid import fake_correct  # tests/test_step_grid.py
@@ -74,8 +75,8 @@ def recording_runs(kind, given):
 
 def test_the_table_1_grid_stores_exactly_its_argument_and_runs_what_it_names(monkeypatch):
     given = []
-    monkeypatch.setattr(sentiment, "train_runs", recording_runs(sentiment.KIND, given))
-    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
+    monkeypatch.setattr(grids, "train_runs", recording_runs(sentiment.KIND, given))
+    monkeypatch.setattr(grids, "test_correct", fake_correct)
     config = dict(dataset="rotten_tomatoes", max_length=16, train_size=None, width=6, setup="authors", epochs=3,
                   layers=[3], methods=["1.1", "2"], seeds=2, multiples={"1.1": [1, 3], "2": [3]})
     grid = sentiment.grid(config)

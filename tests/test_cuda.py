@@ -19,7 +19,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from mdlib import _lp_compiled, _lp_steps, mirror
-from mdlib.experiments import methods, sentiment_run
+from mdlib.experiments import methods
+from mdlib.experiments.sentiment import tokens
 from mdlib.models import EncoderClassifier
 from mdlib.optim import LpMirrorDescent
 from mdlib.runs import identity, pool, store
@@ -310,14 +311,14 @@ def test_an_edit_outside_the_optimizer_is_stepped_from_on_cuda(path, edit, lazy)
 
 # --- 5. the training loop and the pool on "cuda" -------------------------------------------------------
 
-def token_data(n: int, seed: int, vocab: int = 50, longest: int = 12) -> sentiment_run.TokenizedDataset:
+def token_data(n: int, seed: int, vocab: int = 50, longest: int = 12) -> tokens.TokenizedDataset:
     """Random token sequences of 3 to ``longest`` ids ([CLS] = 1 first), labelled by whether id 7 occurs."""
     g = torch.Generator().manual_seed(seed)
     ids = []
     for _ in range(n):
         length = int(torch.randint(3, longest + 1, (1,), generator=g))
         ids.append([1] + torch.randint(2, vocab, (length - 1,), generator=g).tolist())
-    return sentiment_run.TokenizedDataset(ids, [int(7 in x) for x in ids])
+    return tokens.TokenizedDataset(ids, [int(7 in x) for x in ids])
 
 
 @pytest.mark.parametrize("optimizer", ["md-fused", "md-built-on-cpu", "gd"])
@@ -337,7 +338,7 @@ def test_fit_trains_an_encoder_on_cuda(precision, optimizer):
     assert opt.param_groups[0]["fused"] is (True if optimizer == "md-fused" else None)
     lengths = [len(x) for x in data.ids]
     history = fit(model, opt, data, test, epochs=3, batch_size=20, seed=0, loss="binary", reduction="sum",
-                  precision=precision, collate_fn=sentiment_run.collate, lengths=lengths, progress=False,
+                  precision=precision, collate_fn=tokens.collate, lengths=lengths, progress=False,
                   device=DEVICE)
     assert history["epoch"].tolist() == [1, 2, 3]
     assert history.drop(columns="lr").notna().all().all()

@@ -180,7 +180,7 @@ def test_the_code_of_a_kind_needs_no_import_of_its_module():
     for module in set(identity.KINDS.values()):
         importlib.import_module(module)
     assert fresh["codes"] == {kind: identity.code_of(kind) for kind in identity.KINDS}
-    assert fresh["codes"]["e4-sentiment"] == identity.fingerprint("mdlib.experiments.sentiment_run") != identity.fingerprint()
+    assert fresh["codes"]["e4-sentiment"] == identity.fingerprint("mdlib.experiments.sentiment.run") != identity.fingerprint()
     assert identity.code_of("toy") == identity.fingerprint()  # a kind not in the table: all of mdlib
 
 

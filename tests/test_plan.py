@@ -18,6 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from mdlib.book import chapters, epochs as known_epochs, plan, profiles, steptimes
 from mdlib.experiments import methods, paper, sentiment, vision, workload
+from mdlib.experiments.sentiment import grids
 from mdlib.models import EncoderClassifier, VisionTransformer
 from mdlib.runs import identity
 from test_step_grid import FakeRuns, SENTIMENT, fake_correct, multiple_of, key_of, sentiment_config  # tests/test_step_grid.py
@@ -76,8 +77,8 @@ def test_the_counted_runs_are_the_runs_the_grid_trains(monkeypatch, tmp_path):
     monkeypatch.setenv("MDLIB_BUILD_DIR", str(tmp_path))
     table = {**SENTIMENT, ("1.1", 10): (1.0, 0.1, 0.1)}  # none diverges: every run is trained
     fake = FakeRuns(sentiment.KIND, lambda c: table[key_of(c), multiple_of(c)])
-    monkeypatch.setattr(sentiment, "train_runs", fake)
-    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
+    monkeypatch.setattr(grids, "train_runs", fake)
+    monkeypatch.setattr(grids, "test_correct", fake_correct)
     config = sentiment.SentimentGrid.of(sentiment_config())
     counted = workload.grid_runs([config.design()])
     sentiment.grid(config)
@@ -220,11 +221,12 @@ def test_the_token_lengths_are_the_datas(monkeypatch):
     """``steptimes.TOKEN_LENGTHS`` holds Rotten Tomatoes' training texts' lengths (where the data is here)."""
     from collections import Counter
 
-    from mdlib.experiments import fetch, sentiment_run
+    from mdlib.experiments import fetch
+    from mdlib.experiments.sentiment import tokens
 
     if not (fetch.data_dir() / "movieReviewSnippets_GroundTruth.txt").is_file():
         pytest.skip("Rotten Tomatoes is not in the data cache")
-    counts = Counter(len(ids) for ids in sentiment_run.splits("rotten_tomatoes", 0, 512)["train"].ids)
+    counts = Counter(len(ids) for ids in tokens.splits("rotten_tomatoes", 0, 512)["train"].ids)
     assert dict(counts) == dict(steptimes.TOKEN_LENGTHS["rotten_tomatoes"])
 
 

@@ -15,6 +15,7 @@ import torch
 from mdlib.book import chapters, profiles
 from mdlib.book.views.sentiment import movement_text, steps_view, table1_view
 from mdlib.experiments import estimates, methods, paper, sentiment, step_grid, train
+from mdlib.experiments.sentiment import grids
 from mdlib.runs import store
 from mdlib.runs.identity import RunId
 from test_step_grid import fake_correct  # tests/test_step_grid.py
@@ -63,7 +64,8 @@ def test_the_papers_method_keys_are_named_in_methods():
 
 
 @pytest.mark.parametrize("module", ["mdlib/book/scorecard.py", "mdlib/book/verdicts.py", "mdlib/experiments/estimates.py",
-                                    "mdlib/experiments/allocation.py", "mdlib/experiments/selection.py",
+                                    "mdlib/experiments/sentiment/allocation.py",
+                                    "mdlib/experiments/sentiment/chapter.py", "mdlib/experiments/selection.py",
                                     "mdlib/experiments/paper.py"])
 def test_the_claims_modules_type_no_method_key(module):
     """The scorecard, the estimates it reads and the paper's numbers name the paper's methods through
@@ -213,8 +215,8 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
             out.append(store.load(RunId.of(sentiment.KIND, c)))
         return out
 
-    monkeypatch.setattr(sentiment, "train_runs", fake_runs)
-    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
+    monkeypatch.setattr(grids, "train_runs", fake_runs)
+    monkeypatch.setattr(grids, "test_correct", fake_correct)
     grid = sentiment.grid(grid_config(), name=sentiment.grid_name("test"))
     assert grid.chosen == {(3, "1.1"): 3.0, (3, "2"): 10.0}  # 1x missed the rule, GD 3x overflowed at seed 1
     assert calls[0] == [("1.1", 0), ("1.1", 1)] * 2 + [("2", 0), ("2", 1)] * 2
@@ -251,7 +253,7 @@ def test_grid_chooses_on_the_sweep_seeds_then_runs_the_others_and_records_a_dive
     store.set_name(sentiment.grid_name("test", "ab12cd34"), sentiment.GRID_KIND, grid_config(seeds=2))
     assert store.named(sentiment.grid_name("test"))[1] == grid_config()
     read = []
-    monkeypatch.setattr(sentiment, "grid", lambda config, **_: read.append(config.seeds))
+    monkeypatch.setattr(grids, "grid", lambda config, **_: read.append(config.seeds))
     for variant in ("ab12cd34", "ffffffff", None):  # the variant's own; another variant's folder; the book
         sentiment.built_grid("test", variant=variant)
     assert read == [2, 3, 3]
@@ -272,8 +274,8 @@ def test_grid_takes_seeds_per_method(monkeypatch, tmp_path):
             out.append(store.load(RunId.of(sentiment.KIND, c)))
         return out
 
-    monkeypatch.setattr(sentiment, "train_runs", fake_runs)
-    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
+    monkeypatch.setattr(grids, "train_runs", fake_runs)
+    monkeypatch.setattr(grids, "test_correct", fake_correct)
     config = grid_config(methods=["1.1", "2", "3"], seeds={"1.1": 3, "2": 2, "3": 1},
                          multiples={"1.1": [3], "2": [10], "3": [300]})
     grid = sentiment.grid(config)

@@ -13,6 +13,7 @@ from mdlib.book import profiles
 from mdlib.book.views.step_grid import edge_clause, tie_clause
 from mdlib.book.views.vision import sweep_texts
 from mdlib.experiments import estimates, methods, sentiment, step_grid, step_sizes, train, vision
+from mdlib.experiments.sentiment import grids
 from mdlib.runs import identity, store
 from mdlib.runs.identity import RunId
 
@@ -76,8 +77,8 @@ def sentiment_runs(monkeypatch, flip_test=False, table=SENTIMENT):
         values = table[key_of(c), multiple_of(c)]
         return None if values is None else (values[0], values[1], 1 - values[2] if flip_test else values[2])
     fake = FakeRuns(sentiment.KIND, outcome)
-    monkeypatch.setattr(sentiment, "train_runs", fake)
-    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
+    monkeypatch.setattr(grids, "train_runs", fake)
+    monkeypatch.setattr(grids, "test_correct", fake_correct)
     return fake
 
 
@@ -319,8 +320,8 @@ def test_a_choice_at_the_end_of_its_grid_grows_the_grid_on_that_side(monkeypatch
         return (1.0, table[key_of(c), multiple], 0.5) if (key_of(c), multiple) in table else None
 
     fake = FakeRuns(sentiment.KIND, outcome)
-    monkeypatch.setattr(sentiment, "train_runs", fake)
-    monkeypatch.setattr(sentiment, "test_correct", fake_correct)
+    monkeypatch.setattr(grids, "train_runs", fake)
+    monkeypatch.setattr(grids, "test_correct", fake_correct)
     built = sentiment.grid(sentiment_config(multiples={"1.1": [1, 3], "2": [0.3, 1, 3]}, grow=2, seeds=2))
     assert {cell: [round(v, 6) for v in values] for cell, values in built.candidates.items()} == {
         (3, "1.1"): [1.0, 3.0, 9.0, 27.0], (3, "2"): [0.3, 1.0, 3.0]}

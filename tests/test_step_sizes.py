@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from mdlib.book.views.step_sizes import first_step_view, summary_texts
-from mdlib.experiments import methods, sentiment_run, step_grid, step_sizes, train
+from mdlib.experiments import methods, step_grid, step_sizes, train
+from mdlib.experiments.sentiment import tokens
 from mdlib.experiments.train import Optimizer
 from mdlib.mirror import matched_lr
 from mdlib.runs import store
@@ -186,14 +187,14 @@ def test_a_tiny_sweep_end_to_end_and_read_back_without_training(fixture_data, mo
     read; torch's SGD at p = 2's chosen step is the same update as mirror descent at p = 2."""
     setup = step_sizes.build(grid().run("2", 0.1, 0))
     assert setup.test_set is None and list(setup.final_evaluations) == ["validation"]  # the test split: never
-    real_splits = sentiment_run.splits
+    real_splits = tokens.splits
 
     class NoTest(dict):
         def __getitem__(self, name):
             assert name != "test", "the sweep read the test split"
             return super().__getitem__(name)
 
-    monkeypatch.setattr(sentiment_run, "splits", lambda *args: NoTest(real_splits(*args)))
+    monkeypatch.setattr(tokens, "splits", lambda *args: NoTest(real_splits(*args)))
     result = step_sizes.sweep(grid(), progress=False)
     for (key, seed), config in result.configs.items():  # each sentence's loss, the mean's parts
         stored = store.load(RunId.of(step_sizes.KIND, config))

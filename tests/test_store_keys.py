@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from mdlib.book import profiles
-from mdlib.experiments import allocation, sentiment, step_sizes, synthetic, vision
+from mdlib.experiments import sentiment, step_sizes, synthetic, vision
+from mdlib.experiments.sentiment import allocation
 from mdlib.runs import identity
 
 FIXTURE = Path(__file__).parent / "fixtures" / "store_keys.json"

@@ -244,12 +244,13 @@ def _sentiment_designs(values: Mapping[str, Any], choice: int = 0) -> list[tuple
     candidates numbered ``choice``, the first by default: the same count of runs whatever the sweep
     chooses; they start once their base has chosen, in round 2). Grown candidates are not counted; a grid
     with ``tied_finals`` counts every seed at every candidate (at most)."""
-    from mdlib.experiments import allocation, sentiment
+    from mdlib.experiments import sentiment
+    from mdlib.experiments.sentiment import allocation, chapter
 
     table1, variation = sentiment.chapter_grids(**values)
     chosen = {(L, key): variation.multiples[key][min(choice, len(variation.multiples[key]) - 1)]
               for L in variation.layers[:1] for key in variation.methods}
-    series = allocation.series_grids(variation, values.get("series_stds") or [], values.get("series_epochs", 0),
+    series = chapter.series_grids(variation, values.get("series_stds") or [], values.get("series_epochs", 0),
                                      values.get("series_multiples", {}), min(variation.seeds_of(k) for k in variation.methods),
                                      values.get("grow", 0))
     by_std = {allocation.SMALL_EMBEDDING_STD: variation} | {g.embedding_std: g for g in series}

@@ -210,7 +210,7 @@ def movement_bars(table: pd.DataFrame, methods: Sequence[str], groups: Iterable[
 
 
 def scale_series_figure(points: pd.DataFrame, variation_std: float) -> Figure:
-    """The embedding-scale series (``allocation.series_points``): ℓ1.1 minus GD in points at each std's chosen
+    """The embedding-scale series (``chapter.series_points``): ℓ1.1 minus GD in points at each std's chosen
     steps, with its 95 % interval over the seed pairs and test sentences, against the embedding std (left)
     and against the ratio of the two methods' first-order embedding steps at those steps (right; 1: equal
     steps), both on log scales. A std whose chosen runs all reached the stop rule is a filled point, and

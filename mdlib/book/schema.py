@@ -95,7 +95,7 @@ _CELL = {"setup": LABEL, "layers": Column("integer", 1), "method": LABEL, "runs"
 #: An estimate with its interval over seeds and test sentences and over seeds only (``estimates.Estimate``).
 _INTERVAL = {"value": maybe(NUMBER), "low": maybe(NUMBER), "high": maybe(NUMBER), "seeds_low": maybe(NUMBER),
              "seeds_high": maybe(NUMBER)}
-#: A point of the embedding-scale series (``allocation.series_points``).
+#: A point of the embedding-scale series (``chapter.series_points``).
 _SERIES = {"embedding_std": Column("number", 0), "multiple_1.1": NONNEGATIVE, "multiple_2": NONNEGATIVE,
            "embedding_ratio": NONNEGATIVE, "runs": COUNT, "reached_runs": COUNT, "reached": FLAG, "n": COUNT,
            **_INTERVAL}

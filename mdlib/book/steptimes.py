@@ -145,17 +145,17 @@ def _text_sets(config: Any):
     sentiment run's shape."""
     import numpy as np
 
-    from mdlib.experiments import sentiment_run
+    from mdlib.experiments.sentiment import run, tokens
 
     def examples(n: int, seed: int, train: bool):
         rng = np.random.default_rng(seed)
         lengths = _lengths(config, n, rng)
-        if not train:  # the evaluated splits are sorted by length (``sentiment_run.by_length``)
+        if not train:  # the evaluated splits are sorted by length (``tokens.by_length``)
             lengths = sorted(lengths)
         ids = [[101, *rng.integers(1000, 20000, max(length - 2, 0)).tolist(), 102] for length in lengths]
-        return sentiment_run.TokenizedDataset(ids, np.arange(n) % 2), lengths
+        return tokens.TokenizedDataset(ids, np.arange(n) % 2), lengths
 
-    return (lambda: sentiment_run.initial_model(config)), examples, {"collate_fn": sentiment_run.collate}
+    return (lambda: run.initial_model(config)), examples, {"collate_fn": tokens.collate}
 
 
 def _image_sets(config: Any):

@@ -264,7 +264,7 @@ def depths_text(gaps: dict[int, Estimate]) -> str:
 def scale_trend(points: pd.DataFrame, x: str = "embedding_std") -> Estimate:
     """The embedding-scale series at the level its design randomizes, the std (a std's step choice is shared
     by its seed pairs): the least-squares slope of the per-std gaps (``value``, points of ℓ1.1 − GD, as
-    ``allocation.series_points`` gives them) against log10 of ``x`` (the std, or ``embedding_ratio``),
+    ``chapter.series_points`` gives them) against log10 of ``x`` (the std, or ``embedding_ratio``),
     over the stds whose runs all reached the stop rule (``reached``), with its 95 % t interval on k - 2
     degrees of freedom (k stds): the points the gap moves per tenfold ``x``. ``n`` counts the stds; no
     interval with fewer than three."""

@@ -52,8 +52,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mdlib.experiments import analysis, methods, sentiment_run, step_grid, train
-from mdlib.experiments.sentiment_run import TextModel
+from mdlib.experiments import analysis, methods, step_grid, train
+from mdlib.experiments.sentiment import tokens
+from mdlib.experiments.sentiment.run import TextModel
 from mdlib.experiments.stats import paired_se
 from mdlib.experiments.train import Optimizer
 from mdlib.mirror import check_p, matched_lr
@@ -322,14 +323,14 @@ def build(config: StepRun) -> train.Setup:
     """The Setup of a run: the seeded model and its optimizer, the training subset (batched by length),
     no per-epoch evaluation, and the validation split evaluated once, at the end (its mean loss and
     accuracy; ``kept_results`` keeps each sentence's loss)."""
-    parts = sentiment_run.splits(config.dataset, config.split_seed, config.max_length)
-    train_set = sentiment_run.training_subset(parts["train"], config.train_size, config.split_seed)
+    parts = tokens.splits(config.dataset, config.split_seed, config.max_length)
+    train_set = tokens.training_subset(parts["train"], config.train_size, config.split_seed)
     model = initial_model(config)
     setattr(model, _VALIDATION, parts["validation"])
     spec = config.optimizer
     optimizer = spec.make(model.parameters())
-    return train.Setup(model, optimizer, train_set, None, sentiment_run.collate, [len(ids) for ids in train_set.ids],
-                      final_evaluations={"validation": sentiment_run.by_length(parts["validation"])})
+    return train.Setup(model, optimizer, train_set, None, tokens.collate, [len(ids) for ids in train_set.ids],
+                      final_evaluations={"validation": tokens.by_length(parts["validation"])})
 
 
 def kept_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
@@ -338,7 +339,7 @@ def kept_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 @torch.no_grad()
-def validation_losses(model: EncoderClassifier, dataset: sentiment_run.TokenizedDataset,
+def validation_losses(model: EncoderClassifier, dataset: tokens.TokenizedDataset,
                       batch_size: int = 100) -> np.ndarray:
     """The binary cross-entropy of ``model`` (eval mode) on each sentence of ``dataset``, in its order
     (float64; their mean is the split's mean loss), computed in batches of similar lengths."""
@@ -348,7 +349,7 @@ def validation_losses(model: EncoderClassifier, dataset: sentiment_run.Tokenized
     losses = np.zeros(len(dataset))
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
-        inputs, labels = sentiment_run.collate([dataset[i] for i in chunk])
+        inputs, labels = tokens.collate([dataset[i] for i in chunk])
         logits = model(**{name: value.to(device) for name, value in inputs.items()}).float().reshape(len(chunk))
         losses[chunk] = torch.nn.functional.binary_cross_entropy_with_logits(
             logits, labels.to(device), reduction="none").double().cpu().numpy()

@@ -11,7 +11,8 @@ from typing import Any, Mapping
 import pandas as pd
 
 from mdlib.book.views.step_grid import edge_clause
-from mdlib.experiments import allocation, estimates, methods, paper
+from mdlib.experiments import estimates, methods, paper
+from mdlib.experiments.sentiment import allocation, chapter
 from mdlib.experiments.estimates import Estimate, number_text
 from mdlib.experiments.methods import method
 from mdlib.experiments.sentiment import BASELINES
@@ -149,7 +150,7 @@ def tied_view(tied: pd.DataFrame, weights: Mapping[str, float]) -> pd.DataFrame:
 
 
 def series_view(points: pd.DataFrame) -> pd.DataFrame:
-    """``allocation.series_points`` as the book shows it: one row per embedding std."""
+    """``chapter.series_points`` as the book shows it: one row per embedding std."""
     first, second = estimates.COMPARED
     return pd.DataFrame({
         "σ": [f"{x:g}" for x in points.embedding_std],
@@ -216,7 +217,7 @@ def effective_steps_view(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def allocation_runs_view(runs: pd.DataFrame) -> pd.DataFrame:
-    """The 2 x 2s' chosen runs (``allocation.two_by_two``, with ``embedding_std``) as the book shows them: one
+    """The 2 x 2s' chosen runs (``chapter.two_by_two``, with ``embedding_std``) as the book shows them: one
     row per std and method or arm, with its steps, the test accuracy at the stop rule and the best over
     epochs (mean ± sd over seeds, %), the epochs (mean, and how many runs reached the stop rule) and the
     validation accuracy."""
@@ -239,10 +240,10 @@ def allocation_runs_view(runs: pd.DataFrame) -> pd.DataFrame:
 def source_text(record: Mapping[str, Any] | None, profile: str) -> str:
     """Where the long profile's runs a page shows come from: trained by this execution (``record`` None), or
     measured once by the build a committed record describes (its command, commit, time and CPU), or in
-    neither (``allocation.absent``)."""
+    neither (``chapter.absent``)."""
     if record is None:
         return f"here they were trained by this execution (profile {profile}), from its own runs"
-    if allocation.absent(record):
+    if chapter.absent(record):
         return (f"not in this build (profile {profile}): the overnight profile's runs are not committed under data/ "
                 "yet (long_committed off), so this page shows none of them and the scorecard reads their verdicts "
                 "as not measured")
@@ -251,7 +252,7 @@ def source_text(record: Mapping[str, Any] | None, profile: str) -> str:
     values = record.get("parameters") or {}
     layers = values.get("layers")
     layers = " / ".join(map(str, layers)) if isinstance(layers, list) else layers
-    files = ", ".join(f"`data/{name}`" for name in allocation.COMMITTED.values())
+    files = ", ".join(f"`data/{name}`" for name in chapter.COMMITTED.values())
     return (f"this page reads them as measured once by `{record.get('command')}` at commit {commit[:12]} "
             f"({str(record.get('time', ''))[:10]}, {machine}; {values.get('dataset')}, width {values.get('width')}, "
             f"{layers} layers), committed as {files}; the overnight profile trains them again from its own runs")

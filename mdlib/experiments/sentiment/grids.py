@@ -1,5 +1,4 @@
-"""The sentiment experiments (E4-E6): tokenized data, one training run per run config, and the
-Table 1 grid (a step-size ``sweep`` then the chosen steps at every seed) as one function of one grid
+"""Table 1's grids (kind ``e4-grid``): the grid (a step-size ``sweep`` then the chosen steps at every seed) as one function of one grid
 config: ``grid(config)``; ``built_grid(profile)`` reads back the grid chapter 04 built.
 
 A run config (``SentimentRun``, made by ``run_config``; the results store hashes its ``to_dict()``)
@@ -26,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -34,28 +33,22 @@ import torch
 
 from mdlib.experiments import analysis, paper, paths, step_grid, train
 from mdlib.experiments.methods import method, method_key
-from mdlib.experiments.sentiment_run import (KIND, SentimentRun, TextModel, TokenizedDataset, build, by_length,
-                                             collate, encode, initial_model, run_config, splits, tokenizer,
-                                             training_subset)
+from mdlib.experiments.sentiment.run import KIND, SentimentRun, build, initial_model, run_config
+from mdlib.experiments.sentiment.tokens import collate, splits
 from mdlib.experiments.stats import paired_se
 from mdlib.models import SETUPS, EncoderClassifier
 from mdlib.runs import identity, pool, store
 from mdlib.runs.identity import RunId
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["ADAM_STEP", "BASELINES", "BASELINE_C", "BASELINE_KIND", "GRID_KIND",
-           "Grid", "KIND", "PAPER_STEP_SIZES", "TokenizedDataset",
-           "baseline", "build", "built_config", "built_grid", "by_length", "cell_table",
-           "chapter_grids", "chapter_runs", "GRIDS", "SWEEP_SEEDS", "choose", "collate", "encode", "grid",
-           "grid_name", "initial_model", "stored_correct", "movement", "authors_pilots", "pilots", "predictions", "reference_step", "run_config", "run_row",
-           "SentimentGrid", "SentimentRun", "TextModel", "seeds_of", "splits",
-           "sweep", "test_correct", "tokenizer", "train_grids", "train_runs", "trained_model",
-           "training_subset"]
+__all__ = ["ADAM_STEP", "GRIDS", "GRID_KIND", "Grid", "PAPER_STEP_SIZES", "SWEEP_SEEDS", "SentimentGrid",
+           "built_config", "built_grid", "cell_table", "chapter_grids", "chapter_runs", "choose", "grid", "grid_name",
+           "movement", "predictions", "reference_step", "run_row", "seeds_of", "stored_correct", "sweep",
+           "test_correct", "train_grids", "train_runs", "trained_model"]
 
 #: Adam's reference step size (torch's default), for Adam as an extra column.
 ADAM_STEP = 1e-3
+
+
 #: The paper's step sizes for IMDb (``paper.SENTIMENT_STEP_SIZES``): layers -> method key -> lr.
 PAPER_STEP_SIZES = paper.SENTIMENT_STEP_SIZES
 
@@ -448,88 +441,3 @@ def built_grid(profile: str, depth: int | None = None, variant: str | None = Non
         raise ValueError(f"depth={depth} is not one of the layers {config.layers} of the Table 1 grid "
                          f"chapter 04 built at profile {profile!r}")
     return grid(config, stored_only=True, missing_hint=hint)
-
-
-# --- the bag-of-words baseline ---------------------------------------------------------------------
-
-#: The baselines of every sentiment page (``baseline``); the first is the one the verdicts' gates use.
-BASELINES = {"naive_bayes": "multinomial Naive Bayes (token counts, alpha = 1)",
-             "logistic_regression": "logistic regression (token presence, l2, C chosen on validation)"}
-#: The inverse regularization strengths the logistic-regression baseline chooses among (by validation).
-BASELINE_C = (0.01, 0.1, 1.0, 10.0, 100.0)
-
-
-def _bag_of_tokens(dataset: TokenizedDataset, binary: bool):
-    """A sparse (examples x 30,522) matrix of WordPiece token counts (or presence), [CLS], [SEP] and
-    [PAD] left out."""
-    from scipy import sparse
-
-    special = {tokenizer(8).token_to_id(t) for t in ("[PAD]", "[CLS]", "[SEP]")}
-    rows, cols = [], []
-    for i, ids in enumerate(dataset.ids):
-        kept = [t for t in ids.tolist() if t not in special]
-        rows += [i] * len(kept)
-        cols += kept
-    counts = sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(dataset), tokenizer(8).get_vocab_size()))
-    counts.sum_duplicates()
-    if binary:
-        counts.data[:] = 1.0
-    return counts
-
-
-BASELINE_KIND = identity.kind("e4-baseline", __name__)
-
-
-def baseline(dataset: str = "rotten_tomatoes", split_seed: int = 0, max_length: int = 64,
-             train_size: int | None = None) -> pd.DataFrame:
-    """The bag-of-words baselines (``BASELINES``) on the same WordPiece tokens, training (sub)set and
-    splits as the runs of a Table 1 grid with these settings: one row per classifier with its
-    validation and test accuracy (and the chosen C of the logistic regression). Stored (kind
-    ``BASELINE_KIND``), so every page reads the same numbers."""
-    config = {"dataset": dataset, "split_seed": split_seed, "max_length": max_length, "train_size": train_size,
-              "C": list(BASELINE_C)}
-    return store.load_or_run(RunId.of(BASELINE_KIND, config), lambda: {"table": _baselines(**config)})["table"]
-
-
-def _baselines(dataset: str, split_seed: int, max_length: int, train_size: int | None, C) -> pd.DataFrame:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.naive_bayes import MultinomialNB
-
-    parts = splits(dataset, split_seed, max_length)
-    train_set = training_subset(parts["train"], train_size, split_seed)
-    y = {name: part.labels.numpy() for name, part in (("train", train_set), ("validation", parts["validation"]),
-                                                       ("test", parts["test"]))}
-    rows = []
-    for name, binary in (("naive_bayes", False), ("logistic_regression", True)):
-        X = {key: _bag_of_tokens(part, binary) for key, part in (("train", train_set),
-                                                                ("validation", parts["validation"]), ("test", parts["test"]))}
-        candidates = [(None, MultinomialNB(alpha=1.0))] if name == "naive_bayes" else [
-            (c, LogisticRegression(C=c, max_iter=2000)) for c in C]
-        scored = []
-        for c, model in candidates:
-            model.fit(X["train"], y["train"])
-            scored.append((model.score(X["validation"], y["validation"]), -(c or 0), c, model))
-        validation, _, c, model = max(scored, key=lambda item: item[:2])  # ties: the smaller C
-        rows.append({"baseline": name, "description": BASELINES[name], "C": c, "validation_accuracy": float(validation),
-                     "test_accuracy": float(model.score(X["test"], y["test"])), "train_size": len(train_set)})
-    return pd.DataFrame(rows)
-
-
-# --- chapter 04's pilots ---------------------------------------------------------------------------
-
-
-def authors_pilots() -> pd.DataFrame:
-    """The pilots of the authors' setup that ruled it out as the default (data/sentiment_authors_pilots.csv,
-    measured once): one row per reading of a run (3 layers, seed 0): train_size, width, method, multiple
-    (of the paper's step), epoch, train_accuracy and test_accuracy there, seconds an epoch (two runs sharing
-    2 cores), and ``event``: how the run ended where this is its last reading (the stop rule, the cap, a
-    collapse to chance), else empty."""
-    return pd.read_csv(paths.data_file("sentiment_authors_pilots.csv"), dtype={"method": str, "event": str},
-                       keep_default_na=False)
-
-
-def pilots() -> pd.DataFrame:
-    """The pilots that sized chapter 04's default (data/sentiment_pilots.csv, measured once): one row per
-    run: setup, method, multiple (of the paper's step), seed, epochs, reached, train_accuracy,
-    test_accuracy and validation_accuracy at the end, seconds an epoch (two runs sharing 2 cores)."""
-    return pd.read_csv(paths.data_file("sentiment_pilots.csv"), dtype={"method": str})
