@@ -75,15 +75,15 @@ workers = 2  # runs trained at once: CPU processes of one thread each, or one pr
 from myst_nb import glue
 
 from mdlib.book import artifacts, plots
-from mdlib.book.views.step_sizes import best_view, first_step_view, movement_view, summary_texts, task_text
-from mdlib.experiments import step_sizes
+from mdlib.book.views.step_size_guide import best_view, first_step_view, movement_view, summary_texts, task_text
+from mdlib.experiments import step_size_guide
 
 plots.set_theme()
-config = step_sizes.chapter_config(
+config = step_size_guide.chapter_config(
     dataset=dataset, max_length=max_length, train_size=train_size, width=width, layers=layers, heads=heads, mlp=mlp,
     dropout=dropout, setup=setup, epochs=epochs, batch_size=batch_size, seeds=seeds, ps=ps, sgd_lr=sgd_lr, scale=scale,
     multiples=multiples, adamw_lr=adamw_lr, adamw_multiples=adamw_multiples, grow=grow)
-result = step_sizes.sweep(config, workers=workers)  # read back from the results store, or trained
+result = step_size_guide.sweep(config, workers=workers)  # read back from the results store, or trained
 moved = result.movement()  # ||W - W(0)|| / ||W(0)|| per parameter group of the chosen runs
 for name, text in summary_texts(result, moved).items():
     glue(f"steps-{name}", text, display=False)
@@ -101,7 +101,7 @@ print(f"profile={profile}: {task_text(config)}")
 # what the linearization {eq}`eq-effective-step` predicts, $(|w| / \mathrm{scale})^{2-p}$.
 
 # %% tags=["hide-input"]
-first = step_sizes.first_step_table(ps, sorted({*magnitudes, config.scale}), sgd_lr, config.scale, gradient)
+first = step_size_guide.first_step_table(ps, sorted({*magnitudes, config.scale}), sgd_lr, config.scale, gradient)
 artifacts.save_table(first, "table-steps-first-step", styled=first_step_view(first).style)
 
 # %% [markdown]

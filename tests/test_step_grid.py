@@ -12,7 +12,7 @@ import pytest
 from mdlib.book import profiles
 from mdlib.book.views.step_grid import edge_clause, tie_clause
 from mdlib.book.views.vision import sweep_texts
-from mdlib.experiments import estimates, methods, sentiment, step_grid, step_sizes, train, vision
+from mdlib.experiments import estimates, methods, sentiment, step_grid, step_size_guide, train, vision
 from mdlib.experiments.sentiment import grids
 from mdlib.runs import identity, store
 from mdlib.runs.identity import RunId
@@ -426,7 +426,7 @@ def test_every_swept_method_of_chapters_07_and_09_starts_from_a_fair_grid_that_m
     several = {key: steps for key, steps in swept.step_sizes.items() if len(steps) > 1}
     assert several and all(fair(steps) for steps in several.values()), several
     assert swept.grow >= 1 and all(len(steps) == 1 for steps in at_paper.step_sizes.values())
-    guide = step_sizes.chapter_config(**profiles.executed_parameters("09_step_sizes", profile) | {"scale": 0.1})
+    guide = step_size_guide.chapter_config(**profiles.executed_parameters("09_step_sizes", profile) | {"scale": 0.1})
     assert all(fair(guide.candidates(key)) for key in guide.methods) and guide.grow >= 1
     if profile in ("default", "overnight"):
         assert len(several) == len(swept.methods)  # the book's default sweeps every method

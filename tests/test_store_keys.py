@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mdlib.book import profiles
-from mdlib.experiments import sentiment, step_sizes, synthetic, vision
+from mdlib.experiments import sentiment, step_size_guide, synthetic, vision
 from mdlib.experiments.sentiment import allocation
 from mdlib.runs import identity
 
@@ -65,9 +65,9 @@ def _runs() -> list:
         runs += _design_runs(design)
         final = design.final_config(design.cells[0], design.candidates(design.cells[0])[0], 0)
         runs.append((vision.PRUNING_KIND, {"run": final, "sparsities": [0.0, 0.5, 0.9]}))
-    sweep = step_sizes.chapter_config(**profiles.executed_parameters("09_step_sizes"))
+    sweep = step_size_guide.chapter_config(**profiles.executed_parameters("09_step_sizes"))
     runs += _design_runs(sweep.design())
-    runs += [(step_sizes.KIND, sweep.run("sgd", m * sweep.centre("2"), seed))  # at each step p = 2 may choose
+    runs += [(step_size_guide.KIND, sweep.run("sgd", m * sweep.centre("2"), seed))  # at each step p = 2 may choose
              for m in sweep.multiples for seed in range(sweep.seeds)]
     return runs + _synthetic_runs()
 

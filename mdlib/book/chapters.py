@@ -134,9 +134,9 @@ def _e8(p: Parameters) -> tuple[int, float]:
 
 
 def _e9(p: Parameters) -> tuple[int, float]:
-    from mdlib.experiments import step_sizes
+    from mdlib.experiments import step_size_guide
 
-    return step_sizes.work(**p)
+    return step_size_guide.work(**p)
 
 
 @dataclass(frozen=True)

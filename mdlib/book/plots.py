@@ -535,7 +535,7 @@ def cost_step_figure(steps: pd.DataFrame) -> Figure:
 
 
 def step_size_figure(runs: pd.DataFrame, metrics: Sequence[str] = ("validation_loss", "validation_accuracy")) -> Figure:
-    """Chapter 09's sweep (``step_sizes.StepSizes.runs``): one row of panels per metric, the final value
+    """Chapter 09's sweep (``step_size_guide.StepSizes.runs``): one row of panels per metric, the final value
     (mean over seeds) against the step size, one line per exponent p; left against lr itself, right
     against the SGD step whose first step moves an entry of the matched scale as far
     (``sgd_equivalent_lr``: where the curves coincide, ``matched_lr``'s rule holds). A large open circle

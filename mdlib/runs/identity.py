@@ -333,8 +333,8 @@ KINDS: Mapping[str, str] = MappingProxyType({
     "e7-vit": "mdlib.experiments.vision",
     "e7-grid": "mdlib.experiments.vision",
     "e7-pruning": "mdlib.experiments.vision",
-    "e9-step-sizes": "mdlib.experiments.step_sizes",
-    "e9-step-grid": "mdlib.experiments.step_sizes",
+    "e9-step-sizes": "mdlib.experiments.step_size_guide",
+    "e9-step-grid": "mdlib.experiments.step_size_guide",
 })
 
 

@@ -21,8 +21,8 @@ such in the grid's stored entry, so a re-render never trains it again. Then torc
 chosen lr of p = 2, as a reference (the same update as mirror descent at p = 2, by another
 implementation).
 
-    config = step_sizes.chapter_config(ps=[1.1, 1.75, 2.0, 3.0], multiples=[0.1, 1, 10], ...)
-    result = step_sizes.sweep(config, workers=2)
+    config = step_size_guide.chapter_config(ps=[1.1, 1.75, 2.0, 3.0], multiples=[0.1, 1, 10], ...)
+    result = step_size_guide.sweep(config, workers=2)
     result.runs   # one row per run (method, p, lr, outcome, validation loss and accuracy, ...)
     result.best   # one row per method: the chosen lr next to matched_lr's prediction
 

@@ -1,6 +1,6 @@
 """How chapter 09's step-size guide looks: the first step's table, the chosen step sizes, the movement per
 parameter group, and the chapter's words on the sweep. The numbers come from
-``mdlib.experiments.step_sizes``; these functions only show them."""
+``mdlib.experiments.step_size_guide``; these functions only show them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 
 from mdlib.book.views.step_grid import edge_clause, tie_clause
 from mdlib.experiments import methods
-from mdlib.experiments.step_sizes import MOVEMENT_GROUPS, StepSizeGrid, StepSizes
+from mdlib.experiments.step_size_guide import MOVEMENT_GROUPS, StepSizeGrid, StepSizes
 
 __all__ = ["best_view", "edges_text", "first_step_view", "movement_view", "summary_texts", "task_text", "ties_text"]
 

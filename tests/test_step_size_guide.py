@@ -1,4 +1,4 @@
-"""Chapter 09's sweep (mdlib.experiments.step_sizes): its grids follow matched_lr, its choice never takes
+"""Chapter 09's sweep (mdlib.experiments.step_size_guide): its grids follow matched_lr, its choice never takes
 a diverged run, its exact first-step table, and a tiny sweep end to end on the fixture data, read back
 without training (a diverged run included)."""
 
@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from mdlib.book.views.step_sizes import first_step_view, summary_texts
-from mdlib.experiments import methods, step_grid, step_sizes, train
+from mdlib.book.views.step_size_guide import first_step_view, summary_texts
+from mdlib.experiments import methods, step_grid, step_size_guide, train
 from mdlib.experiments.sentiment import tokens
 from mdlib.experiments.train import Optimizer
 from mdlib.mirror import matched_lr
@@ -23,7 +23,7 @@ TINY = dict(dataset="rotten_tomatoes", max_length=16, train_size=8, width=4, lay
 
 
 def grid(**overrides):
-    return step_sizes.chapter_config(**(TINY | overrides))
+    return step_size_guide.chapter_config(**(TINY | overrides))
 
 
 def test_each_exponents_grid_is_centred_on_matched_lr():
@@ -41,12 +41,12 @@ def test_each_exponents_grid_is_centred_on_matched_lr():
     assert config.run("sgd", 0.3, 2).fit == train.FitOptions(epochs=1, batch_size=4, seed=2, loss="binary",
                                                              reduction="mean", pool=16)
     assert math.isnan(config.sgd_equivalent("adamw", 1e-3))
-    assert config.work() == step_sizes.work(**TINY | dict(ps=[1.1, 1.75, 2.0, 3.0], multiples=[0.1, 1.0, 10.0]))
+    assert config.work() == step_size_guide.work(**TINY | dict(ps=[1.1, 1.75, 2.0, 3.0], multiples=[0.1, 1.0, 10.0]))
     assert config.work() == (4 * 3 + 1 + 1, 14 * 2)  # runs (and the SGD reference), 2 steps each
 
 
 def test_the_default_scale_is_the_median_of_the_initial_matrices():
-    scale = step_sizes.matrix_scale(16, 2, 2, 64, "small-embeddings", 64)
+    scale = step_size_guide.matrix_scale(16, 2, 2, 64, "small-embeddings", 64)
     assert 0.05 < scale < 0.2  # torch's default U(+-1/sqrt(fan_in)) at fan-in 16 and 64
     assert grid(scale=0, width=16, layers=2, mlp=64, max_length=64).scale == float(f"{scale:.2g}")
 
@@ -84,16 +84,16 @@ def test_choose_reads_the_paired_error_of_the_sentences_and_never_a_diverged_ste
         asked.append((key, multiple))
         return tables[multiple]
 
-    choice = step_sizes.choose(_rows(losses), paired)
+    choice = step_size_guide.choose(_rows(losses), paired)
     assert choice == step_grid.Choice(1.0, (1.0,), 1.0) and sorted(asked) == [("1.1", m) for m in (0.33, 1.0, 3.0)]
     shuffled = {m: np.random.default_rng(i).permutation(t[0])[None, :] for i, (m, t) in enumerate(tables.items())}
-    unpaired = step_sizes.choose(_rows(losses), lambda key, m: shuffled[m])
+    unpaired = step_size_guide.choose(_rows(losses), lambda key, m: shuffled[m])
     assert unpaired.tied == (0.33, 1.0, 3.0) and unpaired.value == 1.0
     asked.clear()
-    assert step_sizes.choose(_rows(losses, diverged={(1.0, 0)}), paired).value in (0.33, 3.0)
+    assert step_size_guide.choose(_rows(losses, diverged={(1.0, 0)}), paired).value in (0.33, 3.0)
     assert ("1.1", 1.0) not in asked  # a diverged candidate is never chosen, its losses never read
     with pytest.raises(ValueError, match="every candidate step size diverged for method 1.1"):
-        step_sizes.choose(_rows({(1.0, 0): math.nan}, diverged={(1.0, 0)}), paired)
+        step_size_guide.choose(_rows({(1.0, 0): math.nan}, diverged={(1.0, 0)}), paired)
 
 
 def fake_sweep(monkeypatch, mean_loss):
@@ -104,7 +104,7 @@ def fake_sweep(monkeypatch, mean_loss):
     def train_runs(configs, workers=1, progress=True, skip=()):
         out = []
         for c in configs:
-            if (hit := store.load(RunId.of(step_sizes.KIND, c))) is not None:
+            if (hit := store.load(RunId.of(step_size_guide.KIND, c))) is not None:
                 out.append(hit)
                 continue
             key = methods.method_key(c.optimizer.name, c.optimizer.p)
@@ -116,14 +116,14 @@ def fake_sweep(monkeypatch, mean_loss):
             trained.append((key, multiple, c.fit.seed))
             rng = np.random.default_rng([c.fit.seed, round(1e6 * c.optimizer.lr)])
             per = SENTENCES - SENTENCES.mean() + loss + rng.normal(0, 0.002, len(SENTENCES))
-            store.save(RunId.of(step_sizes.KIND, c), {"history": pd.DataFrame({"epoch": [1], "train_loss": [loss],
+            store.save(RunId.of(step_size_guide.KIND, c), {"history": pd.DataFrame({"epoch": [1], "train_loss": [loss],
                                                                      "train_accuracy": [0.8]}),
                                             "validation_loss": float(per.mean()), "validation_accuracy": 0.7,
                                             "validation_n": len(per), "validation_losses": per})
-            out.append(store.load(RunId.of(step_sizes.KIND, c)))
+            out.append(store.load(RunId.of(step_size_guide.KIND, c)))
         return out
 
-    monkeypatch.setattr(step_sizes, "train_runs", train_runs)
+    monkeypatch.setattr(step_size_guide, "train_runs", train_runs)
     return trained
 
 
@@ -143,7 +143,7 @@ def test_a_grid_grows_on_the_side_where_its_choice_sits_and_stops_once_it_is_ins
     curve |= {("2", 0.33): 0.8, ("2", 1.0): 0.6, ("2", 3.0): 0.8}
     curve |= {("adamw", m): 0.9 - 0.1 * i for i, m in enumerate((0.33, 1.0, 3.0, 9.0, 27.0))}
     trained = fake_sweep(monkeypatch, lambda key, m: 0.7 if key == "sgd" else curve[key, m])
-    result = step_sizes.sweep(grid(**GROWING), progress=False)
+    result = step_size_guide.sweep(grid(**GROWING), progress=False)
     assert {k: [round(m, 6) for m in v] for k, v in result.candidates.items()} == {
         "1.1": [0.33, 1.0, 3.0, 9.0, 27.0], "2": [0.33, 1.0, 3.0], "adamw": [0.33, 1.0, 3.0, 9.0, 27.0]}
     assert {k: round(m, 6) for k, m in result.chosen.items()} == {"1.1": 9.0, "2": 1.0, "adamw": 27.0}
@@ -161,7 +161,7 @@ def test_a_grid_grows_on_the_side_where_its_choice_sits_and_stops_once_it_is_ins
 def test_the_first_step_table_is_exact(p):
     """At the matched scale a small step moves like SGD; from zero it moves by (lr g)^(1/(p-1)); the
     linearized column is (|w| / scale)^(2-p)."""
-    table = step_sizes.first_step_table([p], [0.0, 0.02, 0.25, 1.0], 0.1, 0.25, gradient=1e-4)
+    table = step_size_guide.first_step_table([p], [0.0, 0.02, 0.25, 1.0], 0.1, 0.25, gradient=1e-4)
     rows = table.set_index("magnitude")
     lr = matched_lr(0.1, p, 0.25)
     assert rows.lr.tolist() == [lr] * 4
@@ -185,7 +185,7 @@ def test_a_tiny_sweep_end_to_end_and_read_back_without_training(fixture_data, mo
     """p = 1.1 at 10^4 times its matched step overflows: recorded, never chosen, and (like every other run)
     not trained again when the sweep is read back. The validation split is evaluated, the test split never
     read; torch's SGD at p = 2's chosen step is the same update as mirror descent at p = 2."""
-    setup = step_sizes.build(grid().run("2", 0.1, 0))
+    setup = step_size_guide.build(grid().run("2", 0.1, 0))
     assert setup.test_set is None and list(setup.final_evaluations) == ["validation"]  # the test split: never
     real_splits = tokens.splits
 
@@ -195,9 +195,9 @@ def test_a_tiny_sweep_end_to_end_and_read_back_without_training(fixture_data, mo
             return super().__getitem__(name)
 
     monkeypatch.setattr(tokens, "splits", lambda *args: NoTest(real_splits(*args)))
-    result = step_sizes.sweep(grid(), progress=False)
+    result = step_size_guide.sweep(grid(), progress=False)
     for (key, seed), config in result.configs.items():  # each sentence's loss, the mean's parts
-        stored = store.load(RunId.of(step_sizes.KIND, config))
+        stored = store.load(RunId.of(step_size_guide.KIND, config))
         assert len(stored["validation_losses"]) == stored["validation_n"]
         assert stored["validation_losses"].mean() == pytest.approx(stored["validation_loss"], rel=1e-5)
     runs = result.runs.set_index(["method", "multiple"])
@@ -210,7 +210,7 @@ def test_a_tiny_sweep_end_to_end_and_read_back_without_training(fixture_data, mo
     assert best.predicted_lr["1.1"] == pytest.approx(matched_lr(best.lr["2"], 1.1, 0.25))
     assert best.ratio["2"] == 1.0 and best.at_edge["1.1"]
     moved = result.movement()
-    assert set(moved.group) == set(step_sizes.MOVEMENT_GROUPS) and (moved.movement > 0).all()
+    assert set(moved.group) == set(step_size_guide.MOVEMENT_GROUPS) and (moved.movement > 0).all()
     texts = summary_texts(result, moved)
     assert texts["overflows"].startswith(f"{int(runs.diverged.sum())} of 6 runs diverged: ℓ1.1 at lr "
                                       f"{1e4 * matched_lr(0.1, 1.1, 0.25):.2g} (overflow)")
@@ -219,8 +219,8 @@ def test_a_tiny_sweep_end_to_end_and_read_back_without_training(fixture_data, mo
     def no_training(config):
         raise AssertionError(f"trained {config['optimizer']} again")
 
-    monkeypatch.setattr(step_sizes, "build", no_training)
-    again = step_sizes.sweep(grid(), progress=False)
+    monkeypatch.setattr(step_size_guide, "build", no_training)
+    again = step_size_guide.sweep(grid(), progress=False)
     pd.testing.assert_frame_equal(again.runs, result.runs)
-    assert store.load(RunId.of(step_sizes.KIND, grid().design().sweep_config(("1.1",), 1e4, 0))) is None  # kept as diverged only
+    assert store.load(RunId.of(step_size_guide.KIND, grid().design().sweep_config(("1.1",), 1e4, 0))) is None  # kept as diverged only
     assert np.isfinite(again.best.validation_loss).all()
