@@ -24,12 +24,12 @@ the tiers below it:
   runs through it (``pool``, ``train``), the data (``fetch``, ``data``), the experiments
   (``synthetic``, ``sentiment``, ``vision``, ``selection``, ``sparsity``), their statistics and
   analyses (``stats``, ``analysis``), each claim's estimate (``estimates``), method and data set names
-  (``methods``), ``paths`` and ``fingerprint``;
+  (``methods``), what a step costs (``cost``), ``paths`` and ``fingerprint``;
 - ``mdlib.book`` (extra ``[book]``): the chapters (``chapters``, the one registry), their parameters
   (``profiles``), their execution (``execute``), the generated pages and the build (``pages``,
-  ``book``), figures and tables (``plots``, ``schema``), records (``provenance``), the claims' rules,
-  evidence, rows and page (``verdicts``, ``evidence``, ``scorecard``, ``scorecard_page``; no torch),
-  benchmarks (``bench``), the command line (``cli``: ``python -m mdlib``).
+  ``book``), figures and tables (``plots``), records (``provenance``), the scorecard (``scorecard``:
+  the tables' schema, the evidence, the rules, the claims' rows and the page; no torch), benchmarks
+  (``bench``), the command line (``cli``: ``python -m mdlib``).
 """
 
 from __future__ import annotations

@@ -98,8 +98,9 @@ from myst_nb import glue
 from mdlib.book import artifacts, plots, provenance, scorecard
 from mdlib.book.views.sentiment import (CONTRAST_NAMES, allocation_runs_view, authors_pilots_view, baseline_view,
                                        contrasts_view, edges_text, effective_steps_view, movement_text,
-                                       paper_table1_view, pilots_view, series_reading, series_view, source_text,
-                                       steps_view, table1_view, tied_view, timings_text)
+                                       paper_table1_view, pilots_view, scale_of, series_reading, series_view,
+                                       source_text, steps_view, table1_parts, table1_reading, table1_stability,
+                                       table1_view, tied_view, timings_text)
 from mdlib.experiments.methods import GD, L1_1, key_text
 from mdlib.experiments import estimates, paper, sentiment, stats, train
 from mdlib.experiments.sentiment import allocation, chapter
@@ -555,11 +556,11 @@ glue("t1-pool", f"{replication.configs[next(iter(replication.configs))].fit.pool
 # %% tags=["hide-input"]
 judged = scorecard.chapter_rows("04_sentiment")
 glue("t1-verdict", scorecard.verdicts_text(judged), display=False)
-for name, rows in scorecard.table1_parts(judged).items():
-    glue(f"t1-said-{name}", "; ".join((f"at {scorecard.scale_of(row)}, " if len(rows) > 1 else "") + scorecard.said(row)
+for name, rows in table1_parts(judged).items():
+    glue(f"t1-said-{name}", "; ".join((f"at {scale_of(row)}, " if len(rows) > 1 else "") + scorecard.said(row)
                                       for row in rows) or "not measured at this profile", display=False)
-glue("t1-reading", scorecard.table1_reading(judged), display=False)
-glue("t1-stability", scorecard.table1_stability(judged), display=False)
+glue("t1-reading", table1_reading(judged), display=False)
+glue("t1-stability", table1_stability(judged), display=False)
 
 # %% tags=["hide-input"]
 glue("t1-power", estimates.power_text(estimates.accuracy_gaps(variation.runs, predictions=of_grid["variation"])[L]),

@@ -48,6 +48,7 @@ import pandas as pd
 from myst_nb import glue
 
 from mdlib.book import artifacts, plots, provenance, scorecard
+from mdlib.book.views.sentiment import weighting_reading
 from mdlib.experiments.methods import key_text, method
 from mdlib.experiments import analysis, estimates, paper, selection, sentiment, sparsity, sparsity_null, train
 
@@ -191,7 +192,7 @@ glue("prune-loss-90", " / ".join(f"{100 * (kept[k, 0.0] - kept[k, 0.9]):.1f}" fo
      if {0.0, 0.9} <= set(sparsities) else "not measured", display=False)
 found = scorecard.chapter_rows("06_weights")
 glue("w-verdict", scorecard.verdicts_text(found), display=False)
-glue("w-null-reading", scorecard.weighting_reading(found), display=False)
+glue("w-null-reading", weighting_reading(found), display=False)
 glue("w-gate", selection.gate_text(grid, depth), display=False)
 
 # %% [markdown]

@@ -47,11 +47,12 @@ import logging
 import torch
 from myst_nb import glue
 
-from mdlib.book import artifacts, bench, plots, provenance
+from mdlib.book import artifacts, plots, provenance
+from mdlib.experiments import cost
 
-bench.choice("vit", vit, bench.VIT_MODELS)  # before any timing: any other value would time the tiny model
+cost.choice("vit", vit, cost.VIT_MODELS)  # before any timing: any other value would time the tiny model
 for mode in modes:
-    bench.choice("modes", mode, bench.MD_MODES)
+    cost.choice("modes", mode, cost.MD_MODES)
 plots.set_theme()
 artifacts.glue_paper()
 
@@ -65,7 +66,7 @@ glue("cost-torch", f"torch {torch.__version__}, {torch.get_num_threads()} thread
 print(f"profile={profile}: {hardware}; torch {torch.__version__}, {torch.get_num_threads()} threads")
 
 # %% tags=["hide-input"]
-steps, targets = bench.step_tables(sizes, ps, repeats=repeats, modes=modes)
+steps, targets = cost.step_tables(sizes, ps, repeats=repeats, modes=modes)
 
 # %% tags=["hide-input"]
 fig = plots.cost_step_figure(steps)
@@ -83,16 +84,16 @@ artifacts.save_figure(fig, "fig-cost-step", data=steps)
 # ```
 
 # %% tags=["hide-input"]
-training = bench.training_table(repeats=training_repeats)
+training = cost.training_table(repeats=training_repeats)
 artifacts.save_table(training, "table-cost-training", styled=training.style.format(
     {"ms per step": "{:.1f}", "vs Adam (median ratio)": "{:.3f}"}).hide(axis="index"))
 md_training = training[training.method != "adam"]["vs Adam (median ratio)"]
 glue("cost-train-ratio", f"{md_training.min():.2f} to {md_training.max():.2f}", display=False)
-glue("cost-train-verdict", "within" if md_training.max() <= bench.TRAINING_TARGET else "not within", display=False)
+glue("cost-train-verdict", "within" if md_training.max() <= cost.TRAINING_TARGET else "not within", display=False)
 
 # %% tags=["hide-input"]
-timing = bench.vit_table(vit, vit_batch, vit_repeats, ps, device)
-table = bench.ops_table(steps, ps, modes)
+timing = cost.vit_table(vit, vit_batch, vit_repeats, ps, device)
+table = cost.ops_table(steps, ps, modes)
 artifacts.save_table(table, "table-cost", styled=table.style.format({"ns per param (step, largest size)": "{:.2f}"})
                  .hide(axis="index"))
 artifacts.save_table(timing, "table-cost-vit", styled=timing.style.format(
@@ -109,7 +110,7 @@ for mode in ("default", "fused"):
     r = at_largest[at_largest.optimizer.str.endswith(f"_{mode}")].median_ratio
     glue(f"cost-ratio-{mode}", f"{r.min():.2f} to {r.max():.2f}" if len(r) else "(not measured at this profile)",
          display=False)
-    target = bench.STEP_TARGETS[mode][1]
+    target = cost.STEP_TARGETS[mode][1]
     glue(f"cost-verdict-{mode}", ("meets" if r.max() <= target else "misses") if len(r) else "was not measured for",
          display=False)
 glue("cost-md-over-adam-fused", ", ".join(f"{largest.loc[f'md_p{p:g}_default', 'vs_adam_fused']:.1f}"

@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from mdlib.book import artifacts, plots, provenance, schema  # noqa: E402
+from mdlib.book import artifacts, plots, provenance  # noqa: E402
+from mdlib.book.scorecard import schema  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("build_dir")  # conftest's: what they write goes to a temporary build

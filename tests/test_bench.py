@@ -1,4 +1,5 @@
-"""The statistics and the timing harness behind ``python -m mdlib bench``, and what its reports mean."""
+"""The statistics and the timing harness (``mdlib.experiments.cost``) behind ``python -m mdlib bench`` and chapter
+08's tables, and what the reports mean."""
 
 import inspect
 import json
@@ -10,27 +11,28 @@ import pandas as pd
 import pytest
 
 from mdlib.book import bench
+from mdlib.experiments import cost
 from mdlib.runs.identity import RunId
 
 
 def test_median_interval_brackets_the_median_and_covers_it():
-    assert bench.median_interval([2.0] * 9) == (2.0, 2.0)
+    assert cost.median_interval([2.0] * 9) == (2.0, 2.0)
     rng = np.random.default_rng(0)
     sample = rng.normal(1.0, 0.1, 31)
-    low, high = bench.median_interval(sample)
+    low, high = cost.median_interval(sample)
     assert low <= np.median(sample) <= high and high - low < 0.2
     # coverage of the true median (1.0) over repeated samples: about 95 %, allowing for the bootstrap's bias
-    hits = [lo <= 1.0 <= hi for lo, hi in (bench.median_interval(rng.normal(1.0, 0.1, 31), resamples=500)
+    hits = [lo <= 1.0 <= hi for lo, hi in (cost.median_interval(rng.normal(1.0, 0.1, 31), resamples=500)
                                            for _ in range(200))]
     assert 0.85 <= np.mean(hits) <= 1.0
 
 
 def test_choice_names_the_parameter_the_value_and_the_allowed_values():
-    assert bench.choice("vit", "tiny", ("paper", "tiny")) == "tiny"
+    assert cost.choice("vit", "tiny", ("paper", "tiny")) == "tiny"
     with pytest.raises(ValueError, match=r"^parameter 'vit': 'bogus' is not one of 'paper', 'tiny'; give one of them$"):
-        bench.choice("vit", "bogus", ("paper", "tiny"))
+        cost.choice("vit", "bogus", ("paper", "tiny"))
     with pytest.raises(ValueError, match=re.escape("'modes': ['default'] is not one of 'default', 'foreach', 'fused'")):
-        bench.choice("modes", ["default"], bench.MD_MODES)
+        cost.choice("modes", ["default"], cost.MD_MODES)
 
 
 def test_sparse_embedding_step_times_train_chapter_04s_model_both_ways():
@@ -39,23 +41,23 @@ def test_sparse_embedding_step_times_train_chapter_04s_model_both_ways():
 
 
 def test_optimizer_step_times_times_every_contender_each_round():
-    rounds = bench.optimizer_step_times(2000, ps=(1.75,), repeats=2, modes=("default", "foreach"))
-    assert set(rounds) == {*bench.TORCH_CONTENDERS, "md_p1.75_default", "md_p1.75_foreach"}
+    rounds = cost.optimizer_step_times(2000, ps=(1.75,), repeats=2, modes=("default", "foreach"))
+    assert set(rounds) == {*cost.TORCH_CONTENDERS, "md_p1.75_default", "md_p1.75_foreach"}
     assert all(len(t) == 2 and min(t) > 0 for t in rounds.values())
-    ratios = bench.step_ratios(rounds)
+    ratios = cost.step_ratios(rounds)
     assert set(ratios) == {"md_p1.75_default"}  # foreach has no target of its own
     assert ratios["md_p1.75_default"]["vs"] == "adam_default" and ratios["md_p1.75_default"]["target"] == 1.0
 
 
 def test_step_ratios_are_medians_of_round_by_round_ratios():
     rounds = {"adam_fused": [1.0, 2.0, 4.0], "md_p3_fused": [1.0, 3.0, 4.0]}
-    r = bench.step_ratios(rounds)["md_p3_fused"]
+    r = cost.step_ratios(rounds)["md_p3_fused"]
     assert r["median_ratio"] == 1.0 and r["target"] == 1.10 and r["met"]
 
 
-@pytest.mark.parametrize("which", bench.TRAINING_MODELS)
+@pytest.mark.parametrize("which", cost.TRAINING_MODELS)
 def test_training_step_times_build_the_chapters_models_and_optimizers(which):
-    rounds = bench.training_step_times(which, repeats=1, optimizers={
+    rounds = cost.training_step_times(which, repeats=1, optimizers={
         "adam": ("adam", 1e-4, None), "md_p1.1": ("md", 1e-4, 1.1)})
     assert set(rounds) == {"adam", "md_p1.1"} and all(len(t) == 1 and t[0] > 0 for t in rounds.values())
 
@@ -80,10 +82,10 @@ def _fake(monkeypatch, module, name, result):
 
 def test_ratio_entry_is_the_median_of_round_by_round_ratios_against_its_target():
     # ratios 3/2, 1/2, 4/2 -> median 1.5 (the ratio of the medians would be 3/2 too; of the means 8/6)
-    entry = bench.ratio_entry([3.0, 1.0, 4.0], [2.0, 2.0, 2.0], 1.10)
+    entry = cost.ratio_entry([3.0, 1.0, 4.0], [2.0, 2.0, 2.0], 1.10)
     assert entry["median_ratio"] == 1.5 and entry["target"] == 1.10 and not entry["met"]
     assert entry["ci95"][0] >= 0.5 and entry["ci95"][1] <= 2.0
-    speedup = bench.ratio_entry([4.0, 6.0, 1.0], [1.0, 2.0, 1.0], 2.0, key="median_speedup", at_least=True)
+    speedup = cost.ratio_entry([4.0, 6.0, 1.0], [1.0, 2.0, 1.0], 2.0, key="median_speedup", at_least=True)
     assert speedup["median_speedup"] == 3.0 and speedup["met"]  # ratios 4, 3, 1
 
 
@@ -92,11 +94,11 @@ def test_optimizer_benchmark_reports_the_medians_and_ratios_of_what_it_timed(mon
 
     # every torch contender 2 ms then 4 ms; md default 1 ms then 6 ms (ratios 0.5, 1.5 -> 1.0: met, <= 1.2);
     # md fused 4 then 6 ms (ratios 2, 1.5 -> 1.75: missed, > 1.3); md foreach as slow, but without a target
-    steps = _fake(monkeypatch, bench, "optimizer_step_times", lambda a: {
+    steps = _fake(monkeypatch, cost, "optimizer_step_times", lambda a: {
         **{name: [2e-3, 4e-3] for name in a["torch_contenders"]}, "md_p1.75_default": [1e-3, 6e-3],
         "md_p1.75_fused": [4e-3, 6e-3], "md_p1.75_foreach": [4e-3, 6e-3]})
     # Adam 10 then 20 ms; md_p1.1 20 and 20 ms (ratios 2, 1 -> 1.5: missed); md_p3 as Adam (1.0: met)
-    training = _fake(monkeypatch, bench, "training_step_times", lambda a: {
+    training = _fake(monkeypatch, cost, "training_step_times", lambda a: {
         "adam": [0.010, 0.020], "md_p1.1": [0.020, 0.020], "md_p3": [0.010, 0.020]})
     _fake(monkeypatch, bench, "sparse_embedding_step_times", lambda a: {"dense": [0.010, 0.020],
                                                                         "sparse": [0.005, 0.020]})
@@ -119,7 +121,7 @@ def test_optimizer_benchmark_reports_the_medians_and_ratios_of_what_it_timed(mon
     assert "| md_p1.75_default | 3.50 | adamw_foreach | 1.00 [0.50, 1.50] | <= 1.2 (met) |" in out["table"]
     assert "| md_p1.75_fused | 5.00 | adamw_fused | 1.75 [1.50, 2.00] | <= 1.3 (missed) |" in out["table"]
 
-    assert [c["which"] for c in training] == list(bench.TRAINING_MODELS) == list(out["training_steps"])
+    assert [c["which"] for c in training] == list(cost.TRAINING_MODELS) == list(out["training_steps"])
     assert all(c["repeats"] == 2 for c in training)
     for report in out["training_steps"].values():
         assert report["step_ms_median"] == {"adam": 15.0, "md_p1.1": 20.0, "md_p3": 15.0}
@@ -245,8 +247,8 @@ def test_store_bench_times_every_current_kinds_reads_and_their_content_check(tmp
 
 def test_chapter_08s_step_tables_hold_the_medians_and_ratios_of_what_was_timed(monkeypatch):
     rounds = {"adam_fused": [1e-3, 2e-3, 4e-3], "sgd_fused": [1e-3, 1e-3, 1e-3], "md_p3_fused": [1e-3, 3e-3, 4e-3]}
-    calls = _fake(monkeypatch, bench, "optimizer_step_times", lambda arguments: rounds)
-    steps, targets = bench.step_tables([1000, 2000], [2.0, 3.0], repeats=3, modes=("fused",))
+    calls = _fake(monkeypatch, cost, "optimizer_step_times", lambda arguments: rounds)
+    steps, targets = cost.step_tables([1000, 2000], [2.0, 3.0], repeats=3, modes=("fused",))
     assert [c["ps"] for c in calls] == [[3.0], [3.0]] and calls[0]["modes"] == ("fused",)  # p = 2 is SGD
     md = steps[(steps.optimizer == "md_p3_fused") & (steps.params == 2000)].iloc[0]
     assert md.ms == pytest.approx(3.0) and md.ns_per_param == pytest.approx(3e-3 / 2000 * 1e9)
@@ -260,7 +262,7 @@ def test_chapter_08s_ops_table_names_every_optimizer_through_methods():
                           for n in (10, 100) for i, name in enumerate(
                               ["sgd_default", "sgd_fused", "adam_default", "adam_foreach", "adam_fused",
                                "md_p1.1_default", "md_p3_default"])])
-    table = bench.ops_table(steps, [1.1, 2.0, 3.0], modes=("default",))
+    table = cost.ops_table(steps, [1.1, 2.0, 3.0], modes=("default",))
     assert list(table.optimizer) == ["SGD (default)", "SGD (fused)", "Adam (default)", "Adam (foreach)",
                                      "Adam (fused)", "ℓ1.1 (default)", "ℓ3 (default)"]
     assert list(table["paper ops per param"]) == [2, 2, 14, 14, 14, 10, 10]
@@ -269,9 +271,9 @@ def test_chapter_08s_ops_table_names_every_optimizer_through_methods():
 
 def test_chapter_08s_training_table_is_each_optimizer_against_adam_round_by_round(monkeypatch):
     times = {"adam": [1.0, 2.0, 4.0], "md_p1.1": [1.0, 3.0, 4.0]}
-    _fake(monkeypatch, bench, "training_step_times", lambda arguments: times)
-    monkeypatch.setattr(bench, "TRAINING_OPTIMIZERS", {"adam": ("adam", 1e-4, None), "md_p1.1": ("md", 1e-4, 1.1)})
-    table = bench.training_table(repeats=3)
+    _fake(monkeypatch, cost, "training_step_times", lambda arguments: times)
+    monkeypatch.setattr(cost, "TRAINING_OPTIMIZERS", {"adam": ("adam", 1e-4, None), "md_p1.1": ("md", 1e-4, 1.1)})
+    table = cost.training_table(repeats=3)
     assert list(table.columns) == ["model", "optimizer", "ms per step", "vs Adam (median ratio)", "ci95", "method",
                                    "ci_low", "ci_high"]
     assert list(table.model) == ["sentiment encoder (04)"] * 2 + ["ViT (07)"] * 2
@@ -282,11 +284,11 @@ def test_chapter_08s_training_table_is_each_optimizer_against_adam_round_by_roun
 
 
 def test_chapter_08s_vit_table_extrapolates_the_papers_epochs():
-    table = bench.vit_table("tiny", batch=4, repeats=1, ps=(1.1,))
+    table = cost.vit_table("tiny", batch=4, repeats=1, ps=(1.1,))
     assert list(table.optimizer) == ["Adam", "ℓ1.1"] and table.params.nunique() == 1
     assert list(table.hours_2000_epochs) == pytest.approx(list(table.step_s * 12500 * 2000 / 3600))
     with pytest.raises(ValueError, match="'vit'"):
-        bench.vit_table("huge")
+        cost.vit_table("huge")
 
 
 def test_the_command_line_offers_exactly_the_benchmarks_there_are():

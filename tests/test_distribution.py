@@ -198,10 +198,11 @@ NO_TORCH = textwrap.dedent("""
     sys.modules["torch"] = None
     from mdlib.runs import store
     from mdlib.runs.identity import RunId
-    from mdlib.book import scorecard, verdicts
+    from mdlib.book import scorecard
+    from mdlib.book.scorecard import rules
     assert store.load(RunId.of("e1-fixed-decoder", {"seeds": 1})) is None and store.entries() == []
     rows = scorecard.rows(pathlib.Path(sys.argv[1]))
-    assert rows and all(row.verdict.outcome == verdicts.NOT_MEASURED for row in rows), rows
+    assert rows and all(row.verdict.outcome == rules.NOT_MEASURED for row in rows), rows
     print("torch" in {name for name, module in sys.modules.items() if module is not None})
 """)
 

@@ -74,8 +74,8 @@ def test_an_edited_computation_is_recomputed_and_a_revert_reads_the_old_entry_ba
 
 def test_an_edit_outside_the_experiments_imports_keeps_its_runs(checkout):
     first = run_e1(checkout)
-    assert "mdlib.book.scorecard" not in identity.closure("mdlib.experiments.synthetic")
-    path = checkout / "src" / "mdlib" / "book" / "scorecard.py"  # a module E1 never imports
+    assert "mdlib.book.scorecard.claims" not in identity.closure("mdlib.experiments.synthetic")
+    path = checkout / "src" / "mdlib" / "book" / "scorecard" / "claims.py"  # a module E1 never imports
     path.write_text(path.read_text("utf-8") + "\n# edited\n", "utf-8")
     again = run_e1(checkout)
     assert again["cached"] and again["key"] == first["key"]

@@ -15,7 +15,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from mdlib.book import artifacts, schema  # noqa: E402
+from mdlib.book import artifacts  # noqa: E402
+from mdlib.book.scorecard import schema  # noqa: E402
 
 #: A default-profile build's results folder, where this machine keeps one (the tests on it skip elsewhere).
 RESULTS = Path(__file__).parent / "fixtures" / "results"  #: a smoke build's results (fixtures/make_results.py)

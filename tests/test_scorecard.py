@@ -18,9 +18,11 @@ import pytest
 from scipy import stats as scipy_stats
 
 from conftest import HTML, raw_html
-from mdlib.book import artifacts, evidence, layout, provenance, scorecard, scorecard_page, verdicts
+from mdlib.book import artifacts, layout, provenance, scorecard
+from mdlib.book.scorecard import evidence, page, rules
+from mdlib.book.scorecard.rules import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, SMALLER
+from mdlib.book.views.sentiment import table1_parts, table1_reading, table1_stability, weighting_reading
 from mdlib.experiments import estimates, paths, stability
-from mdlib.book.verdicts import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, SMALLER
 
 RESULTS = Path(__file__).parent / "fixtures" / "results"  #: a smoke build's results (fixtures/make_results.py)
 OUTCOMES = (HOLDS, DIFFERS, INCONCLUSIVE, NOT_MEASURED)
@@ -387,7 +389,7 @@ def test_each_writer_measures_exactly_its_own_claims(results, claim):
     those that share the writer (E2's two claims read one figure)."""
     assert len(WRITERS) == len(scorecard.CLAIMS)
     WRITERS[claim](results, HOLDS)
-    text = scorecard_page.page(results, profile="smoke")
+    text = page.page(results, profile="smoke")
     measured = {i for i in range(len(scorecard.CLAIMS)) if verdict_of(rows_of(text, i)[0][4]) != NOT_MEASURED}
     assert measured == {i for i, writer in enumerate(WRITERS) if writer is WRITERS[claim]}
 
@@ -396,7 +398,7 @@ def test_each_writer_measures_exactly_its_own_claims(results, claim):
 @pytest.mark.parametrize("scenario", OUTCOMES)
 def test_each_rule_flips_between_its_outcomes(results, claim, scenario):
     WRITERS[claim](results, scenario)
-    text = scorecard_page.page(results, profile="smoke")
+    text = page.page(results, profile="smoke")
     rows = rows_of(text, claim)
     assert len(rows) == (2 if WRITERS[claim] in (allocation, kqv) else 1)  # the 2 x 2; K/Q/V: GD and its null
     for row in rows:
@@ -415,18 +417,18 @@ def test_an_interval_that_excludes_the_paper_s_effect_is_smaller_not_inconclusiv
     """The fourth outcome: an interval around no effect that cannot hold the paper's reads "smaller
     than the paper's"; a wider one that holds both stays inconclusive; the paper's effect is drawn."""
     WRITERS[claim](results, SMALLER)
-    row = rows_of(scorecard_page.page(results, profile="smoke"), claim)[0]
+    row = rows_of(page.page(results, profile="smoke"), claim)[0]
     assert verdict_of(row[4]) == SMALLER, row
     assert "Smallest detectable effect: ±" in row[4] and "detectable" not in row[2]  # said once, by the verdict
     effect = next(r.effect for r in scorecard.rows(results, profile="smoke") if r.verdict.outcome == SMALLER)
     assert math.isfinite(effect.paper) and not effect.low <= effect.paper <= effect.high
     assert effect.low <= effect.null[0] <= effect.high and math.isfinite(effect.detectable)
     WRITERS[claim](results, INCONCLUSIVE)
-    assert verdict_of(rows_of(scorecard_page.page(results, profile="smoke"), claim)[0][4]) == INCONCLUSIVE
+    assert verdict_of(rows_of(page.page(results, profile="smoke"), claim)[0][4]) == INCONCLUSIVE
 
 
 def test_interval_rule_s_four_outcomes_on_crafted_numbers():
-    rule = verdicts.interval_rule
+    rule = rules.interval_rule
     assert rule(0.2, 1.0, paper=1.81).outcome == HOLDS  # above 0, even when below the paper's effect
     assert rule(-1.0, -0.2, paper=1.81).outcome == DIFFERS
     assert rule(-0.5, 0.9, paper=1.81).outcome == SMALLER
@@ -434,17 +436,17 @@ def test_interval_rule_s_four_outcomes_on_crafted_numbers():
     assert rule(-0.5, 0.9).outcome == INCONCLUSIVE  # no paper effect: nothing to be smaller than
     assert rule(-0.5, 1.81, paper=1.81).outcome == INCONCLUSIVE  # the bound holds the paper's effect
     # token selection: rates against 1/2, the paper's 22 of 38
-    assert verdicts.token_rule(0.45, 0.55, seeds=3, unreached=0, paper_rate=22 / 38).outcome == SMALLER
-    assert verdicts.token_rule(0.45, 0.60, seeds=3, unreached=0, paper_rate=22 / 38).outcome == INCONCLUSIVE
+    assert rules.token_rule(0.45, 0.55, seeds=3, unreached=0, paper_rate=22 / 38).outcome == SMALLER
+    assert rules.token_rule(0.45, 0.60, seeds=3, unreached=0, paper_rate=22 / 38).outcome == INCONCLUSIVE
     # sparsity: the claim predicts a negative difference; the paper's effect is negative too
-    assert verdicts.sparser_rule(-0.02, 0.03, seeds=3, paper_effect=-0.1).outcome == SMALLER
-    assert verdicts.sparser_rule(-0.12, 0.03, seeds=3, paper_effect=-0.1).outcome == INCONCLUSIVE
-    assert verdicts.sparser_rule(-0.12, -0.03, seeds=3, paper_effect=-0.1).outcome == HOLDS
+    assert rules.sparser_rule(-0.02, 0.03, seeds=3, paper_effect=-0.1).outcome == SMALLER
+    assert rules.sparser_rule(-0.12, 0.03, seeds=3, paper_effect=-0.1).outcome == INCONCLUSIVE
+    assert rules.sparser_rule(-0.12, -0.03, seeds=3, paper_effect=-0.1).outcome == HOLDS
     # beyond the init weighting: the same reading of ΔW minus its null, in its own words
     for (low, high), outcome in (((-0.12, -0.03), HOLDS), ((0.01, 0.03), DIFFERS), ((-0.02, 0.03), SMALLER),
                                  ((-0.12, 0.03), INCONCLUSIVE)):
-        verdict = verdicts.weighting_rule(low, high, seeds=3, paper_effect=-0.1)
-        assert (verdict.outcome, verdict.why) == (outcome, verdicts.WEIGHTING_READS[outcome])
+        verdict = rules.weighting_rule(low, high, seeds=3, paper_effect=-0.1)
+        assert (verdict.outcome, verdict.why) == (outcome, rules.WEIGHTING_READS[outcome])
 
 
 @pytest.mark.parametrize("scenario", [HOLDS, DIFFERS, SMALLER, INCONCLUSIVE])
@@ -456,17 +458,17 @@ def test_kqv_judges_l11_against_its_own_init_weighting_null(results, scenario):
     found = [r for r in scorecard.rows(results, profile="smoke") if r.short.startswith("K/Q/V")]
     assert [r.short for r in found] == ["K/Q/V sparsity (against GD)", "K/Q/V sparsity (against its init-weighting null)"]
     gd, own = found
-    assert gd.verdict.why == "" and own.verdict.why == verdicts.WEIGHTING_READS[scenario]
+    assert gd.verdict.why == "" and own.verdict.why == rules.WEIGHTING_READS[scenario]
     small, nulls = KQV[scenario]
     differences = np.subtract(small, nulls)
     low, high = scipy_stats.ttest_1samp(differences, 0).confidence_interval(0.95)
     assert (own.effect.estimate, own.effect.low, own.effect.high) == pytest.approx((differences.mean(), low, high))
-    assert own.effect.paper == pytest.approx(verdicts.KQV_PAPER_REDUCTION * np.mean(nulls))
+    assert own.effect.paper == pytest.approx(rules.KQV_PAPER_REDUCTION * np.mean(nulls))
     assert own.effect.direction == -1 and math.isfinite(own.effect.detectable)
     assert f"its init-weighting null {np.mean(nulls):.3f}" in own.ours
     text = scorecard.verdicts_text(found)
-    assert f"(against its init-weighting null): {scorecard.said(own)} ({verdicts.WEIGHTING_READS[scenario]})" in text
-    reading = scorecard.weighting_reading(found)
+    assert f"(against its init-weighting null): {scorecard.said(own)} ({rules.WEIGHTING_READS[scenario]})" in text
+    reading = weighting_reading(found)
     assert ("sparser than its init weighting predicts:" in reading) == (scenario == HOLDS)
     assert ("no sparser than its init weighting predicts" in reading) == (scenario == SMALLER)
     assert ("cannot tell" in reading) == (scenario == INCONCLUSIVE)
@@ -475,12 +477,12 @@ def test_kqv_judges_l11_against_its_own_init_weighting_null(results, scenario):
 def test_kqv_without_the_null_is_not_measured_against_it_and_still_judged_against_gd(results):
     """A build from before the null (the smoke fixture's): the null row says why it is not measured."""
     kqv(results, HOLDS, nulls=False)
-    gd, own = rows_of(scorecard_page.page(results, profile="smoke"), CLAIM["kqv"])
+    gd, own = rows_of(page.page(results, profile="smoke"), CLAIM["kqv"])
     assert verdict_of(gd[4]) == HOLDS
     assert verdict_of(own[4]) == NOT_MEASURED and "no init-weighting null (weighting_null_density)" in own[4]
-    assert "not measured" in scorecard.weighting_reading(scorecard.rows(results, profile="smoke"))
-    assert verdicts.weighting_rule(-0.12, -0.03, seeds=1).outcome == NOT_MEASURED
-    assert verdicts.weighting_rule(-0.12, -0.03, seeds=3, unfinished="a run").outcome == NOT_MEASURED
+    assert "not measured" in weighting_reading(scorecard.rows(results, profile="smoke"))
+    assert rules.weighting_rule(-0.12, -0.03, seeds=1).outcome == NOT_MEASURED
+    assert rules.weighting_rule(-0.12, -0.03, seeds=3, unfinished="a run").outcome == NOT_MEASURED
 
 
 def full_folder(folder: Path) -> Path:
@@ -494,7 +496,7 @@ def full_folder(folder: Path) -> Path:
 
 
 def test_page_has_one_row_per_claim_in_paper_order(results):
-    text = scorecard_page.page(full_folder(results), profile="smoke", archive_link="results.zip")
+    text = page.page(full_folder(results), profile="smoke", archive_link="results.zip")
     rows = table_rows(text)
     assert all(len(row) == 6 for row in rows)
     tokens = pytest.importorskip("markdown_it").MarkdownIt("commonmark").enable("table").parse(text)
@@ -507,13 +509,13 @@ def test_page_has_one_row_per_claim_in_paper_order(results):
     assert all(row[3] == "smoke" for row in rows)
     assert '<a href="results.zip" download>artifacts.zip</a>' in text
     assert rows[4][0].endswith("(3 layers)") and rows[4][1].startswith("83.47 / 81.66 / 82.57")
-    assert (results / scorecard_page.FOREST).exists() is False  # page() draws nothing; write_page does
-    for rule in verdicts.RULES:  # the page prints the rules it applied
+    assert (results / page.FOREST).exists() is False  # page() draws nothing; write_page does
+    for rule in rules.RULES:  # the page prints the rules it applied
         assert rule.sentence in text
 
 
 def test_missing_results_are_not_measured(results):
-    rows = table_rows(scorecard_page.page(results))
+    rows = table_rows(page.page(results))
     assert len(rows) == len(scorecard.CLAIMS)
     for row in rows:
         assert verdict_of(row[4]) == NOT_MEASURED and ".csv missing" in row[4]
@@ -521,14 +523,14 @@ def test_missing_results_are_not_measured(results):
     # one file of a claim missing is enough
     table1(results, HOLDS)
     (results / "table-sentiment-runs.csv").unlink()
-    row = rows_of(scorecard_page.page(results), 4)[0]
+    row = rows_of(page.page(results), 4)[0]
     assert verdict_of(row[4]) == NOT_MEASURED and "table-sentiment-runs.csv missing" in row[4]
 
 
 def test_a_missing_column_is_not_measured_and_named(results):
     e3(results, HOLDS)
     edit(results, "table-e3-final", lambda frame: frame.drop(columns="v_divergence"))
-    row = rows_of(scorecard_page.page(results), 3)[0]
+    row = rows_of(page.page(results), 3)[0]
     assert verdict_of(row[4]) == NOT_MEASURED and "table-e3-final.csv lacks v_divergence" in row[4]
 
 
@@ -537,11 +539,11 @@ def test_the_profile_is_the_builds_or_else_the_records(results):
     gets each claim at the one profile its records name, shown in the row."""
     e1(results, HOLDS)
     e3(results, HOLDS, profile="paper")
-    rows = table_rows(scorecard_page.page(results, profile="smoke"))
+    rows = table_rows(page.page(results, profile="smoke"))
     assert verdict_of(rows[0][4]) == HOLDS and rows[0][3] == "smoke"
     assert verdict_of(rows[3][4]) == NOT_MEASURED
     assert "table-e3-final.csv was made at profile paper, not smoke" in rows[3][4]
-    rows = table_rows(scorecard_page.page(results))
+    rows = table_rows(page.page(results))
     assert (verdict_of(rows[0][4]), rows[0][3]) == (HOLDS, "smoke")
     assert (verdict_of(rows[3][4]), rows[3][3]) == (HOLDS, "paper")
 
@@ -550,48 +552,48 @@ def test_a_profile_with_html_is_text_on_the_page(results):
     """The profile comes from the caller and from each CSV's record: HTML in it is escaped, not run."""
     e1(results, HOLDS, profile=HTML)
     e3(results, HOLDS, profile=f"{HTML} | & co")
-    target = scorecard_page.write_page(results / "book" / "scorecard.md", results, profile=HTML)
+    target = page.write_page(results / "book" / "scorecard.md", results, profile=HTML)
     text = target.read_text("utf-8")
     assert raw_html(text) == [] and HTML not in text
     rows = table_rows(text)
     assert all(len(row) == 6 for row in rows)
     assert rows[0][3] == "&lt;img src=x onerror=alert(1)&gt;" and verdict_of(rows[0][4]) == HOLDS
     assert "made at profile &lt;img src=x onerror=alert(1)&gt; | &amp; co, not &lt;img" in rows[3][4]
-    rows = table_rows(scorecard_page.page(results))  # each claim at its records' profile
+    rows = table_rows(page.page(results))  # each claim at its records' profile
     assert rows[3][3] == "&lt;img src=x onerror=alert(1)&gt; | &amp; co"
 
 
 def test_links_use_the_given_target(results):
-    default = table_rows(scorecard_page.page(results))[4][5]
+    default = table_rows(page.page(results))[4][5]
     assert default == "{numref}`table-1`"
-    custom = table_rows(scorecard_page.page(results, link=lambda nb, label: f"[{label}]({nb}.md#{label})"))[4][5]
+    custom = table_rows(page.page(results, link=lambda nb, label: f"[{label}]({nb}.md#{label})"))[4][5]
     assert custom == "[table-1](04_sentiment.md#table-1)"
 
 
 def test_write_page(results):
     full_folder(results)
-    target = scorecard_page.write_page(results / "book" / "scorecard.md", results, profile="smoke")
+    target = page.write_page(results / "book" / "scorecard.md", results, profile="smoke")
     text = target.read_text("utf-8")
-    assert text == scorecard_page.page(results, profile="smoke", forest_image=scorecard_page.FOREST)
-    assert sorted(p.name for p in target.parent.iterdir()) == [scorecard_page.FOREST, "scorecard.md"]
-    assert text.index(scorecard_page.FOREST) < text.index("| Claim |")  # the page leads with the picture
+    assert text == page.page(results, profile="smoke", forest_image=page.FOREST)
+    assert sorted(p.name for p in target.parent.iterdir()) == [page.FOREST, "scorecard.md"]
+    assert text.index(page.FOREST) < text.index("| Claim |")  # the page leads with the picture
 
 
 def test_rules_on_edge_numbers():
-    assert verdicts.interval_rule(float("nan"), float("nan")).outcome == NOT_MEASURED  # no interval: no verdict
-    assert verdicts.table1_rule(0.1, 0.2, seeds=1, unreached=0).outcome == NOT_MEASURED
-    assert verdicts.e3_rule([float("nan")]).outcome == DIFFERS
-    assert verdicts.cost_rule([(0.8, 1.25)]).outcome == HOLDS
-    assert verdicts.cost_rule([(0.7, 0.9)]).outcome == INCONCLUSIVE
-    assert verdicts.parity_rule([(-2.5, -1.0)], seeds=3, levelled=True).outcome == INCONCLUSIVE
-    assert verdicts.token_rule(0.6, 0.7, seeds=1, unreached=0).outcome == NOT_MEASURED
-    assert verdicts.token_rule(0.6, 0.7, seeds=3, unreached=0).outcome == HOLDS
+    assert rules.interval_rule(float("nan"), float("nan")).outcome == NOT_MEASURED  # no interval: no verdict
+    assert rules.table1_rule(0.1, 0.2, seeds=1, unreached=0).outcome == NOT_MEASURED
+    assert rules.e3_rule([float("nan")]).outcome == DIFFERS
+    assert rules.cost_rule([(0.8, 1.25)]).outcome == HOLDS
+    assert rules.cost_rule([(0.7, 0.9)]).outcome == INCONCLUSIVE
+    assert rules.parity_rule([(-2.5, -1.0)], seeds=3, levelled=True).outcome == INCONCLUSIVE
+    assert rules.token_rule(0.6, 0.7, seeds=1, unreached=0).outcome == NOT_MEASURED
+    assert rules.token_rule(0.6, 0.7, seeds=3, unreached=0).outcome == HOLDS
 
 
 def test_a_smoke_build_s_results_build_a_page():
     """Every claim of a real smoke build is judged from its CSVs: the rows read the method keys and
     interval bounds, not the display columns."""
-    rows = table_rows(scorecard_page.page(RESULTS, profile="smoke"))
+    rows = table_rows(page.page(RESULTS, profile="smoke"))
     assert len(rows) >= len(scorecard.CLAIMS)
     assert all(verdict_of(row[4]) in OUTCOMES for row in rows)
     verdicts = {row[0]: row[4] for row in rows}
@@ -611,11 +613,11 @@ def test_the_scorecard_reads_the_interval_bounds_not_the_display(results):
     results.mkdir(parents=True)
     for name in ("table-cost-training.csv", "table-cost-training.json"):
         (results / name).write_bytes((RESULTS / name).read_bytes())
-    before = rows_of(scorecard_page.page(results, profile="smoke"), CLAIM["cost"])
+    before = rows_of(page.page(results, profile="smoke"), CLAIM["cost"])
     edit(results, "table-cost-training", lambda t: t.assign(ci95="9.00-9.50"))
-    assert rows_of(scorecard_page.page(results, profile="smoke"), CLAIM["cost"]) == before
+    assert rows_of(page.page(results, profile="smoke"), CLAIM["cost"]) == before
     edit(results, "table-cost-training", lambda t: t.assign(ci_low=t.ci_low + 1, ci_high=t.ci_high + 1))
-    after = rows_of(scorecard_page.page(results, profile="smoke"), CLAIM["cost"])
+    after = rows_of(page.page(results, profile="smoke"), CLAIM["cost"])
     assert [verdict_of(row[4]) for row in after] == [DIFFERS, DIFFERS]
 
 
@@ -626,23 +628,23 @@ GATED = {CLAIM[w.__name__]: w for w in (table1, variation, allocation, tokens, p
 @pytest.mark.parametrize("claim", list(GATED), ids=[scorecard.CLAIMS[i].label for i in GATED])
 def test_generalization_gate_flips_a_holding_claim_to_not_measured(results, claim):
     GATED[claim](results, HOLDS)
-    assert verdict_of(rows_of(scorecard_page.page(results), claim)[0][4]) == HOLDS
+    assert verdict_of(rows_of(page.page(results), claim)[0][4]) == HOLDS
     # a baseline of 95 %: the floor is 72.5 %, above every crafted model's test accuracy
     runs = pd.read_csv(results / "table-sentiment-runs.csv")
     baseline(results, 0.95)
-    cell = rows_of(scorecard_page.page(results), claim)[0][4]
+    cell = rows_of(page.page(results), claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "not in a generalizing regime" in cell and "72.5 %" in cell, cell
     # exactly at the floor passes: 50 % + (baseline - 50 %) / 2 = the lowest mean
     lowest = runs[runs.chosen].groupby("method").last_test.mean().min()
     if GATED[claim] not in (variation, allocation):  # their own runs set their gates
         baseline(results, 2 * lowest - 0.5 - 1e-9)
-        assert verdict_of(rows_of(scorecard_page.page(results), claim)[0][4]) == HOLDS
+        assert verdict_of(rows_of(page.page(results), claim)[0][4]) == HOLDS
 
 
 @pytest.mark.parametrize("claim", list(GATED), ids=[scorecard.CLAIMS[i].label for i in GATED])
 def test_stop_rule_and_seed_gates(results, claim):
     GATED[claim](results, NOT_MEASURED)  # every run short of the stop rule
-    cell = rows_of(scorecard_page.page(results), claim)[0][4]
+    cell = rows_of(page.page(results), claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "did not reach the stop rule" in cell
     GATED[claim](results, HOLDS)
     own = GATED[claim] in (table1, variation, allocation)  # the claims whose runs are their units
@@ -656,14 +658,14 @@ def test_stop_rule_and_seed_gates(results, claim):
         frame = pd.read_csv(results / "table-sentiment-contrasts.csv")
         save(results, "table-sentiment-contrasts", frame.assign(n=1, low=np.nan, high=np.nan, seeds_low=np.nan,
                                                                 seeds_high=np.nan, detectable=np.nan, sd=np.nan))
-    cell = rows_of(scorecard_page.page(results), claim)[0][4]
+    cell = rows_of(page.page(results), claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "seed" in cell, cell
 
 
 def test_no_baseline_is_not_measured(results):
     table1(results, HOLDS)
     (results / "table-sentiment-baseline.csv").unlink()
-    cell = rows_of(scorecard_page.page(results), 4)[0][4]
+    cell = rows_of(page.page(results), 4)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and "table-sentiment-baseline.csv missing" in cell
 
 
@@ -673,9 +675,9 @@ def test_paired_not_welch(results):
     first = [0.60, 0.70, 0.80]
     sentiment_runs(results, first, [a - 0.01 for a in first])
     table_1(results, {"1.1": 83.47, "2": 81.66})
-    assert verdict_of(rows_of(scorecard_page.page(results), 4)[0][4]) == NOT_MEASURED  # no spread: no interval
+    assert verdict_of(rows_of(page.page(results), 4)[0][4]) == NOT_MEASURED  # no spread: no interval
     sentiment_runs(results, first, [a - d for a, d in zip(first, (0.01, 0.012, 0.011))])
-    row = rows_of(scorecard_page.page(results), 4)[0]
+    row = rows_of(page.page(results), 4)[0]
     assert verdict_of(row[4]) == HOLDS and "paired by seed, n = 3" in row[2]
 
 
@@ -694,8 +696,8 @@ def test_a_verdict_a_rebuild_would_often_not_reach_is_marked_fragile(results, mo
     assert row.stability_text.startswith("an independent rebuild reaches this verdict with probability 0.")
     assert row.stability_text.endswith(f": fragile, below {scorecard.STABLE_SHARE:.2f}")
     assert scorecard.rows(results)[4].stability == row.stability  # seeded: the same results, the same number
-    page = scorecard_page.page(results)
-    assert f"**{HOLDS}** (fragile)" in page and "Stability: an independent rebuild" in page
+    text = page.page(results)
+    assert f"**{HOLDS}** (fragile)" in text and "Stability: an independent rebuild" in text
     with chapter():  # what the chapter prints says it too
         printed = scorecard.verdicts("04_sentiment", results)
     assert f"Table 1 (3 layers): {HOLDS} (fragile: a rebuild reaches it with probability 0." in printed
@@ -791,9 +793,9 @@ def test_a_diverged_replication_run_leaves_the_variation_judged(results):
     baseline(results, 0.6)
     table_1(results, {"1.1": 83.47, "2": 81.66}, "table-1")
     table_1(results, {"1.1": 83.47, "2": 81.66}, "table-1-variation")
-    page = scorecard_page.page(results, profile="smoke")
-    assert verdict_of(rows_of(page, CLAIM["variation"])[0][4]) == HOLDS
-    replication = rows_of(page, CLAIM["table1"])[0][4]
+    text = page.page(results, profile="smoke")
+    assert verdict_of(rows_of(text, CLAIM["variation"])[0][4]) == HOLDS
+    replication = rows_of(text, CLAIM["table1"])[0][4]
     assert verdict_of(replication) == NOT_MEASURED and "last_test is missing" in replication
 
 
@@ -884,10 +886,10 @@ def test_a_broken_or_foreign_result_is_not_measured_by_name(results, fault):
     claim, inject, says = FAULTS[fault]
     e1(results, HOLDS)  # a claim that reads none of the broken files
     WRITERS[claim](results, HOLDS)
-    before = scorecard_page.page(results, profile="smoke")
+    before = page.page(results, profile="smoke")
     assert verdict_of(rows_of(before, claim)[0][4]) == HOLDS
     inject(results)
-    after = scorecard_page.page(results, profile="smoke")
+    after = page.page(results, profile="smoke")
     cell = rows_of(after, claim)[0][4]
     assert verdict_of(cell) == NOT_MEASURED and says in cell, cell
     assert len(table_rows(after)) == len(table_rows(before))  # the rest of the page builds
@@ -901,7 +903,7 @@ def test_a_matching_grid_and_a_good_record_are_judged(results):
         amend(results, label, notebook="04_sentiment", runs=["e4-sentiment/a", "e4-sentiment/b", "e4-baseline/c"])
     amend(results, "table-token-selection-sentences", notebook="05_token_selection",
           runs=["e4-sentiment/a", "other/d"])
-    assert verdict_of(rows_of(scorecard_page.page(results, profile="smoke"), CLAIM["tokens"])[0][4]) == HOLDS
+    assert verdict_of(rows_of(page.page(results, profile="smoke"), CLAIM["tokens"])[0][4]) == HOLDS
 
 
 def test_verdicts_judge_at_the_notebooks_own_profile(results):
@@ -926,7 +928,7 @@ def test_the_chapter_that_builds_the_runs_comes_first_by_the_registrys_reads(mon
 
 
 def _part_row(short: str, outcome: str, same: float = 1.0, bound: bool = False) -> scorecard.Row:
-    return scorecard.Row(claim=short, paper="", ours="", profile="default", verdict=verdicts.Verdict(outcome),
+    return scorecard.Row(claim=short, paper="", ours="", profile="default", verdict=rules.Verdict(outcome),
                          link="", short=short, stability=scorecard.Stability(same, 0.006, 4000, 0.25, bound))
 
 
@@ -941,13 +943,13 @@ def test_table1_reading_follows_the_outcomes_of_the_2x2(geometry, allocation, ex
              _part_row("Table 1, taken apart (initial step allocation at σ 0.02, GD at ℓ1.1's steps per tensor − GD)",
                        allocation),
              _part_row("Table 1, taken apart (geometry at σ 0.2, ℓ1.1 at GD's steps per tensor − GD)", HOLDS)]
-    parts = scorecard.table1_parts(found)
+    parts = table1_parts(found)
     assert [len(parts[name]) for name in ("variation", "geometry", "allocation", "series")] == [1, 2, 1, 0]
-    reading = scorecard.table1_reading(found)
+    reading = table1_reading(found)
     assert all(text in reading for text in expected) and reading[:1] == reading[:1].upper() and reading.endswith(".")
     assert "at σ 0.02, " in reading and "at σ 0.2, with the steps matched, ℓ1.1's geometry trains the more" in reading
     assert "not settled" not in reading
-    assert scorecard.table1_stability(found) == (
+    assert table1_stability(found) == (
         "the variation's gap 1.00, the geometry at σ 0.02 1.00, the geometry at σ 0.2 1.00, the allocation at σ 0.02 "
         "1.00 (each ± 0.01 or less; the step choice re-made: another step in 25% of rebuilds)")
 
@@ -955,10 +957,10 @@ def test_table1_reading_follows_the_outcomes_of_the_2x2(geometry, allocation, ex
 def test_table1_reading_marks_a_fragile_part_and_an_unmeasured_one():
     fragile = [_part_row("Table 1, taken apart (geometry at σ 0.02, ℓ1.1 at GD's steps per tensor − GD)", DIFFERS,
                          same=0.6, bound=True)]
-    reading = scorecard.table1_reading(fragile)
+    reading = table1_reading(fragile)
     assert "a lean, not settled" in reading and "the allocation effect is not measured" in reading
-    assert scorecard.table1_parts(fragile)["variation"] == []
-    assert scorecard.table1_stability(fragile) == ("the geometry at σ 0.02 at least 0.60 (each ± 0.01 or less; the "
+    assert table1_parts(fragile)["variation"] == []
+    assert table1_stability(fragile) == ("the geometry at σ 0.02 at least 0.60 (each ± 0.01 or less; the "
                                                    "step choice re-made: another step in 25% of rebuilds)")
     unmeasured = [_part_row("Table 1, taken apart (initial step allocation at σ 0.02, GD at ℓ1.1's steps)", NOT_MEASURED)]
-    assert "at σ 0.02 the allocation effect is not measured at this profile" in scorecard.table1_reading(unmeasured)
+    assert "at σ 0.02 the allocation effect is not measured at this profile" in table1_reading(unmeasured)

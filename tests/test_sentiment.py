@@ -63,8 +63,8 @@ def test_the_papers_method_keys_are_named_in_methods():
     assert methods.arm_text(methods.arm_key(methods.GD, methods.L1_1)) == "GD, ℓ1.1's steps per tensor"
 
 
-@pytest.mark.parametrize("module", ["mdlib/book/scorecard.py", "mdlib/book/verdicts.py", "mdlib/experiments/estimates.py",
-                                    "mdlib/experiments/sentiment/allocation.py",
+@pytest.mark.parametrize("module", ["mdlib/book/scorecard/claims.py", "mdlib/book/scorecard/rules.py",
+                                    "mdlib/experiments/estimates.py", "mdlib/experiments/sentiment/allocation.py",
                                     "mdlib/experiments/sentiment/chapter.py", "mdlib/experiments/selection.py",
                                     "mdlib/experiments/paper.py"])
 def test_the_claims_modules_type_no_method_key(module):

@@ -1,6 +1,6 @@
 """The init-weighting null of ΔW (mdlib.experiments.sparsity_null): the null against numpy float64 and the
 first-order theory, its pairing with each model's own initialization, and, by simulation, the verdict it
-feeds (estimates.weighting_gap, verdicts.weighting_rule): "no sparser" when ΔW is exactly the init
+feeds (estimates.weighting_gap, rules.weighting_rule): "no sparser" when ΔW is exactly the init
 weighting of an unstructured dual change, "sparser" when the dual change itself is concentrated."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from mdlib.book import verdicts
-from mdlib.book.verdicts import DIFFERS, HOLDS, SMALLER
+from mdlib.book.scorecard import rules
+from mdlib.book.scorecard.rules import DIFFERS, HOLDS, SMALLER
 from mdlib.experiments import estimates, sparsity, sparsity_null
 from mdlib.mirror import inverse_mirror_map, mirror_map
 from mdlib.models import EncoderClassifier
@@ -129,8 +129,8 @@ def judged(dual, seeds=range(6)):
     models = {("1.1", s): moved(initial[s], dual, s) for s in seeds}
     change = sparsity.change_table(models, initial).merge(sparsity_null.null_table(models, initial))
     gap = estimates.weighting_gap(change)
-    paper = verdicts.KQV_PAPER_REDUCTION * change.weighting_null_density.mean()
-    return verdicts.weighting_rule(gap.low, gap.high, gap.n, paper_effect=paper), gap, change
+    paper = rules.KQV_PAPER_REDUCTION * change.weighting_null_density.mean()
+    return rules.weighting_rule(gap.low, gap.high, gap.n, paper_effect=paper), gap, change
 
 
 def test_weighting_times_unstructured_noise_reads_no_sparser():
@@ -142,7 +142,7 @@ def test_weighting_times_unstructured_noise_reads_no_sparser():
     verdict, gap, change = judged(noise)
     assert gap.n == 6 and abs(gap.value) < 0.01
     assert verdict.outcome in (SMALLER, DIFFERS) and verdict.why.startswith("no sparser than its init weighting")
-    assert gap.low > verdicts.KQV_PAPER_REDUCTION * change.weighting_null_density.mean()
+    assert gap.low > rules.KQV_PAPER_REDUCTION * change.weighting_null_density.mean()
     assert (change.effective_density < change.dual_density - 0.1).all()  # the weighting alone: ~0.78 x
     verdict, gap, _ = judged(spread)
     assert verdict.outcome == DIFFERS and verdict.why.startswith("no sparser") and gap.low > 0
@@ -165,7 +165,7 @@ def test_a_concentrated_dual_change_reads_sparser(dual):
     predicts, by more than the paper's effect."""
     verdict, gap, change = judged(dual)
     assert verdict.outcome == HOLDS and verdict.why == "sparser than its init weighting predicts"
-    assert gap.high < verdicts.KQV_PAPER_REDUCTION * change.weighting_null_density.mean()
+    assert gap.high < rules.KQV_PAPER_REDUCTION * change.weighting_null_density.mean()
 
 
 def test_null_table_pairs_each_model_with_its_own_initialization():

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from scipy.stats import t as student
 
-from mdlib.book import verdicts
+from mdlib.book.scorecard import rules
 from mdlib.experiments import estimates, stability, stats, step_grid
 
 SEEDS, SWEEP = 6, (0, 1)  #: chapter 04's seeds per method and the seeds its sweep trains every candidate at
@@ -26,16 +26,16 @@ WORLDS = 1200  #: simulated worlds of the step-choice check
 
 
 def judge(low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """``verdicts.interval_rule`` at the paper's gap, vectorized over draws."""
-    return np.select([low > 0, high < 0, high < PAPER], [verdicts.HOLDS, verdicts.DIFFERS, verdicts.SMALLER],
-                     verdicts.INCONCLUSIVE)
+    """``rules.interval_rule`` at the paper's gap, vectorized over draws."""
+    return np.select([low > 0, high < 0, high < PAPER], [rules.HOLDS, rules.DIFFERS, rules.SMALLER],
+                     rules.INCONCLUSIVE)
 
 
 def test_the_vectorized_rule_is_the_rule():
     rng = np.random.default_rng(0)
     low = rng.normal(0, 2, 500)
     high = low + rng.uniform(0, 5, 500)
-    assert list(judge(low, high)) == [verdicts.interval_rule(a, b, PAPER).outcome for a, b in zip(low, high)]
+    assert list(judge(low, high)) == [rules.interval_rule(a, b, PAPER).outcome for a, b in zip(low, high)]
 
 
 def crossed(x: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -251,15 +251,15 @@ def two_arms(rng: np.random.Generator, gap: float = 1.0, candidates=(1.0,)) -> s
 
 def test_the_measure_is_seeded_and_its_monte_carlo_error_under_a_point():
     interval = stability.Interval(1.0, 1.7, SEEDS, 0.3)
-    once, again = (stability.agreement(interval, judge, verdicts.INCONCLUSIVE) for _ in range(2))
+    once, again = (stability.agreement(interval, judge, rules.INCONCLUSIVE) for _ in range(2))
     assert once == again and once.draws == stability.DRAWS
     assert once.error < 0.01 and math.sqrt(0.25 / stability.DRAWS) < 0.01  # under a point at any probability
     runs = two_arms(np.random.default_rng(4), candidates=(1.0, 3.0))
     choosing = {"2": stability.Choosing((1.0, 3.0), 1.0, SWEEP)}
-    once, again = (stability.choice_agreement(runs, "1.1", "2", judge, verdicts.INCONCLUSIVE, example_var=0.3,
+    once, again = (stability.choice_agreement(runs, "1.1", "2", judge, rules.INCONCLUSIVE, example_var=0.3,
                                               choosing=choosing) for _ in range(2))
     assert once == again and once.error < 0.01 and 0 < once.flips < 1 and once.rechosen
-    other = stability.choice_agreement(runs, "1.1", "2", judge, verdicts.INCONCLUSIVE, example_var=0.3,
+    other = stability.choice_agreement(runs, "1.1", "2", judge, rules.INCONCLUSIVE, example_var=0.3,
                                        choosing=choosing, seed=1)
     assert other != once and abs(other.probability - once.probability) < 4 * once.error
 
@@ -288,9 +288,9 @@ def test_an_arm_matched_to_a_chosen_step_gives_a_lower_bound():
     arm = stability.Runs(["1.1@2" if a == "1.1" else a for a in runs.arm], runs.candidate, runs.seed, runs.test,
                          runs.validation)
     choosing = {"2": stability.Choosing((1.0, 3.0), 1.0, SWEEP)}
-    free = stability.choice_agreement(arm, "1.1@2", "2", judge, verdicts.INCONCLUSIVE, example_var=0.3,
+    free = stability.choice_agreement(arm, "1.1@2", "2", judge, rules.INCONCLUSIVE, example_var=0.3,
                                       choosing=choosing)
-    bound = stability.choice_agreement(arm, "1.1@2", "2", judge, verdicts.INCONCLUSIVE, example_var=0.3,
+    bound = stability.choice_agreement(arm, "1.1@2", "2", judge, rules.INCONCLUSIVE, example_var=0.3,
                                        choosing=choosing, follows={"1.1@2": "2"})
     assert bound.bound and not free.bound and bound.flips == free.flips > 0.05
     assert bound.probability <= free.probability and bound.probability <= 1 - bound.flips + 1e-12

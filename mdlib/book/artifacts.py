@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mdlib.book import provenance, schema
+from mdlib.book import provenance
+from mdlib.book.scorecard import schema
 from mdlib.experiments import paper, paths
 from mdlib.runs.files import atomic_write
 
@@ -134,7 +135,7 @@ def _meaningful_index(frame) -> bool:
 
 def _write_csv(frame, label: str) -> Path:
     """Write ``frame`` as ``<output>/results/<label>.csv`` (``paths.output_dir``); refused (ValueError, nothing written) when the
-    label has a results schema (``mdlib.book.schema.TABLES``) and the file as written breaks it."""
+    label has a results schema (``mdlib.book.scorecard.schema.TABLES``) and the file as written breaks it."""
     import pandas as pd
 
     if isinstance(frame, pd.Series):
@@ -149,8 +150,8 @@ def _write_csv(frame, label: str) -> Path:
         try:
             schema.read(tmp, label)
         except schema.SchemaError as error:
-            raise ValueError(f"{label} not saved: {error}. Fix the table, or its rule in mdlib.book.schema.TABLES "
-                             "if the rule is wrong") from None
+            raise ValueError(f"{label} not saved: {error}. Fix the table, or its rule in "
+                             "mdlib.book.scorecard.schema.TABLES if the rule is wrong") from None
 
     return atomic_write(paths.output_dir() / "results" / f"{label}.csv", write)
 

@@ -21,11 +21,12 @@ from mdlib.book import pages, profiles
 
 def write_scorecard_page(target: Path | None = None, profile: str | None = None) -> Path:
     """``book/scorecard.md``: which of the paper's claims hold in this build's results
-    (``mdlib.book.scorecard_page``), with the link to the archive of every figure and table."""
-    from mdlib.book import provenance, scorecard_page
+    (``mdlib.book.scorecard.page``), with the link to the archive of every figure and table."""
+    from mdlib.book import provenance
+    from mdlib.book.scorecard import page
 
-    return scorecard_page.write_page(Path(target or layout.book_dir() / "scorecard.md"), layout.results_dir(),
-                                     profile=profile, archive_link=provenance.archive_href("book/scorecard"))
+    return page.write_page(Path(target or layout.book_dir() / "scorecard.md"), layout.results_dir(),
+                           profile=profile, archive_link=provenance.archive_href("book/scorecard"))
 
 
 

@@ -15,9 +15,9 @@ status:
 - ``only in A``, ``only in B``.
 
 Timing columns hold a wall-clock measurement or a number derived from one, which differs between two
-runs of the same code: the columns a table declares ``timing`` in ``mdlib.book.schema.TABLES``, and in any
-table a column named ``seconds``. Their values are set aside (each entry names the columns), not the
-columns themselves: one added or removed is a difference.
+runs of the same code: the columns a table declares ``timing`` in ``mdlib.book.scorecard.schema.TABLES``,
+and in any table a column named ``seconds``. Their values are set aside (each entry names the columns), not
+the columns themselves: one added or removed is a difference.
 
 Only the CSVs are compared. The provenance records (``<label>.json``: git commit, versions, timings,
 parameters) differ between any two builds, and are not.
@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from mdlib.book import schema
+from mdlib.book.scorecard import schema
 
 __all__ = ["DIFFERS", "IDENTICAL", "ONLY_A", "ONLY_B", "SAME", "Entry", "FolderError", "Report", "compare"]
 

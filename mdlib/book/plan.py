@@ -707,13 +707,12 @@ def plan(profile: str, costs: Costs | None = None, *, workers: int | None = None
 def measure_cpu() -> float:
     """Seconds per 10^12 training FLOPs of one CPU thread here (how :data:`CPU_SECONDS_PER_TFLOP` was
     measured): steps of the sentiment encoder at width 128, 4 layers, 128 tokens, batch 32
-    (``bench.training_step_time``), counted by ``workload.encoder_flops``."""
+    (``cost.training_step_time``), counted by ``workload.encoder_flops``."""
     import torch
     import torch.nn.functional as F
 
     from mdlib import LpMirrorDescent
-    from mdlib.book import bench
-    from mdlib.experiments import sentiment
+    from mdlib.experiments import cost, sentiment
 
     config = sentiment.run_config(layers=4, width=128, max_length=128, optimizer="md", lr=1e-6, p=1.1, batch_size=32)
     threads = torch.get_num_threads()
@@ -723,8 +722,8 @@ def measure_cpu() -> float:
         ids = torch.randint(1000, 2000, (32, config.max_length))
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         loss = lambda logits, y: F.binary_cross_entropy_with_logits(logits, y.to(logits.dtype))  # noqa: E731
-        seconds = bench.training_step_time(model, LpMirrorDescent(model.parameters(), lr=1e-6, p=1.1), inputs,
-                                           torch.randint(0, 2, (32,)), loss, repeats=3)
+        seconds = cost.training_step_time(model, LpMirrorDescent(model.parameters(), lr=1e-6, p=1.1), inputs,
+                                          torch.randint(0, 2, (32,)), loss, repeats=3)
     finally:
         torch.set_num_threads(threads)
     return seconds / (3 * 32 * workload.encoder_flops(128, 128, 512, 4) / 1e12)

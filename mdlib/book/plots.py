@@ -507,9 +507,9 @@ def e3_joint_figure(probabilities: pd.DataFrame, W_paths: pd.DataFrame, v_paths:
 
 def cost_step_figure(steps: pd.DataFrame) -> Figure:
     """Chapter 08's optimizer step times against the number of parameters (``steps``: rows params,
-    optimizer, ms, vs_adam_fused; optimizer names of ``mdlib.book.bench``: "sgd_fused", "adam_foreach",
-    "md_p1.1_default", ...): left the median time of a step, right its ratio to fused Adam's; grey SGD,
-    black Adam, mirror descent in its exponent's colour, the implementation by the line style."""
+    optimizer, ms, vs_adam_fused; optimizer names of ``mdlib.experiments.cost``: "sgd_fused",
+    "adam_foreach", "md_p1.1_default", ...): left the median time of a step, right its ratio to fused Adam's;
+    grey SGD, black Adam, mirror descent in its exponent's colour, the implementation by the line style."""
     import matplotlib.pyplot as plt
 
     styles = {"sgd_default": ("0.55", "--"), "sgd_fused": ("0.55", "-"), "adam_default": ("0.1", "--"),

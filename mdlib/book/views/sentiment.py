@@ -1,7 +1,9 @@
 """How chapter 04's sentiment tables and sentences look: the step sizes of a Table 1 grid's sweep, Table 1,
 the baselines, the pilots, the paper's Table 1, the movement per parameter group in words, the verdict at
-every tied pair of steps, the 2 x 2 and the embedding-scale series. The numbers come from
-``mdlib.experiments.sentiment``, ``allocation`` and ``estimates``; these functions only show them."""
+every tied pair of steps, the 2 x 2 and the embedding-scale series; and what the scorecard's rows of the
+sentiment models let a reader conclude (chapter 04's 2 x 2 and its verdicts' stability, chapter 06's
+init-weighting null). The numbers come from ``mdlib.experiments.sentiment``, ``allocation`` and
+``estimates``, the verdicts from ``mdlib.book.scorecard``; these functions only show them."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from mdlib.book.scorecard.claims import DECOMPOSITION, FRAGILE, KQV_PARTS, Row
+from mdlib.book.scorecard.rules import DIFFERS, HOLDS, INCONCLUSIVE, SMALLER
 from mdlib.book.views.step_grid import edge_clause
 from mdlib.experiments import estimates, methods, paper
 from mdlib.experiments.sentiment import allocation, chapter
@@ -17,9 +21,11 @@ from mdlib.experiments.estimates import Estimate, number_text
 from mdlib.experiments.methods import method
 from mdlib.experiments.sentiment import BASELINES
 
-__all__ = ["CONTRAST_NAMES", "allocation_runs_view", "authors_pilots_view", "edges_text", "timings_text", "baseline_view", "contrasts_view", "effective_steps_view", "movement_text",
-           "multiple_text", "paper_table1_view", "pilots_view", "series_reading", "series_view", "source_text",
-           "steps_view", "table1_view", "tied_view"]
+__all__ = ["CONTRAST_NAMES", "TABLE1_PARTS", "allocation_runs_view", "authors_pilots_view", "baseline_view",
+           "contrasts_view", "edges_text", "effective_steps_view", "movement_text", "multiple_text",
+           "paper_table1_view", "pilots_view", "scale_of", "series_reading", "series_view", "source_text",
+           "steps_view", "table1_parts", "table1_reading", "table1_stability", "table1_view", "tied_view",
+           "timings_text", "weighting_reading"]
 
 
 def movement_text(table: pd.DataFrame, names: Mapping[str, str]) -> str:
@@ -292,3 +298,92 @@ def timings_text(long_runs: pd.DataFrame, runs: pd.DataFrame, workers: int) -> s
             parts.append(f"{name} {int(table.seconds.notna().sum())} runs trained for {hours(total)} of one core each, "
                          f"about {hours(total / workers)} on {workers} cores")
     return "; ".join(parts) or "not recorded"
+
+
+#: Chapter 04's comparisons: name -> the start of its rows' short names (``scorecard.rows``).
+TABLE1_PARTS = {"variation": "Table 1, a variation", **{name: f"Table 1, taken apart ({factor} at"
+                                                         for name, (factor, _) in DECOMPOSITION.items()},
+                "series": "Table 1 across embedding scales"}
+
+
+def table1_parts(found: list[Row]) -> dict[str, list[Row]]:
+    """Chapter 04's rows by ``TABLE1_PARTS`` name: the variation's gap, the geometry and the allocation effects
+    (one row per embedding scale of the 2 x 2) and the series ([] where the build has no such row)."""
+    return {name: [r for r in found if r.short.startswith(start)] for name, start in TABLE1_PARTS.items()}
+
+
+_GEOMETRY_READS = {
+    HOLDS: "with the steps matched, ℓ1.1's geometry trains the more accurate model",
+    DIFFERS: "with the steps matched, ℓ1.1's geometry trains the less accurate model",
+    INCONCLUSIVE: "with the steps matched, the geometry's effect cannot be told from zero by this design",
+}
+_ALLOCATION_READS = {
+    HOLDS: "ℓ1.1's initial per-tensor step allocation raises GD's accuracy",
+    DIFFERS: "ℓ1.1's initial per-tensor step allocation costs GD accuracy",
+    INCONCLUSIVE: "ℓ1.1's initial per-tensor step allocation does not move GD measurably (the smallest move "
+                  "this design detects is in the row)",
+}
+
+
+def scale_of(row: Row) -> str:
+    """The embedding std a 2 x 2 row is at, as its name writes it ("σ 0.02")."""
+    return row.short.split(" at ", 1)[1].split(",", 1)[0] if " at " in row.short else ""
+
+
+def table1_reading(found: list[Row]) -> str:
+    """What chapter 04's 2 x 2 lets a reader conclude, in words that follow the build's outcomes (the
+    geometry and the allocation effects at each scale; a fragile or unsettled outcome is read as a lean,
+    an unmeasured one as nothing): the page's sentence under the verdicts."""
+    parts = table1_parts(found)
+    sentences = []
+    for name, reads in (("geometry", _GEOMETRY_READS), ("allocation", _ALLOCATION_READS)):
+        if not parts[name]:
+            sentences.append(f"the {name} effect is not measured at this profile")
+        for row in parts[name]:
+            if row.verdict.outcome not in reads:
+                sentences.append(f"at {scale_of(row)} the {name} effect is {row.verdict.outcome}")
+                continue
+            lean = row.fragile or "not settled" in row.verdict.why
+            sentences.append(f"at {scale_of(row)}, {reads[row.verdict.outcome]}"
+                             + (" (a lean, not settled: the verdict is fragile or turns at a tied step)" if lean else ""))
+    text = "; ".join(sentences)
+    return text[:1].upper() + text[1:] + "."
+
+
+_WEIGHTING_READS = {
+    HOLDS: "ℓ1.1's change of the key, query and value weights is sparser than its init weighting predicts: its "
+           "dual change (the summed gradients) is itself concentrated within the matrices, on few entries or on "
+           "those the weighting favours, so the initial magnitudes do not account for all of its sparsity (whether "
+           "GD's summed gradients are as concentrated is not judged: the dual change's density is shown beside it)",
+    DIFFERS: "ℓ1.1's change is denser than its init-weighting null: its dual change is spread more evenly than "
+             "unstructured noise, so the weighting by the initial magnitudes accounts for all of its sparsity",
+    SMALLER: "ℓ1.1's change is no sparser than its init weighting predicts, by the paper's margin: any sparsity "
+             "beyond the weighting by the initial magnitudes is smaller than the paper's effect",
+    INCONCLUSIVE: "this design cannot tell whether ℓ1.1's change is sparser than its init weighting predicts",
+}
+
+
+def weighting_reading(found: list[Row]) -> str:
+    """What chapter 06's comparison of ℓ1.1's ΔW with its init-weighting null lets a reader conclude, in words
+    that follow the row's outcome (a fragile one read as a lean, an unmeasured one as nothing)."""
+    row = next((r for r in found if r.short.endswith(f"({KQV_PARTS['null']})")), None)
+    if row is None or row.verdict.outcome not in _WEIGHTING_READS:
+        return "ℓ1.1's change against its init-weighting null is not measured at this profile."
+    text = _WEIGHTING_READS[row.verdict.outcome]
+    return text[:1].upper() + text[1:] + (f" (a lean, not settled: the verdict is {FRAGILE})" if row.fragile else "") + "."
+
+
+def table1_stability(found: list[Row]) -> str:
+    """How likely an independent rebuild reaches each of chapter 04's verdicts, in words: "the variation's gap
+    0.87, the geometry at σ 0.02 at least 0.55, the allocation at σ 0.02 0.91 (each ± 0.01 or less; the step
+    choice re-made: another step in 23 % of rebuilds)"."""
+    named = {"variation": "the variation's gap", "geometry": "the geometry", "allocation": "the allocation",
+             "series": "the series' slope"}
+    checked = [(f"{named[name]}" + (f" at {scale_of(row)}" if scale_of(row) else ""), row.stability)
+               for name, rows in table1_parts(found).items() for row in rows if row.stability]
+    if not checked:
+        return "not checked at this profile"
+    text = ", ".join(f"{name} {'at least ' if s.bound else ''}{s.probability:.2f}" for name, s in checked)
+    text += f" (each ± {max(s.error for _, s in checked):.2f} or less"
+    flips = [s.flips for _, s in checked if s.rechosen]
+    return text + (f"; the step choice re-made: another step in {max(flips):.0%} of rebuilds)" if flips else ")")

@@ -1,14 +1,15 @@
-"""The reproduction scorecard: which of the paper's claims hold in a build, decided by stated rules.
+"""The scorecard's claims: each claim's rule applied to a build's results, one :class:`Row` per claim.
 
 ``rows(results_dir, profile=...)`` reads the ``<label>.csv`` files a book build wrote (through
-``mdlib.book.evidence``: only CSVs the pipeline vouches for) and returns one :class:`Row` per claim, in
-the paper's order: the paper's number, ours with its interval or seeds, the profile, a verdict and a
-link to the figure or table. ``mdlib.book.scorecard_page`` makes the page of them.
+``mdlib.book.scorecard.evidence``: only CSVs the pipeline vouches for) and returns one :class:`Row` per
+claim, in the paper's order: the paper's number, ours with its interval or seeds, the profile, a verdict
+and a link to the figure or table. ``mdlib.book.scorecard.page`` makes the page of them; a chapter prints
+its own claims' verdicts (``chapter_rows``, ``verdicts_text``, ``verdicts``).
 
 Each claim is a builder: it reads the claim's tables, takes its number from
 ``mdlib.experiments.estimates`` (the function its chapter glues, so the chapter and the scorecard show
-one computation) and judges it by a rule of ``mdlib.book.verdicts``. A comparative verdict also says how
-stable it is: the probability that an independent rebuild of the same design (the same sentences, new
+one computation) and judges it by a rule of ``mdlib.book.scorecard.rules``. A comparative verdict also says
+how stable it is: the probability that an independent rebuild of the same design (the same sentences, new
 run noise, a step choice made again) reaches it again (``mdlib.experiments.stability``; ``Row.stability``,
 ``Row.fragile`` below ``STABLE_SHARE``). Every comparative row states the smallest effect its design
 detects (``stats.detectable_effect``).
@@ -25,20 +26,18 @@ import numpy as np
 import pandas as pd
 
 from mdlib.book import chapters, layout, provenance
-from mdlib.book.evidence import Results, Unmeasured, complete
-from mdlib.book.verdicts import (COST_BAND, DIFFERS, E2_MIN_POINTS, HOLDS, INCONCLUSIVE, KQV_PAPER_REDUCTION,
-                                 NOT_MEASURED, PARITY_MARGIN, PRUNE_AT, SMALLER,
-                                 Effect, Verdict, allocation_rule, concentration_rule, cost_rule, e1_rule, e2_norm_rule,
-                                 e2_rate_rule,
-                                 e3_rule, interval_rule, not_measured, parity_rule, pruning_rule, series_rule,
-                                 sparser_rule, table1_rule, token_rule, weighting_rule)
+from mdlib.book.scorecard.evidence import Results, Unmeasured, complete
+from mdlib.book.scorecard.rules import (COST_BAND, E2_MIN_POINTS, INCONCLUSIVE, KQV_PAPER_REDUCTION, NOT_MEASURED,
+                                        PARITY_MARGIN, PRUNE_AT, SMALLER, Effect, Verdict, allocation_rule,
+                                        concentration_rule, cost_rule, e1_rule, e2_norm_rule, e2_rate_rule, e3_rule,
+                                        interval_rule, not_measured, parity_rule, pruning_rule, series_rule,
+                                        sparser_rule, table1_rule, token_rule, weighting_rule)
 from mdlib.experiments import estimates, methods, paper, stability
 from mdlib.experiments.estimates import Estimate
 from mdlib.experiments.stats import seeds_for_half_width
 
-__all__ = ["CLAIMS", "FRAGILE", "KQV_PARTS", "Row", "STABLE_SHARE", "Stability", "chapter_rows", "rebuild_text",
-           "reference", "rows", "said", "table1_parts", "table1_reading", "verdicts", "verdicts_text",
-           "weighting_reading"]
+__all__ = ["CLAIMS", "DECOMPOSITION", "FRAGILE", "KQV_PARTS", "Row", "STABLE_SHARE", "Stability", "chapter_rows",
+           "rebuild_text", "reference", "rows", "said", "verdicts", "verdicts_text"]
 
 
 @dataclass(frozen=True)
@@ -400,9 +399,9 @@ def _settled(r: Results, verdict: Verdict, label: str, where: Mapping[str, Any],
 
 
 #: The 2 x 2's judged contrasts (``estimates.CONTRASTS``: geometry at GD's allocation, allocation at GD's
-#: geometry) and how the scorecard names them.
-_DECOMPOSITION = {"geometry": ("geometry", "ℓ1.1 at GD's steps per tensor − GD"),
-                  "allocation": ("initial step allocation", "GD at ℓ1.1's steps per tensor − GD")}
+#: geometry) and how the scorecard names them (chapter 04's sentences find their rows by these names).
+DECOMPOSITION = {"geometry": ("geometry", "ℓ1.1 at GD's steps per tensor − GD"),
+                 "allocation": ("initial step allocation", "GD at ℓ1.1's steps per tensor − GD")}
 
 
 def _allocation(r: Results):
@@ -418,7 +417,7 @@ def _allocation(r: Results):
     for std in sorted(set(contrasts.embedding_std)):
         at = runs[np.isclose(runs.embedding_std, std)]
         L = int(at.layers.iloc[0])
-        for name, (factor, contrast) in _DECOMPOSITION.items():
+        for name, (factor, contrast) in DECOMPOSITION.items():
             row = contrasts[np.isclose(contrasts.embedding_std, std) & (contrasts.contrast == name)].iloc[0]
             gap = Estimate(row.value, row.low, row.high, int(row.n), row.get("detectable", math.nan),
                            row.get("sd", math.nan), row.get("seeds_low", math.nan), row.get("seeds_high", math.nan))
@@ -858,95 +857,6 @@ def said(row: Row) -> str:
     found = row.stability
     return (f"{row.verdict.outcome} ({FRAGILE}: a rebuild reaches it with probability "
             f"{'at least ' if found.bound else ''}{found.probability:.2f})")
-
-
-#: Chapter 04's comparisons: name -> the start of its rows' short names.
-TABLE1_PARTS = {"variation": "Table 1, a variation", **{name: f"Table 1, taken apart ({factor} at"
-                                                         for name, (factor, _) in _DECOMPOSITION.items()},
-                "series": "Table 1 across embedding scales"}
-
-
-def table1_parts(found: list[Row]) -> dict[str, list[Row]]:
-    """Chapter 04's rows by ``TABLE1_PARTS`` name: the variation's gap, the geometry and the allocation effects
-    (one row per embedding scale of the 2 x 2) and the series ([] where the build has no such row)."""
-    return {name: [r for r in found if r.short.startswith(start)] for name, start in TABLE1_PARTS.items()}
-
-
-_GEOMETRY_READS = {
-    HOLDS: "with the steps matched, ℓ1.1's geometry trains the more accurate model",
-    DIFFERS: "with the steps matched, ℓ1.1's geometry trains the less accurate model",
-    INCONCLUSIVE: "with the steps matched, the geometry's effect cannot be told from zero by this design",
-}
-_ALLOCATION_READS = {
-    HOLDS: "ℓ1.1's initial per-tensor step allocation raises GD's accuracy",
-    DIFFERS: "ℓ1.1's initial per-tensor step allocation costs GD accuracy",
-    INCONCLUSIVE: "ℓ1.1's initial per-tensor step allocation does not move GD measurably (the smallest move "
-                  "this design detects is in the row)",
-}
-
-
-def scale_of(row: Row) -> str:
-    """The embedding std a 2 x 2 row is at, as its name writes it ("σ 0.02")."""
-    return row.short.split(" at ", 1)[1].split(",", 1)[0] if " at " in row.short else ""
-
-
-def table1_reading(found: list[Row]) -> str:
-    """What chapter 04's 2 x 2 lets a reader conclude, in words that follow the build's outcomes (the
-    geometry and the allocation effects at each scale; a fragile or unsettled outcome is read as a lean,
-    an unmeasured one as nothing): the page's sentence under the verdicts."""
-    parts = table1_parts(found)
-    sentences = []
-    for name, reads in (("geometry", _GEOMETRY_READS), ("allocation", _ALLOCATION_READS)):
-        if not parts[name]:
-            sentences.append(f"the {name} effect is not measured at this profile")
-        for row in parts[name]:
-            if row.verdict.outcome not in reads:
-                sentences.append(f"at {scale_of(row)} the {name} effect is {row.verdict.outcome}")
-                continue
-            lean = row.fragile or "not settled" in row.verdict.why
-            sentences.append(f"at {scale_of(row)}, {reads[row.verdict.outcome]}"
-                             + (" (a lean, not settled: the verdict is fragile or turns at a tied step)" if lean else ""))
-    text = "; ".join(sentences)
-    return text[:1].upper() + text[1:] + "."
-
-
-_WEIGHTING_READS = {
-    HOLDS: "ℓ1.1's change of the key, query and value weights is sparser than its init weighting predicts: its "
-           "dual change (the summed gradients) is itself concentrated within the matrices, on few entries or on "
-           "those the weighting favours, so the initial magnitudes do not account for all of its sparsity (whether "
-           "GD's summed gradients are as concentrated is not judged: the dual change's density is shown beside it)",
-    DIFFERS: "ℓ1.1's change is denser than its init-weighting null: its dual change is spread more evenly than "
-             "unstructured noise, so the weighting by the initial magnitudes accounts for all of its sparsity",
-    SMALLER: "ℓ1.1's change is no sparser than its init weighting predicts, by the paper's margin: any sparsity "
-             "beyond the weighting by the initial magnitudes is smaller than the paper's effect",
-    INCONCLUSIVE: "this design cannot tell whether ℓ1.1's change is sparser than its init weighting predicts",
-}
-
-
-def weighting_reading(found: list[Row]) -> str:
-    """What chapter 06's comparison of ℓ1.1's ΔW with its init-weighting null lets a reader conclude, in words
-    that follow the row's outcome (a fragile one read as a lean, an unmeasured one as nothing)."""
-    row = next((r for r in found if r.short.endswith(f"({KQV_PARTS['null']})")), None)
-    if row is None or row.verdict.outcome not in _WEIGHTING_READS:
-        return "ℓ1.1's change against its init-weighting null is not measured at this profile."
-    text = _WEIGHTING_READS[row.verdict.outcome]
-    return text[:1].upper() + text[1:] + (f" (a lean, not settled: the verdict is {FRAGILE})" if row.fragile else "") + "."
-
-
-def table1_stability(found: list[Row]) -> str:
-    """How likely an independent rebuild reaches each of chapter 04's verdicts, in words: "the variation's gap
-    0.87, the geometry at σ 0.02 at least 0.55, the allocation at σ 0.02 0.91 (each ± 0.01 or less; the step
-    choice re-made: another step in 23 % of rebuilds)"."""
-    named = {"variation": "the variation's gap", "geometry": "the geometry", "allocation": "the allocation",
-             "series": "the series' slope"}
-    checked = [(f"{named[name]}" + (f" at {scale_of(row)}" if scale_of(row) else ""), row.stability)
-               for name, rows in table1_parts(found).items() for row in rows if row.stability]
-    if not checked:
-        return "not checked at this profile"
-    text = ", ".join(f"{name} {'at least ' if s.bound else ''}{s.probability:.2f}" for name, s in checked)
-    text += f" (each ± {max(s.error for _, s in checked):.2f} or less"
-    flips = [s.flips for _, s in checked if s.rechosen]
-    return text + (f"; the step choice re-made: another step in {max(flips):.0%} of rebuilds)" if flips else ")")
 
 
 def verdicts(notebook: str, results_dir: Path | str | None = None) -> str:

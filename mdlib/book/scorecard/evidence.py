@@ -1,8 +1,8 @@
 """The results folder as a scorecard claim reads it: only CSVs the pipeline vouches for.
 
 A CSV counts only when its provenance record (``<label>.json``, ``mdlib.book.provenance``) names the
-build's profile and holds the CSV's hash, when it keeps its table's rules (``mdlib.book.schema``), and
-when the CSVs one claim reads agree (one run of each notebook; a later chapter analysed only runs an
+build's profile and holds the CSV's hash, when it keeps its table's rules (``mdlib.book.scorecard.schema``),
+and when the CSVs one claim reads agree (one run of each notebook; a later chapter analysed only runs an
 earlier one lists). Anything else raises :class:`Unmeasured`, which the scorecard shows as "not
 measured" with the reason.
 """
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mdlib.book import chapters, provenance, schema
+from mdlib.book import chapters, provenance
+from mdlib.book.scorecard import schema
 
 __all__ = ["Results", "Unmeasured", "complete"]
 
@@ -26,8 +27,8 @@ class Unmeasured(Exception):
 class Results:
     """The results folder as one claim reads it. A CSV is judged only when its record (``<label>.json``,
     ``mdlib.book.provenance``) vouches for it, made by the pipeline at the build's ``profile`` and holding
-    this very file's hash, and when it keeps its table's rules (``mdlib.book.schema``). The CSVs of one claim
-    agree: one profile (with ``profile`` None, a caller that does not know the build's, the one its
+    this very file's hash, and when it keeps its table's rules (``mdlib.book.scorecard.schema``). The CSVs of one
+    claim agree: one profile (with ``profile`` None, a caller that does not know the build's, the one its
     first record names); one run of each notebook (the same parameters); and a later chapter analysed
     only runs of a kind an earlier one's record lists among them. A label ``folder`` lacks is read from
     ``also`` when given (a variant's own results, then the book's for the chapters it builds on)."""
@@ -43,7 +44,7 @@ class Results:
         flag column ``where`` is set, when given), every one of the ``columns`` a verdict uses holding
         a value in every row."""
         if label not in schema.TABLES:
-            raise KeyError(f"{label} has no results schema: declare it in mdlib.book.schema.TABLES")
+            raise KeyError(f"{label} has no results schema: declare it in mdlib.book.scorecard.schema.TABLES")
         _, frame = self._vouched(label)
         return complete(frame if where is None else frame[frame[where].astype(bool)], label, columns)
 
