@@ -91,7 +91,6 @@ def test_api_page_builds_from_the_docstrings_without_warnings(tmp_path):
     valid reStructuredText."""
     import yaml
 
-    from mdlib.book import layout
     from mdlib.experiments import paths
 
     sphinx = yaml.safe_load((paths.root() / "_config.yml").read_text("utf-8"))["sphinx"]
@@ -99,7 +98,7 @@ def test_api_page_builds_from_the_docstrings_without_warnings(tmp_path):
     settings = {key: value for key, value in sphinx["config"].items() if key.startswith(("autodoc_", "napoleon_"))}
     source = tmp_path / "src"
     source.mkdir()
-    (source / "index.md").write_text((layout.book_dir() / "api.md").read_text("utf-8"), "utf-8")
+    (source / "index.md").write_text((paths.book_dir() / "api.md").read_text("utf-8"), "utf-8")
     (source / "conf.py").write_text(
         "extensions = ['myst_parser', 'sphinx.ext.autodoc', 'sphinx.ext.napoleon', 'sphinx.ext.mathjax']\n"
         "myst_enable_extensions = ['dollarmath', 'amsmath']\n"

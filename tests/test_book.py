@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from conftest import HTML, raw_html
-from mdlib.book import book, chapters, cli, execute, layout, pages, profiles
+from mdlib.book import book, chapters, cli, execute, pages, profiles
 from mdlib.experiments import fetch, paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -100,7 +100,7 @@ def test_chapter_08_refuses_an_unknown_model_or_mode_before_any_timing(name, val
     """Any ``vit`` but "paper" used to time the tiny model. The values pass the type check; the checks in
     the first code cell after the parameters (its mdlib imports and calls of ``choice``, run here on the
     injected parameters as papermill would) refuse them before any timing cell."""
-    nb = profiles.read_notebook(layout.notebooks_dir() / "08_cost.py")
+    nb = profiles.read_notebook(paths.notebooks_dir() / "08_cost.py")
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
     first = code[code.index(profiles.parameters_cell(nb)) + 1].source
     statements = [ast.get_source_segment(first, node) for node in ast.parse(first).body]
@@ -125,7 +125,7 @@ def test_chapter_01_refuses_exponents_it_cannot_compare_before_training(override
     """A training exponent without an SVM of its own once ended in an IndexError after the training;
     the checks in the first code cell after the parameters (the ``if ...: raise`` statements, run here
     on the injected parameters) refuse it first."""
-    nb = profiles.read_notebook(layout.notebooks_dir() / "01_fixed_decoder_paths.py")
+    nb = profiles.read_notebook(paths.notebooks_dir() / "01_fixed_decoder_paths.py")
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
     first = code[code.index(profiles.parameters_cell(nb)) + 1].source
     checks = [ast.get_source_segment(first, node) for node in ast.parse(first).body if isinstance(node, ast.If)]
@@ -246,7 +246,7 @@ def _book_sources() -> dict[str, str]:
     """The markdown of every page: book/*.md, and the chapters' markdown cells (comment marks removed)."""
     texts = {f"book/{path.stem}": path.read_text() for path in sorted((paths.root() / "book").glob("*.md"))}
     for name in chapters.NAMES:
-        cells = re.split(r"^# %%", (layout.notebooks_dir() / f"{name}.py").read_text(), flags=re.M)
+        cells = re.split(r"^# %%", (paths.notebooks_dir() / f"{name}.py").read_text(), flags=re.M)
         texts[f"notebooks/{name}"] = "\n".join(
             re.sub(r"^# ?", "", line) for cell in cells if cell.startswith(" [markdown]")
             for line in cell.splitlines()[1:])
@@ -274,7 +274,7 @@ def test_book_config_is_offline():
     assert "sphinx-mathjax-offline" in config["sphinx"]["extra_extensions"]
     assert config["launch_buttons"].get("binderhub_url", "") == "" and not config["launch_buttons"]["thebe"]
     for profile in ("smoke", "default", "paper"):
-        assert (layout.params_dir() / f"{profile}.yaml").is_file()
+        assert (paths.params_dir() / f"{profile}.yaml").is_file()
 
 
 def test_relative_dirs_reach_the_kernel_as_absolute_paths(tmp_path, monkeypatch):

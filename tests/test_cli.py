@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HTML
-from mdlib.book import cli, execute, layout, profiles
+from mdlib.book import cli, execute, profiles
 from mdlib.experiments import paths
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -25,8 +25,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 @pytest.fixture
 def fixture_repo(monkeypatch):
     """The CLI sees the fixture notebook and profiles; returns the list of notebook executions started."""
-    monkeypatch.setattr(layout, "notebooks_dir", lambda: FIXTURES / "notebooks")
-    monkeypatch.setattr(layout, "params_dir", lambda: FIXTURES / "params")
+    monkeypatch.setattr(paths, "notebooks_dir", lambda: FIXTURES / "notebooks")
+    monkeypatch.setattr(paths, "params_dir", lambda: FIXTURES / "params")
     started = []
     monkeypatch.setattr("papermill.execute_notebook", lambda *args, **kwargs: started.append(args))
     return started
@@ -88,7 +88,7 @@ def test_broken_profile_file_is_named_with_its_line(fixture_repo, tmp_path, monk
     params = tmp_path / "params"
     params.mkdir()
     (params / "smoke.yaml").write_text(text)
-    monkeypatch.setattr(layout, "params_dir", lambda: params)
+    monkeypatch.setattr(paths, "params_dir", lambda: params)
     err = _error(capsys, fixture_repo, ["run", "01_fixture", "--profile", "smoke"])
     assert re.search(expected, err), err
 
@@ -102,7 +102,7 @@ def test_a_profile_is_a_name_in_params_never_a_path(fixture_repo, tmp_path, monk
     for name in (".hidden", HTML):
         (params / f"{name}.yaml").write_text("01_fixture: {}\n")
     (tmp_path / "outside.yaml").write_text("01_fixture: {}\n")
-    monkeypatch.setattr(layout, "params_dir", lambda: params)
+    monkeypatch.setattr(paths, "params_dir", lambda: params)
     profile = profile.replace("OUTSIDE", str(tmp_path / "outside"))
     argv = ["run", "01_fixture"] if command == "run" else ["book"]
     err = _error(capsys, fixture_repo, [*argv, "--profile", profile])

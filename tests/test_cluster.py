@@ -400,13 +400,11 @@ def chapter(tmp_path, monkeypatch):
 
     import nbformat
 
-    from mdlib.book import layout
-
     fixtures = TESTS / "fixtures"
     for name in ("notebooks", "params"):
         shutil.copytree(fixtures / name, tmp_path / name)
-    monkeypatch.setattr(layout, "notebooks_dir", lambda: tmp_path / "notebooks")
-    monkeypatch.setattr(layout, "params_dir", lambda: tmp_path / "params")
+    monkeypatch.setattr(paths, "notebooks_dir", lambda: tmp_path / "notebooks")
+    monkeypatch.setattr(paths, "params_dir", lambda: tmp_path / "params")
     monkeypatch.delenv(pool.EXECUTOR_ENV, raising=False)
     seen = []
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mdlib.book import cli, layout
+from mdlib.book import cli
 from mdlib.experiments import fetch, paths
 
 CHECKOUT = paths.PACKAGE_DIR.parent  # these tests run from the checkout
@@ -47,8 +47,8 @@ def test_the_checkout_holding_the_package_is_the_project(clean_env, monkeypatch)
     monkeypatch.chdir(clean_env)  # the working directory is no project: the checkout still is
     assert paths.is_project(CHECKOUT)
     assert paths.root() == paths.find_root() == CHECKOUT
-    assert layout.notebooks_dir() == CHECKOUT / "notebooks" and layout.params_dir() == CHECKOUT / "params"
-    assert layout.book_dir() == CHECKOUT / "book"
+    assert paths.notebooks_dir() == CHECKOUT / "notebooks" and paths.params_dir() == CHECKOUT / "params"
+    assert paths.book_dir() == CHECKOUT / "book"
     assert paths.build_dir() == CHECKOUT / "_build"
     assert fetch.data_dir() == CHECKOUT / "data" / "cache"
 
@@ -58,26 +58,27 @@ def test_the_build_folders_follow_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.BUILD_ENV, str(build_dir))
     monkeypatch.setenv(paths.OUTPUT_ENV, str(build_dir))
     assert paths.build_dir() == build_dir.resolve()
-    assert layout.figures_dir() == build_dir.resolve() / "figures"
-    assert layout.results_dir() == build_dir.resolve() / "results"
+    assert paths.figures_dir() == build_dir.resolve() / "figures"
+    assert paths.results_dir() == build_dir.resolve() / "results"
     assert paths.runs_dir() == build_dir.resolve() / "runs"
-    assert layout.html_dir() == build_dir.resolve() / "_build" / "html"
+    assert paths.html_dir() == build_dir.resolve() / "_build" / "html"
     assert paths.output_dir() == build_dir.resolve()
     monkeypatch.delenv(paths.OUTPUT_ENV)
     assert paths.output_dir() == build_dir.resolve() / "scratch"  # outside mdlib run: never the book's folders
     monkeypatch.delenv(paths.BUILD_ENV)
     assert paths.build_dir() == paths.root() / "_build"
-    assert layout.html_dir() == paths.root() / "_build" / "html"
-    assert layout.jupyter_book_output() == paths.root()
+    assert paths.html_dir() == paths.root() / "_build" / "html"
+    assert paths.jupyter_book_output() == paths.root()
     assert (paths.root() / "mdlib" / "experiments" / "paths.py").is_file()
 
 
-def test_the_book_s_folders_are_the_book_s_layout():
-    """The experiments know the project, the build directory, the store and the output folder; the book's
-    own folders are mdlib.book.layout's, with no second path through paths."""
-    assert not {"notebooks_dir", "params_dir", "book_dir", "figures_dir", "results_dir", "html_dir",
-                "jupyter_book_output"} & set(vars(paths))
-    assert layout.results_dir() == paths.build_dir() / "results"
+def test_a_figures_and_results_folder_is_named_once_for_every_base(tmp_path):
+    """The book's folders are paths': ``figures/`` and ``results/`` of the build directory by default, of a
+    notebook's output directory or a staging folder when given."""
+    assert paths.results_dir() == paths.build_dir() / "results"
+    assert paths.figures_dir() == paths.build_dir() / "figures"
+    assert paths.results_dir(tmp_path) == tmp_path / "results" and paths.figures_dir(str(tmp_path)) == tmp_path / "figures"
+    assert paths.notebooks_dir() == paths.root() / "notebooks" and paths.params_dir() == paths.root() / "params"
 
 
 def test_mdlib_root_comes_before_the_checkout(clean_env, monkeypatch):
@@ -117,7 +118,7 @@ def test_no_project_is_an_error_that_says_what_to_do(installed):
                  str(Path.cwd())):
         assert hint in message, (hint, message)
     with pytest.raises(paths.ProjectNotFound):
-        layout.notebooks_dir()
+        paths.notebooks_dir()
 
 
 @pytest.mark.parametrize("how", ["option", "variable"])

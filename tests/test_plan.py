@@ -17,7 +17,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from mdlib.book import chapters, epochs as known_epochs, plan, profiles, steptimes
-from mdlib.experiments import methods, paper, sentiment, vision, workload
+from mdlib.experiments import methods, paper, paths, sentiment, vision, workload
 from mdlib.experiments.sentiment import grids
 from mdlib.models import EncoderClassifier, VisionTransformer
 from mdlib.runs import identity
@@ -401,14 +401,14 @@ def test_plan_refuses_an_unknown_profile(capsys):
 def test_plan_names_a_profile_value_of_the_wrong_type_in_one_line(tmp_path, monkeypatch, capsys):
     import shutil
 
-    from mdlib.book import cli, layout
+    from mdlib.book import cli
 
     params = tmp_path / "params"
-    shutil.copytree(layout.params_dir(), params)
+    shutil.copytree(paths.params_dir(), params)
     smoke = (params / "smoke.yaml").read_text()
     (params / "smoke.yaml").write_text(smoke.replace("04_sentiment:\n", "04_sentiment:\n  seeds: four\n", 1)
                                        .replace('  seeds: {"1.1": 2, "2": 2, "3": 1}\n', ""))
-    monkeypatch.setattr(layout, "params_dir", lambda: params)
+    monkeypatch.setattr(paths, "params_dir", lambda: params)
     assert cli.main(["plan", "--profile", "smoke"]) == 1
     err = capsys.readouterr().err
     assert err == ("error: 04_sentiment: parameter 'seeds' from params/smoke.yaml should be a mapping like its "

@@ -21,12 +21,12 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from mdlib.book import artifacts, chapters, cli, layout, profiles, provenance
+from mdlib.book import artifacts, chapters, cli, profiles, provenance
 from mdlib.experiments import paper, paths
 from mdlib.runs import identity, store# noqa: E402
 from mdlib.runs.identity import RunId
 
-sys.path.insert(0, str(layout.book_dir() / "_ext"))
+sys.path.insert(0, str(paths.book_dir() / "_ext"))
 import mdlib_artifacts  # noqa: E402
 
 RUN = {"notebook": "04_sentiment", "profile": "smoke", "parameters": {"profile": "smoke", "seeds": 3, "ps": [1.1, 2.0],
@@ -130,7 +130,7 @@ def test_the_recorded_command_gives_back_every_value_of_every_type(notebook):
     notebook, gives exactly the overrides it was made from: every parameter of the chapter at once, with
     values of its default's type (numbers, flags, lists, mappings, None) and strings YAML would read as
     something else ("yes", "null", "1e-3", "~")."""
-    declared = {name: param.value for name, param in profiles.notebook_parameters(layout.notebooks_dir() / f"{notebook}.py")
+    declared = {name: param.value for name, param in profiles.notebook_parameters(paths.notebooks_dir() / f"{notebook}.py")
                 .items() if name != "profile"}
     samples = {name: _samples(default) for name, default in declared.items()}
     for i in range(max(map(len, samples.values()))):
@@ -176,7 +176,7 @@ def test_outside_the_pipeline_the_record_says_so_and_lands_in_scratch(build_dir,
 
 def test_every_labelled_artifact_of_the_notebooks_is_mapped():
     """Each label a notebook saves is in paper.ARTIFACTS (a paper figure/table, or None: new)."""
-    source = "\n".join(p.read_text() for p in (layout.notebooks_dir() / f"{n}.py" for n in chapters.NAMES))
+    source = "\n".join(p.read_text() for p in (paths.notebooks_dir() / f"{n}.py" for n in chapters.NAMES))
     labels = set(re.findall(r"save_(?:figure|table)\([^\"]*?\"((?:fig|table)-[^\"]+)\"", source, re.S))
     assert labels, "no labels found in the notebooks"
     assert labels <= set(paper.ARTIFACTS), sorted(labels - set(paper.ARTIFACTS))
@@ -327,7 +327,7 @@ def test_tiny_sphinx_build_numbers_tables_as_tables(tmp_path, build_dir, kernel_
     and in {numref}, the figure stays "Fig. 1", and only the artifact with a record gets a block."""
     src = tmp_path / "src"
     src.mkdir()
-    (src / "conf.py").write_text(f"import sys\nsys.path.insert(0, {str(layout.book_dir() / '_ext')!r})\n"
+    (src / "conf.py").write_text(f"import sys\nsys.path.insert(0, {str(paths.book_dir() / '_ext')!r})\n"
                                  "extensions = ['myst_parser', 'mdlib_artifacts']\nnumfig = True\n")
     (src / "index.md").write_text("# Book\n\n```{toctree}\npage\n```\n")
     figure = _figure()

@@ -18,7 +18,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from conftest import HTML, raw_html
-from mdlib.book import artifacts, layout, provenance, scorecard
+from mdlib.book import artifacts, provenance, scorecard
 from mdlib.book.scorecard import evidence, page, rules
 from mdlib.book.scorecard.rules import DIFFERS, HOLDS, INCONCLUSIVE, NOT_MEASURED, SMALLER
 from mdlib.book.views.sentiment import table1_parts, table1_reading, table1_stability, weighting_reading
@@ -78,7 +78,7 @@ def results(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path))
     monkeypatch.setenv(paths.OUTPUT_ENV, str(tmp_path))
     monkeypatch.setattr(provenance, "git_state", lambda: {"commit": None, "dirty": None})
-    return layout.results_dir()
+    return paths.results_dir()
 
 
 def chapter(profile: str | None = "smoke", parameters=None):
@@ -99,7 +99,7 @@ def save(folder: Path, label: str, frame: pd.DataFrame, *, checked: bool = True,
     """Write ``frame`` as a chapter does (``chapter(**run)``): ``artifacts.save_table`` refuses it when it
     breaks the schema, and records it. ``checked=False``: as a writer without the schema would (the
     same CSV and record), to test the check where the scorecard reads."""
-    assert folder == layout.results_dir()
+    assert folder == paths.results_dir()
     if checked:
         with chapter(**run):
             artifacts.save_table(frame, label, glue=False)

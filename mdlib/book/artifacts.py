@@ -153,7 +153,7 @@ def _write_csv(frame, label: str) -> Path:
             raise ValueError(f"{label} not saved: {error}. Fix the table, or its rule in "
                              "mdlib.book.scorecard.schema.TABLES if the rule is wrong") from None
 
-    return atomic_write(paths.output_dir() / "results" / f"{label}.csv", write)
+    return atomic_write(paths.results_dir(paths.output_dir()) / f"{label}.csv", write)
 
 
 def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.Series | None = None, *,
@@ -177,7 +177,7 @@ def save_figure(fig: Figure | Axes | Grid, label: str, data: pd.DataFrame | pd.S
         if not isinstance(inner, Figure):
             raise TypeError(f"save_figure needs a matplotlib Figure (or a seaborn grid), got {type(fig).__name__}")
         fig = inner
-    figures = paths.output_dir() / "figures"
+    figures = paths.figures_dir(paths.output_dir())
     files = {"png": figures / f"{label}.png", "pdf": figures / f"{label}.pdf"}
     if data is not None:
         files["csv"] = _write_csv(data, label)  # first: the record holds its hash

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from mdlib.experiments import paths
-from mdlib.book import chapters, layout
+from mdlib.book import chapters
 from mdlib.book import execute
 from mdlib.book import pages, profiles
 
@@ -25,7 +25,7 @@ def write_scorecard_page(target: Path | None = None, profile: str | None = None)
     from mdlib.book import provenance
     from mdlib.book.scorecard import page
 
-    return page.write_page(Path(target or layout.book_dir() / "scorecard.md"), layout.results_dir(),
+    return page.write_page(Path(target or paths.book_dir() / "scorecard.md"), paths.results_dir(),
                            profile=profile, archive_link=provenance.archive_href("book/scorecard"))
 
 
@@ -93,7 +93,7 @@ def build(profile: str = "default", skip_execute: bool = False) -> Path:
     else:
         execute.check_executed(names)
         execute.check_consistent(names)
-        used = {_executed_profile(layout.notebooks_dir() / f"{n}.ipynb") for n in names}
+        used = {_executed_profile(paths.notebooks_dir() / f"{n}.ipynb") for n in names}
         profile = used.pop() if len(used) == 1 and None not in used else "mixed (see each chapter)"
     pages.write_parameters_page(profile=profile)
     from mdlib.book import provenance
@@ -161,12 +161,12 @@ def _run_apart(name: str, profile: str) -> tuple[int, float]:
 
 def build_html() -> Path:
     """``jupyter-book build`` of the pre-executed notebooks, warnings as errors."""
-    output, project = layout.jupyter_book_output(), paths.root()
+    output, project = paths.jupyter_book_output(), paths.root()
     cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
            "build", str(project), "--path-output", str(output), "--builder", "html", "-W", "--keep-going"]
     print("building the HTML book: jupyter-book build -W --keep-going", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, cwd=project)
-    index = layout.html_dir() / "index.html"
+    index = paths.html_dir() / "index.html"
     if proc.returncode != 0:
         raise execute.BookError(f"jupyter-book build failed (exit {proc.returncode}); warnings count as errors, "
                         "see the messages above")

@@ -369,11 +369,11 @@ def _check_output_dir(folder: Path) -> None:
     """Refuse an ``--output-dir`` where a variant would become or overwrite part of the book: the build
     folder itself, ``notebooks/``, the book's pages folder, the project's root, or any folder that holds
     a notebook of ``notebooks/``, a chapter or another (its source or executed notebook)."""
-    from mdlib.book import layout, profiles
+    from mdlib.book import profiles
     from mdlib.experiments import paths
 
-    book = {paths.build_dir().resolve(): "the build folder", layout.notebooks_dir().resolve(): "the notebooks folder",
-            layout.book_dir().resolve(): "the book's pages folder", paths.root().resolve(): "the project's root"}
+    book = {paths.build_dir().resolve(): "the build folder", paths.notebooks_dir().resolve(): "the notebooks folder",
+            paths.book_dir().resolve(): "the book's pages folder", paths.root().resolve(): "the project's root"}
     held = [f.name for name in profiles.list_notebooks() for f in (folder / f"{name}.py", folder / f"{name}.ipynb") if f.is_file()]
     what = book.get(folder) or (f"a folder that holds the book's {', '.join(held)}" if held else None)
     if what is not None:

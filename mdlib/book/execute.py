@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, NoReturn
 
 from mdlib import first_line
-from mdlib.book import chapters, layout, profiles
+from mdlib.book import chapters, profiles
 from mdlib.experiments import paths
 from mdlib.runs import lockfile
 from mdlib.runs.files import atomic_write
@@ -324,8 +324,8 @@ def _commit(nb_name: str, committing: Path, artifacts: Path) -> None:
     not, then its executed notebook, then the staging folder. Each step can be repeated, so a commit
     that was killed is finished by running it again (``_recover``)."""
     plan = json.loads((committing / COMMIT).read_text("utf-8"))
-    for folder in ("figures", "results"):
-        for staged in sorted((committing / folder).rglob("*")) if (committing / folder).is_dir() else []:
+    for folder in (paths.figures_dir(committing), paths.results_dir(committing)):
+        for staged in sorted(folder.rglob("*")) if folder.is_dir() else []:
             if staged.is_file():
                 target = artifacts / staged.relative_to(committing)
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -497,7 +497,7 @@ def check_consistent(names: list[str], notebooks_dir: Path | None = None) -> Non
 
     from mdlib.book import provenance
 
-    folder = Path(notebooks_dir or layout.notebooks_dir())
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     for name in names:
         with _chapter_lock(name, paths.build_dir()):
             if (done := _recover(name, paths.build_dir())) is not None:
@@ -540,7 +540,7 @@ def notebook_failure(ipynb: Path) -> str | None:
 
 def check_executed(names: list[str], notebooks_dir: Path | None = None) -> None:
     """Raise ``BookError`` unless every ``<notebooks>/<name>.ipynb`` exists and executed without error."""
-    folder = Path(notebooks_dir or layout.notebooks_dir())
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     missing = [n for n in names if not (folder / f"{n}.ipynb").is_file()]
     if missing:
         raise BookError(f"not executed yet: {', '.join(missing)}; run `python -m mdlib book` without "

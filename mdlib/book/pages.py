@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 
-from mdlib.book import chapters, layout, profiles
+from mdlib.book import chapters, profiles
+from mdlib.experiments import paths
 from mdlib.runs.files import atomic_write
 
 
@@ -62,7 +63,7 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
     ``mdlib.book.chapters.NAMES``), a table of every parameter with its default, its value in each
     profile that sets it (smoke and paper always shown) and its description. Every profile's values are
     validated against the notebooks (unknown names, wrong types)."""
-    folder = Path(notebooks_dir or layout.notebooks_dir())
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     names = list(chapters.NAMES if notebooks is None else notebooks)
     profile_names = profiles.list_profiles(params_dir)
     loaded = {p: profiles.load_profile(p, params_dir) for p in profile_names}
@@ -116,7 +117,7 @@ def parameters_page(profile: str | None = None, *, notebooks: list[str] | None =
 
 def write_parameters_page(target: Path | None = None, profile: str | None = None, **kwargs: Any) -> Path:
     """Write :func:`parameters_page` (``kwargs`` go to it) to ``book/parameters.md``, atomically."""
-    target = Path(target or layout.book_dir() / "parameters.md")
+    target = Path(target or paths.book_dir() / "parameters.md")
     text = parameters_page(profile, **kwargs)
     return atomic_write(target, lambda tmp: tmp.write_text(text, "utf-8"))
 
@@ -124,10 +125,10 @@ def write_parameters_page(target: Path | None = None, profile: str | None = None
 def substitutions(results: Path | None = None) -> dict[str, str]:
     """MyST substitutions for the prose pages (``{{ name }}`` in ``book/intro.md``), read from the parameters
     this build's chapter 04 executed with (the record of its runs' table in ``results``, default
-    ``layout.results_dir()``), else from the default profile's: ``sentiment_pairs``, "8 paired seeds"."""
+    ``paths.results_dir()``), else from the default profile's: ``sentiment_pairs``, "8 paired seeds"."""
     import json
 
-    record = (results or layout.results_dir()) / "table-sentiment-runs.json"
+    record = (results or paths.results_dir()) / "table-sentiment-runs.json"
     try:
         values = json.loads(record.read_text("utf-8"))["parameters"]
     except (OSError, ValueError, KeyError, TypeError):

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
 import yaml
 
 from mdlib import first_line
-from mdlib.book import chapters, layout
+from mdlib.book import chapters
+from mdlib.experiments import paths
 
 if TYPE_CHECKING:
     import nbformat
@@ -92,7 +93,7 @@ def list_notebooks(notebooks_dir: Path | None = None) -> list[str]:
     """Names (without ``.py``) of every jupytext notebook in ``notebooks/``, sorted: the book's chapters
     (``mdlib.book.chapters.NAMES``, which :func:`check_notebooks` holds the folder to) and any other
     notebook there, which ``python -m mdlib run`` also executes."""
-    folder = Path(notebooks_dir or layout.notebooks_dir())
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     return sorted(path.stem for path in folder.glob("*.py") if not path.name.startswith((".", "_")))
 
 
@@ -100,7 +101,7 @@ def check_notebooks(notebooks_dir: Path | None = None) -> None:
     """A ValueError unless the chapter notebooks in ``notebooks/`` (``[0-9][0-9]_*.py``) are the
     registry's chapters (``mdlib.book.chapters.NAMES``): it names a chapter whose notebook is missing and
     a chapter notebook the registry lacks, which gets its ``Chapter`` entry there."""
-    folder = Path(notebooks_dir or layout.notebooks_dir())
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     found = {path.stem for path in folder.glob("*.py") if CHAPTER_RE.match(path.name)}
     missing = [name for name in chapters.NAMES if name not in found]
     unknown = sorted(found - set(chapters.NAMES))
@@ -114,7 +115,7 @@ def check_notebooks(notebooks_dir: Path | None = None) -> None:
 def resolve_notebook(name: str | os.PathLike, notebooks_dir: Path | None = None) -> Path:
     """``notebooks/<name>.py`` for a name given with or without ``.py`` (or ``.ipynb``), or by its
     chapter's two digits alone ("04" for ``04_<title>.py``)."""
-    folder = Path(notebooks_dir or layout.notebooks_dir())
+    folder = Path(notebooks_dir or paths.notebooks_dir())
     stem = Path(name).name
     for suffix in (".py", ".ipynb"):
         if stem.endswith(suffix):
@@ -131,7 +132,7 @@ def resolve_notebook(name: str | os.PathLike, notebooks_dir: Path | None = None)
 
 def list_profiles(params_dir: Path | None = None) -> list[str]:
     """The profiles: the names of the files ``params/<name>.yaml`` that match :data:`PROFILE_RE`."""
-    folder = Path(params_dir or layout.params_dir())
+    folder = Path(params_dir or paths.params_dir())
     names = [path.stem for path in folder.glob("*.yaml") if PROFILE_RE.fullmatch(path.stem)]
     return sorted(names, key=lambda n: (PROFILE_ORDER.index(n) if n in PROFILE_ORDER else len(PROFILE_ORDER), n))
 
@@ -154,7 +155,7 @@ def _read_profile(profile: str, params_dir: Path | None) -> dict[str, Any]:
     """``params/<profile>.yaml`` checked: notebook name -> {parameter: value}, and an executor spec."""
     from mdlib.runs import pool
 
-    folder = Path(params_dir or layout.params_dir())
+    folder = Path(params_dir or paths.params_dir())
     profiles = list_profiles(folder)
     if profile not in profiles:
         raise ValueError(f"unknown profile {profile!r}; the profiles are {', '.join(profiles) or '(none)'} "

@@ -49,7 +49,6 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from mdlib.book import layout
 from mdlib.experiments import paper, paths
 from mdlib.runs import identity
 from mdlib.runs.files import atomic_write
@@ -218,9 +217,9 @@ def json_paths(label: str, kind: str, has_csv: bool) -> list[Path]:
     """Where the record of ``label`` goes: beside the PNG of a figure, and beside every CSV (in the
     output directory)."""
     output = paths.output_dir()
-    out = [output / "figures" / f"{label}.json"] if kind == "figure" else []
+    out = [paths.figures_dir(output) / f"{label}.json"] if kind == "figure" else []
     if has_csv:
-        out.append(output / "results" / f"{label}.json")
+        out.append(paths.results_dir(output) / f"{label}.json")
     return out
 
 
@@ -234,7 +233,7 @@ def write(rec: Mapping[str, Any], has_csv: bool) -> list[Path]:
 def find(label: str, build: Path | None = None) -> dict[str, Any] | None:
     """The record of ``label`` in the build directory (figures first, then results), or None."""
     build = Path(build) if build is not None else paths.build_dir()
-    for path in (build / "figures" / f"{label}.json", build / "results" / f"{label}.json"):
+    for path in (paths.figures_dir(build) / f"{label}.json", paths.results_dir(build) / f"{label}.json"):
         try:
             return json.loads(path.read_text("utf-8"))
         except (OSError, ValueError):
@@ -245,7 +244,7 @@ def find(label: str, build: Path | None = None) -> dict[str, Any] | None:
 def records(build: Path | None = None) -> Iterator[tuple[Path, dict[str, Any]]]:
     """(path, record) of every readable record in the build directory's figures and results."""
     build = Path(build) if build is not None else paths.build_dir()
-    for folder in (build / "figures", build / "results"):
+    for folder in (paths.figures_dir(build), paths.results_dir(build)):
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             try:
                 record = json.loads(path.read_text("utf-8"))
@@ -366,9 +365,10 @@ def archive_members(build: Path | None = None) -> list[Path]:
     """Every figure (PNG, PDF), table CSV and provenance JSON in the build directory, sorted."""
     build = Path(build) if build is not None else paths.build_dir()
     found = []
-    for folder, suffixes in (("figures", (".png", ".pdf", ".json")), ("results", (".csv", ".json"))):
-        if (build / folder).is_dir():
-            found += [p for p in (build / folder).iterdir()
+    for folder, suffixes in ((paths.figures_dir(build), (".png", ".pdf", ".json")),
+                             (paths.results_dir(build), (".csv", ".json"))):
+        if folder.is_dir():
+            found += [p for p in folder.iterdir()
                       if p.is_file() and p.suffix in suffixes and not p.name.startswith(".")]
     return sorted(found)
 
@@ -391,7 +391,7 @@ def publish_archive(html_root: Path | None = None, build: Path | None = None) ->
     import shutil
 
     build = Path(build) if build is not None else paths.build_dir()
-    html_root = Path(html_root) if html_root is not None else layout.html_dir()
+    html_root = Path(html_root) if html_root is not None else paths.html_dir()
     return atomic_write(html_root / ARCHIVE_HTML, lambda tmp: shutil.copyfile(build / ARCHIVE, tmp))
 
 

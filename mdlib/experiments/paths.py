@@ -15,8 +15,8 @@ here runs on import, and only the book and the experiments' stores ask for a fol
 a folder is a project when it holds ``_config.yml``, ``notebooks/`` and ``params/``. An explicit
 folder (1, 2) that is not one is an error, and so is finding none (:class:`ProjectNotFound` says what
 to do). A non-editable install is found only by 1, 2 or 4: its package folder (site-packages) never is.
-The book's own folders in it and in the build directory (``notebooks/``, ``params/``, ``book/``,
-``<build>/figures``, ``<build>/results``, the HTML) are ``mdlib.book.layout``'s.
+The book's own folders in it and in the build directory are named below (:func:`notebooks_dir`,
+:func:`params_dir`, :func:`book_dir`, :func:`figures_dir`, :func:`results_dir`, :func:`html_dir`).
 
 **The build directory** is ``$MDLIB_BUILD_DIR`` when set, else ``<project>/_build``, else (no project:
 the experiments used as a library) ``<user cache>/build``. **The user cache** is
@@ -39,7 +39,7 @@ installed package.
 save functions, the provenance records, the chapter's own scorecard verdicts) put and read its
 ``figures/`` and ``results/``: ``$MDLIB_OUTPUT_DIR`` when set, else ``<build>/scratch``. The book's
 readers (the scorecard page, the archive, the consistency checks) read the build directory's
-(``mdlib.book.layout.figures_dir``, ``results_dir``). ``python -m mdlib run`` and ``book`` set
+(:func:`figures_dir`, :func:`results_dir`). ``python -m mdlib run`` and ``book`` set
 ``$MDLIB_OUTPUT_DIR`` for the kernel: the build directory for the book's own executions (a profile,
 no overrides), a variant folder otherwise; so a notebook executed any other way (papermill's own
 command, Jupyter, a script) never writes over the book's figures. The results store and the
@@ -199,3 +199,52 @@ def _build_folder(name: str, holds: str) -> Callable[[], Path]:
 
 runs_dir = _build_folder("runs", "the results store, one entry per run (``mdlib.runs.store``)")
 checkpoints_dir = _build_folder("checkpoints", "the checkpoint of every training run still going")
+
+
+# ---------------------------------------------------------------------------------------------
+# the book's folders: its sources in the project, what a build makes of them
+
+
+def notebooks_dir() -> Path:
+    """Jupytext sources of the book's chapters (``NN_name.py``) and their executed ``.ipynb``."""
+    return root() / "notebooks"
+
+
+def params_dir() -> Path:
+    """Parameter profiles: ``params/<profile>.yaml``."""
+    return root() / "params"
+
+
+def book_dir() -> Path:
+    """Prose pages of the book."""
+    return root() / "book"
+
+
+def figures_dir(folder: str | os.PathLike | None = None) -> Path:
+    """``<folder>/figures``: every figure, as PNG and PDF, under the label the book cites, and its
+    provenance record; ``folder``: the build directory when None (the book's), a notebook's
+    :func:`output_dir` for its writers, a chapter's staging folder."""
+    return Path(folder if folder is not None else build_dir()) / "figures"
+
+
+def results_dir(folder: str | os.PathLike | None = None) -> Path:
+    """``<folder>/results``: the CSV behind each figure and table, and its provenance record; ``folder``
+    as for :func:`figures_dir`."""
+    return Path(folder if folder is not None else build_dir()) / "results"
+
+
+def html_dir() -> Path:
+    """Where ``jupyter-book build`` writes the HTML book.
+
+    Jupyter Book always writes to ``<path-output>/_build/html``: with the default build directory
+    (or any build directory named ``_build``) that is ``<build>/html``, otherwise
+    ``<build>/_build/html``.
+    """
+    build = build_dir()
+    return build / "html" if build.name == "_build" else build / "_build" / "html"
+
+
+def jupyter_book_output() -> Path:
+    """The ``--path-output`` to hand to ``jupyter-book build`` so that HTML lands in ``html_dir()``."""
+    build = build_dir()
+    return build.parent if build.name == "_build" else build

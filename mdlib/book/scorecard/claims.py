@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 import numpy as np
 import pandas as pd
 
-from mdlib.book import chapters, layout, provenance
+from mdlib.book import chapters, provenance
 from mdlib.book.scorecard.evidence import Results, Unmeasured, complete
 from mdlib.book.scorecard.rules import (COST_BAND, E2_MIN_POINTS, INCONCLUSIVE, KQV_PAPER_REDUCTION, NOT_MEASURED,
                                         PARITY_MARGIN, PRUNE_AT, SMALLER, Effect, Verdict, allocation_rule,
@@ -831,12 +831,12 @@ def _stability(part: _Part) -> Stability | None:
 def chapter_rows(notebook: str, results_dir: Path | str | None = None) -> list[Row]:
     """The scorecard's rows of ``notebook``'s claims, from the results the chapter has just written
     (``<output>/results``, ``paths.output_dir``: the book's own, a variant's or the scratch folder; the
-    book's ``layout.results_dir`` for the earlier chapters' tables a claim also reads), at its own profile
+    book's ``paths.results_dir`` for the earlier chapters' tables a claim also reads), at its own profile
     (``provenance.notebook_run``; outside the pipeline its results have none, so each claim reads not
     measured)."""
     from mdlib.experiments import paths
 
-    return rows(results_dir or paths.output_dir() / "results", also=None if results_dir else layout.results_dir(),
+    return rows(results_dir or paths.results_dir(paths.output_dir()), also=None if results_dir else paths.results_dir(),
                 profile=provenance.notebook_run()["profile"], notebook=notebook)
 
 
