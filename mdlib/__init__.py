@@ -20,11 +20,13 @@ These need torch, numpy and scipy only. The package has three tiers, each import
 the tiers below it:
 
 - the library, ``mdlib.mirror``, ``mdlib.optim``, ``mdlib.svm``, ``mdlib.models``;
-- ``mdlib.experiments`` (extra ``[experiments]``): the results store (``store``, no torch), training
-  runs through it (``pool``, ``train``), the data (``fetch``, ``data``), the experiments
-  (``synthetic``, ``sentiment``, ``vision``, ``selection``, ``sparsity``), their statistics and
-  analyses (``stats``, ``analysis``), each claim's estimate (``estimates``), method and data set names
-  (``methods``), what a step costs (``cost``), ``paths`` and ``fingerprint``;
+- ``mdlib.experiments`` (extra ``[experiments]``): training (``train``), the data (``fetch``, ``data``),
+  where things live (``paths``), the experiments (``synthetic``, ``sentiment``: chapter 04's package,
+  ``vision``, ``selection``, ``sparsity``, ``step_size_guide``), their statistics and analyses
+  (``stats``, ``analysis``), each claim's estimate (``estimates``), method and data set names
+  (``methods``), what a step costs (``cost``); and beside it, in the same tier, ``mdlib.runs``: how runs
+  are named, filed, locked and scheduled (``identity``, ``files``, ``lockfile``, ``store``, no torch,
+  ``pool``, ``progress``);
 - ``mdlib.book`` (extra ``[book]``): the chapters (``chapters``, the one registry), their parameters
   (``profiles``), their execution (``execute``), the generated pages and the build (``pages``,
   ``book``), figures and tables (``plots``), records (``provenance``), the scorecard (``scorecard``:
