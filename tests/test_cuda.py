@@ -18,7 +18,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from mdlib import _lp_compiled, _lp_steps, mirror
+from mdlib import mirror
+from mdlib.optim import _compiled, _steps
 from mdlib.experiments import methods, pool, sentiment_run, store
 from mdlib.models import EncoderClassifier
 from mdlib.optim import LpMirrorDescent
@@ -61,7 +62,7 @@ def train_steps(model: nn.Module, opt: torch.optim.Optimizer, steps: int, start:
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The tensor's bits as integers (so NaN equals itself and -0 differs from +0)."""
-    return t.detach().view(_lp_steps._BITS[t.element_size()])
+    return t.detach().view(_steps._BITS[t.element_size()])
 
 
 def assert_bitwise(xs, ys) -> None:
@@ -89,7 +90,7 @@ def assert_ran_as_asked(opt: LpMirrorDescent, path: str) -> None:
     assert not opt._guard.pending
     if path == "fused" and any(group["p"] != 2.0 for group in opt.param_groups):  # p = 2: torch's fused SGD
         assert opt._guard.fused.failure is None, f"the fused kernel fell back: {opt._guard.fused.failure}"
-        assert any(key[4].type == DEVICE for key in _lp_compiled._KERNELS)
+        assert any(key[4].type == DEVICE for key in _compiled._KERNELS)
 
 
 # --- 1. each implementation against a float64 CPU run ---------------------------------------------

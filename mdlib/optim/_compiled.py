@@ -4,7 +4,7 @@
   finiteness check included, as one compiled expression (``_fused_update``). Kernels are compiled once
   per layout and shared (``_KERNELS``: they are pure, the step size an argument); what one optimizer
   keeps (its lr tensors, why compiling failed) is its own ``_Fused``. If compiling fails: a one-time
-  warning and None, and the optimizer runs the eager implementations (``mdlib._lp_steps``).
+  warning and None, and the optimizer runs the eager implementations (``mdlib.optim._steps``).
 - The traced step (``_traced_update``): the step as ``torch.compile`` traces ``opt.step``, without a host
   read, so without a graph break; the edit check on the device (``_resync_on_device``).
 """
@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from mdlib import first_line
-from mdlib._lp_steps import _BITS, _sgd_direction
 from mdlib.mirror import _fused_signed_power
+from mdlib.optim._steps import _BITS, _sgd_direction
 
 # --- the fused implementation ---------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ between two steps beside ``optimizer.state``:
 - ``pending``: the param groups of the last step whose finiteness check is outstanding (``_Pending``:
   what undoing them needs); settled at once on CPU, at the next ``step()`` or ``check()`` with ``lazy_check``;
 - ``refused``: the count of steps traced by ``torch.compile`` and refused on the device;
-- ``fused``: the fused kernels' state of this optimizer (``mdlib._lp_compiled._Fused``).
+- ``fused``: the fused kernels' state of this optimizer (``mdlib.optim._compiled._Fused``).
 
 Per parameter, ``state`` holds the dual ``u`` and a spare buffer: ``"spare"``, or ``"copy"`` (the
 parameter as the last immediately checked step wrote it) with ``"p"``, the exponent of that copy.
@@ -23,9 +23,9 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from mdlib._lp_compiled import _Fused
-from mdlib._lp_steps import _by_device_and_dtype, _finite, _inverse, _same_bits
 from mdlib.mirror import mirror_map
+from mdlib.optim._compiled import _Fused
+from mdlib.optim._steps import _by_device_and_dtype, _finite, _inverse, _same_bits
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
