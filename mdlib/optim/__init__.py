@@ -28,7 +28,7 @@ Conventions (those of torch's optimizers, and where this one differs):
   make a parameter non-finite. A tensor lr is read on the host by the eager implementations (as SGD
   does) and passed to the fused kernel as an argument.
 - ``maximize``, ``foreach`` and ``fused`` are param-group entries (``__setstate__`` back-fills them for
-  older checkpoints, ``mdlib.optim._compat``). ``load_state_dict`` keeps this optimizer's
+  older checkpoints). ``load_state_dict`` keeps this optimizer's
   ``foreach``/``fused``: they say how this process runs the step, so a state saved with one
   implementation loads into another. ``lazy_check`` is an attribute for the same reason.
 - SGD's options (``momentum``, ``dampening``, ``weight_decay``, ``nesterov``), validated as SGD validates
@@ -88,11 +88,10 @@ Conventions (those of torch's optimizers, and where this one differs):
 - State of one optimizer is its own: the fused kernels' lr tensors and compile failure live on the
   instance; the compiled kernels are shared, keyed by layout (pure functions of their arguments).
 
-This module is the optimizer (param groups, state, ``state_dict``) and its update ``lp_mirror_descent``;
-beside it, one job each: what makes a step safe to take and to take back, the edit check, the pending
+``mirror_descent`` is the optimizer (param groups, state, ``state_dict``; what checkpoints of earlier
+versions lack, in ``__setstate__``) and its update ``lp_mirror_descent``; beside it, one job each: what makes a step safe to take and to take back, the edit check, the pending
 finiteness check and the undo (``mdlib.optim._guard``), the eager steps (``mdlib.optim._steps``), what runs
-through ``torch.compile`` (``mdlib.optim._compiled``), what the optimizer refuses (``mdlib.optim._checks``)
-and what it keeps for checkpoints of earlier versions (``mdlib.optim._compat``).
+through ``torch.compile`` (``mdlib.optim._compiled``), and what the optimizer refuses (``mdlib.optim._checks``).
 """
 
 from mdlib.optim.mirror_descent import LpMirrorDescent, LpUpdate, lp_mirror_descent

@@ -14,7 +14,6 @@ from torch.optim.sgd import sgd as _torch_sgd  # torch's functional SGD: the ste
 
 from mdlib.mirror import check_p
 from mdlib.optim._checks import _check_fused_param, _check_group, _check_group_keys, _check_sparse
-from mdlib.optim._compat import _DROPPED_STATE, _upgrade
 from mdlib.optim._compiled import _Fused, _fused_lpmirrordescent, _traced_update
 from mdlib.optim._guard import _dual_dtype, _StepGuard
 from mdlib.optim._steps import (_finite, _multi_tensor_lpmirrordescent, _normalized, _resolved_foreach, _resync,
@@ -26,6 +25,20 @@ __all__ = ["LpMirrorDescent", "LpUpdate", "lp_mirror_descent"]
 #: dual buffer (``"copy"`` when it holds the parameter as the last immediately checked step left it) and
 #: ``"p"``, the exponent that copy was made with (a 0-dim float64 CPU tensor).
 _UNSAVED = ("spare", "copy", "p")
+
+# What checkpoints and pickles of earlier versions lack or hold, kept where torch keeps its own (SGD's
+# ``__setstate__`` back-fills ``nesterov``, ``maximize``, ...): ``__setstate__``, which torch's
+# ``load_state_dict`` also calls, and ``load_state_dict``.
+
+#: Param-group options added after the first versions, with the value under which those stepped.
+_GROUP_DEFAULTS = dict(momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, normalize=False, eps=1e-12,
+                       maximize=False, foreach=None, differentiable=False, fused=None)
+#: Attributes (they say how this process runs the step) that pickles of earlier versions lack: the
+#: constructor's defaults.
+_ATTRIBUTE_DEFAULTS = dict(lazy_check=None, check_edits=True)
+#: Per-parameter entries in which earlier versions kept their bookkeeping of edits (through torch's
+#: version counters); every step now verifies the parameters itself, so loading drops them.
+_DROPPED_STATE = ("version", "exact")
 
 
 def _eager(foreach: bool) -> Callable[..., Tensor | None]:
@@ -226,7 +239,11 @@ class LpMirrorDescent(Optimizer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        _upgrade(self.__dict__, self.param_groups)  # pickles and checkpoints of earlier versions
+        for key, value in _ATTRIBUTE_DEFAULTS.items():  # pickles of earlier versions
+            self.__dict__.setdefault(key, value)
+        for group in self.param_groups:  # pickles and checkpoints of earlier versions
+            for key, value in _GROUP_DEFAULTS.items():
+                group.setdefault(key, value)
         self._guard = _StepGuard(_inverse_into)
 
     @staticmethod
