@@ -247,12 +247,12 @@ class LpMirrorDescent(Optimizer):
         self._guard = _StepGuard(_inverse_into)
 
     @staticmethod
-    def _process_value_according_to_param_policy(param: Tensor, value: Tensor, param_id: int | None,
-                                                 param_groups: list[dict[str, Any]] | None,
-                                                 key: str | None = None) -> Tensor:
-        """torch's rule for a loaded state tensor (floating state takes the parameter's dtype), except the
-        dual: a copy in the dual's dtype (float32 for fp16/bf16 parameters). torch's ``load_state_dict``
-        calls ``Optimizer``'s rule by name, so ``load_state_dict`` applies this one to the duals itself."""
+    def _cast_loaded_state(param: Tensor, value: Tensor, param_id: int | None, param_groups: list[dict[str, Any]] | None,
+                           key: str | None = None) -> Tensor:
+        """A loaded state tensor as this optimizer keeps it: the dual as a copy in the dual's dtype (float32
+        for fp16/bf16 parameters), anything else by torch's rule (floating state takes the parameter's
+        dtype). Not an override: torch's ``load_state_dict`` calls ``Optimizer``'s rule by name, so
+        ``load_state_dict`` sets the duals aside from it and applies this to them."""
         if key == "dual":
             return value.to(device=param.device, dtype=_dual_dtype(param.dtype), copy=True)
         return Optimizer._process_value_according_to_param_policy(param, value, param_id, param_groups, key)
@@ -291,7 +291,7 @@ class LpMirrorDescent(Optimizer):
 
         def restore(optimizer: Optimizer) -> None:  # before every other post-hook
             for param, dual in duals:
-                optimizer.state[param]["dual"] = self._process_value_according_to_param_policy(
+                optimizer.state[param]["dual"] = self._cast_loaded_state(
                     param, dual, None, optimizer.param_groups, key="dual")
             for group, (foreach, fused) in zip(optimizer.param_groups, implementation):
                 group["foreach"], group["fused"] = foreach, fused
