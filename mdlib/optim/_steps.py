@@ -6,7 +6,8 @@ and the tensor helpers the optimizer shares with them.
 - multi-tensor (``_multi_tensor_lpmirrordescent``): torch's ``torch._foreach_*`` kernels per device and
   dtype (on a CPU the single-tensor loop, which is faster there);
 - SGD's direction (``_sgd_direction``): the gradient after weight decay and momentum, as
-  ``torch.optim.SGD`` computes it; p = 2 is torch's own SGD step in each implementation.
+  ``torch.optim.SGD`` computes it; p = 2 is torch's functional SGD, entered through each
+  implementation (torch's tests patch them by name to see which one ran).
 
 For p != 2 a step writes s = u - lr g into the spare buffers and w = m^-1(s) into the parameters and
 returns whether each new parameter is finite (``_finite``); the caller undoes a refused step.
@@ -66,20 +67,16 @@ def _by_device_and_dtype(*lists: list[Tensor]) -> list[list[int]]:
 # --- the implementations (p = 2 is SGD in each) ----------------------------------------------------
 
 
-def _single_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                                   spares: list[Tensor], *, lr: float, p: float, maximize: bool,
+def _single_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor] | None,
+                                   spares: list[Tensor] | None, *, lr: float, p: float, maximize: bool,
+                                   momentum_buffers: list[Tensor | None] | None = None,
                                    sgd: dict[str, Any] | None = None) -> Tensor | None:
     """s <- u - lr g (u + lr g when maximizing) and w <- m^-1(s), tensor by tensor; the finite flags.
-    p = 2: ``w.add_(g, alpha=-lr)``, SGD's single-tensor step (and None); with SGD's options (``sgd``,
-    the momentum buffers in ``duals``), torch's own single-tensor SGD."""
-    alpha = lr if maximize else -lr  # (-lr)(-g) = lr g exactly: SGD's maximize, without negating g
-    if p == 2.0 and sgd is not None:
-        _torch_sgd(params, grads, duals, foreach=False, fused=False, lr=lr, maximize=maximize, **sgd)
-        return None
+    p = 2: torch's single-tensor SGD with its options ``sgd`` and ``momentum_buffers`` (and None)."""
     if p == 2.0:
-        for w, g in zip(params, grads):
-            w.add_(g, alpha=alpha)
+        _torch_sgd(params, grads, momentum_buffers, foreach=False, fused=False, lr=lr, maximize=maximize, **sgd)
         return None
+    alpha = lr if maximize else -lr  # (-lr)(-g) = lr g exactly: SGD's maximize, without negating g
     r = 1.0 / (p - 1.0)
     for w, g, u, s in zip(params, grads, duals, spares):
         if g.is_sparse:
@@ -102,18 +99,15 @@ def _sparse_rows_step(w: Tensor, g: Tensor, u: Tensor, s: Tensor, alpha: float, 
     w[index] = _signed_power(rows, r).to(w.dtype)
 
 
-def _multi_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                                  spares: list[Tensor], *, lr: float, p: float, maximize: bool,
+def _multi_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor] | None,
+                                  spares: list[Tensor] | None, *, lr: float, p: float, maximize: bool,
+                                  momentum_buffers: list[Tensor | None] | None = None,
                                   sgd: dict[str, Any] | None = None) -> Tensor | None:
-    """The same update with foreach kernels, per device and dtype. p = 2: SGD's foreach step (with its
-    options, torch's own)."""
-    alpha = lr if maximize else -lr
-    if p == 2.0 and sgd is not None:
-        _torch_sgd(params, grads, duals, foreach=True, fused=False, lr=lr, maximize=maximize, **sgd)
-        return None
+    """The same update with foreach kernels, per device and dtype. p = 2: torch's foreach SGD."""
     if p == 2.0:
-        torch._foreach_add_(params, grads, alpha=alpha)
+        _torch_sgd(params, grads, momentum_buffers, foreach=True, fused=False, lr=lr, maximize=maximize, **sgd)
         return None
+    alpha = lr if maximize else -lr
     r = 1.0 / (p - 1.0)
     for index in _by_device_and_dtype(duals, params):
         ws, gs, us, ss = ([x[i] for i in index] for x in (params, grads, duals, spares))

@@ -91,22 +91,23 @@ def lp_mirror_descent(params: list[Tensor], grads: list[Tensor], duals: list[Ten
     if normalize:
         grads = _normalized(grads, p, eps)
     sgd = dict(weight_decay=weight_decay, momentum=momentum, dampening=dampening, nesterov=nesterov)
-    if refused is not None:  # traced: no host read
-        if p == 2.0:
-            _torch_sgd(params, grads, buffers, foreach=foreach, fused=fused, lr=lr, maximize=maximize, **sgd)
-            return LpUpdate(None, buffers, bool(foreach), bool(fused))
+    traced = refused is not None  # no host read
+    sparse = any(g.is_sparse for g in grads)
+    if not traced:
+        foreach = _resolved_foreach(foreach, params, grads)
+    if p == 2.0:  # torch's functional SGD: fused, as torch traces it, or through the eager implementation
+        sgd.update(has_sparse_grad=sparse)
+        if fused or traced:
+            _torch_sgd(params, grads, buffers, foreach=foreach and not fused, fused=fused, lr=lr, maximize=maximize,
+                       **sgd)
+        else:
+            _eager(foreach)(params, grads, None, None, lr=float(lr), p=p, maximize=maximize, momentum_buffers=buffers,
+                            sgd=sgd)
+        return LpUpdate(None, buffers, bool(foreach), bool(fused))
+    if traced:
         buffers = _traced_update(params, grads, duals, spares, buffers, lr=lr, p=p, maximize=maximize,
                                  check_edits=check_edits, refused=refused, **sgd)
         return LpUpdate(None, buffers, False, False)
-    sparse = any(g.is_sparse for g in grads)
-    foreach = _resolved_foreach(foreach, params, grads)
-    if p == 2.0:
-        if fused:
-            _torch_sgd(params, grads, buffers, fused=True, lr=lr, maximize=maximize, has_sparse_grad=sparse, **sgd)
-        else:
-            options = dict(has_sparse_grad=sparse, **sgd) if momentum or weight_decay else None
-            _eager(foreach)(params, grads, buffers, None, lr=float(lr), p=2.0, maximize=maximize, sgd=options)
-        return LpUpdate(None, buffers, foreach, bool(fused))
     if momentum or weight_decay:
         grads, buffers = _sgd_direction(params, grads, buffers, maximize=maximize, foreach=foreach, **sgd)
         maximize = False  # the direction has done it
