@@ -339,28 +339,37 @@ class LpMirrorDescent(Optimizer):
                 self._update(job, None, None)
         return loss
 
-    def _init_group(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                    spares: list[Tensor], buffers: list[Tensor | None]) -> None:
-        """Fill the lists with the group's parameters that have a gradient (real views of complex ones),
-        their gradients, duals (made as m(w) where missing), spare buffers and momentum buffers: the
-        state a traced step reads. ``torch.compile`` runs this method eagerly by its name, as it runs
-        torch's optimizers' (and guards on the state it finds)."""
-        p = group["p"]
-        keys = [w for w in group["params"] if w.grad is not None]
-        for w in keys:
-            if w.grad.is_sparse:
+    def _init_group(self, group: dict[str, Any], index: int, keys: list[Tensor], params: list[Tensor],
+                    grads: list[Tensor], labels: list[str], duals: list[Tensor] | None = None,
+                    spares: list[Tensor] | None = None) -> None:
+        """Fill the lists with the group's parameters that have a gradient (``keys``, as ``state`` knows
+        them), those as the step writes them and their gradients (``params``, ``grads``: real views of
+        complex ones but at p = 2) and their names, refusing what the step cannot take (a sparse gradient whose step
+        would not be sparse, a parameter the fused kernels cannot take). The traced step passes ``duals``
+        and ``spares``: it takes no sparse gradient, and its state is made here (as m(w) where missing),
+        because ``torch.compile`` runs this method eagerly by its name, as it runs torch's optimizers'
+        (and guards on the state it finds); the eager step makes it in its guard, which can undo it."""
+        traced = duals is not None
+        names = group.get("param_names") or [
+            f"param_groups[{index}]['params'][{j}]" for j in range(len(group["params"]))]
+        for w, name in zip(group["params"], names):
+            if w.grad is None:
+                continue
+            if w.grad.is_sparse and traced:
                 raise RuntimeError("LpMirrorDescent under torch.compile takes dense gradients only: use "
                                    "nn.Embedding(..., sparse=False) or step outside the compiled function")
+            if w.grad.is_sparse:
+                _check_sparse(group, group["p"], w, name)
             if group["fused"]:
                 _check_fused_param(w)
-        real = [torch.view_as_real(w) if w.is_complex() else w for w in keys]
-        params.extend(real)
-        grads.extend(torch.view_as_real(w.grad) if w.is_complex() else w.grad for w in keys)
-        buffers.extend(self.state[w].get("momentum_buffer") for w in keys)
-        if p == 2.0:
-            return
-        duals.extend(self._guard.duals(self.state, keys, real, p, self.check_edits)[0])
-        spares.extend(self._guard.spares(self.state, keys, duals, p)[0])
+            keys.append(w)
+            labels.append(name)
+            real = w.is_complex() and group["p"] != 2.0  # torch's SGD takes complex tensors as they are
+            params.append(torch.view_as_real(w) if real else w)
+            grads.append(torch.view_as_real(w.grad) if real else w.grad)
+        if traced and group["p"] != 2.0:
+            duals.extend(self._guard.duals(self.state, keys, params, group["p"], self.check_edits)[0])
+            spares.extend(self._guard.spares(self.state, keys, duals, group["p"])[0])
 
     def _traced_step(self, closure: Callable[[], Any] | None) -> Any:
         """The step as ``torch.compile`` traces it: :func:`lp_mirror_descent` with ``refused``, so no host
@@ -373,50 +382,40 @@ class LpMirrorDescent(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
+            keys: list[Tensor] = []
             params: list[Tensor] = []
             grads: list[Tensor] = []
+            labels: list[str] = []
             duals: list[Tensor] = []
             spares: list[Tensor] = []
-            buffers: list[Tensor | None] = []
-            self._init_group(group, params, grads, duals, spares, buffers)
-            if not params:
-                continue
-            keys = [w for w in group["params"] if w.grad is not None]
-            self._update(_Job(group, group["p"], keys, params, grads, []), duals, spares,
-                         check_edits=self.check_edits, refused=self._guard.refused)
+            self._init_group(group, index, keys, params, grads, labels, duals, spares)
+            if params:
+                self._update(_Job(group, group["p"], keys, params, grads, labels), duals, spares,
+                             check_edits=self.check_edits, refused=self._guard.refused)
         return loss
 
     def _prepare_group(self, index: int, group: dict[str, Any]) -> _Job | None:
-        p = check_p(group["p"])
-        names = group.get("param_names") or [
-            f"param_groups[{index}]['params'][{j}]" for j in range(len(group["params"]))]
-        keys, labels = [], []
-        for w, name in zip(group["params"], names):
-            if w.grad is not None:
-                keys.append(w)
-                labels.append(name)
+        """The group's share of an eager step (None if no parameter has a gradient), after refusing a
+        non-finite lr and, at p = 2, a non-finite gradient (SGD keeps no dual to return to): host reads
+        the traced step does not make."""
+        keys: list[Tensor] = []
+        params: list[Tensor] = []
+        grads: list[Tensor] = []
+        labels: list[str] = []
+        self._init_group(group, index, keys, params, grads, labels)
         if not keys:
             return None
-        for w, name in zip(keys, labels):
-            if w.grad.is_sparse:
-                _check_sparse(group, p, w, name)
-            if group["fused"]:
-                _check_fused_param(w)
-        lr = group["lr"]
+        p, lr = check_p(group["p"]), group["lr"]
         fused_lr = group["fused"] and p != 2.0 and isinstance(lr, Tensor)  # a kernel argument: not read
         if not fused_lr and not math.isfinite(float(lr)):
             raise FloatingPointError(f"lr is not finite ({float(lr)}) in param_groups[{index}]: parameters "
                                      "left unchanged")
-        grads = [w.grad for w in keys]
-        if p == 2.0:  # SGD: the gradient is checked before the step (normalizing keeps it finite or not)
+        if p == 2.0:  # normalizing keeps the gradient finite or not
             bad = [name for name, ok in zip(labels, _finite(grads).tolist()) if not ok]
             if bad:
                 raise FloatingPointError(f"non-finite gradient in {', '.join(bad)}: parameters left unchanged; "
                                          f"check the loss or reduce lr (now {float(lr)})")
-            return _Job(group, p, keys, keys, grads, labels)
-        params = [torch.view_as_real(w) if w.is_complex() else w for w in keys]
-        grads = [torch.view_as_real(g) if g.is_complex() else g for g in grads]
         return _Job(group, p, keys, params, grads, labels)
 
     @staticmethod
