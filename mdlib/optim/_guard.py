@@ -23,9 +23,9 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from mdlib.mirror import mirror_map
+from mdlib.mirror import _signed_power, mirror_map
 from mdlib.optim._compiled import _Fused
-from mdlib.optim._steps import _by_device_and_dtype, _finite, _inverse, _same_bits
+from mdlib.optim._steps import _bits, _by_device_and_dtype, _edit_checked, _finite, _inverse
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -170,17 +170,12 @@ class _StepGuard:
         elif probed:
             _inverse([duals[i] for i in probed], [spares[i] for i in probed], 1.0 / (p - 1.0), foreach)
             refs.update((i, spares[i]) for i in probed)
-        refs = {i: ref if ref.dtype == params[i].dtype else ref.to(params[i].dtype) for i, ref in refs.items()}
-        if all(params[i].device.type == "cpu" for i in checked):
-            equal = [_same_bits(refs[i], params[i]) for i in checked]
-        else:  # one host read for all tensors
-            equal = torch.stack([torch.eq(refs[i], params[i]).all() for i in checked]).tolist()
+        refs = {i: ref.to(params[i].dtype) for i, ref in refs.items()}
         out = list(duals)
-        for i, ok in zip(checked, equal):
-            if not ok:
-                w, u = params[i], duals[i]
-                backups[i] = w.detach().clone()
-                out[i] = torch.where(refs[i] == w, u, mirror_map(w.detach().to(u.dtype), p))
+        for i in checked:
+            if not torch.equal(_bits(refs[i]), _bits(params[i])):  # the host asks first: m(w) only if edited
+                backups[i] = params[i].detach().clone()
+                out[i] = _edit_checked(params[i], duals[i], refs[i], p - 1.0, _signed_power)
         return out
 
     # --- after the update ----------------------------------------------------------------------------

@@ -15,9 +15,8 @@ returns whether each new parameter is finite (``_finite``); the caller undoes a 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch.optim.sgd import sgd as _torch_sgd  # torch's functional SGD: the step at p = 2
@@ -49,11 +48,17 @@ def _finite(tensors: list[Tensor]) -> Tensor:
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _same_bits(a: Tensor, b: Tensor) -> bool:
-    """Whether two CPU tensors of one shape and dtype hold the same bits (numpy compares their integer
-    views several times faster than ``torch.equal``, which would also call -0 and +0 equal)."""
-    bits = _BITS[a.element_size()]
-    return bool(np.array_equal(a.detach().view(bits).numpy(), b.detach().view(bits).numpy()))
+def _bits(t: Tensor) -> Tensor:
+    """``t``'s entries as integers of its width: equal iff bit for bit equal (-0 is not +0, a NaN is the
+    NaN it was), where comparing floats would call -0 and +0 equal and a NaN unequal to itself."""
+    return t.detach().view(_BITS[t.element_size()])
+
+
+def _edit_checked(w: Tensor, u: Tensor, written: Tensor, q: float, power: Callable[[Tensor, float], Tensor]) -> Tensor:
+    """The edit check, the one every route runs: u where w holds the bits the optimizer last wrote
+    (``written``, in w's dtype), else m(w) = sign(w) |w|^q (q = p - 1, by ``power``: the route's
+    own signed power, eager or compiled)."""
+    return torch.where(_bits(written) == _bits(w), u, power(w.detach().to(u.dtype), q))
 
 
 def _by_device_and_dtype(*lists: list[Tensor]) -> list[list[int]]:
@@ -212,11 +217,8 @@ def _inverse(duals: list[Tensor], outs: list[Tensor], r: float, foreach: bool) -
 
 
 def _resync(params: list[Tensor], duals: list[Tensor], spares: list[Tensor], p: float, foreach: bool) -> None:
-    """The edit check on the device, for the eager implementations (no host read): u <- u where w is
-    m^-1(u) as they compute it, bit for bit (what they last wrote), else m(w) (as ``mirror_map`` computes
-    it). ``spares`` are scratch."""
+    """The edit check on the device for the eager implementations (no host read), into u: what they
+    last wrote is m^-1(u) as they compute it (into ``spares``, scratch)."""
     _inverse(duals, spares, 1.0 / (p - 1.0), foreach)
     for w, u, s in zip(params, duals, spares):
-        synced = (s if s.dtype == w.dtype else s.to(w.dtype)) == w
-        _signed_power(w.detach().to(u.dtype), p - 1.0, out=s)
-        torch.where(synced, u, s, out=u)
+        u.copy_(_edit_checked(w, u, s.to(w.dtype), p - 1.0, _signed_power))
