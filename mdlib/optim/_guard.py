@@ -14,6 +14,12 @@ The edit check: a step starts from u where the parameter is what the optimizer l
 and from m(w) where it is not (:meth:`_StepGuard.open`). Checked immediately, it compares on the host and
 gives an edited tensor a backup and a new dual beside u (u stays for a refusal to return to); checked
 lazily, ``lp_mirror_descent(check_edits=True)`` compares on the device, into u.
+
+A refused step is taken back here, on the host, in every eager route: the step writes the new dual into
+the spare and the new parameters in place, and only a refusal pays (the parameters rebuilt from the
+untouched dual). The step traced by ``torch.compile`` cannot read the host, so it decides on the device
+instead (``mdlib.optim._compiled._traced_update``): it computes the new parameters twice, once to find
+whether they are finite and once to write them, about twice the time of an eager fused step.
 """
 
 from __future__ import annotations
