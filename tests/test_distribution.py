@@ -20,7 +20,7 @@ from mdlib.experiments import fingerprint, paths
 
 PACKAGE = paths.PACKAGE_DIR
 CORE = {"torch", "numpy", "scipy"}
-#: The tiers, lowest first: the library (mdlib/*.py: pip install attention-mirror-descent), the
+#: The tiers, lowest first: the library (mdlib/*.py and mdlib/optim/: pip install attention-mirror-descent), the
 #: experiments (mdlib/experiments/) and the book (mdlib/book/). ``python -m mdlib`` (mdlib/__main__.py)
 #: is the book's command line.
 TIERS = ("library", "experiments", "book")
