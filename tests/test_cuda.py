@@ -18,11 +18,11 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from mdlib import _lp_compiled, _lp_steps, mirror
+from mdlib import mirror
 from mdlib.experiments import methods
 from mdlib.experiments.sentiment import tokens
 from mdlib.models import EncoderClassifier
-from mdlib.optim import LpMirrorDescent
+from mdlib.optim import LpMirrorDescent, _compiled, _steps
 from mdlib.runs import identity, pool, store
 from test_optim_conventions import edit_clamp, edit_no_grad, edit_vector
 from test_runs import blobs_run, build_blobs
@@ -63,7 +63,7 @@ def train_steps(model: nn.Module, opt: torch.optim.Optimizer, steps: int, start:
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The tensor's bits as integers (so NaN equals itself and -0 differs from +0)."""
-    return t.detach().view(_lp_steps._BITS[t.element_size()])
+    return t.detach().view(_steps._BITS[t.element_size()])
 
 
 def assert_bitwise(xs, ys) -> None:
@@ -91,7 +91,7 @@ def assert_ran_as_asked(opt: LpMirrorDescent, path: str) -> None:
     assert not opt._guard.pending
     if path == "fused" and any(group["p"] != 2.0 for group in opt.param_groups):  # p = 2: torch's fused SGD
         assert opt._guard.fused.failure is None, f"the fused kernel fell back: {opt._guard.fused.failure}"
-        assert any(key[4].type == DEVICE for key in _lp_compiled._KERNELS)
+        assert any(key[4].type == DEVICE for key in _compiled._KERNELS)
 
 
 # --- 1. each implementation against a float64 CPU run ---------------------------------------------

@@ -21,9 +21,9 @@ from mdlib.runs import identity
 
 PACKAGE = paths.PACKAGE_DIR
 CORE = {"torch", "numpy", "scipy"}
-#: The tiers, lowest first: the library (mdlib/*.py: pip install attention-mirror-descent), the
-#: experiments (mdlib/experiments/ and mdlib/runs/, how their runs are filed and scheduled) and the book
-#: (mdlib/book/). ``python -m mdlib`` (mdlib/__main__.py) is the book's command line.
+#: The tiers, lowest first: the library (mdlib/*.py and mdlib/optim/: pip install attention-mirror-descent),
+#: the experiments (mdlib/experiments/ and mdlib/runs/, how their runs are filed and scheduled) and the
+#: book (mdlib/book/). ``python -m mdlib`` (mdlib/__main__.py) is the book's command line.
 TIERS = ("library", "experiments", "book")
 
 
@@ -233,11 +233,11 @@ def test_build_outputs_are_ignored_by_git():
     root = PACKAGE.parent
     if not (root / ".git").exists():
         pytest.skip("not a git checkout")
-    names = ["build/lib/mdlib/optim.py", "dist/attention_mirror_descent-0.1.0-py3-none-any.whl",
+    names = ["build/lib/mdlib/optim/mirror_descent.py", "dist/attention_mirror_descent-0.1.0-py3-none-any.whl",
              "dist/attention_mirror_descent-0.1.0.tar.gz", "attention_mirror_descent.egg-info/PKG-INFO",
              "attention_mirror_descent-0.1.0-py3-none-any.whl", "data/cache"]
     ignored = subprocess.run(["git", "check-ignore", *names], cwd=root, capture_output=True, text=True)
     assert ignored.stdout.split() == names
-    kept = subprocess.run(["git", "check-ignore", "mdlib/optim.py", "data/authors_sentences.csv"], cwd=root,
+    kept = subprocess.run(["git", "check-ignore", "mdlib/optim/mirror_descent.py", "data/authors_sentences.csv"], cwd=root,
                           capture_output=True, text=True)
     assert kept.stdout == ""

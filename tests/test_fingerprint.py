@@ -92,6 +92,14 @@ def test_a_function_level_import_counts(tmp_path, monkeypatch):
         identity.fingerprint("numpy")
 
 
+def test_every_module_of_the_optimizer_package_is_in_the_closure_of_a_kind_that_trains_with_it():
+    """``mdlib.optim`` is a package: its ``__init__`` re-exports the optimizer, and the implementation lives
+    in the modules beside it, each of which is arithmetic of every run that steps the optimizer."""
+    package = identity.source_file("mdlib.optim").parent
+    modules = {f"mdlib.optim.{path.stem}" for path in package.glob("*.py") if path.stem != "__init__"}
+    assert modules and modules <= identity.closure(identity.KINDS["e4-sentiment"])
+
+
 def test_store_lists_and_prunes_entries_of_other_code(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.BUILD_ENV, str(tmp_path))
     now = store.save(RunId.of("prune-test", {"n": 1}), {"x": 1})
@@ -232,7 +240,7 @@ KEPT = [("mdlib.runs.lockfile", "LOCK_TIMEOUT_MINUTES = 10.0", "LOCK_TIMEOUT_MIN
 #: Edits of the arithmetic, and the kinds whose runs they change (at least).
 CHANGED = [("mdlib.experiments.train", "F.binary_cross_entropy_with_logits(", "2 * F.binary_cross_entropy_with_logits(",
             {"e4-sentiment", "e7-vit", "e9-step-sizes"}),
-           ("mdlib._lp_steps", "def _real(", "STEP_EDITED = 1\n\n\ndef _real(", {"e4-sentiment", "e7-vit", "e9-step-sizes"}),
+           ("mdlib.optim._steps", "def _real(", "STEP_EDITED = 1\n\n\ndef _real(", {"e4-sentiment", "e7-vit", "e9-step-sizes"}),
            ("mdlib.models", "nn.init.normal_(self.token.weight, std=std)", "nn.init.normal_(self.token.weight, std=2 * std)",
             {"e4-sentiment", "e7-vit", "e9-step-sizes", "e1-fixed-decoder"})]
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from mdlib import _lp_compiled, _lp_steps, mirror, optim
+from mdlib import mirror
+from mdlib.optim import _compiled, _steps, mirror_descent
 
 from mdlib.experiments import methods
 from mdlib.optim import LpMirrorDescent, lp_mirror_descent
@@ -129,7 +130,7 @@ def test_scheduler_drives_lr(path):
     train(model, opt, 2)  # the first step (new duals) and the later ones (verified duals): two kernels
     sched.step()
     assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
-    kernels = len(_lp_compiled._KERNELS)
+    kernels = len(_compiled._KERNELS)
     before = [w.detach().clone() for w in model.parameters()]
     opt.zero_grad()
     loss_of(model, 2).backward()
@@ -137,7 +138,7 @@ def test_scheduler_drives_lr(path):
     opt.step()
     for w, b, g in zip(model.parameters(), before, grads):
         torch.testing.assert_close(w.detach(), mirror.mirror_step(b, g, 0.05, 1.75), rtol=1e-12, atol=1e-15)
-    assert len(_lp_compiled._KERNELS) == kernels  # a new lr is an argument of the fused kernel, not a recompile
+    assert len(_compiled._KERNELS) == kernels  # a new lr is an argument of the fused kernel, not a recompile
 
 
 @every_path
@@ -228,14 +229,14 @@ def test_defaults_follow_torch_single_tensor_on_cpu(monkeypatch):
     implementation on CPU; fused=None: not fused; the finiteness check is immediate on CPU."""
     calls = []
     for name in ("_single_tensor_lpmirrordescent", "_multi_tensor_lpmirrordescent", "_fused_lpmirrordescent"):
-        real = getattr(optim, name)
-        monkeypatch.setattr(optim, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+        real = getattr(mirror_descent, name)
+        monkeypatch.setattr(mirror_descent, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
     model = make_model()
     opt = LpMirrorDescent(model.parameters(), lr=0.01, p=1.5)
     train(model, opt, 1)
     assert calls == ["_single_tensor_lpmirrordescent"] and not opt._lazy() and not opt._guard.pending
-    assert _lp_steps._default_foreach([torch.zeros(1)]) is False
-    assert _lp_steps._default_foreach([torch.zeros(1, device="meta")]) is False
+    assert _steps._default_foreach([torch.zeros(1)]) is False
+    assert _steps._default_foreach([torch.zeros(1, device="meta")]) is False
 
 
 @every_path
@@ -381,7 +382,7 @@ def failing_compile(fn, **kwargs):
 
 
 def test_fused_falls_back_with_one_warning_when_compiling_fails(monkeypatch):
-    monkeypatch.setattr(_lp_compiled, "_KERNELS", {})
+    monkeypatch.setattr(_compiled, "_KERNELS", {})
     monkeypatch.setattr(torch, "compile", failing_compile)
     fused, single = make_model(), make_model()
     opt = LpMirrorDescent(fused.parameters(), lr=0.01, p=1.75, fused=True)
@@ -410,7 +411,7 @@ def test_fused_failing_halfway_leaves_the_fallback_a_clean_start(monkeypatch):
             raise RuntimeError("kernel died")
         return run
 
-    monkeypatch.setattr(_lp_compiled, "_kernel", half_written)
+    monkeypatch.setattr(_compiled, "_kernel", half_written)
     fused, single = make_model(), make_model()
     with pytest.warns(UserWarning, match="kernel died"):
         train(fused, LpMirrorDescent(fused.parameters(), lr=0.01, p=1.1, fused=True), 3)

@@ -1,4 +1,4 @@
-"""What LpMirrorDescent keeps for checkpoints and pickles of earlier versions (``mdlib._lp_compat``): a
+"""What LpMirrorDescent keeps for checkpoints and pickles of earlier versions (``mdlib.optim.mirror_descent``: ``__setstate__``, ``load_state_dict``): a
 checkpoint or pickle made to look like an earlier version's loads, gets what it lacks, loses what is no
 longer kept, and steps as this version's does, bit for bit. (The param-group options a checkpoint lacks:
 test_optim_conventions.py and test_torch_conformance.py's ``test_can_load_older_state_dict``.)"""
@@ -8,7 +8,7 @@ import pickle
 
 import torch
 
-from mdlib._lp_compat import _ATTRIBUTE_DEFAULTS, _DROPPED_STATE, _GROUP_DEFAULTS
+from mdlib.optim.mirror_descent import _ATTRIBUTE_DEFAULTS, _DROPPED_STATE, _GROUP_DEFAULTS
 from mdlib.optim import LpMirrorDescent
 from tiny_model import loss_of, make_model  # tests/tiny_model.py (pytest puts tests/ on the path)
 

@@ -470,9 +470,9 @@ def test_loaded_duals_are_copies_in_the_dual_dtype():
     assert opt2.state[w]["dual"] is not opt.state[w]["dual"]
     assert torch.equal(opt2.state[w]["dual"], opt.state[w]["dual"])
     dual = torch.ones(3, dtype=torch.float64)
-    assert LpMirrorDescent._process_value_according_to_param_policy(
+    assert LpMirrorDescent._cast_loaded_state(
         torch.zeros(3, dtype=torch.float16), dual, 0, opt.param_groups, key="dual").dtype == torch.float32
-    assert LpMirrorDescent._process_value_according_to_param_policy(
+    assert LpMirrorDescent._cast_loaded_state(
         torch.zeros(3, dtype=torch.float16), dual, 0, [{"params": [0]}], key="other").dtype == torch.float16
 
 

@@ -97,7 +97,7 @@ def test_the_wheel_holds_the_package_its_data_and_license(env):
         info = next(n for n in names if n.endswith(".dist-info/METADATA"))
         meta = wheel.read(info).decode()
     assert env.wheel.name.startswith("attention_mirror_descent-")
-    assert {"mdlib/__init__.py", "mdlib/optim.py", "mdlib/svm.py", "mdlib/py.typed",
+    assert {"mdlib/__init__.py", "mdlib/optim/__init__.py", "mdlib/optim/mirror_descent.py", "mdlib/svm.py", "mdlib/py.typed",
             "mdlib/_data/authors_sentences.csv", "mdlib/_data/pivotal_sentences.csv"} <= names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not [n for n in names if n.startswith(("tests/", "notebooks/", "params/", "book/", "data/"))]

@@ -28,7 +28,7 @@ from torch.testing._internal.common_optimizers import (  # noqa: E402
 )
 
 from lpmd_optim_info import LPMD_INFO  # noqa: E402
-from mdlib import optim  # noqa: E402
+from mdlib.optim import mirror_descent  # noqa: E402
 
 OPTIM = LPMD_INFO.optim_cls
 DEVICE = "cpu"
@@ -770,7 +770,7 @@ def test_defaults_changed_to_foreach():
         model(torch.rand(2, 5)).sum().backward()
         name = "_multi_tensor_lpmirrordescent" if torch.device(DEVICE).type == "cuda" else \
             "_single_tensor_lpmirrordescent"
-        with patch.object(optim, name, wraps=getattr(optim, name)) as implementation:
+        with patch.object(mirror_descent, name, wraps=getattr(mirror_descent, name)) as implementation:
             optimizer.step()
         assert implementation.called
         model.zero_grad()

@@ -1,97 +1,5 @@
-r"""``LpMirrorDescent``: l_p mirror descent as a ``torch.optim`` optimizer, with torch's conventions.
-
-Its update is one function, ``lp_mirror_descent`` (as torch's ``adam()`` is Adam's), which every route of
-``LpMirrorDescent.step`` calls: each param group's step is the guard's edit check (``mdlib._lp_guard``),
-``lp_mirror_descent`` on the group's parameters, gradients, duals and momentum buffers, and the guard's
-acceptance pending the finiteness check; p = 2 and the step traced by ``torch.compile`` call it too.
-It runs one of three implementations of the update, named as torch names its own (in
-``mdlib._lp_steps`` and ``mdlib._lp_compiled``):
-
-- single-tensor (``_single_tensor_lpmirrordescent``): a loop over the parameters, in-place torch
-  operations (the default on CPU);
-- multi-tensor (``_multi_tensor_lpmirrordescent``, ``foreach=True``): torch's ``torch._foreach_*``
-  kernels, one launch per operation for all tensors of a device and dtype (the default on CUDA). On a
-  CPU, where torch's foreach kernels are a loop over the tensors, it runs the single-tensor loop for
-  those tensors: the same update with fewer passes (``python -m mdlib bench optimizer``);
-- fused (``_fused_lpmirrordescent``, ``fused=True``): the whole update of a tensor, finiteness check
-  included, as one expression compiled by ``torch.compile`` (opt-in; if compiling fails, a one-time
-  warning and the other implementations).
-
-Conventions (those of torch's optimizers, and where this one differs):
-
-- ``lr``: a number or a 1-element tensor (as ``torch.optim.Adam`` accepts), >= 0, default 1e-3 (as
-  ``torch.optim.SGD``). It is validated at construction and in ``add_param_group``, never at
-  ``step()``: a scheduler may take it to 0 (``LambdaLR`` warmup, ``LinearLR(end_factor=0)``,
-  ``CosineAnnealingLR`` at T_max). A step with a non-finite lr is refused like any step that would
-  make a parameter non-finite. A tensor lr is read on the host by the eager implementations (as SGD
-  does) and passed to the fused kernel as an argument.
-- ``maximize``, ``foreach`` and ``fused`` are param-group entries (``__setstate__`` back-fills them for
-  older checkpoints, ``mdlib._lp_compat``). ``load_state_dict`` keeps this optimizer's
-  ``foreach``/``fused``: they say how this process runs the step, so a state saved with one
-  implementation loads into another. ``lazy_check`` is an attribute for the same reason.
-- SGD's options (``momentum``, ``dampening``, ``weight_decay``, ``nesterov``), validated as SGD validates
-  them, act on the gradient as in ``torch.optim.SGD`` and their result on the dual: mirror descent on the
-  loss plus weight_decay/2 ||w||_2^2, with heavy-ball or Nesterov momentum in the dual space. The momentum
-  buffer is ``state[param]["momentum_buffer"]`` (saved, restored by a refused step).
-- p = 2 (without normalization) is ``torch.optim.SGD`` bit for bit with every option, in each
-  implementation (single-tensor, foreach; fused is torch's fused SGD); it keeps no state but SGD's
-  momentum buffer.
-- Complex parameters step as their ``torch.view_as_real`` (torch's convention; the dual is real). A
-  sparse gradient (``nn.Embedding(sparse=True)``) updates only the entries it holds: a zero gradient
-  leaves the dual, so the other rows keep their value exactly and the inverse map runs on the touched
-  rows only (p = 2: as SGD; p != 2: without momentum, weight decay, normalize or fused, which would
-  make the step dense, and refused there).
-- A param-group key is refused when it would be silently ignored: a misspelt option (``momentun``),
-  another torch optimizer's option (``betas``) or an attribute of this one (``lazy_check``); other keys
-  (metadata such as ``name``) are kept with a warning; torch's own (``initial_lr``, ``max_lr``, ...)
-  silently. ``differentiable=True`` is refused (a step is checked on the host and undone in place).
-- The dual variable u = m(w) is optimizer state (``state[param]["dual"]``), so the float round trip
-  w -> m(w) -> m^-1 is not repeated every step (float32 weights would drift ~1e-4 relative per 1000
-  steps at p = 1.75). Low-precision parameters (fp16/bf16) keep u in float32, also through
-  ``state_dict``/``load_state_dict`` (torch would cast it to the parameter's dtype).
-- Parameters changed outside the optimizer are respected, also through ``.data`` (``p.data.clamp_``,
-  ``torch.nn.utils.vector_to_parameters``), which torch's version counter does not see: every step
-  first verifies, bit for bit, that each parameter is still what the optimizer last wrote (the copy an
-  immediately checked step keeps in its spare buffer, else m^-1(u) by the same implementation) and
-  re-derives u = m(w) for the entries that are not. Without edits, nothing changes bit for bit. It
-  reads the parameter and a copy and writes the copy: four passes over memory beside the step's four.
-  ``python -m mdlib bench optimizer`` (2026-12-03, a 2-core x86_64 CPU, torch 2.14.1, 10M float32
-  parameters, p = 1.1, 1.75, 3): the default step 0.74-1.02x AdamW(foreach)'s time, 0.47-0.74x
-  unchecked; fused 2.3x AdamW(fused)'s, 1.04-1.12x unchecked. ``check_edits=False``
-  (an attribute) skips it: the same steps bit for bit, faster, but an edit made outside the optimizer
-  is then overwritten from the dual at the next step unless :meth:`LpMirrorDescent.resync` is called
-  after it. Keep the default unless the training loop never touches the parameters.
-- A refused step changes nothing. The new dual is written into a spare buffer (u and the spare swap
-  roles once the step is accepted: u plus one spare, the memory of Adam's two moments) and the new
-  parameter in place, with a per-tensor flag of whether it is finite. A non-finite gradient or an
-  inverse map that overflows clears a flag; the step is then undone, parameters rebuilt from the
-  untouched dual by the same computation that made them (bit for bit; parameters that had no dual
-  yet, or were edited outside the optimizer, are copied back from a backup), and FloatingPointError
-  names the parameters. One exception: when the step is checked lazily (which cannot ask the host
-  about an edit before the update), a parameter edited outside the optimizer since the previous step
-  comes back as m^-1(m(w)), within one rounding of the edited value.
-- ``lazy_check`` (the default on GPUs) reads the step's flags at the next ``step()`` instead of right
-  away, so a step does not wait for the device; a refused step is then undone at that point.
-  ``state_dict()``, ``check()`` and pickling/``deepcopy`` settle it too (``load_state_dict`` discards
-  it: the loaded state replaces it); ``check()`` is the one call a training loop makes after its last
-  step (``mdlib.experiments.train.fit`` does after every epoch). ``zero_grad()`` does not settle it: that would make
-  the host wait for the device at every iteration. p = 2 checks the gradient before the step (SGD keeps
-  no second copy to roll back to), which reads it on the host.
-- Under ``torch.compile`` (of ``opt.step`` or of a whole training step) the step is traced without a
-  host read, so without a graph break (``fullgraph=True`` works): the edit check is done on the device
-  (as ``lazy_check`` does), and a step that would make a parameter non-finite is skipped on the device,
-  parameters and state left as they were, and reported by the next eager ``check()``. p = 2 is torch's
-  compiled SGD. A float lr is a constant of the compiled code (torch's rule): give a tensor lr to
-  schedule it without recompiling.
-- State of one optimizer is its own: the fused kernels' lr tensors and compile failure live on the
-  instance; the compiled kernels are shared, keyed by layout (pure functions of their arguments).
-
-This module is the optimizer (param groups, state, ``state_dict``) and its update ``lp_mirror_descent``;
-beside it, one job each: what makes a step safe to take and to take back, the edit check, the pending
-finiteness check and the undo (``mdlib._lp_guard``), the eager steps (``mdlib._lp_steps``), what runs
-through ``torch.compile`` (``mdlib._lp_compiled``), what the optimizer refuses (``mdlib._lp_checks``)
-and what it keeps for checkpoints of earlier versions (``mdlib._lp_compat``).
-"""
+"""``LpMirrorDescent`` and its functional update ``lp_mirror_descent`` (the conventions they follow: the
+package docstring, ``mdlib.optim``)."""
 
 from __future__ import annotations
 
@@ -104,13 +12,12 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.sgd import sgd as _torch_sgd  # torch's functional SGD: the step at p = 2
 
-from mdlib._lp_checks import _check_fused_param, _check_group, _check_group_keys, _check_sparse
-from mdlib._lp_compat import _DROPPED_STATE, _upgrade
-from mdlib._lp_compiled import _Fused, _fused_lpmirrordescent, _traced_update
-from mdlib._lp_guard import _dual_dtype, _StepGuard
-from mdlib._lp_steps import (_finite, _multi_tensor_lpmirrordescent, _normalized, _resolved_foreach, _resync,
-                             _sgd_direction, _single_tensor_lpmirrordescent)
 from mdlib.mirror import check_p
+from mdlib.optim._checks import _check_fused_param, _check_group, _check_group_keys, _check_sparse
+from mdlib.optim._compiled import _Fused, _fused_lpmirrordescent, _traced_update
+from mdlib.optim._guard import _dual_dtype, _StepGuard
+from mdlib.optim._steps import (_finite, _multi_tensor_lpmirrordescent, _normalized, _resolved_foreach, _resync,
+                               _sgd_direction, _single_tensor_lpmirrordescent)
 
 __all__ = ["LpMirrorDescent", "LpUpdate", "lp_mirror_descent"]
 
@@ -118,6 +25,20 @@ __all__ = ["LpMirrorDescent", "LpUpdate", "lp_mirror_descent"]
 #: dual buffer (``"copy"`` when it holds the parameter as the last immediately checked step left it) and
 #: ``"p"``, the exponent that copy was made with (a 0-dim float64 CPU tensor).
 _UNSAVED = ("spare", "copy", "p")
+
+# What checkpoints and pickles of earlier versions lack or hold, kept where torch keeps its own (SGD's
+# ``__setstate__`` back-fills ``nesterov``, ``maximize``, ...): ``__setstate__``, which torch's
+# ``load_state_dict`` also calls, and ``load_state_dict``.
+
+#: Param-group options added after the first versions, with the value under which those stepped.
+_GROUP_DEFAULTS = dict(momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, normalize=False, eps=1e-12,
+                       maximize=False, foreach=None, differentiable=False, fused=None)
+#: Attributes (they say how this process runs the step) that pickles of earlier versions lack: the
+#: constructor's defaults.
+_ATTRIBUTE_DEFAULTS = dict(lazy_check=None, check_edits=True)
+#: Per-parameter entries in which earlier versions kept their bookkeeping of edits (through torch's
+#: version counters); every step now verifies the parameters itself, so loading drops them.
+_DROPPED_STATE = ("version", "exact")
 
 
 def _eager(foreach: bool) -> Callable[..., Tensor | None]:
@@ -170,22 +91,23 @@ def lp_mirror_descent(params: list[Tensor], grads: list[Tensor], duals: list[Ten
     if normalize:
         grads = _normalized(grads, p, eps)
     sgd = dict(weight_decay=weight_decay, momentum=momentum, dampening=dampening, nesterov=nesterov)
-    if refused is not None:  # traced: no host read
-        if p == 2.0:
-            _torch_sgd(params, grads, buffers, foreach=foreach, fused=fused, lr=lr, maximize=maximize, **sgd)
-            return LpUpdate(None, buffers, bool(foreach), bool(fused))
+    traced = refused is not None  # no host read
+    sparse = any(g.is_sparse for g in grads)
+    if not traced:
+        foreach = _resolved_foreach(foreach, params, grads)
+    if p == 2.0:  # torch's functional SGD: fused, as torch traces it, or through the eager implementation
+        sgd.update(has_sparse_grad=sparse)
+        if fused or traced:
+            _torch_sgd(params, grads, buffers, foreach=foreach and not fused, fused=fused, lr=lr, maximize=maximize,
+                       **sgd)
+        else:
+            _eager(foreach)(params, grads, None, None, lr=float(lr), p=p, maximize=maximize, momentum_buffers=buffers,
+                            sgd=sgd)
+        return LpUpdate(None, buffers, bool(foreach), bool(fused))
+    if traced:
         buffers = _traced_update(params, grads, duals, spares, buffers, lr=lr, p=p, maximize=maximize,
                                  check_edits=check_edits, refused=refused, **sgd)
         return LpUpdate(None, buffers, False, False)
-    sparse = any(g.is_sparse for g in grads)
-    foreach = _resolved_foreach(foreach, params, grads)
-    if p == 2.0:
-        if fused:
-            _torch_sgd(params, grads, buffers, fused=True, lr=lr, maximize=maximize, has_sparse_grad=sparse, **sgd)
-        else:
-            options = dict(has_sparse_grad=sparse, **sgd) if momentum or weight_decay else None
-            _eager(foreach)(params, grads, buffers, None, lr=float(lr), p=2.0, maximize=maximize, sgd=options)
-        return LpUpdate(None, buffers, foreach, bool(fused))
     if momentum or weight_decay:
         grads, buffers = _sgd_direction(params, grads, buffers, maximize=maximize, foreach=foreach, **sgd)
         maximize = False  # the direction has done it
@@ -204,7 +126,7 @@ def _inverse_into(targets: list[Tensor], duals: list[Tensor], work: list[Tensor]
                   fused: bool, fused_state: _Fused | None = None) -> None:
     """targets <- m^-1(u) by the very computation of a step (:func:`lp_mirror_descent` with a zero gradient
     and the same implementation): bit for bit the parameters a step that ended at these duals wrote.
-    ``work`` receives copies of u. The step guard's (``mdlib._lp_guard``) way back."""
+    ``work`` receives copies of u. The step guard's (``mdlib.optim._guard``) way back."""
     zeros = [torch.zeros_like(w) for w in targets]
     lp_mirror_descent(targets, zeros, duals, work, lr=1.0, p=p, foreach=foreach and not fused, fused=fused,
                       fused_state=fused_state)
@@ -318,16 +240,20 @@ class LpMirrorDescent(Optimizer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        _upgrade(self.__dict__, self.param_groups)  # pickles and checkpoints of earlier versions
+        for key, value in _ATTRIBUTE_DEFAULTS.items():  # pickles of earlier versions
+            self.__dict__.setdefault(key, value)
+        for group in self.param_groups:  # pickles and checkpoints of earlier versions
+            for key, value in _GROUP_DEFAULTS.items():
+                group.setdefault(key, value)
         self._guard = _StepGuard(_inverse_into)
 
     @staticmethod
-    def _process_value_according_to_param_policy(param: Tensor, value: Tensor, param_id: int | None,
-                                                 param_groups: list[dict[str, Any]] | None,
-                                                 key: str | None = None) -> Tensor:
-        """torch's rule for a loaded state tensor (floating state takes the parameter's dtype), except the
-        dual: a copy in the dual's dtype (float32 for fp16/bf16 parameters). torch's ``load_state_dict``
-        calls ``Optimizer``'s rule by name, so ``load_state_dict`` applies this one to the duals itself."""
+    def _cast_loaded_state(param: Tensor, value: Tensor, param_id: int | None, param_groups: list[dict[str, Any]] | None,
+                           key: str | None = None) -> Tensor:
+        """A loaded state tensor as this optimizer keeps it: the dual as a copy in the dual's dtype (float32
+        for fp16/bf16 parameters), anything else by torch's rule (floating state takes the parameter's
+        dtype). Not an override: torch's ``load_state_dict`` calls ``Optimizer``'s rule by name, so
+        ``load_state_dict`` sets the duals aside from it and applies this to them."""
         if key == "dual":
             return value.to(device=param.device, dtype=_dual_dtype(param.dtype), copy=True)
         return Optimizer._process_value_according_to_param_policy(param, value, param_id, param_groups, key)
@@ -366,7 +292,7 @@ class LpMirrorDescent(Optimizer):
 
         def restore(optimizer: Optimizer) -> None:  # before every other post-hook
             for param, dual in duals:
-                optimizer.state[param]["dual"] = self._process_value_according_to_param_policy(
+                optimizer.state[param]["dual"] = self._cast_loaded_state(
                     param, dual, None, optimizer.param_groups, key="dual")
             for group, (foreach, fused) in zip(optimizer.param_groups, implementation):
                 group["foreach"], group["fused"] = foreach, fused
@@ -413,28 +339,37 @@ class LpMirrorDescent(Optimizer):
                 self._update(job, None, None)
         return loss
 
-    def _init_group(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                    spares: list[Tensor], buffers: list[Tensor | None]) -> None:
-        """Fill the lists with the group's parameters that have a gradient (real views of complex ones),
-        their gradients, duals (made as m(w) where missing), spare buffers and momentum buffers: the
-        state a traced step reads. ``torch.compile`` runs this method eagerly by its name, as it runs
-        torch's optimizers' (and guards on the state it finds)."""
-        p = group["p"]
-        keys = [w for w in group["params"] if w.grad is not None]
-        for w in keys:
-            if w.grad.is_sparse:
+    def _init_group(self, group: dict[str, Any], index: int, keys: list[Tensor], params: list[Tensor],
+                    grads: list[Tensor], labels: list[str], duals: list[Tensor] | None = None,
+                    spares: list[Tensor] | None = None) -> None:
+        """Fill the lists with the group's parameters that have a gradient (``keys``, as ``state`` knows
+        them), those as the step writes them and their gradients (``params``, ``grads``: real views of
+        complex ones but at p = 2) and their names, refusing what the step cannot take (a sparse gradient whose step
+        would not be sparse, a parameter the fused kernels cannot take). The traced step passes ``duals``
+        and ``spares``: it takes no sparse gradient, and its state is made here (as m(w) where missing),
+        because ``torch.compile`` runs this method eagerly by its name, as it runs torch's optimizers'
+        (and guards on the state it finds); the eager step makes it in its guard, which can undo it."""
+        traced = duals is not None
+        names = group.get("param_names") or [
+            f"param_groups[{index}]['params'][{j}]" for j in range(len(group["params"]))]
+        for w, name in zip(group["params"], names):
+            if w.grad is None:
+                continue
+            if w.grad.is_sparse and traced:
                 raise RuntimeError("LpMirrorDescent under torch.compile takes dense gradients only: use "
                                    "nn.Embedding(..., sparse=False) or step outside the compiled function")
+            if w.grad.is_sparse:
+                _check_sparse(group, group["p"], w, name)
             if group["fused"]:
                 _check_fused_param(w)
-        real = [torch.view_as_real(w) if w.is_complex() else w for w in keys]
-        params.extend(real)
-        grads.extend(torch.view_as_real(w.grad) if w.is_complex() else w.grad for w in keys)
-        buffers.extend(self.state[w].get("momentum_buffer") for w in keys)
-        if p == 2.0:
-            return
-        duals.extend(self._guard.duals(self.state, keys, real, p, self.check_edits)[0])
-        spares.extend(self._guard.spares(self.state, keys, duals, p)[0])
+            keys.append(w)
+            labels.append(name)
+            real = w.is_complex() and group["p"] != 2.0  # torch's SGD takes complex tensors as they are
+            params.append(torch.view_as_real(w) if real else w)
+            grads.append(torch.view_as_real(w.grad) if real else w.grad)
+        if traced and group["p"] != 2.0:
+            duals.extend(self._guard.duals(self.state, keys, params, group["p"], self.check_edits)[0])
+            spares.extend(self._guard.spares(self.state, keys, duals, group["p"])[0])
 
     def _traced_step(self, closure: Callable[[], Any] | None) -> Any:
         """The step as ``torch.compile`` traces it: :func:`lp_mirror_descent` with ``refused``, so no host
@@ -447,50 +382,40 @@ class LpMirrorDescent(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
+            keys: list[Tensor] = []
             params: list[Tensor] = []
             grads: list[Tensor] = []
+            labels: list[str] = []
             duals: list[Tensor] = []
             spares: list[Tensor] = []
-            buffers: list[Tensor | None] = []
-            self._init_group(group, params, grads, duals, spares, buffers)
-            if not params:
-                continue
-            keys = [w for w in group["params"] if w.grad is not None]
-            self._update(_Job(group, group["p"], keys, params, grads, []), duals, spares,
-                         check_edits=self.check_edits, refused=self._guard.refused)
+            self._init_group(group, index, keys, params, grads, labels, duals, spares)
+            if params:
+                self._update(_Job(group, group["p"], keys, params, grads, labels), duals, spares,
+                             check_edits=self.check_edits, refused=self._guard.refused)
         return loss
 
     def _prepare_group(self, index: int, group: dict[str, Any]) -> _Job | None:
-        p = check_p(group["p"])
-        names = group.get("param_names") or [
-            f"param_groups[{index}]['params'][{j}]" for j in range(len(group["params"]))]
-        keys, labels = [], []
-        for w, name in zip(group["params"], names):
-            if w.grad is not None:
-                keys.append(w)
-                labels.append(name)
+        """The group's share of an eager step (None if no parameter has a gradient), after refusing a
+        non-finite lr and, at p = 2, a non-finite gradient (SGD keeps no dual to return to): host reads
+        the traced step does not make."""
+        keys: list[Tensor] = []
+        params: list[Tensor] = []
+        grads: list[Tensor] = []
+        labels: list[str] = []
+        self._init_group(group, index, keys, params, grads, labels)
         if not keys:
             return None
-        for w, name in zip(keys, labels):
-            if w.grad.is_sparse:
-                _check_sparse(group, p, w, name)
-            if group["fused"]:
-                _check_fused_param(w)
-        lr = group["lr"]
+        p, lr = check_p(group["p"]), group["lr"]
         fused_lr = group["fused"] and p != 2.0 and isinstance(lr, Tensor)  # a kernel argument: not read
         if not fused_lr and not math.isfinite(float(lr)):
             raise FloatingPointError(f"lr is not finite ({float(lr)}) in param_groups[{index}]: parameters "
                                      "left unchanged")
-        grads = [w.grad for w in keys]
-        if p == 2.0:  # SGD: the gradient is checked before the step (normalizing keeps it finite or not)
+        if p == 2.0:  # normalizing keeps the gradient finite or not
             bad = [name for name, ok in zip(labels, _finite(grads).tolist()) if not ok]
             if bad:
                 raise FloatingPointError(f"non-finite gradient in {', '.join(bad)}: parameters left unchanged; "
                                          f"check the loss or reduce lr (now {float(lr)})")
-            return _Job(group, p, keys, keys, grads, labels)
-        params = [torch.view_as_real(w) if w.is_complex() else w for w in keys]
-        grads = [torch.view_as_real(g) if g.is_complex() else g for g in grads]
         return _Job(group, p, keys, params, grads, labels)
 
     @staticmethod
@@ -515,7 +440,7 @@ class LpMirrorDescent(Optimizer):
 
     def _mirror_step(self, job: _Job, lazy: bool) -> None:
         """One group's step (p != 2): the edit check, the update into the spare duals, and its acceptance
-        (duals and spares swap) pending its finiteness check (``mdlib._lp_guard``)."""
+        (duals and spares swap) pending its finiteness check (``mdlib.optim._guard``)."""
         group = job.group
         opened = self._guard.open(self.state, job.keys, job.params, job.p, check_edits=self.check_edits, lazy=lazy,
                                   foreach=_resolved_foreach(group["foreach"], job.params, job.grads),

@@ -4,9 +4,9 @@
   finiteness check included, as one compiled expression (``_fused_update``). Kernels are compiled once
   per layout and shared (``_KERNELS``: they are pure, the step size an argument); what one optimizer
   keeps (its lr tensors, why compiling failed) is its own ``_Fused``. If compiling fails: a one-time
-  warning and None, and the optimizer runs the eager implementations (``mdlib._lp_steps``).
+  warning and None, and the optimizer runs the eager implementations (``mdlib.optim._steps``).
 - The traced step (``_traced_update``): the step as ``torch.compile`` traces ``opt.step``, without a host
-  read, so without a graph break; the edit check on the device (``_resync_on_device``).
+  read, so without a graph break; the edit check on the device (``_edit_checked``, as every route).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from mdlib import first_line
-from mdlib._lp_steps import _BITS, _sgd_direction
 from mdlib.mirror import _fused_signed_power
+from mdlib.optim._steps import _edit_checked, _sgd_direction
 
 # --- the fused implementation ---------------------------------------------------------------------
 
@@ -29,19 +29,14 @@ def _fused_update(params: list[Tensor], grads: list[Tensor], duals: list[Tensor]
                   lr: Tensor, r: float, q: float, check: bool) -> Tensor:
     """The update as one expression per tensor, for torch.compile; returns the finite flags.
 
-    ``check`` (a lazily checked step, which cannot ask the host): first keep u where w is what the
-    optimizer last wrote, m^-1(u) as the update computes it, and write u = m(w) (exponent q = p - 1)
-    where it is not, into u itself (the ``where`` computes m(w) everywhere: compute is cheap on a GPU).
+    ``check`` (a lazily checked step, which cannot ask the host): first the edit check into u, against
+    m^-1(u) as the update computes it (the ``where`` computes m(w) everywhere: compute is cheap on a GPU).
     A tensor is finite iff max|w| is (the max propagates NaN), a float reduction in the update's loop.
     The sign of a maximizing step is in ``lr``."""
     extremes = []
     for w, g, u, s in zip(params, grads, duals, spares):
         if check:
-            if w.dtype == u.dtype:
-                synced = _fused_signed_power(u, r) == w
-            else:  # fp16/bf16: compare the bits, or inductor elides the rounding to w's precision
-                synced = _fused_signed_power(u, r).to(w.dtype).view(torch.int16) == w.view(torch.int16)
-            u.copy_(torch.where(synced, u, _fused_signed_power(w.to(u.dtype), q)))
+            u.copy_(_edit_checked(w, u, _fused_signed_power(u, r).to(w.dtype), q, _fused_signed_power))
         s.copy_(u - g.to(u.dtype) * lr)
         w.copy_(_fused_signed_power(s, r).to(w.dtype))
         extremes.append(w.abs().amax().float() if w.numel() else w.new_zeros((), dtype=torch.float32))
@@ -113,14 +108,6 @@ def _fused_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: lis
 # --- the step traced by torch.compile --------------------------------------------------------------
 
 
-def _resync_on_device(w: Tensor, u: Tensor, p: float) -> None:
-    """u <- u where w is m^-1(u) bit for bit (what the optimizer last wrote), else m(w): the edit check
-    as one expression, without a host read (the lazily checked and the traced steps)."""
-    inverse = _fused_signed_power(u, 1.0 / (p - 1.0)).to(w.dtype)
-    bits = _BITS[w.element_size()]
-    u.copy_(torch.where(inverse.view(bits) == w.view(bits), u, _fused_signed_power(w.to(u.dtype), p - 1.0)))
-
-
 def _traced_update(params: list[Tensor], grads: list[Tensor], duals: list[Tensor], spares: list[Tensor],
                    buffers: list[Tensor | None], *, lr: float | Tensor, p: float, momentum: float, dampening: float,
                    weight_decay: float, nesterov: bool, maximize: bool, check_edits: bool,
@@ -135,7 +122,7 @@ def _traced_update(params: list[Tensor], grads: list[Tensor], duals: list[Tensor
     extremes = []
     for w, d, u, s in zip(params, direction, duals, spares):
         if check_edits:
-            _resync_on_device(w, u, p)
+            u.copy_(_edit_checked(w, u, _fused_signed_power(u, r).to(w.dtype), p - 1.0, _fused_signed_power))
         s.copy_(u - d.to(u.dtype) * lr)
         extremes.append(_fused_signed_power(s, r).abs().amax().float() if s.numel() else s.new_zeros(()).float())
     ok = torch.isfinite(torch.stack(extremes)).all()

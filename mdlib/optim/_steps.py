@@ -6,7 +6,8 @@ and the tensor helpers the optimizer shares with them.
 - multi-tensor (``_multi_tensor_lpmirrordescent``): torch's ``torch._foreach_*`` kernels per device and
   dtype (on a CPU the single-tensor loop, which is faster there);
 - SGD's direction (``_sgd_direction``): the gradient after weight decay and momentum, as
-  ``torch.optim.SGD`` computes it; p = 2 is torch's own SGD step in each implementation.
+  ``torch.optim.SGD`` computes it; p = 2 is torch's functional SGD, entered through each
+  implementation (torch's tests patch them by name to see which one ran).
 
 For p != 2 a step writes s = u - lr g into the spare buffers and w = m^-1(s) into the parameters and
 returns whether each new parameter is finite (``_finite``); the caller undoes a refused step.
@@ -14,7 +15,7 @@ returns whether each new parameter is finite (``_finite``); the caller undoes a 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -48,11 +49,25 @@ def _finite(tensors: list[Tensor]) -> Tensor:
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+def _bits(t: Tensor) -> Tensor:
+    """``t``'s entries as integers of its width: equal iff bit for bit equal (-0 is not +0, a NaN is the
+    NaN it was), where comparing floats would call -0 and +0 equal and a NaN unequal to itself."""
+    return t.detach().view(_BITS[t.element_size()])
+
+
 def _same_bits(a: Tensor, b: Tensor) -> bool:
-    """Whether two CPU tensors of one shape and dtype hold the same bits (numpy compares their integer
-    views several times faster than ``torch.equal``, which would also call -0 and +0 equal)."""
-    bits = _BITS[a.element_size()]
-    return bool(np.array_equal(a.detach().view(bits).numpy(), b.detach().view(bits).numpy()))
+    """Whether ``a`` and ``b`` hold the same bits, read on the host: numpy's ``array_equal`` of their
+    integer views on CPU (several times faster there than ``torch.equal``), ``torch.equal`` elsewhere."""
+    if a.device.type == "cpu":
+        return bool(np.array_equal(_bits(a).numpy(), _bits(b).numpy()))
+    return torch.equal(_bits(a), _bits(b))
+
+
+def _edit_checked(w: Tensor, u: Tensor, written: Tensor, q: float, power: Callable[[Tensor, float], Tensor]) -> Tensor:
+    """The edit check, the one every route runs: u where w holds the bits the optimizer last wrote
+    (``written``, in w's dtype), else m(w) = sign(w) |w|^q (q = p - 1, by ``power``: the route's
+    own signed power, eager or compiled)."""
+    return torch.where(_bits(written) == _bits(w), u, power(w.detach().to(u.dtype), q))
 
 
 def _by_device_and_dtype(*lists: list[Tensor]) -> list[list[int]]:
@@ -66,20 +81,16 @@ def _by_device_and_dtype(*lists: list[Tensor]) -> list[list[int]]:
 # --- the implementations (p = 2 is SGD in each) ----------------------------------------------------
 
 
-def _single_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                                   spares: list[Tensor], *, lr: float, p: float, maximize: bool,
+def _single_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor] | None,
+                                   spares: list[Tensor] | None, *, lr: float, p: float, maximize: bool,
+                                   momentum_buffers: list[Tensor | None] | None = None,
                                    sgd: dict[str, Any] | None = None) -> Tensor | None:
     """s <- u - lr g (u + lr g when maximizing) and w <- m^-1(s), tensor by tensor; the finite flags.
-    p = 2: ``w.add_(g, alpha=-lr)``, SGD's single-tensor step (and None); with SGD's options (``sgd``,
-    the momentum buffers in ``duals``), torch's own single-tensor SGD."""
-    alpha = lr if maximize else -lr  # (-lr)(-g) = lr g exactly: SGD's maximize, without negating g
-    if p == 2.0 and sgd is not None:
-        _torch_sgd(params, grads, duals, foreach=False, fused=False, lr=lr, maximize=maximize, **sgd)
-        return None
+    p = 2: torch's single-tensor SGD with its options ``sgd`` and ``momentum_buffers`` (and None)."""
     if p == 2.0:
-        for w, g in zip(params, grads):
-            w.add_(g, alpha=alpha)
+        _torch_sgd(params, grads, momentum_buffers, foreach=False, fused=False, lr=lr, maximize=maximize, **sgd)
         return None
+    alpha = lr if maximize else -lr  # (-lr)(-g) = lr g exactly: SGD's maximize, without negating g
     r = 1.0 / (p - 1.0)
     for w, g, u, s in zip(params, grads, duals, spares):
         if g.is_sparse:
@@ -102,18 +113,15 @@ def _sparse_rows_step(w: Tensor, g: Tensor, u: Tensor, s: Tensor, alpha: float, 
     w[index] = _signed_power(rows, r).to(w.dtype)
 
 
-def _multi_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor],
-                                  spares: list[Tensor], *, lr: float, p: float, maximize: bool,
+def _multi_tensor_lpmirrordescent(params: list[Tensor], grads: list[Tensor], duals: list[Tensor] | None,
+                                  spares: list[Tensor] | None, *, lr: float, p: float, maximize: bool,
+                                  momentum_buffers: list[Tensor | None] | None = None,
                                   sgd: dict[str, Any] | None = None) -> Tensor | None:
-    """The same update with foreach kernels, per device and dtype. p = 2: SGD's foreach step (with its
-    options, torch's own)."""
-    alpha = lr if maximize else -lr
-    if p == 2.0 and sgd is not None:
-        _torch_sgd(params, grads, duals, foreach=True, fused=False, lr=lr, maximize=maximize, **sgd)
-        return None
+    """The same update with foreach kernels, per device and dtype. p = 2: torch's foreach SGD."""
     if p == 2.0:
-        torch._foreach_add_(params, grads, alpha=alpha)
+        _torch_sgd(params, grads, momentum_buffers, foreach=True, fused=False, lr=lr, maximize=maximize, **sgd)
         return None
+    alpha = lr if maximize else -lr
     r = 1.0 / (p - 1.0)
     for index in _by_device_and_dtype(duals, params):
         ws, gs, us, ss = ([x[i] for i in index] for x in (params, grads, duals, spares))
@@ -218,11 +226,8 @@ def _inverse(duals: list[Tensor], outs: list[Tensor], r: float, foreach: bool) -
 
 
 def _resync(params: list[Tensor], duals: list[Tensor], spares: list[Tensor], p: float, foreach: bool) -> None:
-    """The edit check on the device, for the eager implementations (no host read): u <- u where w is
-    m^-1(u) as they compute it, bit for bit (what they last wrote), else m(w) (as ``mirror_map`` computes
-    it). ``spares`` are scratch."""
+    """The edit check on the device for the eager implementations (no host read), into u: what they
+    last wrote is m^-1(u) as they compute it (into ``spares``, scratch)."""
     _inverse(duals, spares, 1.0 / (p - 1.0), foreach)
     for w, u, s in zip(params, duals, spares):
-        synced = (s if s.dtype == w.dtype else s.to(w.dtype)) == w
-        _signed_power(w.detach().to(u.dtype), p - 1.0, out=s)
-        torch.where(synced, u, s, out=u)
+        u.copy_(_edit_checked(w, u, s.to(w.dtype), p - 1.0, _signed_power))
