@@ -241,3 +241,31 @@ def test_build_outputs_are_ignored_by_git():
     kept = subprocess.run(["git", "check-ignore", "mdlib/optim/mirror_descent.py", "data/authors_sentences.csv"], cwd=root,
                           capture_output=True, text=True)
     assert kept.stdout == ""
+
+
+def test_the_readme_layout_names_every_module_in_its_folder():
+    """The README's Layout section lists every package and module of mdlib on a line of its own, under
+    its folder (a folder's line at indentation 0, its modules indented by two under it)."""
+    readme = (PACKAGE.parent / "README.md").read_text("utf-8")
+    block = readme[readme.index("## Layout"):]
+    block = block[block.index("```") + 3:]
+    block = block[:block.index("```")]
+    listed, parents = set(), {}
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip())
+        first = re.split(r"\s{2,}", line.strip())[0]
+        if not first or (indent == 0 and not first.startswith("mdlib")):
+            parents = {}
+            continue
+        names = [name.strip() for name in first.split(",")]
+        base = [] if indent == 0 else parents.get(indent - 2)
+        if base is None:
+            continue
+        for name in names:
+            parts = [*base, *name.strip("/").split("/")]
+            listed.add(".".join(parts))
+            if name.endswith("/"):
+                parents[indent] = parts
+    wanted = {m for m in modules() if not m.endswith("__main__")}
+    missing = sorted(wanted - listed)
+    assert not missing, f"README.md's Layout does not list: {missing}"
