@@ -269,3 +269,12 @@ def test_the_readme_layout_names_every_module_in_its_folder():
     wanted = {m for m in modules() if not m.endswith("__main__")}
     missing = sorted(wanted - listed)
     assert not missing, f"README.md's Layout does not list: {missing}"
+
+
+def test_every_package_of_mdlib_is_in_the_wheel():
+    """pyproject.toml lists its packages by name: a new subpackage left out would be missing from the
+    wheel (and only the slow wheel test would see it)."""
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text("utf-8"))
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    found = {".".join(("mdlib", *path.parent.relative_to(PACKAGE).parts)) for path in PACKAGE.rglob("__init__.py")}
+    assert found - listed == set(), f"add {sorted(found - listed)} to [tool.setuptools] packages"
