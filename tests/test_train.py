@@ -356,14 +356,14 @@ def test_two_process_data_parallel_equals_one_process(tmp_path):
 def test_length_pools_put_similar_lengths_together_and_cover_the_epoch():
     world = train.World(0, 1, torch.device("cpu"))
     lengths = torch.randint(1, 100, (1000,), generator=torch.Generator().manual_seed(0))
-    parts = train._train_batches(1000, 10, seed=3, epoch=0, world=world, lengths=lengths, pool=50)
+    parts = train.train_batches(1000, 10, seed=3, epoch=0, world=world, lengths=lengths, pool=50)
     assert sorted(i for batch, _ in parts for i in batch) == list(range(1000))
     spread = np.mean([lengths[batch].max().item() - lengths[batch].min().item() for batch, _ in parts])
     shuffled = np.mean([lengths[batch].max().item() - lengths[batch].min().item()
-                        for batch, _ in train._train_batches(1000, 10, 3, 0, world)])
+                        for batch, _ in train.train_batches(1000, 10, 3, 0, world)])
     assert spread < 0.1 * shuffled  # about 2 against about 88
-    assert parts == train._train_batches(1000, 10, 3, 0, world, lengths, 50)
-    assert parts != train._train_batches(1000, 10, 3, 1, world, lengths, 50)
+    assert parts == train.train_batches(1000, 10, 3, 0, world, lengths, 50)
+    assert parts != train.train_batches(1000, 10, 3, 1, world, lengths, 50)
     # one pool per epoch: the same length deciles every epoch; small pools: batches change
     whole, small = train.batching(lengths, 10, pool=100, seed=3), train.batching(lengths, 10, pool=4, seed=3)
     assert whole["again"] > 0.4 and small["again"] < 3 * small["random_again"]
@@ -408,7 +408,7 @@ def test_fp32_is_the_default_and_a_plain_float32_loop():
     optimizer = LpMirrorDescent(reference.parameters(), lr=0.05, p=1.5)
     world = train.World(0, 1, torch.device("cpu"))
     for epoch in range(2):
-        for indices, _ in train._train_batches(60, 16, 0, epoch, world):
+        for indices, _ in train.train_batches(60, 16, 0, epoch, world):
             loss = nn.functional.cross_entropy(reference(x[indices]), y[indices])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

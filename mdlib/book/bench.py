@@ -151,7 +151,7 @@ def kernel_step_times(repeats: int = 21, batches: int = 20, seed: int = 0) -> di
     parts = sentiment.splits(config.dataset, config.split_seed, config.max_length)
     train_set = sentiment.training_subset(parts["train"], config.train_size, config.split_seed)
     world = train.World(0, 1, torch.device("cpu"))
-    order = train._train_batches(len(train_set), 100, seed, 0, world, torch.tensor([len(x) for x in train_set.ids]),
+    order = train.train_batches(len(train_set), 100, seed, 0, world, torch.tensor([len(x) for x in train_set.ids]),
                                  config.fit.pool)[:batches]
     data = [sentiment.collate([train_set[i] for i in indices]) for indices, _ in order]
     before = torch.get_num_threads()

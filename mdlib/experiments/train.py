@@ -65,7 +65,7 @@ from mdlib.runs.files import atomic_write
 from mdlib.runs.identity import Config
 
 __all__ = ["COLUMNS", "PRECISIONS", "FitOptions", "Optimizer", "Setup", "World", "batching", "check_precision", "evaluate", "fit",
-           "load_model_state", "model_state", "process_world", "train_setup"]
+           "load_model_state", "model_state", "process_world", "train_batches", "train_setup"]
 
 #: The columns of the history ``fit`` returns, one row per epoch (test columns NaN when not evaluated).
 COLUMNS = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds", "lr"]
@@ -257,8 +257,8 @@ def _load(folder: Path, settings: dict) -> dict | None:
 # batches
 
 
-def _train_batches(n: int, batch_size: int, seed: int, epoch: int, world: World,
-                   lengths: Tensor | None = None, pool: int = 16) -> list[tuple[list[int], int]]:
+def train_batches(n: int, batch_size: int, seed: int, epoch: int, world: World,
+                  lengths: Tensor | None = None, pool: int = 16) -> list[tuple[list[int], int]]:
     """This process's part of each global batch of epoch ``epoch`` (0-based), with the global batch size.
     A final global batch with fewer examples than processes is dropped (only possible when N > 1).
     With ``lengths``, the shuffled epoch is cut into pools of ``pool`` batches, each pool is sorted by
@@ -284,7 +284,7 @@ def batching(lengths: Tensor | np.ndarray | Sequence[int], batch_size: int, pool
     lengths = torch.as_tensor(lengths)
     n = len(lengths)
     world = World(0, 1, torch.device("cpu"))
-    epochs = [_train_batches(n, batch_size, seed, epoch, world, lengths, pool) for epoch in (0, 1)]
+    epochs = [train_batches(n, batch_size, seed, epoch, world, lengths, pool) for epoch in (0, 1)]
     padded = sum(int(lengths[b].max()) * len(b) for b, _ in epochs[0])
     where = torch.empty(n, dtype=torch.long)
     for k, (b, _) in enumerate(epochs[1]):
@@ -411,7 +411,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         collate_fn: builds a batch from a list of (inputs, label) (e.g. to pad token ids); default
             torch's default_collate.
         lengths: the training examples' sequence lengths: batch examples of similar length together
-            (less padding; see ``_train_batches``), still a seeded random order of batches.
+            (less padding; see ``train_batches``), still a seeded random order of batches.
         checkpoint: a folder: checkpoint after every epoch and resume from it when it holds one.
         num_workers: DataLoader worker processes.
         progress: show a progress bar (tqdm.auto; hidden outside terminals and notebooks).
@@ -447,7 +447,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_set: Dataset, 
         while not stopped and len(history) < epochs:
             epoch, start = len(history), time.perf_counter()
             bar.set_description(f"epoch {epoch + 1}/{epochs}")
-            parts = _train_batches(n, batch_size, seed, epoch, world, lengths, pool)
+            parts = train_batches(n, batch_size, seed, epoch, world, lengths, pool)
             loader = _loader(train_set, [indices for indices, _ in parts], collate_fn, num_workers, world.device,
                              _derived_seed(seed, _WORKERS, epoch, world.rank))
             sums = _train_epoch(net, optimizer, loader, parts, loss, reduction, world, bar, precision)
