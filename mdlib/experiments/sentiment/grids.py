@@ -1,23 +1,11 @@
-"""Table 1's grids (kind ``e4-grid``): the grid (a step-size ``sweep`` then the chosen steps at every seed) as one function of one grid
-config: ``grid(config)``; ``built_grid(profile)`` reads back the grid chapter 04 built.
+"""Table 1's grids (kind ``e4-grid``): a step-size ``sweep``, the choice on validation, then the chosen
+steps at every seed, as one function of one grid config, ``grid(config)``; ``built_grid(profile)`` reads
+back the grid chapter 04 built.
 
-A run config (``SentimentRun``, made by ``run_config``; the results store hashes its ``to_dict()``)
-names everything that changes the numbers::
-
-    {"dataset": "rotten_tomatoes", "split_seed": 0, "max_length": 64, "train_size": 1000,
-     "model": {"width": 48, "layers": 3, "heads": 3, "mlp": 192, "dropout": 0.2, "setup": "authors"},
-     "optimizer": {"name": "md", "lr": 8e-4, "p": 1.1},
-     "fit": {"epochs": 600, "batch_size": 100, "seed": 0, "loss": "binary", "reduction": "sum",
-             "stop_train_accuracy": 0.995, "pool": 16}}
-
-``fit.seed`` seeds the initialization as well as the data order and dropout, so seeds are distinct
-initializations (the authors' code reused one). ``train_size`` trains on a seeded, stratified subset
-of the training split (the same sentences for every method and seed; None: all of it). The loss is
-the batch's summed binary cross-entropy, as in the authors' code (their step sizes assume the sum).
-Training batches hold sentences of similar lengths: each epoch's random order is cut into pools of
-``fit.pool`` batches, each sorted by length (``mdlib.experiments.train.fit``).
-``train_runs(configs)`` trains the runs (reading back those the store holds) and keeps their final
-weights; ``trained_model(config, result)`` rebuilds a run's model.
+A grid's runs are ``mdlib.experiments.sentiment.run``'s (``SentimentRun``, whose docstring lists what a
+run's config holds). ``train_runs(configs)`` trains them (reading back those the store holds) and keeps
+their final weights; ``trained_model(config, result)`` rebuilds a run's model and ``test_correct`` its
+per-sentence predictions.
 """
 
 from __future__ import annotations
