@@ -37,6 +37,8 @@ the tiers below it:
 from __future__ import annotations
 
 import importlib
+import math
+import os
 from typing import TYPE_CHECKING
 
 __version__ = "0.4.0"
@@ -89,3 +91,16 @@ def __dir__() -> list[str]:
 def first_line(text: object) -> str:
     """The first line of ``str(text)`` (e.g. an exception) without surrounding blanks; "" when empty."""
     return (str(text).strip().splitlines() or [""])[0]
+
+
+def positive_env(name: str, default: float, means: str) -> float:
+    """The number in the environment variable ``name`` (``default`` when unset or blank); a ValueError
+    that says what to give (``means``) unless it is a finite number > 0."""
+    text = os.environ.get(name, "").strip()
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise ValueError(f"${name} is {text!r}: give {means}, a number > 0 (default {default:g})")
+    return value

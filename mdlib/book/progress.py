@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TextIO
 
+from mdlib import positive_env
 from mdlib.experiments import paths
 from mdlib.runs import lockfile, progress as status_files
 
@@ -404,15 +405,7 @@ def chosen_mode() -> str:
 
 def log_every() -> float:
     """``$MDLIB_PROGRESS_EVERY``: the seconds between two lines in a log (default 60)."""
-    text = os.environ.get(EVERY_ENV, "").strip()
-    try:
-        value = float(text) if text else EVERY_SECONDS
-    except ValueError:
-        value = math.nan
-    if not value > 0 or math.isinf(value):
-        raise ValueError(f"${EVERY_ENV} is {text!r}: give the seconds between two progress lines in a log, a "
-                         f"number > 0 (default {EVERY_SECONDS:g})")
-    return value
+    return positive_env(EVERY_ENV, EVERY_SECONDS, "the seconds between two progress lines in a log")
 
 
 class Monitor:

@@ -19,7 +19,6 @@ import contextlib
 import datetime as _dt
 import json
 import logging
-import math
 import os
 import re
 import socket
@@ -30,6 +29,8 @@ import uuid
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from mdlib import positive_env
 
 __all__ = ["LOCK_TIMEOUT_ENV", "LockHeld", "LockWarning", "UNREADABLE_LOCK_SECONDS", "alive", "hold", "host", "is_held",
            "lock_timeout", "watch_parent"]
@@ -86,15 +87,8 @@ class LockHeld(RuntimeError):
 
 def lock_timeout() -> float:
     """Seconds without a heartbeat after which a lock is stale: ``$MDLIB_LOCK_TIMEOUT`` minutes."""
-    text = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
-    try:
-        minutes = float(text) if text else LOCK_TIMEOUT_MINUTES
-    except ValueError:
-        minutes = math.nan
-    if not minutes > 0 or math.isinf(minutes):
-        raise ValueError(f"${LOCK_TIMEOUT_ENV} is {text!r}: give the minutes without a heartbeat after which a "
-                         f"run's lock is taken over, a number > 0 (default {LOCK_TIMEOUT_MINUTES:g})")
-    return minutes * 60
+    return 60 * positive_env(LOCK_TIMEOUT_ENV, LOCK_TIMEOUT_MINUTES,
+                             "the minutes without a heartbeat after which a run's lock is taken over")
 
 
 def _holder(path: Path) -> tuple[dict[str, Any] | None, float] | None:
