@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import shlex
 import sys
@@ -255,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        # Ctrl-C can reach the kernel's cell before papermill stops: its task is left unretrieved on
+        # purpose, and asyncio would print it at exit below the one line this command promises.
+        logging.getLogger("asyncio").disabled = True
         command = f": python -m mdlib {shlex.join(argv)}"
         print(f"interrupted: {INTERRUPTED[args.command].format(command=command)}", file=sys.stderr, flush=True)
         return 130
