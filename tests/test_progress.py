@@ -202,6 +202,45 @@ def test_the_plan_completes_the_total_and_a_stop_rule_not_reached_yet_bounds_the
     assert "runs 0/3, 0:05 elapsed, at most 1 min left (estimate at the epoch caps)" in progress.lines(snap)[0]
 
 
+def test_a_planned_run_whose_step_a_sweep_chooses_goes_once_its_cell_and_seed_are_asked_for(tmp_path):
+    """The plan counts a final run at its grid's first candidate; the run at the chosen step (another key,
+    the same slot) replaces it, where the plan's placeholder would stay "planned" forever and inflate the
+    total and the time left. A planned run whose step no choice decides stays until it is asked for."""
+    folder = crafted(tmp_path)
+    path = folder / f"{os.getpid()}-0.json"
+    record = json.loads(path.read_text())
+    record["runs"][2]["slot"] = "s2"  # c: the final of seed 2 at the chosen step
+    path.write_text(json.dumps(record))
+    planned = {name: progress._Planned("e4-sentiment", str(tmp_path / "runs" / name), 10, 0.995, "g3", 1e9, 10.0, slot)
+               for name, slot in (("c0", "s2"), ("d", "s3"), ("e", ""))}
+    watch = progress.Watch(folder, planned)
+    watch.poll()
+    assert sorted(watch.runs) == ["a", "b", "c", "d", "e"]  # c0 stands for c: gone; d and e still to come
+    record["runs"].append(_row(tmp_path, "d1", "md p=3 seed 3", "g4", "waiting", slot="s3"))
+    path.write_text(json.dumps(record))
+    watch.poll()
+    assert sorted(watch.runs) == ["a", "b", "c", "d1", "e"]
+    assert progress.lines(watch.snapshot("04_sentiment", 5.0), 200)[0].startswith("04_sentiment: runs 1/5, ")
+
+
+def test_the_plan_marks_the_runs_whose_step_a_choice_decides():
+    from mdlib.book import plan, profiles
+
+    values = profiles.executed_parameters("04_sentiment", "default")
+    found = plan.planned_runs("04_sentiment", values)
+    by_stage = {}
+    for run in found:
+        by_stage.setdefault(run.stage, []).append(run)
+    variation = by_stage["Table 1, variation (small-embeddings)"]
+    swept = {run.config.fit.seed for run in variation if not run.chosen}
+    assert swept == {0, 1}  # the sweep's seeds: their candidates are all trained
+    assert {run.config.fit.seed for run in variation if run.chosen} == set(range(2, 6))
+    assert all(len(run.alternatives) == 3 for run in variation if run.chosen)
+    assert not any(run.chosen for run in by_stage["Table 1 grid (replication)"])  # one candidate: no choice
+    planned = progress.planned_runs("04_sentiment", values)
+    assert {key for key, p in planned.items() if p.slot} == {run.key for run in found if run.chosen}
+
+
 def test_kept_names_the_runs_stored_and_those_that_resume_from_their_checkpoint(tmp_path):
     watch = progress.Watch(crafted(tmp_path))
     (tmp_path / "locks" / "b.lock").unlink()  # its worker was killed

@@ -194,7 +194,9 @@ class Planned:
     chooses, the first candidate's, as ``workload.grid_runs`` counts it), the configs it may be
     (``alternatives``: one per candidate the choice may pick; its cost is their mean), the ``round`` of
     pools it trains in (1: the sweeps and the runs no choice decides; 2: the runs the sweeps decide and
-    the grids that follow another's choice; ...) and its plan row (``stage``)."""
+    the grids that follow another's choice; ...), its plan row (``stage``) and whether its step follows
+    a choice (``chosen``: counted at one candidate, it stands for the run of its cell and seed at the step
+    the sweep picks, or, with ``tied_finals``, for one that may not be trained)."""
 
     key: str
     kind: str
@@ -202,13 +204,16 @@ class Planned:
     alternatives: tuple
     round: int
     stage: str
+    chosen: bool = False
 
 
-def _design_runs(design, first: int, stage: Callable[[Any], str] | str, seen: set[str]) -> list[Planned]:
+def _design_runs(design, first: int, stage: Callable[[Any], str] | str, seen: set[str],
+                 follows: bool = False) -> list[Planned]:
     """A grid's runs (``step_grid.Design``) not in ``seen`` (which they join), as ``workload.grid_runs``
     counts them: its sweep in round ``first``, its finals in the next where a sweep chooses their step
     (else in ``first``), each final at every candidate (``alternatives``) unless ``tied_finals`` counts
-    every candidate's as a run of its own (at most)."""
+    every candidate's as a run of its own (at most). ``follows``: every step of the grid follows another
+    grid's choice."""
     from mdlib.experiments import step_grid
 
     candidates = {cell: list(design.candidates(cell)) for cell in design.cells}
@@ -217,21 +222,21 @@ def _design_runs(design, first: int, stage: Callable[[Any], str] | str, seen: se
     rounds = {cell: first + 1 if list(design.sweep_seeds(cell)) else first for cell in design.cells}
     out: list[Planned] = []
 
-    def add(config: Any, alternatives: tuple, round_: int) -> None:
+    def add(config: Any, alternatives: tuple, round_: int, chosen: bool) -> None:
         key = identity.config_key(design.run_kind, config)
         if key not in seen:
             seen.add(key)
             out.append(Planned(key, design.run_kind, config, alternatives, round_,
-                               stage if isinstance(stage, str) else stage(config)))
+                               stage if isinstance(stage, str) else stage(config), chosen or follows))
 
     for item in design.sweep_items():
         config = design.sweep_config(*item)
-        add(config, (config,), first)
+        add(config, (config,), first, False)
     for cell, value, seed in design.final_items(chosen):
         config = design.final_config(cell, value, seed)
         alternatives = ((config,) if design.tied_finals
                         else tuple(design.final_config(cell, c, seed) for c in candidates[cell]))
-        add(config, alternatives, rounds[cell])
+        add(config, alternatives, rounds[cell], rounds[cell] > first)
     return out
 
 
@@ -277,9 +282,9 @@ def _sentiment_planned(values: Mapping[str, Any]) -> list[Planned]:
     out = []
     for i, (what, designs, first) in enumerate(stages[0]):
         for d, design in enumerate(designs):
-            runs = _design_runs(design, first, what, set())
+            runs = _design_runs(design, first, what, set(), follows=what == ARMS)
             if what == ARMS and choices > 1:  # every base choice's runs, in the same order
-                others = [_design_runs(stage[i][1][d], first, what, set()) for stage in stages[1:]]
+                others = [_design_runs(stage[i][1][d], first, what, set(), follows=True) for stage in stages[1:]]
                 runs = [dataclasses.replace(run, alternatives=run.alternatives + tuple(
                     c for other in others for c in other[k].alternatives)) for k, run in enumerate(runs)]
             for run in runs:
@@ -315,12 +320,12 @@ def planned_runs(notebook: str, values: Mapping[str, Any]) -> list[Planned] | No
     return None
 
 
-def chapter_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, tuple[str, Any]] | None:
-    """The distinct training runs, by store key (``(kind, config)``), that chapter ``notebook`` trains at
-    its parameter ``values``, as the plan counts them (grown candidates not counted); None for a chapter
-    whose work the plan counts otherwise (trials, timed steps, forward passes)."""
+def chapter_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, tuple[str, Any, bool]] | None:
+    """The distinct training runs, by store key (``(kind, config, chosen)``: ``Planned``), that chapter
+    ``notebook`` trains at its parameter ``values``, as the plan counts them (grown candidates not
+    counted); None for a chapter whose work the plan counts otherwise (trials, timed steps, forward passes)."""
     found = planned_runs(notebook, values)
-    return None if found is None else {run.key: (run.kind, run.config) for run in found}
+    return None if found is None else {run.key: (run.kind, run.config, run.chosen) for run in found}
 
 
 def planned_seconds(notebook: str, values: Mapping[str, Any]) -> float | None:

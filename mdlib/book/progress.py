@@ -17,7 +17,10 @@ On a terminal those lines are redrawn in place; in a log (not a terminal) one li
 chapters it executes side by side) or ``off``.
 
 The runs' total is the chapter's as ``mdlib.book.plan`` counts them at its parameters (more when its
-grids grow), else the runs its ``run_many`` calls asked for so far ("so far"). The time left is an
+grids grow), else the runs its ``run_many`` calls asked for so far ("so far"). The plan counts a run
+whose step a sweep chooses at one candidate: it stands for the run of its cell and seed (its slot,
+``mdlib.runs.progress.slot_of``) until one of that slot is asked for, then goes (so a tied candidate
+that is never trained, counted "at most", goes too). The time left is an
 estimate, for the training runs only: each run waiting or training needs its expected epochs (a run
 with a stop rule: the mean epochs of the finished runs of its setting, else of its kind, else its
 cap, when the estimate says "at most"; without one, its cap) at its measured seconds per epoch (its
@@ -63,6 +66,7 @@ class Run:
     kind: str
     label: str = ""
     group: str = ""
+    slot: str = ""  #: ``mdlib.runs.progress.slot_of``; a planned run's only when its step follows a choice
     cap: int | None = None
     stop: float | None = None
     state: str = "planned"  #: planned (not asked for yet) | waiting | stored | done (trained now) | failed
@@ -256,6 +260,7 @@ class _Planned:
     group: str
     flops_per_epoch: float | None
     expected_epochs: float | None
+    slot: str = ""  #: where its step follows a choice: the slot of the run it stands for
 
 
 class Watch:
@@ -288,7 +293,7 @@ class Watch:
             waiting = 0
             for row in call["runs"]:
                 run = self.runs.setdefault(row["key"], Run(row["key"], call.get("kind", "")))
-                for name in ("label", "group", "cap", "stop", "checkpoint", "lock", "entry", "flops_per_epoch",
+                for name in ("label", "group", "slot", "cap", "stop", "checkpoint", "lock", "entry", "flops_per_epoch",
                              "expected_epochs"):
                     if row.get(name) is not None:
                         setattr(run, name, row[name])
@@ -300,10 +305,14 @@ class Watch:
                 waiting += state == "waiting"
             if waiting and live and not call.get("finished"):
                 slots = max(slots, min(int(call.get("workers") or 1), waiting))
-        for key, plan in self.planned.items():
-            if key not in self.runs:
-                self.runs[key] = Run(key, plan.kind, group=plan.group, cap=plan.cap, stop=plan.stop, entry=plan.entry,
-                                     flops_per_epoch=plan.flops_per_epoch, expected_epochs=plan.expected_epochs)
+        asked = {run.slot for run in self.runs.values() if run.state != "planned" and run.slot}
+        for key, plan in self.planned.items():  # a planned run whose step follows a choice goes once its
+            if key not in self.runs and not (plan.slot and plan.slot in asked):  # cell and seed are asked for
+                self.runs[key] = Run(key, plan.kind, group=plan.group, slot=plan.slot, cap=plan.cap, stop=plan.stop,
+                                     entry=plan.entry, flops_per_epoch=plan.flops_per_epoch,
+                                     expected_epochs=plan.expected_epochs)
+        for key in [key for key, run in self.runs.items() if run.state == "planned" and run.slot in asked]:
+            del self.runs[key]
         for run in self.runs.values():
             self._update(run)
         self.slots = max(slots, sum(run.running for run in self.runs.values()))
@@ -365,12 +374,13 @@ def planned_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, _Planned
 
     found = plan.chapter_runs(notebook, values) or {}
     out = {}
-    for key, (kind, config) in found.items():
+    for key, (kind, config, chosen) in found.items():
         flops, expected = status_files.work_of(kind, config)
         plain = config.to_dict() if hasattr(config, "to_dict") else dict(config)
         fit = plain.get("fit") or {}
         out[key] = _Planned(kind, str(paths.runs_dir() / kind / key), fit.get("epochs"), fit.get("stop_train_accuracy"),
-                            status_files.group_of(plain), flops, expected)
+                            status_files.group_of(plain), flops, expected,
+                            status_files.slot_of(plain) if chosen else "")
     return out
 
 

@@ -9,7 +9,7 @@ finishes (:class:`Status`, ``<folder>/<pid>-<n>.json``)::
 
     {"pid": 4242, "host": "node7", "kind": "e4-sentiment", "workers": 2, "started": 1767225600.0,
      "updated": ..., "finished": false,
-     "runs": [{"key": "3f0c...", "label": "md p=1.1 lr=0.0008 seed 2", "group": "a91e...",
+     "runs": [{"key": "3f0c...", "label": "md p=1.1 lr=0.0008 seed 2", "group": "a91e...", "slot": "5d2c...",
                "cap": 600, "stop": 0.995, "state": "waiting",    # stored | waiting | done | failed
                "checkpoint": "<build>/checkpoints/e4-sentiment/3f0c.../checkpoint.pt",
                "lock": "<build>/runs/.locks/e4-sentiment/3f0c....lock", "entry": "<build>/runs/e4-sentiment/3f0c...",
@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from mdlib.runs import files, lockfile
 
-__all__ = ["PROGRESS_ENV", "Status", "describe", "group_of", "read_checkpoint", "status", "work_of"]
+__all__ = ["PROGRESS_ENV", "Status", "describe", "group_of", "read_checkpoint", "slot_of", "status", "work_of"]
 
 #: The folder the command that executes a notebook reads its kernel's progress from.
 PROGRESS_ENV = "MDLIB_PROGRESS_DIR"
@@ -96,8 +96,18 @@ def describe(configs: Sequence[Mapping[str, Any]]) -> list[str]:
 def group_of(config: Mapping[str, Any]) -> str:
     """The runs that differ only by their seed share a group (they take similar numbers of epochs)."""
     fit = {k: v for k, v in dict(config.get("fit") or {}).items() if k != "seed"}
-    text = json.dumps({**config, "fit": fit}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return _digest({**config, "fit": fit})
+
+
+def slot_of(config: Mapping[str, Any]) -> str:
+    """The runs that differ only by their step size (``optimizer.lr``) share a slot: a grid's run of one
+    cell and seed, at whichever candidate step its sweep chooses."""
+    optimizer = {k: v for k, v in dict(config.get("optimizer") or {}).items() if k != "lr"}
+    return _digest({**config, "optimizer": optimizer})
+
+
+def _digest(config: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,7 +143,8 @@ class Status:
             flops, expected = work_of(kind, config) if run_id in missing else (None, None)
             self._index[run_id.key] = len(self.record["runs"])
             self.record["runs"].append({
-                "key": run_id.key, "label": label, "group": group_of(run_id.config), "cap": fit.get("epochs"),
+                "key": run_id.key, "label": label, "group": group_of(run_id.config), "slot": slot_of(run_id.config),
+                "cap": fit.get("epochs"),
                 "stop": fit.get("stop_train_accuracy"), "state": "waiting" if run_id in missing else "stored",
                 "checkpoint": str(checkpoint_of(run_id) / CHECKPOINT), "lock": str(lock_of(run_id)),
                 "entry": str(entry_of(run_id)), "flops_per_epoch": flops, "expected_epochs": expected,
