@@ -315,7 +315,7 @@ def test_the_plans_epochs_and_wall_time_follow_the_stored_runs(tmp_path, monkeyp
     assert sum(s.wall for s in rows.values()) == pytest.approx(wall.total)
     assert found.wall == pytest.approx(sum(found.wall_of(g) for g in found.groups) + plan.HTML.seconds)
     side = found.wall_of(["01_fixed_decoder_paths", "02_single_instance_path", "03_joint_training"])
-    assert side == pytest.approx(max(76.7, 62.4 + 15.6))  # two at a time on 2 cores
+    assert side == pytest.approx(max(104.0 + 22.0, 125.0))  # two at a time on 2 cores, the next to the first free
     assert all(s.note for s in found), "every row names its basis"
 
 

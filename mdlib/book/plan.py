@@ -52,10 +52,9 @@ CPU_SOURCE = "one core of a 2-core CPU at its measured throughput (2026-12-02), 
 RUN_SECONDS = 3.0
 
 #: The book after its chapters (``mdlib book``: the generated pages, the archive and ``jupyter-book build``)
-#: on the 2-core machine: what the default build of 2026-12-05/06 (4,643 s) leaves after its chapters'
-#: measured times (04 about 2,840 s, 07 about 980 s, 08 and 09 as ``chapters``, 01-03 side by side) and
-#: the estimates of 05 and 06: an estimate.
-HTML = chapters.Measured(150.0, "2026-12-06")
+#: on the 2-core machine: what the fresh clone's default build of 2026-12-06 (4,017 s) took after its
+#: chapters (4,001 s, 01-03 side by side), jupyter-book's 13 s included.
+HTML = chapters.Measured(16.0, "2026-12-06")
 
 
 def gpu_seconds_per_tflop() -> float:
@@ -797,7 +796,7 @@ def _legend(found: Plan, profile: str, costs: Costs) -> list[str]:
             f"CPU h: {costs.cpu.source}.",
             f"wall: the time on the clock on {where}: a chapter's runs in the rounds its pools train them, each to "
             "the worker free first; its forward passes and other cells after them; chapters 01-03 side by side, "
-            f"one per core; the HTML book after the chapters ({HTML.seconds:.0f} s, estimated). A training row "
+            f"one per core; the HTML book after the chapters ({HTML.seconds:.0f} s, measured). A training row "
             "holds its share of its chapter's training time (by its device hours).",
             "runs: training runs (trials for the synthetic chapters; the total counts training runs). Epochs and "
             "steps: expected, with the most the epoch caps allow (<=) where the stop rule decides and no run of "
