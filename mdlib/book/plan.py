@@ -319,12 +319,12 @@ def planned_runs(notebook: str, values: Mapping[str, Any]) -> list[Planned] | No
     return None
 
 
-def chapter_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, tuple[str, Any, bool]] | None:
-    """The distinct training runs, by store key (``(kind, config, chosen)``: ``Planned``), that chapter
-    ``notebook`` trains at its parameter ``values``, as the plan counts them (grown candidates not
-    counted); None for a chapter whose work the plan counts otherwise (trials, timed steps, forward passes)."""
+def chapter_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, Planned] | None:
+    """The distinct training runs (``Planned``), by store key, that chapter ``notebook`` trains at its
+    parameter ``values``, as the plan counts them (grown candidates not counted); None for a chapter
+    whose work the plan counts otherwise (trials, timed steps, forward passes)."""
     found = planned_runs(notebook, values)
-    return None if found is None else {run.key: (run.kind, run.config, run.chosen) for run in found}
+    return None if found is None else {run.key: run for run in found}
 
 
 def planned_seconds(notebook: str, values: Mapping[str, Any]) -> float | None:

@@ -305,14 +305,14 @@ class Watch:
                 waiting += state == "waiting"
             if waiting and live and not call.get("finished"):
                 slots = max(slots, min(int(call.get("workers") or 1), waiting))
-        asked = {run.slot for run in self.runs.values() if run.state != "planned" and run.slot}
-        for key, plan in self.planned.items():  # a planned run whose step follows a choice goes once its
-            if key not in self.runs and not (plan.slot and plan.slot in asked):  # cell and seed are asked for
+        for key, plan in self.planned.items():
+            if key not in self.runs:
                 self.runs[key] = Run(key, plan.kind, group=plan.group, slot=plan.slot, cap=plan.cap, stop=plan.stop,
                                      entry=plan.entry, flops_per_epoch=plan.flops_per_epoch,
                                      expected_epochs=plan.expected_epochs)
+        asked = {run.slot for run in self.runs.values() if run.state != "planned" and run.slot}
         for key in [key for key, run in self.runs.items() if run.state == "planned" and run.slot in asked]:
-            del self.runs[key]
+            del self.runs[key]  # it stood for a run whose step follows a choice: that run is asked for now
         for run in self.runs.values():
             self._update(run)
         self.slots = max(slots, sum(run.running for run in self.runs.values()))
@@ -374,13 +374,13 @@ def planned_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, _Planned
 
     found = plan.chapter_runs(notebook, values) or {}
     out = {}
-    for key, (kind, config, chosen) in found.items():
-        flops, expected = status_files.work_of(kind, config)
-        plain = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    for key, run in found.items():
+        flops, expected = status_files.work_of(run.kind, run.config)
+        plain = run.config.to_dict() if hasattr(run.config, "to_dict") else dict(run.config)
         fit = plain.get("fit") or {}
-        out[key] = _Planned(kind, str(paths.runs_dir() / kind / key), fit.get("epochs"), fit.get("stop_train_accuracy"),
-                            status_files.group_of(plain), flops, expected,
-                            status_files.slot_of(plain) if chosen else "")
+        out[key] = _Planned(run.kind, str(paths.runs_dir() / run.kind / key), fit.get("epochs"),
+                            fit.get("stop_train_accuracy"), status_files.group_of(plain), flops, expected,
+                            status_files.slot_of(plain) if run.chosen else "")
     return out
 
 
