@@ -161,9 +161,9 @@ def _overnight() -> list[Known]:
                     setup=p.get("variation_setup", "small-embeddings"), epochs=int(p.get("variation_epochs", 100)))
     out = []
     for row in pd.read_csv(runs, dtype={"method": str}).to_dict("records"):
-        lr = row.get("lr")
-        if lr is None or not math.isfinite(float(lr)):
-            continue
+        lr, epochs = row.get("lr"), row.get("epochs")
+        if lr is None or not math.isfinite(float(lr)) or epochs is None or not math.isfinite(float(epochs)):
+            continue  # a run that diverged has no epochs to the stop rule
         config = _config(row["method"], float(lr), int(row["seed"]), embedding_std=float(row["embedding_std"]), **settings)
         out.append(Known(setting("e4-sentiment", config), float(lr), int(row["seed"]), int(row["epochs"]),
                          bool(row["reached"]), OVERNIGHT))
