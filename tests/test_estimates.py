@@ -217,6 +217,9 @@ def test_scale_trend_is_the_least_squares_slope_per_decade_over_the_stds_at_the_
     half = scipy_stats.t.ppf(0.975, 2) * fit.stderr  # the stds are the units: 4 - 2 degrees of freedom
     assert trend.n == 4 and trend.value == pytest.approx(fit.slope)
     assert (trend.low, trend.high) == pytest.approx((fit.slope - half, fit.slope + half))
+    # the smallest slope it detects: (t_0.975 + t_0.80) times its standard error, on the same 2 degrees of freedom
+    assert trend.detectable == pytest.approx((scipy_stats.t.ppf(0.975, 2) + scipy_stats.t.ppf(0.8, 2)) * fit.stderr)
+    assert trend.sd / math.sqrt(trend.n) == pytest.approx(fit.stderr)
     against = estimates.scale_trend(points, x="embedding_ratio")
     assert against.value == pytest.approx(scipy_stats.linregress(np.log10(points.embedding_ratio[:4]),
                                                                  points.value[:4]).slope)
@@ -252,3 +255,10 @@ def test_power_text_sizes_seeds_on_the_largest_spread_and_names_the_examples_flo
     floor = 1.96 * math.sqrt((1.5 / t) ** 2 - (0.9 / t) ** 2)
     assert f"the test sentences alone leave ±{floor:.2f}" in text
     assert estimates.power_text(estimates.NONE, 0.9).startswith("no interval")
+
+
+def test_a_multiple_is_written_as_the_book_writes_it():
+    """Thirds and ninths as fractions, also as a table's six digits ("0.333333") give them back."""
+    assert [estimates.multiple_text(m) for m in (1 / 3, 0.333333, 1 / 9, 0.111111, 1.0, 3.0, 0.5, 27.0)] == [
+        "1/3×", "1/3×", "1/9×", "1/9×", "1×", "3×", "1/2×", "27×"]
+    assert estimates.multiple_text(1 / 3, "") == "1/3"

@@ -778,7 +778,7 @@ def test_a_2x2_verdict_is_settled_only_where_every_tied_combination_agrees(resul
                          for m, v, lo, hi in ((1.0, 5.0, 3.0, 7.0), (3.0, 0.5, -1.0, 2.0))])
     save(results, "table-sentiment-tied-2x2", tied)
     geometry = next(r for r in scorecard.rows(results) if r.short.startswith("Table 1, taken apart (geometry"))
-    assert geometry.verdict.outcome == HOLDS and "not settled: at the tied steps 1.1@2 3×" in geometry.verdict.why
+    assert geometry.verdict.outcome == HOLDS and "not settled: at the tied steps ℓ1.1, GD's steps per tensor 3×; ℓ2 (GD) 1×" in geometry.verdict.why
     save(results, "table-sentiment-tied-2x2", tied.iloc[:1])
     geometry = next(r for r in scorecard.rows(results) if r.short.startswith("Table 1, taken apart (geometry"))
     assert "holds at all 1 pairs of tied steps" in geometry.verdict.why

@@ -41,6 +41,14 @@ __all__ = ["COMPARED", "CONTRASTS", "Estimate", "accuracy_gaps", "allocation_eff
 COMPARED = (methods.L1_1, methods.GD)
 
 
+def multiple_text(multiple: float, suffix: str = "×") -> str:
+    """A step's multiple as the book writes it: "1/3×", "1×", "3×", "1/9×" (a reciprocal of an integer to
+    five significant digits, as a table's "0.333333" is)."""
+    if 0 < multiple < 1 and abs(1 / multiple - round(1 / multiple)) < 1e-4 * (1 / multiple):
+        return f"1/{round(1 / multiple)}{suffix}"
+    return f"{multiple:g}{suffix}"
+
+
 def number_text(x: float, digits: int = 2, scale: float = 1.0, sign: bool = True, suffix: str = "",
                 missing: str = "n/a") -> str:
     """``scale * x`` as the book prints an estimate: ``digits`` decimals, "+" before a positive number when
@@ -266,16 +274,20 @@ def scale_trend(points: pd.DataFrame, x: str = "embedding_std") -> Estimate:
     by its seed pairs): the least-squares slope of the per-std gaps (``value``, points of ℓ1.1 − GD, as
     ``chapter.series_points`` gives them) against log10 of ``x`` (the std, or ``embedding_ratio``),
     over the stds whose runs all reached the stop rule (``reached``), with its 95 % t interval on k - 2
-    degrees of freedom (k stds): the points the gap moves per tenfold ``x``. ``n`` counts the stds; no
-    interval with fewer than three."""
+    degrees of freedom (k stds): the points the gap moves per tenfold ``x``. ``n`` counts the stds; ``sd``
+    is the slope's standard error times sqrt(k) (so that sd / sqrt(n) is its standard error, as for a
+    mean); ``detectable`` the smallest slope the design detects on k - 2 degrees of freedom. No interval
+    with fewer than three."""
     kept = points[points.reached.astype(bool) & points.value.notna()]
     if len(kept) < 3 or kept[x].nunique() < 2:
         return Estimate(math.nan, math.nan, math.nan, len(kept))
     from scipy.stats import linregress, t
 
+    k = len(kept)
     fit = linregress(np.log10(kept[x].to_numpy(float)), kept.value.to_numpy(float))
-    half = float(t.ppf(0.975, len(kept) - 2)) * fit.stderr
-    return Estimate(float(fit.slope), fit.slope - half, fit.slope + half, len(kept))
+    half = float(t.ppf(0.975, k - 2)) * fit.stderr
+    return Estimate(float(fit.slope), fit.slope - half, fit.slope + half, k,
+                    detectable_from_se(float(fit.stderr), k, dof=k - 2), float(fit.stderr) * math.sqrt(k))
 
 
 def tied_contrasts(runs: pd.DataFrame, predictions: pd.DataFrame, weights: Mapping[str, float],

@@ -133,12 +133,15 @@ def crossed_interval(values: ArrayLike, confidence: float = 0.95) -> tuple[float
     return mean, mean - half, mean + half, se, math.sqrt(seeds_var)
 
 
-def detectable_from_se(se: float, units: int, confidence: float = 0.95, power: float = POWER) -> float:
-    """``detectable_effect`` from a standard error and the units' count: (t_{(1+c)/2, n-1} + t_{power, n-1}) se
-    (NaN without a standard error or with fewer than two units)."""
-    if not (se == se and se > 0) or units < 2:
+def detectable_from_se(se: float, units: int, confidence: float = 0.95, power: float = POWER,
+                       dof: int | None = None) -> float:
+    """``detectable_effect`` from a standard error and the units' count: (t_{(1+c)/2, d} + t_{power, d}) se,
+    d = ``dof`` (None: n - 1; a slope over n points: n - 2). NaN without a standard error or degrees of
+    freedom."""
+    d = units - 1 if dof is None else dof
+    if not (se == se and se > 0) or units < 2 or d < 1:
         return math.nan
-    return (_t_quantile(confidence, units - 1) + _t_ppf(power, units - 1)) * se
+    return (_t_quantile(confidence, d) + _t_ppf(power, d)) * se
 
 
 def difference_interval(first: ArrayLike, second: ArrayLike, confidence: float = 0.95) -> tuple[float, float, float]:

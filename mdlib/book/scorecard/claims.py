@@ -272,16 +272,23 @@ def _chosen_again(cell: pd.DataFrame, gap: Estimate, judge: stability.Judge, fir
         interval = stability.Interval.of(gap)
         if interval is None:
             return None
-        choosing = _choosing(cell)
         follows = {x: x.partition("@")[2] for x in (first, second) if "@" in x}
         frame = cell if arms is None else pd.concat([cell, arms()], ignore_index=True)
-        frame = frame[frame.method.isin({first, second, *follows.values()})
-                      & (frame.method.isin(choosing) | frame.chosen.astype(bool))]
-        runs = stability.Runs(list(frame.method), list(frame.multiple.astype(float)), list(frame.seed.astype(int)),
-                              list(100 * frame.last_test.astype(float)), list(100 * frame.validation.astype(float)))
+        runs, choosing = _procedure(frame, _choosing(cell), {first, second, *follows.values()})
         return stability.choice_agreement(runs, first, second, judge, outcome, example_var=interval.example_var,
                                           choosing=choosing, follows=follows)
     return rebuild
+
+
+def _procedure(frame: pd.DataFrame, choosing: dict[str, stability.Choosing], arms: set[str]
+               ) -> tuple[stability.Runs, dict[str, stability.Choosing]]:
+    """The runs of ``arms`` a rebuild of a chapter 04 comparison draws from (``frame``'s rows: every
+    candidate of an arm whose step is chosen, the chosen runs of the others; accuracies in points) and how
+    each arm's step is chosen."""
+    frame = frame[frame.method.isin(arms) & (frame.method.isin(choosing) | frame.chosen.astype(bool))]
+    return (stability.Runs(list(frame.method), list(frame.multiple.astype(float)), list(frame.seed.astype(int)),
+                           list(100 * frame.last_test.astype(float)), list(100 * frame.validation.astype(float))),
+            choosing)
 
 
 def _choosing(cell: pd.DataFrame) -> dict[str, stability.Choosing]:
@@ -392,9 +399,11 @@ def _settled(r: Results, verdict: Verdict, label: str, where: Mapping[str, Any],
         qualifier = f"holds at all {len(table)} pairs of tied steps"
     else:
         row = other[0]
-        at = ", ".join(f"{c.removeprefix('multiple_')} {row[c]:.3g}×" for c in steps)
+        at = "; ".join(f"{methods.arm_text(c.removeprefix('multiple_'))} {estimates.multiple_text(row[c])}"
+                       for c in steps if row[c] == row[c])  # a column of the other contrast's arm is empty
         qualifier = (f"not settled: at the tied steps {at} the interval [{row.low:+.2f}, {row.high:+.2f}] reads "
-                     f"{interval_rule(row.low, row.high).outcome} ({len(other)} of {len(table)} pairs differ)")
+                     f"{interval_rule(row.low, row.high).outcome} ({len(other)} of {len(table)} tied pairs read "
+                     "otherwise)")
     return replace(verdict, why=(verdict.why + "; " if verdict.why else "") + qualifier)
 
 
@@ -448,7 +457,7 @@ def _two_again(r: Results, std: float, gap: Estimate, judge: stability.Judge, ar
     steps following the method they are matched to."""
     def rebuild(outcome: str) -> Stability | None:
         table = r.csv("table-sentiment-overnight-runs", ["part", "embedding_std", "method", "multiple", "seed",
-                                                         "chosen", "validation"])
+                                                         "chosen"])  # a diverged run has no accuracies
         cell = table[np.isclose(table.embedding_std, std)].assign(method=lambda t: t.method.map(estimates.key_of))
         return _chosen_again(cell, gap, judge, arm, base)(outcome)
     return rebuild
@@ -470,8 +479,22 @@ def _series(r: Results):
     if not any(sides.values()):
         ours += "none"
     verdict = series_rule(trend.low, trend.high, trend.n)
+    stds = list(kept.embedding_std.astype(float))
+
+    def rebuild(outcome: str) -> Stability | None:
+        """Each std's runs drawn again with its steps chosen again, the slope refitted
+        (``stability.slope_agreement``)."""
+        table = r.csv("table-sentiment-overnight-runs", ["part", "embedding_std", "method", "multiple", "seed",
+                                                         "chosen"])  # a diverged run has no accuracies
+        table = table[table.part == "series"].assign(method=lambda t: t.method.map(estimates.key_of))
+        cells = []
+        for std in stds:
+            cell = table[np.isclose(table.embedding_std, std)]
+            cells.append(_procedure(cell, _choosing(cell), set(estimates.COMPARED)))
+        return stability.slope_agreement(cells, stds, *estimates.COMPARED, _judge(series_rule, trend.n), outcome)
     return [_Part(None, ours, verdict, "no such experiment: the paper fixes the embeddings at N(0, 1)",
-                  _effect(trend, "points per tenfold std, ℓ1.1 − GD"), _headline(trend, " points per tenfold std"))]
+                  _effect(trend, "points per tenfold std, ℓ1.1 − GD"), _headline(trend, " points per tenfold std"),
+                  rebuild)]
 
 
 def _sentiment_gates(r: Results) -> tuple[int, str, str]:

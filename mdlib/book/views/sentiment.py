@@ -17,12 +17,12 @@ from mdlib.book.scorecard.rules import DIFFERS, HOLDS, INCONCLUSIVE, SMALLER
 from mdlib.book.views.step_grid import edge_clause
 from mdlib.experiments import estimates, methods, paper
 from mdlib.experiments.sentiment import allocation, chapter
-from mdlib.experiments.estimates import Estimate, number_text
+from mdlib.experiments.estimates import Estimate, multiple_text, number_text
 from mdlib.experiments.methods import method
 from mdlib.experiments.sentiment import BASELINES
 
 __all__ = ["CONTRAST_NAMES", "TABLE1_PARTS", "allocation_runs_view", "authors_pilots_view", "baseline_view",
-           "contrasts_view", "edges_text", "effective_steps_view", "movement_text", "multiple_text",
+           "contrasts_view", "edges_text", "effective_steps_view", "movement_text",
            "paper_table1_view", "pilots_view", "scale_of", "series_reading", "series_view", "source_text",
            "steps_view", "table1_parts", "table1_reading", "table1_stability", "table1_view", "tied_view",
            "timings_text", "weighting_reading"]
@@ -130,13 +130,6 @@ CONTRAST_NAMES = {
     "geometry at ℓ1.1's allocation": "geometry at ℓ1.1's allocation: ℓ1.1 − GD at ℓ1.1's steps per tensor",
     "allocation at ℓ1.1's geometry": "allocation at ℓ1.1's geometry: ℓ1.1 − ℓ1.1 at GD's steps per tensor",
     "interaction": "interaction: the geometry's effect at ℓ1.1's allocation − at GD's"}
-
-
-def multiple_text(multiple: float, suffix: str = "×") -> str:
-    """A step's multiple as the book writes it: "1/3×", "1×", "3×", "1/9×"."""
-    if 0 < multiple < 1 and abs(1 / multiple - round(1 / multiple)) < 1e-6:
-        return f"1/{round(1 / multiple)}{suffix}"
-    return f"{multiple:g}{suffix}"
 
 
 def _interval(row: Mapping[str, Any]) -> str:
