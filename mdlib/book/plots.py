@@ -213,9 +213,11 @@ def scale_series_figure(points: pd.DataFrame, variation_std: float) -> Figure:
     """The embedding-scale series (``chapter.series_points``): ℓ1.1 minus GD in points at each std's chosen
     steps, with its 95 % interval over the seed pairs and test sentences, against the embedding std (left)
     and against the ratio of the two methods' first-order embedding steps at those steps (right; 1: equal
-    steps), both on log scales. A std whose chosen runs all reached the stop rule is a filled point, and
-    only those are joined; a std with a run stopped at the epoch cap is an open point standing apart (out
-    of the regime the claim is about). The variation's std is marked."""
+    steps), both on log scales. A std whose chosen runs all reached the stop rule is a filled point; a std
+    with a run stopped at the epoch cap is an open point standing apart (out of the regime the claim is
+    about). On the left the filled points are joined in the order of the std; on the right, where the
+    ratio follows each std's step choice and not the design, each point is labelled with its std instead.
+    The variation's std is marked."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.2), sharey=True)
@@ -228,8 +230,12 @@ def scale_series_figure(points: pd.DataFrame, variation_std: float) -> Figure:
             ax.errorbar(part[x], part.value, yerr=[part.value - part.low, part.high - part.value], fmt="o",
                         color="black", mfc="black" if reached else "white", capsize=3, zorder=3,
                         label="every chosen run at the stop rule" if reached else "a run at the epoch cap (apart)")
-            if reached:
+            if reached and ax is axes[0]:
                 ax.plot(part[x], part.value, color="black", lw=1)
+            if ax is axes[1]:
+                for ratio, value, std in zip(part[x], part.value, part.embedding_std):
+                    ax.annotate(f"σ {std:g}", (ratio, value), xytext=(5, 3), textcoords="offset points",
+                                fontsize="x-small")
         ax.axhline(0, color="0.5", lw=0.8)
         ax.set(xscale="log", xlabel=label)
         ax.xaxis.set_minor_locator(plt.NullLocator())
@@ -237,8 +243,10 @@ def scale_series_figure(points: pd.DataFrame, variation_std: float) -> Figure:
     axes[1].axvline(1.0, color="0.4", ls=":", lw=1, label="equal first-order embedding steps")
     stds = sorted(set(points.embedding_std))
     axes[0].set_xticks(stds, [f"{x:g}" for x in stds])
-    ratios = sorted(set(points.embedding_ratio))
-    axes[1].set_xticks(ratios, [f"{x:.2g}" for x in ratios])
+    low, high = min(points.embedding_ratio.min(), 1.0) / 1.5, max(points.embedding_ratio.max(), 1.0) * 1.5
+    axes[1].set_xlim(low, high)
+    ticks = [t for decade in (0.01, 0.1, 1, 10, 100) for t in (decade, 2 * decade, 5 * decade) if low <= t <= high]
+    axes[1].set_xticks(ticks, [f"{t:g}" for t in ticks])
     axes[0].set_ylabel("ℓ1.1 − GD (points of test accuracy)")
     for ax in axes:
         ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(0, -0.18), frameon=False)
