@@ -86,7 +86,7 @@ series_epochs = [150, 150, 200]  # most epochs at each std of series_stds (in or
 series_multiples = {"1.1": [0.3333333333333333, 1, 3], "2": [0.3333333333333333, 1, 3]}  # the series' candidate steps (x paper) at every std, chosen on validation
 allocation_stds = []  # embedding stds of the 2 x 2s trained here (with series_stds: 0.02 or one of them); empty: none trained here
 allocation_multiples = [0.3333333333333333, 1, 3]  # candidate multipliers of each 2 x 2 arm's matched steps, chosen on validation
-long_committed = False  # with series_stds empty: read the long part as the overnight profile committed it under data/ (True), or show none of it (False: not committed yet)
+long_committed = True  # with series_stds empty: read the long part as the overnight profile committed it under data/ (True), or show none of it (False: not committed yet)
 analysed = "variation"  # the grid whose models chapters 05 and 06 analyse: "variation" or "replication"
 workers = 2  # runs trained at once: CPU processes of one thread each, or one process per GPU when several are visible
 
@@ -375,8 +375,8 @@ glue("t1a-source", source_text(record, profile), display=False)
 glue("t1a-judged", "; ".join(f"at σ {std:g}, the geometry {named['geometry'].text()} and the allocation "
                              f"{named['allocation'].text()} points" for std, named in effects.items())
      or "not measured", display=False)
-glue("t1a-power", "; ".join(f"at σ {std:g}, the geometry's {estimates.power_text(named['geometry'])}, the allocation's "
-                            f"{estimates.power_text(named['allocation'])}" for std, named in effects.items())
+glue("t1a-power", "; ".join(f"at σ {std:g}, for the geometry {estimates.power_text(named['geometry'])}; for the "
+                            f"allocation {estimates.power_text(named['allocation'])}" for std, named in effects.items())
      or "not measured", display=False)
 
 # %% [markdown]

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -339,13 +341,17 @@ def test_expected_epochs_fall_back_to_the_nearest_step_then_the_cap():
 
 
 def test_the_committed_pilots_are_the_defaults_runs():
-    """A pilot row is read as the run config chapter 04 trains (its seed 0 at l_1.1's paper step: 56 epochs)."""
+    """A pilot row and the long build's row of the same run are read as the run config chapter 04 trains
+    (its seed 0 at l_1.1's paper step: 56 epochs in the pilot, the long build's own count beside it)."""
     values = profiles.executed_parameters("04_sentiment", "default")
     variation = sentiment.chapter_grids(**values)[1]
     config = variation.run((variation.layers[0], "1.1"), 1.0, 0)
     found = known_epochs.expect(sentiment.KIND, config, known_epochs.committed_runs())
-    assert (found.how, found.epochs) == ("run", 56.0)
-    assert found.sources == {known_epochs.PILOTS: 1}
+    long = pd.read_csv(paths.data_file(known_epochs.OVERNIGHT), dtype={"method": str})
+    row = long[(long.part == "series") & np.isclose(long.embedding_std, 0.02) & (long.method == "1.1")
+               & np.isclose(long.multiple, 1.0) & (long.seed == 0)]
+    assert (found.how, found.epochs) == ("run", pytest.approx((56.0 + float(row.epochs.iloc[0])) / 2))
+    assert found.sources == {known_epochs.PILOTS: 1, known_epochs.OVERNIGHT: 1}
 
 
 @pytest.mark.parametrize("profile", ["default", "overnight", "paper"])
