@@ -964,3 +964,28 @@ def test_table1_reading_marks_a_fragile_part_and_an_unmeasured_one():
                                                    "step choice re-made: another step in 25% of rebuilds)")
     unmeasured = [_part_row("Table 1, taken apart (initial step allocation at σ 0.02, GD at ℓ1.1's steps)", NOT_MEASURED)]
     assert "at σ 0.02 the allocation effect is not measured at this profile" in table1_reading(unmeasured)
+
+
+
+def test_the_series_verdict_has_its_stability_from_the_long_runs(results):
+    """The series' row: its smallest detectable slope, and with the long build's runs at each of its stds a
+    stability (``stability.slope_agreement``): a rise with little run noise is stable, the same rise with
+    noisy runs less so; without the runs at every std, no stability."""
+    series(results, HOLDS)
+    found = []
+    for noise in (0.004, 0.03):
+        rng = np.random.default_rng(0)
+        long = []
+        for std, gap in zip([0.02, 0.05, 0.1, 0.2], [-3.0, -1.0, 1.2, 2.9]):
+            gd = 0.75 + rng.normal(0, noise, 6)
+            rows = run_rows(list(gd + gap / 100 + rng.normal(0, noise, 6)), list(gd), grid="variation")
+            long += [dict(row, part="series", embedding_std=std, seconds=60.0) for row in rows]
+        table = pd.DataFrame(long).drop(columns=["grid", "setup", "analysed"])
+        save(results, "table-sentiment-overnight-runs", table)
+        row = next(r for r in scorecard.rows(results) if r.short.startswith("Table 1 across"))
+        assert row.verdict.outcome == HOLDS and row.effect.detectable > 0
+        assert row.stability is not None and not row.stability.rechosen  # one candidate a method: nothing re-chosen
+        found.append(row.stability.probability)
+    assert found[0] > 0.9 and found[1] < found[0] - 0.1, found
+    save(results, "table-sentiment-overnight-runs", table[table.embedding_std != 0.2])
+    assert next(r for r in scorecard.rows(results) if r.short.startswith("Table 1 across")).stability is None
