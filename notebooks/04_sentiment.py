@@ -442,8 +442,9 @@ glue("t1s-reading", series_reading(points, trend, against_ratio), display=False)
 # The embedding-scale series: $\ell_{1.1}$ minus GD in test accuracy at the stop rule at each scale's
 # chosen steps, with its 95 % interval over the seed pairs and the test sentences, against the
 # embedding std (left) and against the ratio of $\ell_{1.1}$'s first-order embedding step to GD's at
-# those steps (right). Filled points: every chosen run reached the stop rule, joined; open points: a
-# run stopped at the epoch cap, apart. The points: `_build/results/fig-sentiment-scale-series.csv`.
+# those steps (right). Filled points: every chosen run reached the stop rule (joined on the left; on the
+# right each is named by its std); open points: a run stopped at the epoch cap, apart. The points:
+# `_build/results/fig-sentiment-scale-series.csv`.
 # ```
 #
 # ```{glue:figure} table-sentiment-series

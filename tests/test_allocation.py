@@ -250,7 +250,9 @@ def test_source_text_names_the_committed_build_or_this_execution():
               "time": "2026-12-05T04:21:35+00:00", "hardware": {"cpu": "AMD EPYC"},
               "parameters": {"dataset": "rotten_tomatoes", "width": 24, "layers": [3]}}
     text = source_text(record, "default")
-    assert "`python -m mdlib run 04_sentiment --profile overnight` at commit bda87aa6effe (2026-12-05" in text
+    # plain text (glued as such): no backticks, no "--" that the page would print as a dash
+    assert "python -m mdlib run 04_sentiment with the profile overnight at commit bda87aa6effe (2026-12-05" in text
+    assert "`" not in text and "--" not in text
     assert "width 24, 3 layers" in text and f"data/{chapter.COMMITTED['runs']}" in text
     assert source_text(None, "overnight").startswith("here they were trained by this execution (profile overnight)")
 

@@ -251,8 +251,9 @@ def source_text(record: Mapping[str, Any] | None, profile: str) -> str:
     values = record.get("parameters") or {}
     layers = values.get("layers")
     layers = " / ".join(map(str, layers)) if isinstance(layers, list) else layers
-    files = ", ".join(f"`data/{name}`" for name in chapter.COMMITTED.values())
-    return (f"this page reads them as measured once by `{record.get('command')}` at commit {commit[:12]} "
+    files = ", ".join(f"data/{name}" for name in chapter.COMMITTED.values())  # plain text: glued as such
+    command = str(record.get("command")).replace(" --profile ", " with the profile ")  # "--" would print as a dash
+    return (f"this page reads them as measured once by {command} at commit {commit[:12]} "
             f"({str(record.get('time', ''))[:10]}, {machine}; {values.get('dataset')}, width {values.get('width')}, "
             f"{layers} layers), committed as {files}; the overnight profile trains them again from its own runs")
 
