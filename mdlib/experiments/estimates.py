@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from mdlib.experiments import methods
-from mdlib.experiments.stats import (clustered_rate, crossed_interval, detectable_effect, detectable_from_se,
+from mdlib.experiments.stats import (clustered_rate, crossed_interval, detectable_effect, detectable_from_se, slope_fit,
                                      generalization_floor, mean_interval, paired_interval, seeds_for_half_width)
 
 __all__ = ["COMPARED", "CONTRASTS", "Estimate", "accuracy_gaps", "allocation_effects", "below_floor", "contrast", "crossed",
@@ -281,13 +281,12 @@ def scale_trend(points: pd.DataFrame, x: str = "embedding_std") -> Estimate:
     kept = points[points.reached.astype(bool) & points.value.notna()]
     if len(kept) < 3 or kept[x].nunique() < 2:
         return Estimate(math.nan, math.nan, math.nan, len(kept))
-    from scipy.stats import linregress, t
+    from scipy.stats import t
 
     k = len(kept)
-    fit = linregress(np.log10(kept[x].to_numpy(float)), kept.value.to_numpy(float))
-    half = float(t.ppf(0.975, k - 2)) * fit.stderr
-    return Estimate(float(fit.slope), fit.slope - half, fit.slope + half, k,
-                    detectable_from_se(float(fit.stderr), k, dof=k - 2), float(fit.stderr) * math.sqrt(k))
+    slope, se = map(float, slope_fit(np.log10(kept[x].to_numpy(float)), kept.value.to_numpy(float)))
+    half = float(t.ppf(0.975, k - 2)) * se
+    return Estimate(slope, slope - half, slope + half, k, detectable_from_se(se, k, dof=k - 2), se * math.sqrt(k))
 
 
 def tied_contrasts(runs: pd.DataFrame, predictions: pd.DataFrame, weights: Mapping[str, float],

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
+from mdlib.experiments.stats import slope_fit
 from mdlib.experiments.step_grid import TIE_Z
 
 if TYPE_CHECKING:
@@ -208,14 +209,8 @@ def slope_agreement(cells: Sequence[tuple[Runs, Mapping[str, Choosing]]], x: Seq
         d, flipped, _ = rebuilt
         means.append(d.mean(axis=1))
         flips += list(flipped.values())
-    centred = np.log10(np.asarray(x, float))
-    centred = centred - centred.mean()
-    y = np.stack(means, axis=1)  # draws x points
-    slope = y @ centred / (centred @ centred)
-    residual = y - y.mean(axis=1, keepdims=True) - slope[:, None] * centred
-    k = len(cells)
-    se = np.sqrt((residual ** 2).sum(axis=1) / (k - 2) / (centred @ centred))
-    half = _t(k - 1) * se
+    slope, se = slope_fit(np.log10(np.asarray(x, float)), np.stack(means, axis=1))  # over draws x points
+    half = _t(len(cells) - 1) * se
     same = np.asarray(judge(slope - half, slope + half)) == outcome
     return _with_flips(_agreement(same), dict(enumerate(flips)), False)
 

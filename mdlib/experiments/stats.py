@@ -133,6 +133,17 @@ def crossed_interval(values: ArrayLike, confidence: float = 0.95) -> tuple[float
     return mean, mean - half, mean + half, se, math.sqrt(seeds_var)
 
 
+def slope_fit(x: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """The least-squares slope of ``y`` on ``x`` and its standard error (residual variance on n - 2 degrees
+    of freedom), for each row of ``y`` (..., n) at once: (slope, standard error), as
+    ``scipy.stats.linregress`` gives them for one row."""
+    x = np.asarray(x, float) - np.mean(x)
+    y = np.asarray(y, float)
+    slope = y @ x / (x @ x)
+    residual = y - y.mean(axis=-1, keepdims=True) - slope[..., None] * x
+    return slope, np.sqrt((residual ** 2).sum(axis=-1) / (x.size - 2) / (x @ x))
+
+
 def detectable_from_se(se: float, units: int, confidence: float = 0.95, power: float = POWER,
                        dof: int | None = None) -> float:
     """``detectable_effect`` from a standard error and the units' count: (t_{(1+c)/2, d} + t_{power, d}) se,

@@ -274,21 +274,28 @@ def _chosen_again(cell: pd.DataFrame, gap: Estimate, judge: stability.Judge, fir
             return None
         follows = {x: x.partition("@")[2] for x in (first, second) if "@" in x}
         frame = cell if arms is None else pd.concat([cell, arms()], ignore_index=True)
-        runs, choosing = _procedure(frame, _choosing(cell), {first, second, *follows.values()})
+        choosing = _choosing(cell)
+        runs = _procedure(frame, choosing, {first, second, *follows.values()})
         return stability.choice_agreement(runs, first, second, judge, outcome, example_var=interval.example_var,
                                           choosing=choosing, follows=follows)
     return rebuild
 
 
-def _procedure(frame: pd.DataFrame, choosing: dict[str, stability.Choosing], arms: set[str]
-               ) -> tuple[stability.Runs, dict[str, stability.Choosing]]:
-    """The runs of ``arms`` a rebuild of a chapter 04 comparison draws from (``frame``'s rows: every
-    candidate of an arm whose step is chosen, the chosen runs of the others; accuracies in points) and how
-    each arm's step is chosen."""
+def _procedure(frame: pd.DataFrame, choosing: Mapping[str, stability.Choosing], arms: set[str]) -> stability.Runs:
+    """The runs of ``arms`` a rebuild of a chapter 04 comparison draws from: ``frame``'s rows of every
+    candidate of an arm whose step is chosen (``choosing``), the chosen runs of the others; accuracies in
+    points."""
     frame = frame[frame.method.isin(arms) & (frame.method.isin(choosing) | frame.chosen.astype(bool))]
-    return (stability.Runs(list(frame.method), list(frame.multiple.astype(float)), list(frame.seed.astype(int)),
-                           list(100 * frame.last_test.astype(float)), list(100 * frame.validation.astype(float))),
-            choosing)
+    return stability.Runs(list(frame.method), list(frame.multiple.astype(float)), list(frame.seed.astype(int)),
+                          list(100 * frame.last_test.astype(float)), list(100 * frame.validation.astype(float)))
+
+
+def _long_runs(r: Results, part: str | None = None) -> pd.DataFrame:
+    """The long build's runs (``table-sentiment-overnight-runs``; only ``part``'s when given), methods keyed;
+    a diverged run has no accuracies, which the rebuild's model leaves out."""
+    table = r.csv("table-sentiment-overnight-runs", ["part", "embedding_std", "method", "multiple", "seed", "chosen"])
+    table = table if part is None else table[table.part == part]
+    return table.assign(method=table.method.map(estimates.key_of))
 
 
 def _choosing(cell: pd.DataFrame) -> dict[str, stability.Choosing]:
@@ -456,10 +463,8 @@ def _two_again(r: Results, std: float, gap: Estimate, judge: stability.Judge, ar
     candidate multiplier; read when the stability is computed), each step chosen again, an arm's matched
     steps following the method they are matched to."""
     def rebuild(outcome: str) -> Stability | None:
-        table = r.csv("table-sentiment-overnight-runs", ["part", "embedding_std", "method", "multiple", "seed",
-                                                         "chosen"])  # a diverged run has no accuracies
-        cell = table[np.isclose(table.embedding_std, std)].assign(method=lambda t: t.method.map(estimates.key_of))
-        return _chosen_again(cell, gap, judge, arm, base)(outcome)
+        table = _long_runs(r)
+        return _chosen_again(table[np.isclose(table.embedding_std, std)], gap, judge, arm, base)(outcome)
     return rebuild
 
 
@@ -484,15 +489,14 @@ def _series(r: Results):
     def rebuild(outcome: str) -> Stability | None:
         """Each std's runs drawn again with its steps chosen again, the slope refitted
         (``stability.slope_agreement``)."""
-        table = r.csv("table-sentiment-overnight-runs", ["part", "embedding_std", "method", "multiple", "seed",
-                                                         "chosen"])  # a diverged run has no accuracies
-        table = table[table.part == "series"].assign(method=lambda t: t.method.map(estimates.key_of))
+        table = _long_runs(r, "series")
         cells = []
         for std in stds:
             cell = table[np.isclose(table.embedding_std, std)]
             if not set(estimates.COMPARED) <= set(cell.method[cell.chosen.astype(bool)]):
                 return None  # the series table has this std, the long build's runs do not
-            cells.append(_procedure(cell, _choosing(cell), set(estimates.COMPARED)))
+            choosing = _choosing(cell)
+            cells.append((_procedure(cell, choosing, set(estimates.COMPARED)), choosing))
         return stability.slope_agreement(cells, stds, *estimates.COMPARED, _judge(series_rule, trend.n), outcome)
     return [_Part(None, ours, verdict, "no such experiment: the paper fixes the embeddings at N(0, 1)",
                   _effect(trend, "points per tenfold std, ℓ1.1 − GD"), _headline(trend, " points per tenfold std"),
