@@ -2,8 +2,10 @@
 that has torch alone: it adds a few packages, trains and solves there, imports no extra, finds no
 project and writes nothing into site-packages.
 
-One environment for the module (about 1.5 minutes, most of it installing torch: pip copies it from
-its local wheels or cache); the tests share it, on one xdist worker.
+One environment for the module; the tests share it, on one xdist worker. Its torch is this
+environment's, linked in: torch and the distributions it requires (their files, by their records),
+nothing else, so the environment costs seconds and no disk (installing torch afresh downloads and
+unpacks about 6 GB, which filled a CI machine's disk).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from packaging.requirements import Requirement
 
 from mdlib.experiments import paths
 
@@ -45,6 +48,38 @@ def _run(command: list, **kwargs) -> subprocess.CompletedProcess:
     return done
 
 
+def _requirement_closure(name: str) -> list[str]:
+    """``name`` and every distribution it requires here, through the extras it asks of them (torch's
+    ``cuda-toolkit[cublas, ...]``), by their markers on this platform."""
+    extras_of: dict[str, frozenset] = {}
+    todo = [(name, frozenset())]
+    while todo:
+        current, extras = todo.pop()
+        key = current.lower().replace("_", "-")
+        if key in extras_of and extras <= extras_of[key]:
+            continue
+        extras_of[key] = extras_of.get(key, frozenset()) | extras
+        for line in metadata.distribution(current).requires or []:
+            required = Requirement(line)
+            if required.marker is None or any(required.marker.evaluate({"extra": e}) for e in ("", *extras_of[key])):
+                todo.append((required.name, frozenset(required.extras)))
+    return sorted(extras_of)
+
+
+def _link_distributions(names: list[str], site: Path) -> None:
+    """Link each top-level entry that the distributions ``names`` installed here (their RECORDs) into
+    ``site``: the same files, importable and listed by pip there."""
+    entries = set()
+    for name in names:
+        distribution = metadata.distribution(name)
+        base = Path(distribution.locate_file(""))
+        entries |= {(base, f.parts[0]) for f in distribution.files or [] if f.parts[0] != ".."}
+    for base, entry in sorted(entries):
+        target = site / entry
+        if not target.exists():
+            target.symlink_to(base / entry, target_is_directory=(base / entry).is_dir())
+
+
 def _packages(python: Path) -> dict[str, str]:
     out = _run([python, "-m", "pip", "list", "--format=json"]).stdout
     return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out)}
@@ -65,9 +100,9 @@ def env(tmp_path_factory):
     venv.create(work / "venv", with_pip=True)  # system_site_packages=False: nothing leaks in
     python = work / "venv" / ("Scripts" if os.name == "nt" else "bin") / ("python.exe" if os.name == "nt" else "python")
     timings["venv"] = time.perf_counter() - t0
-    torch = metadata.version("torch")  # this interpreter's torch, e.g. 2.14.1+cu130
     t0 = time.perf_counter()
-    _run([python, "-m", "pip", "install", "-q", f"torch=={torch.split('+')[0]}"])
+    site = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    _link_distributions(_requirement_closure("torch"), site)
     timings["torch"] = time.perf_counter() - t0
     with_torch = _packages(python)
     t0 = time.perf_counter()
@@ -88,7 +123,7 @@ def env(tmp_path_factory):
     print("\nwheel test setup (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()), file=sys.stderr)
     yield SimpleNamespace(python=python, wheel=wheel, with_torch=with_torch, installed=installed, run=run,
                           home=home, outside=outside, env=run_env, timings=timings)
-    shutil.rmtree(work / "venv", ignore_errors=True)  # gigabytes of torch
+    shutil.rmtree(work / "venv", ignore_errors=True)  # the links go, torch stays
 
 
 def test_the_wheel_holds_the_package_its_data_and_license(env):
