@@ -317,7 +317,10 @@ def test_the_plans_epochs_and_wall_time_follow_the_stored_runs(tmp_path, monkeyp
     assert sum(s.wall for s in rows.values()) == pytest.approx(wall.total)
     assert found.wall == pytest.approx(sum(found.wall_of(g) for g in found.groups) + plan.HTML.seconds)
     side = found.wall_of(["01_fixed_decoder_paths", "02_single_instance_path", "03_joint_training"])
-    assert side == pytest.approx(max(104.0 + 22.0, 125.0))  # two at a time on 2 cores, the next to the first free
+    measured = {name: chapters.chapter(name).work.measured.seconds
+                for name in ("01_fixed_decoder_paths", "02_single_instance_path", "03_joint_training")}
+    assert side == pytest.approx(max(measured["01_fixed_decoder_paths"] + measured["03_joint_training"],
+                                     measured["02_single_instance_path"]))  # two at once on 2 cores, the next to the first free
     assert all(s.note for s in found), "every row names its basis"
 
 
@@ -423,11 +426,13 @@ def test_plan_names_a_profile_value_of_the_wrong_type_in_one_line(tmp_path, monk
 
 def test_a_chapters_other_cells_shrink_with_its_work_never_below_a_kernels_start():
     """At the default profile a chapter's other cells take their measured time; where it does less (smoke),
-    less in proportion, at least ``REST_FLOOR``; where it does more (paper), the default's."""
+    less in proportion, at least ``REST_FLOOR`` (or the default's, where less); where it does more (paper),
+    the default's."""
     def rest(profile: str) -> dict[str, float]:
         return {s.notebook: s.wall for s in plan.plan(profile, cores=2) if s.what.startswith("the other cells")}
 
     default, smoke, paper_scale = rest("default"), rest("smoke"), rest("paper")
     assert default == {c.name: c.rest.seconds for c in chapters.CHAPTERS if c.rest}
-    assert all(plan.REST_FLOOR <= smoke[name] < default[name] for name in default)
+    assert all(min(plan.REST_FLOOR, default[name]) <= smoke[name] <= default[name] for name in default)
+    assert any(smoke[name] < default[name] for name in default)
     assert paper_scale == default

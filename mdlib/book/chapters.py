@@ -165,27 +165,27 @@ class Chapter:
         return names
 
 
-# The CPU chapters' measured wall times, in the fresh clone's default `make book` of 2026-12-06 (4,017 s):
-# 01-03 side by side as the book runs them (01 then 03 on one core, 02 on the other), 08, and 09 with its
-# runs in 2 worker processes. The other chapters' other cells
-# (``rest``): 04's from the fresh default builds of 2026-12-05 (43 and 56 minutes, of which about 1 outside
-# its pools of runs); 07's from the default build of 2026-12-05/06 (its 980 s less its training and pruning
-# as the plan prices them at that build's parameters: 520 s and 95 s, 2026-12-06); 05's and 06's from the
-# fresh clone's build of 2026-12-06 (36 s and 63 s less their forward passes as the plan prices them).
+# The CPU chapters' measured wall times, in the fresh clone's default `make book` of 2026-12-07 on 2 idle
+# cores (3,069 s): 01-03 side by side as the book runs them (01 then 03 on one core, 02 on the other), 08,
+# and 09 with its runs in 2 worker processes. The other chapters' other cells (``rest``): the same build's
+# cells besides their runs and forward passes, by papermill's cell durations (05: 16 s less its deletion
+# and concentration cells; 06: 31 s less its pruning cell; 07: 782 s less its sweep, finals and paper-step
+# cells and its pruning cell); 04's from the fresh default builds of 2026-12-05 (about a minute outside
+# its pools of runs). (The build of 2026-12-06, 4,017 s, shared its cores with the long profile's runs:
+# its times were up to 4x these.)
 _REST_04 = Measured(60.0, "2026-12-05", "its build less its pools of runs, about a minute")
-_REST_05 = Measured(29.0, "2026-12-06", "that build's 36 s less its forward passes as this plan prices them")
-_REST_06 = Measured(45.0, "2026-12-06", "that build's 63 s less its forward passes as this plan prices them")
-_REST_07 = Measured(365.0, "2026-12-06", "that build's 980 s less its training and pruning as this plan prices them at "
-                                         "its parameters (11 sweep runs)")
+_REST_05 = Measured(8.0, "2026-12-07", "that build's 16 s less its two cells of forward passes")
+_REST_06 = Measured(7.0, "2026-12-07", "that build's 31 s less its cell of forward passes")
+_REST_07 = Measured(8.0, "2026-12-07", "that build's 782 s less its cells of runs and of pruning curves")
 #: The chapters, in the book's order.
 CHAPTERS: tuple[Chapter, ...] = (
     # 01-03 train in one thread (``synthetic.train``): the book runs them side by side
-    Chapter("01_fixed_decoder_paths", OnCpu("fixed-decoder paths (trials)", _e1, Measured(104.0, "2026-12-06")),
+    Chapter("01_fixed_decoder_paths", OnCpu("fixed-decoder paths (trials)", _e1, Measured(106.0, "2026-12-07")),
             claims=("fig-e1-paths",), one_thread=True),
     Chapter("02_single_instance_path", OnCpu("single-instance paths (normalized and plain)", _e2,
-                                             Measured(125.0, "2026-12-06")),
+                                             Measured(126.0, "2026-12-07")),
             claims=("fig-e2-norm-growth",), one_thread=True),
-    Chapter("03_joint_training", OnCpu("joint training of W and v", _e3, Measured(22.0, "2026-12-06")),
+    Chapter("03_joint_training", OnCpu("joint training of W and v", _e3, Measured(22.0, "2026-12-07")),
             claims=("table-e3-final",), one_thread=True),
     Chapter("04_sentiment", SentimentGrids(), _text, claims=("table-1", "table-1-variation", "table-sentiment-allocation", "fig-sentiment-scale-series"),
             at_scale="about a hundred encoder runs of up to 1,000 epochs on IMDb", rest=_REST_04),
@@ -199,10 +199,10 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("07_vision", VisionGrids(), _images, claims=("table-vit", "table-vit-change"),
             at_scale="vision-transformer runs of up to 2,000 epochs on CIFAR-10 and CIFAR-100", rest=_REST_07),
     Chapter("08_cost", OnCpu("timed steps of the optimizers and the chapters' models", _e8,
-                             Measured(216.0, "2026-12-06"), "timed steps",
+                             Measured(120.0, "2026-12-07"), "timed steps",
                              "times its steps on the GPU when there is one, on the CPU here"),
             claims=("table-cost-training",)),
-    Chapter("09_step_sizes", OnCpu("lr x p sweep of a tiny sentiment encoder", _e9, Measured(198.0, "2026-12-06"),
+    Chapter("09_step_sizes", OnCpu("lr x p sweep of a tiny sentiment encoder", _e9, Measured(125.0, "2026-12-07"),
                                    "steps", "trains on the GPU when there is one, else in `workers` CPU processes"),
             _text),
 )

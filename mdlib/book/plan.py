@@ -52,9 +52,9 @@ CPU_SOURCE = "one core of a 2-core CPU at its measured throughput (2026-12-02), 
 RUN_SECONDS = 3.0
 
 #: The book after its chapters (``mdlib book``: the generated pages, the archive and ``jupyter-book build``)
-#: on the 2-core machine: what the fresh clone's default build of 2026-12-06 (4,017 s) took after its
-#: chapters (4,001 s, 01-03 side by side), jupyter-book's 13 s included.
-HTML = chapters.Measured(16.0, "2026-12-06")
+#: on the 2-core machine: what the fresh clone's default build of 2026-12-07 (3,069 s) took after its
+#: chapters (3,057 s, 01-03 side by side), jupyter-book's 7 s included.
+HTML = chapters.Measured(12.0, "2026-12-07")
 
 
 def gpu_seconds_per_tflop() -> float:
@@ -111,10 +111,10 @@ class StepTimer:
     @staticmethod
     def estimate(kind: str, config: Any) -> float:
         """About the seconds timing a shape takes on a CPU (``steptimes.measure``): at least 5 training
-        batches and their evaluations, by FLOPs at one core's throughput, and a second (a small model's
-        fixed costs)."""
+        batches and their evaluations, by FLOPs at one core's throughput, and its epochs' target time six
+        times over (a small model's fixed costs)."""
         work = workload.run_work(kind, config)
-        return 7 * 3 * work.forward_flops * work.batch_size / 1e12 * CPU_SECONDS_PER_TFLOP + 1.0
+        return 7 * 3 * work.forward_flops * work.batch_size / 1e12 * CPU_SECONDS_PER_TFLOP + 6 * steptimes.TARGET_SECONDS
 
     def prepare(self, runs: Iterable[tuple[str, Any]], at_once: int = 1) -> None:
         """Read or time, all at once in ``at_once`` processes (on a CPU), the shapes of the (kind, config)
@@ -533,13 +533,14 @@ REST_FLOOR = 10.0
 
 def _rest_stage(notebook: str, values: Mapping[str, Any], ctx: _Context) -> Stage | None:
     """A chapter's other cells: their time at the default profile (``Chapter.rest``); at a profile where the
-    chapter does less (its runs' and forward passes' FLOPs), that much less, at least :data:`REST_FLOOR`."""
+    chapter does less (its runs' and forward passes' FLOPs), that much less, at least :data:`REST_FLOOR` (or
+    the default's time, where that is less)."""
     rest = chapters.chapter(notebook).rest
     if rest is None:
         return None
     scale = min(1.0, _flops(notebook, values, ctx) / max(_flops(notebook, profiles.executed_parameters(
         notebook, "default"), ctx), 1.0))
-    seconds = rest.seconds if math.isclose(scale, 1.0) else max(REST_FLOOR, rest.seconds * scale)
+    seconds = rest.seconds if math.isclose(scale, 1.0) else max(min(REST_FLOOR, rest.seconds), rest.seconds * scale)
     where = "" if math.isclose(scale, 1.0) else f", scaled by its work here ({scale:.2g}x)"
     return Stage(notebook, "the other cells (analyses, tables, figures)", 0, None, None, 0, 0, "", (), None, 0.0,
                  f"{rest.seconds:.0f} s at the default profile: {rest.how} ({rest.when}){where}", wall=seconds)
