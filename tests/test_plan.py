@@ -436,3 +436,51 @@ def test_a_chapters_other_cells_shrink_with_its_work_never_below_a_kernels_start
     assert all(min(plan.REST_FLOOR, default[name]) <= smoke[name] <= default[name] for name in default)
     assert any(smoke[name] < default[name] for name in default)
     assert paper_scale == default
+
+
+def _executed(folder: Path, walls: dict[str, float], profile: str = "default") -> Path:
+    """Executed notebooks as papermill leaves them: the whole notebook's duration and its parameters."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, seconds in walls.items():
+        meta = {"papermill": {"duration": seconds, "parameters": {"profile": profile}}}
+        (folder / f"{name}.ipynb").write_text(json.dumps({"cells": [], "metadata": meta, "nbformat": 4,
+                                                          "nbformat_minor": 5}), "utf-8")
+    return folder
+
+
+def test_the_plan_against_a_build_reads_each_chapters_duration_and_judges_the_ratio(tmp_path):
+    found = plan.plan("default", cores=2, known=known_epochs.committed_runs())
+    planned = {w.notebook: w.total for w in found.walls}
+    factors = {name: 1.0 for name in chapters.NAMES} | {"04_sentiment": 1.3, "05_token_selection": 0.8,
+                                                         "03_joint_training": 2.0}
+    folder = _executed(tmp_path / "notebooks", {n: planned[n] * factors[n] for n in chapters.NAMES})
+    (folder / "notes.ipynb").write_text("{}", "utf-8")  # not a chapter: not read
+    profile, measured = plan.executed_walls(folder)
+    assert profile == "default" and set(measured) == set(chapters.NAMES)
+    table = plan.against(found, measured)
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:]}
+    assert rows["04_sentiment"][-2:] == ["1.30", "no"] and rows["05_token_selection"][-2:] == ["0.80", "yes"]
+    assert rows["03_joint_training"][-2:] == ["2.00", "no"] and rows["01_fixed_decoder_paths"][-2:] == ["1.00", "yes"]
+    side = ["01_fixed_decoder_paths", "02_single_instance_path", "03_joint_training"]
+    side_measured = plan.schedule({0: [planned[n] * factors[n] for n in side]}, 2)
+    total = side_measured + sum(planned[n] * factors[n] for n in chapters.NAMES if n not in side)
+    assert rows["the"][4] == f"{total:,.0f}"  # 01-03 side by side on the 2 cores, as the book runs them
+
+
+def test_the_plan_against_a_build_names_what_it_lacks_and_refuses_mixed_profiles(tmp_path, monkeypatch, capsys):
+    from mdlib.book import cli
+
+    found = plan.plan("default", cores=2, known=known_epochs.committed_runs())
+    folder = _executed(tmp_path / "some", {"05_token_selection": 16.0, "06_weights": 31.0})
+    table = plan.against(found, plan.executed_walls(folder)[1])
+    assert "not executed" in table and "the chapters executed" in table  # 05 and 06 alone
+    monkeypatch.setattr(plan, "machine_costs", lambda measure=False: plan.default_costs())  # no timing here
+    assert cli.main(["plan", "--profile", "smoke", "--against", str(folder)]) == 1
+    assert "ran at profile 'default', not 'smoke'" in capsys.readouterr().err
+    assert cli.main(["plan", "--profile", "default", "--against", str(folder)]) == 0
+    assert "06_weights" in capsys.readouterr().out
+    _executed(folder, {"07_vision": 700.0}, profile="smoke")
+    assert cli.main(["plan", "--profile", "default", "--against", str(folder)]) == 1
+    assert "different profiles" in capsys.readouterr().err
+    assert cli.main(["plan", "--profile", "default", "--against", str(tmp_path / "none")]) == 1
+    assert "no executed notebook" in capsys.readouterr().err

@@ -9,6 +9,7 @@
     python -m mdlib store [--prune]
     python -m mdlib compare A B [--rtol X] [--atol X] [--added-columns]
     python -m mdlib plan --profile paper [--measure] [--workers N] [--device cpu|gpu] [--markdown]
+    python -m mdlib plan --profile default --against notebooks
 
 The book's commands work on a checkout of the book (``_config.yml``, ``notebooks/``, ``params/``):
 ``--root DIR``, else ``$MDLIB_ROOT``, else the checkout mdlib is imported from, else the working
@@ -222,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="where the wall time is counted (default: a GPU when torch sees one or at the paper profile, "
                            "else this machine's CPU)")
     plan.add_argument("--markdown", action="store_true", help="print a markdown table")
+    plan.add_argument("--against", metavar="DIR", default=None,
+                      help="after a build: each chapter's plan (from the committed runs alone, as before the build) "
+                           "against its executed notebook in DIR (a checkout's notebooks/), the ratio and whether it "
+                           "is within 25 %%")
 
     # not add_parser: compare reads the two folders it is given, so a --root after it would mean nothing
     compare = sub.add_parser("compare", help="compare two results folders (e.g. two builds' _build/results): the "
@@ -336,11 +341,30 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         profiles.load_profile(args.profile)  # an unknown profile: its error before anything is timed
         costs = plan.machine_costs(measure=args.measure)
+        if args.against is not None:
+            return _plan_against(args, plan, costs)
         found = plan.plan(args.profile, costs, workers=args.workers, device=args.device)
     except (ValueError, TypeError) as exc:  # a profile's value of the wrong type is a TypeError
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print((plan.markdown if args.markdown else plan.text)(found, args.profile, costs), end="")
+    return 0
+
+
+def _plan_against(args: argparse.Namespace, plan, costs) -> int:
+    """``plan --against DIR``: the profile's plan from the committed runs alone against DIR's notebooks."""
+    from mdlib.book import epochs
+
+    folder = Path(args.against).expanduser()
+    profile, measured = plan.executed_walls(folder)
+    if not measured:
+        raise ValueError(f"no executed notebook in {folder}: give the folder a build wrote them to (a checkout's "
+                         "notebooks/, after make book)")
+    if profile != args.profile:
+        raise ValueError(f"the notebooks in {folder} ran at profile {profile!r}, not {args.profile!r}: "
+                         f"python -m mdlib plan --profile {profile} --against {args.against}")
+    found = plan.plan(args.profile, costs, workers=args.workers, device=args.device, known=epochs.committed_runs())
+    print(plan.against(found, measured), end="")
     return 0
 
 

@@ -31,14 +31,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from mdlib.book import chapters, epochs as known_epochs, profiles, steptimes
 from mdlib.experiments import paper, workload
 from mdlib.runs import identity
 
-__all__ = ["CPU_SECONDS_PER_TFLOP", "ChapterWall", "Costs", "FlopRate", "HTML", "Plan", "Planned", "Stage",
-           "StepTimer", "chapter_runs", "default_costs", "gpu_seconds_per_tflop", "machine_costs", "markdown",
+__all__ = ["CPU_SECONDS_PER_TFLOP", "WITHIN", "ChapterWall", "Costs", "FlopRate", "HTML", "Plan", "Planned", "Stage",
+           "StepTimer", "against", "chapter_runs", "default_costs", "executed_walls", "gpu_seconds_per_tflop",
+           "machine_costs", "markdown",
            "measure_cpu", "measured_costs", "plan", "planned_runs", "planned_seconds", "schedule", "text"]
 
 #: Seconds per 10^12 training FLOPs on one core of this project's 2-core CPU machine (torch 2.14.1,
@@ -676,11 +678,12 @@ def _prepare(parameters: Mapping[str, Mapping[str, Any]], ctx: _Context) -> None
 
 
 def plan(profile: str, costs: Costs | None = None, *, workers: int | None = None, device: str | None = None,
-         cores: int | None = None) -> Plan:
+         cores: int | None = None, known: Sequence[known_epochs.Known] | None = None) -> Plan:
     """Every chapter's rows at ``profile`` (``params/<profile>.yaml``), in the book's order, costed by
     ``costs`` (default: ``default_costs()``, by FLOPs), the wall times on each chapter's ``workers``
     parameter (or ``workers``) on ``device`` ("cpu" or "gpu"; default: a GPU where torch sees one or
-    the profile is the paper's, else the CPU) with ``cores`` CPU cores (default: this machine's)."""
+    the profile is the paper's, else the CPU) with ``cores`` CPU cores (default: this machine's); the
+    epochs from the ``known`` runs (default: the stored and committed ones, ``epochs.known_runs``)."""
     profiles.load_profile(profile)
     profiles.check_notebooks()
     if device not in (None, "cpu", "gpu"):
@@ -689,7 +692,7 @@ def plan(profile: str, costs: Costs | None = None, *, workers: int | None = None
         raise ValueError(f"workers must be >= 1, got {workers}")
     costs = costs or default_costs()
     ctx = _Context(costs, device or ("gpu" if _gpu_profile(profile) else "cpu"), cores or steptimes.cores(),
-                   known_epochs.Index(known_epochs.known_runs()))
+                   known_epochs.Index(known_epochs.known_runs() if known is None else known))
     parameters = {}
     for name in chapters.NAMES:
         values = profiles.executed_parameters(name, profile)
@@ -856,3 +859,60 @@ def markdown(found: Plan, profile: str, costs: Costs | None = None) -> str:
     return "\n".join(lines + [""] + [f"- {line}" for line in _legend(found, profile, costs)]
                      + ["", "Wall time per chapter:", ""] + _chapter_walls(found) + ["", "Notes:", ""]
                      + _notes(found.stages)) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan against a build
+
+#: How far a chapter's measured time may be from its plan and still be "within": 25 %.
+WITHIN = 0.25
+
+
+def executed_walls(folder: Path) -> tuple[str | None, dict[str, float]]:
+    """The profile and each chapter's seconds of the executed notebooks ``<chapter>.ipynb`` in ``folder``
+    (papermill's duration of the whole notebook, kernel start included), those there. A ValueError where
+    they ran at different profiles."""
+    import json
+
+    walls, profiles_seen = {}, set()
+    for name in chapters.NAMES:
+        path = Path(folder) / f"{name}.ipynb"
+        if not path.is_file():
+            continue
+        meta = json.loads(path.read_text("utf-8")).get("metadata", {}).get("papermill", {})
+        if meta.get("duration") is None:
+            continue
+        walls[name] = float(meta["duration"])
+        profiles_seen.add((meta.get("parameters") or {}).get("profile"))
+    if len(profiles_seen) > 1:
+        raise ValueError(f"the notebooks in {folder} ran at different profiles ({', '.join(sorted(map(str, profiles_seen)))}); "
+                         "check one build's notebooks")
+    return (next(iter(profiles_seen)) if profiles_seen else None), walls
+
+
+def against(found: Plan, measured: Mapping[str, float]) -> str:
+    """Each chapter's planned and measured wall time (``executed_walls``), their ratio and whether it is
+    within :data:`WITHIN` of 1, and the chapters' total in the book's groups (01-03 side by side), the
+    HTML book aside (a notebook does not record it)."""
+    planned = {w.notebook: w.total for w in found.walls}
+    rows = [["chapter", "planned", "measured", "measured / planned", f"within {WITHIN:.0%}"]]
+    for name in chapters.NAMES:
+        if name not in measured:
+            rows.append([name, _wall(planned[name]), "not executed", "", ""])
+            continue
+        ratio = measured[name] / max(planned[name], 1e-9)
+        rows.append([name, f"{planned[name]:,.0f} s", f"{measured[name]:,.0f} s", f"{ratio:.2f}",
+                     "yes" if abs(ratio - 1) <= WITHIN else "no"])
+    groups = [group for group in found.groups if all(name in measured for name in group)]
+    if groups:
+        chapters_planned = sum(found.wall_of(group) for group in groups)
+        chapters_measured = sum(schedule({0: [measured[name] for name in group]}, min(found.cores, len(group)))
+                                for group in groups)
+        ratio = chapters_measured / max(chapters_planned, 1e-9)
+        rows.append(["the chapters" + ("" if len(groups) == len(found.groups) else " executed"),
+                     f"{chapters_planned:,.0f} s", f"{chapters_measured:,.0f} s", f"{ratio:.2f}",
+                     "yes" if abs(ratio - 1) <= WITHIN else "no"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join([f"plan of profile {found.profile!r} against its executed notebooks (the plan from the committed "
+                      "runs alone, as before a build; measured: papermill's duration of each notebook)", *lines]) + "\n"
