@@ -342,7 +342,7 @@ def _plan(args: argparse.Namespace) -> int:
         profiles.load_profile(args.profile)  # an unknown profile: its error before anything is timed
         costs = plan.machine_costs(measure=args.measure)
         if args.against is not None:
-            return _plan_against(args, plan, costs)
+            return _plan_against(args, costs)
         found = plan.plan(args.profile, costs, workers=args.workers, device=args.device)
     except (ValueError, TypeError) as exc:  # a profile's value of the wrong type is a TypeError
         print(f"error: {exc}", file=sys.stderr)
@@ -351,9 +351,9 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_against(args: argparse.Namespace, plan, costs) -> int:
+def _plan_against(args: argparse.Namespace, costs) -> int:
     """``plan --against DIR``: the profile's plan from the committed runs alone against DIR's notebooks."""
-    from mdlib.book import epochs
+    from mdlib.book import epochs, plan
 
     folder = Path(args.against).expanduser()
     profile, measured = plan.executed_walls(folder)

@@ -38,10 +38,10 @@ from mdlib.book import chapters, epochs as known_epochs, profiles, steptimes
 from mdlib.experiments import paper, workload
 from mdlib.runs import identity
 
-__all__ = ["CPU_SECONDS_PER_TFLOP", "WITHIN", "ChapterWall", "Costs", "FlopRate", "HTML", "Plan", "Planned", "Stage",
+__all__ = ["CPU_SECONDS_PER_TFLOP", "HTML", "WITHIN", "ChapterWall", "Costs", "FlopRate", "Plan", "Planned", "Stage",
            "StepTimer", "against", "chapter_runs", "default_costs", "executed_walls", "gpu_seconds_per_tflop",
-           "machine_costs", "markdown",
-           "measure_cpu", "measured_costs", "plan", "planned_runs", "planned_seconds", "schedule", "text"]
+           "machine_costs", "markdown", "measure_cpu", "measured_costs", "plan", "planned_runs", "planned_seconds",
+           "schedule", "text"]
 
 #: Seconds per 10^12 training FLOPs on one core of this project's 2-core CPU machine (torch 2.14.1,
 #: float32, one thread), as :func:`measure_cpu` measures it: 14.5-14.8 on an idle machine, 14.9-16.4
