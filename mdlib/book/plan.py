@@ -350,6 +350,11 @@ def schedule(rounds: Mapping[int, Sequence[float]], workers: int) -> float:
     return total
 
 
+def _side_by_side(seconds: Sequence[float], cores: int) -> float:
+    """The wall time of chapters of the given seconds executed side by side, one per core."""
+    return schedule({0: list(seconds)}, min(cores, len(seconds)))
+
+
 # ---------------------------------------------------------------------------------------------
 # rows
 
@@ -419,7 +424,7 @@ class Plan:
     def wall_of(self, group: Sequence[str]) -> float:
         """The wall time of chapters executed side by side, one per core (one chapter: its own)."""
         by_name = {w.notebook: w.total for w in self.walls}
-        return schedule({0: [by_name[name] for name in group]}, min(self.cores, len(group)))
+        return _side_by_side([by_name[name] for name in group], self.cores)
 
     @property
     def wall(self) -> float:
@@ -831,6 +836,12 @@ def _notes(stages: Iterable[Stage]) -> list[str]:
     return [f"- {s.notebook}, {s.what}: {s.note}" for s in stages if s.note]
 
 
+def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """``rows`` of cells as lines of left-aligned columns, two spaces apart."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+
+
 def text(found: Plan, profile: str, costs: Costs | None = None) -> str:
     """The plan as an aligned text table, with totals, the sources of its estimates, each chapter's wall time
     and the notes."""
@@ -839,9 +850,7 @@ def text(found: Plan, profile: str, costs: Costs | None = None) -> str:
     runs, gpu, cpu = _totals(found.stages)
     bound = any(s.bound for s in found.stages)
     rows.append(["total", "", f"{runs:,}", "", "", _hours(gpu, bound), _hours(cpu, bound), _wall(found.wall, bound), ""])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    return "\n".join([f"plan of profile {profile!r}", *lines, "", *_legend(found, profile, costs), "",
+    return "\n".join([f"plan of profile {profile!r}", *_aligned(rows), "", *_legend(found, profile, costs), "",
                       "Wall time per chapter:", *_chapter_walls(found), "", *_notes(found.stages)]) + "\n"
 
 
@@ -896,23 +905,19 @@ def against(found: Plan, measured: Mapping[str, float]) -> str:
     HTML book aside (a notebook does not record it)."""
     planned = {w.notebook: w.total for w in found.walls}
     rows = [["chapter", "planned", "measured", "measured / planned", f"within {WITHIN:.0%}"]]
+
+    def row(what: str, plan_seconds: float, seconds: float) -> list[str]:
+        ratio = seconds / max(plan_seconds, 1e-9)
+        return [what, f"{plan_seconds:,.0f} s", f"{seconds:,.0f} s", f"{ratio:.2f}", "yes" if abs(ratio - 1) <= WITHIN else "no"]
+
     for name in chapters.NAMES:
-        if name not in measured:
-            rows.append([name, _wall(planned[name]), "not executed", "", ""])
-            continue
-        ratio = measured[name] / max(planned[name], 1e-9)
-        rows.append([name, f"{planned[name]:,.0f} s", f"{measured[name]:,.0f} s", f"{ratio:.2f}",
-                     "yes" if abs(ratio - 1) <= WITHIN else "no"])
+        rows.append(row(name, planned[name], measured[name]) if name in measured
+                    else [name, _wall(planned[name]), "not executed", "", ""])
     groups = [group for group in found.groups if all(name in measured for name in group)]
     if groups:
-        chapters_planned = sum(found.wall_of(group) for group in groups)
-        chapters_measured = sum(schedule({0: [measured[name] for name in group]}, min(found.cores, len(group)))
-                                for group in groups)
-        ratio = chapters_measured / max(chapters_planned, 1e-9)
-        rows.append(["the chapters" + ("" if len(groups) == len(found.groups) else " executed"),
-                     f"{chapters_planned:,.0f} s", f"{chapters_measured:,.0f} s", f"{ratio:.2f}",
-                     "yes" if abs(ratio - 1) <= WITHIN else "no"])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+        rows.append(row("the chapters" + ("" if len(groups) == len(found.groups) else " executed"),
+                        sum(found.wall_of(group) for group in groups),
+                        sum(_side_by_side([measured[name] for name in group], found.cores) for group in groups)))
     return "\n".join([f"plan of profile {found.profile!r} against its executed notebooks (the plan from the committed "
-                      "runs alone, as before a build; measured: papermill's duration of each notebook)", *lines]) + "\n"
+                      "runs alone, as before a build; measured: papermill's duration of each notebook)",
+                      *_aligned(rows)]) + "\n"
