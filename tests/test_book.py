@@ -448,6 +448,8 @@ def test_every_notebook_executed_without_errors(smoke_book):
         errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
         assert not errors, f"{name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
         assert (smoke_book.root / "notebooks" / f"{name}.py").is_file()
+        speed = nb.metadata["mdlib"]["speed"]  # the machine's speed around it, for plan --against
+        assert 0 < speed["before"] < 10 and 0 < speed["after"] < 10 and "chapter 04" in speed["probe"], name
     # the kernels wrote into the copy's build folder, not the developer's
     assert (smoke_book.build / "figures").is_dir()
 

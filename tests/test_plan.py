@@ -192,6 +192,7 @@ def test_a_shape_is_timed_once_per_machine_and_cached(tmp_path, monkeypatch):
         return [steptimes.Timing(0.01, 0.004, 0.002, "2026-12-06") for _ in items]
 
     monkeypatch.setattr(steptimes, "measure_all", fake_measure_all)
+    monkeypatch.setattr(steptimes, "probe", lambda: 0.05)
     machine = {"name": "host A, a CPU, 2 cores"}
     monkeypatch.setattr(steptimes, "machine", lambda device="cpu": machine["name"])
     path = tmp_path / "plan-timings.json"
@@ -217,6 +218,34 @@ def test_a_shape_is_timed_once_per_machine_and_cached(tmp_path, monkeypatch):
     assert len(timed) == 4  # plan --measure times it again, a longer timing too
     assert steptimes.Timings("cpu", "all", path, at_once=2).get(sentiment.KIND, config, 1e4) is None
     assert len(timed) == 4  # but not one of hours: by FLOPs
+
+
+def test_the_speed_probe_is_read_with_the_timings_and_cached_beside_them(tmp_path, monkeypatch):
+    """The plan's reading of the speed probe is the one taken when its shapes were timed: cached with them,
+    read again with them (``plan --measure``), read now only where none is cached."""
+    readings = iter([0.05, 0.06, 0.07, 0.08])
+    monkeypatch.setattr(steptimes, "probe", lambda: next(readings))
+    monkeypatch.setattr(steptimes, "measure_all", lambda items, device="cpu", at_once=1: [
+        steptimes.Timing(0.01, 0.004, 0.002, "2026-12-07") for _ in items])
+    path = tmp_path / "plan-timings.json"
+    config = sentiment.run_config(layers=2, width=16, max_length=12, optimizer="md", lr=1e-3, p=1.1)
+    assert steptimes.Timings("cpu", "cached", path).probe()[0] == 0.05  # none cached: read now, and cached
+    assert steptimes.Timings("cpu", "short", path).probe()[0] == 0.05
+    steptimes.Timings("cpu", "short", path).get(sentiment.KIND, config, 1.0)  # a shape timed: the probe with it
+    assert steptimes.Timings("cpu", "cached", path).probe()[0] == 0.06
+    timings = steptimes.Timings("cpu", "all", path)  # plan --measure
+    assert timings.probe()[0] == 0.07 and timings.probe()[0] == 0.07  # once per plan
+    assert "speed probe" in json.loads(path.read_text())[steptimes.machine("cpu")]
+
+
+def test_the_speed_probe_reads_a_training_step_and_can_be_turned_off(monkeypatch):
+    seconds = steptimes.probe(steps=3)
+    assert 1e-4 < seconds < 5
+    monkeypatch.setenv(steptimes.PROBE_ENV, "off")
+    assert not steptimes.probing()
+    monkeypatch.setenv(steptimes.PROBE_ENV, "sometimes")
+    with pytest.raises(ValueError, match="give on"):
+        steptimes.probing()
 
 
 def test_the_token_lengths_are_the_datas(monkeypatch):
@@ -438,11 +467,15 @@ def test_a_chapters_other_cells_shrink_with_its_work_never_below_a_kernels_start
     assert paper_scale == default
 
 
-def _executed(folder: Path, walls: dict[str, float], profile: str = "default") -> Path:
-    """Executed notebooks as papermill leaves them: the whole notebook's duration and its parameters."""
+def _executed(folder: Path, walls: dict[str, float], profile: str = "default",
+              speeds: dict[str, tuple[float, float]] | None = None) -> Path:
+    """Executed notebooks as papermill leaves them: the whole notebook's duration and its parameters, and
+    where given the speed probe's readings (before, after) of the execution."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, seconds in walls.items():
         meta = {"papermill": {"duration": seconds, "parameters": {"profile": profile}}}
+        if name in (speeds or {}):
+            meta["mdlib"] = {"speed": {"before": speeds[name][0], "after": speeds[name][1], "probe": "a probe"}}
         (folder / f"{name}.ipynb").write_text(json.dumps({"cells": [], "metadata": meta, "nbformat": 4,
                                                           "nbformat_minor": 5}), "utf-8")
     return folder
@@ -455,16 +488,34 @@ def test_the_plan_against_a_build_reads_each_chapters_duration_and_judges_the_ra
                                                          "03_joint_training": 2.0}
     folder = _executed(tmp_path / "notebooks", {n: planned[n] * factors[n] for n in chapters.NAMES})
     (folder / "notes.ipynb").write_text("{}", "utf-8")  # not a chapter: not read
-    profile, measured = plan.executed_walls(folder)
-    assert profile == "default" and set(measured) == set(chapters.NAMES)
-    table = plan.against(found, measured)
-    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:]}
+    build = plan.executed(folder)
+    assert build.profile == "default" and set(build.walls) == set(chapters.NAMES) and not build.speeds
+    table = plan.against(found, build)
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:-1]}  # the table, not the note below
     assert rows["04_sentiment"][-2:] == ["1.30", "no"] and rows["05_token_selection"][-2:] == ["0.80", "yes"]
     assert rows["03_joint_training"][-2:] == ["2.00", "no"] and rows["01_fixed_decoder_paths"][-2:] == ["1.00", "yes"]
     side = ["01_fixed_decoder_paths", "02_single_instance_path", "03_joint_training"]
     side_measured = plan.schedule({0: [planned[n] * factors[n] for n in side]}, 2)
     total = side_measured + sum(planned[n] * factors[n] for n in chapters.NAMES if n not in side)
     assert rows["the"][4] == f"{total:,.0f}"  # 01-03 side by side on the 2 cores, as the book runs them
+    assert "not told apart" in table  # no probe readings
+
+
+def test_the_plan_against_a_build_tells_the_machines_drift_from_the_plans_error(tmp_path):
+    """With the speed probe's readings, a chapter that ran slow because the machine did (its probe read
+    1.3x the plan's) is within the plan at the plan's speed; one slower than its probe is not."""
+    found = plan.plan("default", cores=2, known=known_epochs.committed_runs())
+    planned = {w.notebook: w.total for w in found.walls}
+    factors = {name: 1.0 for name in chapters.NAMES} | {"04_sentiment": 1.3, "05_token_selection": 1.6}
+    speeds = {name: (0.04, 0.04) for name in chapters.NAMES} | {"04_sentiment": (0.05, 0.054),
+                                                                 "05_token_selection": (0.05, 0.054)}
+    build = plan.executed(_executed(tmp_path, {n: planned[n] * factors[n] for n in chapters.NAMES}, speeds=speeds))
+    assert build.speeds["04_sentiment"] == pytest.approx(0.052)
+    rows = {line.split()[0]: line.split() for line in plan.against(found, build, (0.04, "then")).splitlines()[2:-1]}
+    assert rows["04_sentiment"][-5:] == ["1.30", "no", "1.30", "1.00", "yes"]
+    assert rows["05_token_selection"][-5:] == ["1.60", "no", "1.30", "1.23", "yes"]
+    assert rows["06_weights"][-5:] == ["1.00", "yes", "1.00", "1.00", "yes"]
+    assert rows["the"][-1] == "yes"
 
 
 def test_the_plan_against_a_build_names_what_it_lacks_and_refuses_mixed_profiles(tmp_path, monkeypatch, capsys):
@@ -472,7 +523,7 @@ def test_the_plan_against_a_build_names_what_it_lacks_and_refuses_mixed_profiles
 
     found = plan.plan("default", cores=2, known=known_epochs.committed_runs())
     folder = _executed(tmp_path / "some", {"05_token_selection": 16.0, "06_weights": 31.0})
-    table = plan.against(found, plan.executed_walls(folder)[1])
+    table = plan.against(found, plan.executed(folder))
     assert "not executed" in table and "the chapters executed" in table  # 05 and 06 alone
     monkeypatch.setattr(plan, "machine_costs", lambda measure=False: plan.default_costs())  # no timing here
     assert cli.main(["plan", "--profile", "smoke", "--against", str(folder)]) == 1

@@ -356,15 +356,16 @@ def _plan_against(args: argparse.Namespace, costs) -> int:
     from mdlib.book import epochs, plan
 
     folder = Path(args.against).expanduser()
-    profile, measured = plan.executed_walls(folder)
-    if not measured:
+    build = plan.executed(folder)
+    if not build.walls:
         raise ValueError(f"no executed notebook in {folder}: give the folder a build wrote them to (a checkout's "
                          "notebooks/, after make book)")
-    if profile != args.profile:
-        raise ValueError(f"the notebooks in {folder} ran at profile {profile!r}, not {args.profile!r}: "
-                         f"python -m mdlib plan --profile {profile} --against {args.against}")
+    if build.profile != args.profile:
+        raise ValueError(f"the notebooks in {folder} ran at profile {build.profile!r}, not {args.profile!r}: "
+                         f"python -m mdlib plan --profile {build.profile} --against {args.against}")
     found = plan.plan(args.profile, costs, workers=args.workers, device=args.device, known=epochs.committed_runs())
-    print(plan.against(found, measured), end="")
+    probe = costs.cpu.timings.probe() if build.speeds and isinstance(costs.cpu, plan.StepTimer) else None
+    print(plan.against(found, build, probe), end="")
     return 0
 
 

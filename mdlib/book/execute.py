@@ -222,6 +222,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
         fetch.ensure(chapters.chapter(nb_name).needed(executed))
     if progress:
         print(f"executing {nb_name} ({shown})", file=sys.stderr, flush=True)
+    before = _speed_probe() if nb_name in chapters.NAMES else None  # a test's notebook has no plan to check
     start = time.perf_counter()
     kept: list[Path] = []  # this run's failed notebook, once saved
     with _chapter_lock(nb_name, artifacts), contextlib.ExitStack() as watched:
@@ -241,7 +242,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
                         cwd=str(path.parent), progress_bar=monitor.papermill_bar() if monitor else False,
                         start_timeout=300, log_output=False, extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
                     )
-            _record_portable_paths(staged, path, output)
+            _record_portable_paths(staged, path, output, None if before is None else _speed(before, _speed_probe()))
             _echo_store_warnings(staged, nb_name)
         except BaseException as exc:
             if monitor is not None and isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -446,17 +447,35 @@ def _build_label() -> str:
     return _project_relative(paths.build_dir()) or str(paths.build_dir())
 
 
-def _record_portable_paths(ipynb: Path, source: Path, output: Path) -> None:
+def _record_portable_paths(ipynb: Path, source: Path, output: Path, speed: Mapping[str, Any] | None = None) -> None:
     """Rewrite papermill's record in the executed notebook ``ipynb``: ``input_path`` (papermill stores
     the whole input notebook there, or its absolute path) and ``output_path`` (the temporary file)
-    become the source and the output relative to the project, or their file names outside it."""
+    become the source and the output relative to the project, or their file names outside it; the
+    machine's ``speed`` around the execution (:func:`_speed_probe`) joins its ``mdlib`` metadata."""
     import nbformat
 
     nb = nbformat.read(ipynb, as_version=4)
     record = nb.metadata.setdefault("papermill", {})
     for key, where in (("input_path", source), ("output_path", output)):
         record[key] = _project_relative(where) or Path(where).name
+    if speed:
+        nb.metadata.setdefault("mdlib", {})["speed"] = dict(speed)
     nbformat.write(nb, str(ipynb))
+
+
+def _speed_probe() -> float | None:
+    """The machine's speed now (``steptimes.probe``, seconds), which an execution of a chapter reads before
+    and after it for ``plan --against``; None when ``$MDLIB_SPEED_PROBE`` is off."""
+    from mdlib.book import steptimes
+
+    return steptimes.probe() if steptimes.probing() else None
+
+
+def _speed(before: float, after: float | None) -> dict[str, Any]:
+    """A chapter's ``mdlib.speed`` metadata: the probe's readings before and after it, and what it reads."""
+    from mdlib.book import steptimes
+
+    return {"before": before, "after": before if after is None else after, "probe": steptimes.PROBE_TEXT}
 
 
 #: What the store warns when it recomputes an entry instead of serving it (``store._read``).

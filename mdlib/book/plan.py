@@ -39,7 +39,7 @@ from mdlib.experiments import paper, workload
 from mdlib.runs import identity
 
 __all__ = ["CPU_SECONDS_PER_TFLOP", "HTML", "WITHIN", "ChapterWall", "Costs", "FlopRate", "Plan", "Planned", "Stage",
-           "StepTimer", "against", "chapter_runs", "default_costs", "executed_walls", "gpu_seconds_per_tflop",
+           "StepTimer", "against", "chapter_runs", "default_costs", "Executed", "executed", "gpu_seconds_per_tflop",
            "machine_costs", "markdown", "measure_cpu", "measured_costs", "plan", "planned_runs", "planned_seconds",
            "schedule", "text"]
 
@@ -877,47 +877,92 @@ def markdown(found: Plan, profile: str, costs: Costs | None = None) -> str:
 WITHIN = 0.25
 
 
-def executed_walls(folder: Path) -> tuple[str | None, dict[str, float]]:
-    """The profile and each chapter's seconds of the executed notebooks ``<chapter>.ipynb`` in ``folder``
-    (papermill's duration of the whole notebook, kernel start included), those there. A ValueError where
-    they ran at different profiles."""
+@dataclass(frozen=True)
+class Executed:
+    """A build's executed notebooks as ``plan --against`` reads them: their ``profile``, each chapter's
+    seconds (``walls``: papermill's duration of the whole notebook, kernel start included) and, where the
+    execution read the speed probe (``steptimes.probe``), the machine's speed around it (``speeds``: the
+    mean of the readings before and after, seconds)."""
+
+    profile: str | None
+    walls: dict[str, float]
+    speeds: dict[str, float]
+
+
+def executed(folder: Path) -> Executed:
+    """The executed notebooks ``<chapter>.ipynb`` in ``folder``, those there. A ValueError where they ran
+    at different profiles."""
     import json
 
-    walls, profiles_seen = {}, set()
+    walls, speeds, profiles_seen = {}, {}, set()
     for name in chapters.NAMES:
         path = Path(folder) / f"{name}.ipynb"
         if not path.is_file():
             continue
-        meta = json.loads(path.read_text("utf-8")).get("metadata", {}).get("papermill", {})
+        metadata = json.loads(path.read_text("utf-8")).get("metadata", {})
+        meta = metadata.get("papermill", {})
         if meta.get("duration") is None:
             continue
         walls[name] = float(meta["duration"])
         profiles_seen.add((meta.get("parameters") or {}).get("profile"))
+        speed = (metadata.get("mdlib") or {}).get("speed") or {}
+        if speed.get("before") and speed.get("after"):
+            speeds[name] = (float(speed["before"]) + float(speed["after"])) / 2
     if len(profiles_seen) > 1:
         raise ValueError(f"the notebooks in {folder} ran at different profiles ({', '.join(sorted(map(str, profiles_seen)))}); "
                          "check one build's notebooks")
-    return (next(iter(profiles_seen)) if profiles_seen else None), walls
+    return Executed(next(iter(profiles_seen)) if profiles_seen else None, walls, speeds)
 
 
-def against(found: Plan, measured: Mapping[str, float]) -> str:
-    """Each chapter's planned and measured wall time (``executed_walls``), their ratio and whether it is
-    within :data:`WITHIN` of 1, and the chapters' total in the book's groups (01-03 side by side), the
-    HTML book aside (a notebook does not record it)."""
+def against(found: Plan, build: Executed, probe: tuple[float, str] | None = None) -> str:
+    """Each chapter's planned and measured wall time (``executed``), their ratio and whether it is within
+    :data:`WITHIN` of 1, and the chapters' total in the book's groups (01-03 side by side), the HTML book
+    aside (a notebook does not record it). With the speed probe as of the plan's timings (``probe``:
+    seconds, when) and the build's readings, also how fast the machine ran each chapter against the plan's
+    timings (the machine's drift) and the ratio at the plan's speed (the plan's own error)."""
     planned = {w.notebook: w.total for w in found.walls}
-    rows = [["chapter", "planned", "measured", "measured / planned", f"within {WITHIN:.0%}"]]
+    measured = build.walls
+    drift = ({name: speed / probe[0] for name, speed in build.speeds.items()} if probe else {})
+    header = ["chapter", "planned", "measured", "measured / planned", f"within {WITHIN:.0%}"]
+    if drift:
+        header += ["machine's time / plan's", "at the plan's speed", f"within {WITHIN:.0%}"]
+    rows = [header]
 
-    def row(what: str, plan_seconds: float, seconds: float) -> list[str]:
-        ratio = seconds / max(plan_seconds, 1e-9)
-        return [what, f"{plan_seconds:,.0f} s", f"{seconds:,.0f} s", f"{ratio:.2f}", "yes" if abs(ratio - 1) <= WITHIN else "no"]
+    def judged(ratio: float) -> list[str]:
+        return [f"{ratio:.2f}", "yes" if abs(ratio - 1) <= WITHIN else "no"]
+
+    def row(what: str, plan_seconds: float, seconds: float, at_plan_speed: float | None, factor: str) -> list[str]:
+        cells = [what, f"{plan_seconds:,.0f} s", f"{seconds:,.0f} s", *judged(seconds / max(plan_seconds, 1e-9))]
+        if drift:
+            cells += ([factor, *judged(at_plan_speed / max(plan_seconds, 1e-9))] if at_plan_speed is not None
+                      else ["not read", "", ""])
+        return cells
 
     for name in chapters.NAMES:
-        rows.append(row(name, planned[name], measured[name]) if name in measured
-                    else [name, _wall(planned[name]), "not executed", "", ""])
+        if name not in measured:
+            rows.append([name, _wall(planned[name]), "not executed", "", ""] + ["", "", ""] * bool(drift))
+            continue
+        factor = drift.get(name)
+        rows.append(row(name, planned[name], measured[name], None if factor is None else measured[name] / factor,
+                        "" if factor is None else f"{factor:.2f}"))
     groups = [group for group in found.groups if all(name in measured for name in group)]
     if groups:
+        adjusted = None
+        if all(name in drift for group in groups for name in group):
+            adjusted = sum(_side_by_side([measured[name] / drift[name] for name in group], found.cores)
+                           for group in groups)
         rows.append(row("the chapters" + ("" if len(groups) == len(found.groups) else " executed"),
                         sum(found.wall_of(group) for group in groups),
-                        sum(_side_by_side([measured[name] for name in group], found.cores) for group in groups)))
-    return "\n".join([f"plan of profile {found.profile!r} against its executed notebooks (the plan from the committed "
-                      "runs alone, as before a build; measured: papermill's duration of each notebook)",
-                      *_aligned(rows)]) + "\n"
+                        sum(_side_by_side([measured[name] for name in group], found.cores) for group in groups),
+                        adjusted, ""))
+    lines = [f"plan of profile {found.profile!r} against its executed notebooks (the plan from the committed runs "
+             "alone, as before a build; measured: papermill's duration of each notebook)", *_aligned(rows)]
+    if drift:
+        lines.append(f"machine's time / plan's: the speed probe's reading during the chapter (the mean of its readings "
+                     f"before and after it) over its reading as of the plan's timings ({probe[0] * 1e3:.1f} ms, "
+                     f"{probe[1]}); at the plan's speed: the measured time over that factor. The probe: "
+                     f"{steptimes.PROBE_TEXT}.")
+    elif build.walls:
+        lines.append("the notebooks hold no reading of the speed probe (built with $MDLIB_SPEED_PROBE off, or before "
+                     "it): the machine's drift is not told apart from the plan's error")
+    return "\n".join(lines) + "\n"

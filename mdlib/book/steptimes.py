@@ -31,6 +31,7 @@ torch's version, so a cache shared by several machines (a home folder on a clust
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -43,16 +44,18 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from mdlib.book import provenance
 from mdlib.experiments import paths
 from mdlib.runs.files import atomic_write
 
-__all__ = ["CACHE_NAME", "SHORT_SECONDS", "TOKEN_LENGTHS", "Timing", "Timings", "cores", "machine", "measure",
-           "measure_all", "shape"]
+__all__ = ["CACHE_NAME", "PROBE_ENV", "SHORT_SECONDS", "TOKEN_LENGTHS", "Timing", "Timings", "cores", "machine",
+           "measure", "measure_all", "probe", "probe_shape", "probing", "shape"]
 
 CACHE_NAME = "plan-timings.json"
+#: The cache's entry of the speed probe (:meth:`Timings.probe`), beside the shapes'.
+PROBE_KEY = "speed probe"
 #: About how long the shorter timed epoch of a shape takes (with the longer one, each timed
 #: ``REPEATS`` times, the fastest kept: about 6x this in all).
 TARGET_SECONDS = 1.0
@@ -176,22 +179,14 @@ def _image_sets(config: Any):
     return (lambda: vision.make_model(config)), examples, {}
 
 
-def measure(kind: str, config: Any, device: str = "cpu", target: float = TARGET_SECONDS) -> Timing:
-    """Time a training batch, an evaluated batch and a checkpoint of ``config``'s shape here (the module's
-    docstring), on one thread."""
-    import torch
-
+def _fitter(kind: str, config: Any, device: str, clock: Callable[[], float]):
+    """(fitted(batches, seed) -> (seconds, model, optimizer), evaluated(model, batches, seed) -> seconds):
+    a fit and an evaluation of ``config``'s shape on synthetic data, timed by ``clock``."""
     from mdlib.experiments import train
 
     make_model, examples, extra = (_image_sets if kind == "e7-vit" else _text_sets)(config)
     batch_size = config.fit.batch_size
     options = dataclasses.replace(config.fit, epochs=1, stop_train_accuracy=None)
-
-    def clock() -> float:
-        if device != "cpu":
-            torch.cuda.synchronize()
-            return time.perf_counter()
-        return time.process_time()
 
     def fitted(batches: int, seed: int) -> tuple[float, Any, Any]:
         dataset, lengths = examples(batches * batch_size, seed, True)
@@ -208,14 +203,46 @@ def measure(kind: str, config: Any, device: str = "cpu", target: float = TARGET_
                        precision=options.precision, **extra)
         return clock() - start
 
+    return fitted, evaluated
+
+
+def _batch_seconds(fitted, target: float):
+    """(seconds per training batch, the model and optimizer of the longest fit): an epoch of ``k`` batches
+    and one of ``2k`` after a warm-up, each the fastest of :data:`REPEATS`, their difference over ``k``,
+    with ``k`` for the shorter epoch to take about ``target`` seconds."""
+    rough, _, _ = fitted(2, 1)  # the warm-up, and a first measure of a batch
+    k = int(min(64, max(1, target / max(rough / 2, 1e-6))))
+    small = min(fitted(k, 2 + 2 * i)[0] for i in range(REPEATS))
+    large, model, optimizer = min((fitted(2 * k, 3 + 2 * i) for i in range(REPEATS)), key=lambda found: found[0])
+    return max(large - small, 0.0) / k, model, optimizer, k
+
+
+@contextlib.contextmanager
+def _one_thread():
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        rough, model, optimizer = fitted(2, 1)  # the warm-up, and a first measure of a batch
-        k = int(min(64, max(1, target / max(rough / 2, 1e-6))))
-        small = min(fitted(k, 2 + 2 * i)[0] for i in range(REPEATS))
-        large, model, optimizer = min((fitted(2 * k, 3 + 2 * i) for i in range(REPEATS)), key=lambda found: found[0])
-        batch = max(large - small, 0.0) / k
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def measure(kind: str, config: Any, device: str = "cpu", target: float = TARGET_SECONDS) -> Timing:
+    """Time a training batch, an evaluated batch and a checkpoint of ``config``'s shape here (the module's
+    docstring), on one thread."""
+    import torch
+
+    def clock() -> float:
+        if device != "cpu":
+            torch.cuda.synchronize()
+            return time.perf_counter()
+        return time.process_time()
+
+    fitted, evaluated = _fitter(kind, config, device, clock)
+    with _one_thread():
+        batch, model, optimizer, k = _batch_seconds(fitted, target)
         evaluated(model, 1, 4)
         evaluation = max(min(evaluated(model, 2 * k, 5 + i) for i in range(REPEATS))
                          - min(evaluated(model, k, 7 + i) for i in range(REPEATS)), 0.0) / k
@@ -226,9 +253,65 @@ def measure(kind: str, config: Any, device: str = "cpu", target: float = TARGET_
             with open(path, "rb+") as handle:
                 os.fsync(handle.fileno())
             checkpoint = time.perf_counter() - start
-    finally:
-        torch.set_num_threads(threads)
     return Timing(batch, evaluation, checkpoint, _dt.date.today().isoformat(), device)
+
+
+#: The speed probe (:func:`probe`): the median of this many training steps, after a few unmeasured (about 3 s).
+PROBE_STEPS = 30
+#: What the probe reads, in words (an executed chapter's ``mdlib.speed`` metadata says it).
+PROBE_TEXT = ("the median wall seconds of a training step of chapter 04's default l_1.1 model on a synthetic batch, "
+              "one thread")
+#: ``$MDLIB_SPEED_PROBE``: on (the default) or off, whether an execution of a chapter reads the probe.
+PROBE_ENV = "MDLIB_SPEED_PROBE"
+
+
+def probe_shape() -> tuple[str, Any]:
+    """The speed probe's run: chapter 04's default l_1.1 run (the book's longest training) as (kind, config)."""
+    from mdlib.experiments import sentiment
+
+    return "e4-sentiment", sentiment.run_config(layers=3, optimizer="md", p=1.1, lr=2.4e-3, width=24,
+                                                train_size=None, seed=0)
+
+
+def probe(steps: int = PROBE_STEPS) -> float:
+    """How fast this machine is now: the median wall seconds of ``steps`` training steps (forward, backward
+    and the optimizer's step, one thread, in this process) of :func:`probe_shape`'s model on one fixed
+    synthetic batch of its shape. On the clock, so that what a neighbour takes from the machine shows; a
+    median, so that a stray pause does not (on an idle 2-core machine, repeated readings spread by about
+    5 %). A chapter's execution reads it before and after the chapter (``mdlib.book.execute``), the plan
+    with its timings (:meth:`Timings.probe`); ``plan --against`` sets them side by side to tell the plan's
+    error from the machine's drift."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+
+    _, config = probe_shape()
+    make_model, examples, extra = _text_sets(config)
+    dataset, _ = examples(config.fit.batch_size, 0, True)
+    inputs, labels = extra["collate_fn"]([dataset[i] for i in range(len(dataset))])
+    with _one_thread():
+        torch.manual_seed(0)
+        model = make_model().train()
+        optimizer = config.optimizer.make(model.parameters())
+        seconds = []
+        for _ in range(steps + 3):
+            start = time.perf_counter()
+            loss = F.binary_cross_entropy_with_logits(model(**inputs), labels, reduction="sum")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds[3:])
+
+
+def probing() -> bool:
+    """``$MDLIB_SPEED_PROBE``: on (default) or off; a ValueError otherwise."""
+    value = os.environ.get(PROBE_ENV, "").strip().lower() or "on"
+    if value not in ("on", "off"):
+        raise ValueError(f"${PROBE_ENV} is {value!r}: give on (read the machine's speed before and after each "
+                         "chapter) or off")
+    return value == "on"
 
 
 def _timed_here(items: list[tuple[str, Any]], device: str, barrier, results, index: int) -> None:
@@ -299,6 +382,7 @@ class Timings:
         self.path = Path(path) if path is not None else paths.user_cache_dir() / CACHE_NAME
         self.machine = machine(device)
         self._fresh: dict[str, Timing | None] = {}
+        self._probe: tuple[float, str] | None = None
         self.measured: list[str] = []  #: the shapes this object timed
 
     def _read(self) -> dict[str, Any]:
@@ -317,12 +401,13 @@ class Timings:
         except TypeError:  # written by another version: timed again
             return None
 
-    def _write(self, found: Mapping[str, Timing]) -> None:
+    def _write(self, found: Mapping[str, Timing | dict]) -> None:
         if not found:
             return
         held = self._read()
         mine = held.setdefault(self.machine, {})
-        mine.update({key: dataclasses.asdict(timing) for key, timing in found.items()})
+        mine.update({key: dataclasses.asdict(entry) if isinstance(entry, Timing) else dict(entry)
+                     for key, entry in found.items()})
         atomic_write(self.path, lambda tmp: tmp.write_text(json.dumps(held, indent=1, sort_keys=True) + "\n",
                                                                  "utf-8"))
 
@@ -350,8 +435,26 @@ class Timings:
                   file=sys.stderr, flush=True)
             timed = dict(zip(todo, measure_all(list(todo.values()), self.device, self.at_once)))
             self._write(timed)
+            if self.device == "cpu":  # the machine's speed as of these timings (``plan --against``)
+                self._read_probe()
             self._fresh.update(timed)
             self.measured += list(timed)
+
+    def probe(self) -> tuple[float, str]:
+        """(seconds, when) of the speed probe (:func:`probe`) as of these timings: read whenever shapes are
+        timed and cached beside them; read now where none is cached (or with policy "all")."""
+        if self._probe is None:
+            entry = self._read().get(self.machine, {}).get(PROBE_KEY)
+            if self.policy == "all" or not isinstance(entry, dict) or not {"seconds", "when"} <= set(entry):
+                return self._read_probe()
+            self._probe = (float(entry["seconds"]), str(entry["when"]))
+        return self._probe
+
+    def _read_probe(self) -> tuple[float, str]:
+        """Read the speed probe now, and cache it."""
+        self._probe = (probe(), _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+        self._write({PROBE_KEY: {"seconds": self._probe[0], "when": self._probe[1]}})
+        return self._probe
 
     def get(self, kind: str, config: Any, estimate: float | None = None) -> Timing | None:
         """The shape's timing: cached or prepared, else measured now where the policy allows, else None."""
