@@ -177,11 +177,17 @@ class _FakeTimings:
 
     device = "cpu"
 
-    def __init__(self, found):
-        self.found = found
+    def __init__(self, found, probe=None):
+        self.found, self.reading = found, probe
 
     def get(self, kind, config, estimate=None):
         return self.found.get(steptimes.shape(kind, config))
+
+    def prepare(self, items):
+        pass
+
+    def probe(self):
+        return self.reading
 
 
 def test_a_shape_is_timed_once_per_machine_and_cached(tmp_path, monkeypatch):
@@ -223,18 +229,21 @@ def test_a_shape_is_timed_once_per_machine_and_cached(tmp_path, monkeypatch):
 def test_the_speed_probe_is_read_with_the_timings_and_cached_beside_them(tmp_path, monkeypatch):
     """The plan's reading of the speed probe is the one taken when its shapes were timed: cached with them,
     read again with them (``plan --measure``), read now only where none is cached."""
-    readings = iter([0.05, 0.06, 0.07, 0.08])
+    readings = iter([0.05, 0.06, 0.07])
     monkeypatch.setattr(steptimes, "probe", lambda: next(readings))
     monkeypatch.setattr(steptimes, "measure_all", lambda items, device="cpu", at_once=1: [
         steptimes.Timing(0.01, 0.004, 0.002, "2026-12-07") for _ in items])
     path = tmp_path / "plan-timings.json"
     config = sentiment.run_config(layers=2, width=16, max_length=12, optimizer="md", lr=1e-3, p=1.1)
-    assert steptimes.Timings("cpu", "cached", path).probe()[0] == 0.05  # none cached: read now, and cached
-    assert steptimes.Timings("cpu", "short", path).probe()[0] == 0.05
+    other = dataclasses.replace(config, max_length=16)
+    assert steptimes.Timings("cpu", "short", path).probe() is None  # nothing timed on this machine yet
     steptimes.Timings("cpu", "short", path).get(sentiment.KIND, config, 1.0)  # a shape timed: the probe with it
-    assert steptimes.Timings("cpu", "cached", path).probe()[0] == 0.06
-    timings = steptimes.Timings("cpu", "all", path)  # plan --measure
-    assert timings.probe()[0] == 0.07 and timings.probe()[0] == 0.07  # once per plan
+    assert steptimes.Timings("cpu", "cached", path).probe()[0] == 0.05
+    steptimes.Timings("cpu", "short", path).get(sentiment.KIND, config, 1.0)  # cached: nothing timed, nor read
+    assert steptimes.Timings("cpu", "short", path).probe()[0] == 0.05
+    timings = steptimes.Timings("cpu", "all", path)  # plan --measure: every shape again, and the probe
+    timings.prepare([(sentiment.KIND, config, 1.0), (sentiment.KIND, other, 1.0)])
+    assert timings.probe()[0] == 0.06 and steptimes.Timings("cpu", "cached", path).probe()[0] == 0.06
     assert "speed probe" in json.loads(path.read_text())[steptimes.machine("cpu")]
 
 
@@ -465,6 +474,36 @@ def test_a_chapters_other_cells_shrink_with_its_work_never_below_a_kernels_start
     assert all(min(plan.REST_FLOOR, default[name]) <= smoke[name] <= default[name] for name in default)
     assert any(smoke[name] < default[name] for name in default)
     assert paper_scale == default
+
+
+def test_a_measured_time_is_scaled_to_the_machines_speed_as_of_the_plans_timings(monkeypatch):
+    """A CPU chapter's or other cells' reference time whose build read the speed probe is scaled by the
+    probe's reading as of the plan's timings over that one; without either reading it stays as measured."""
+    base = plan.default_costs()
+    original = chapters.chapter
+
+    def probed(name):  # 01 measured at a probe of 50 ms, 02 without a reading, the other cells at 50 ms
+        found = original(name)
+        if name in ("01_fixed_decoder_paths", "02_single_instance_path"):
+            return dataclasses.replace(found, work=dataclasses.replace(found.work, measured=dataclasses.replace(
+                found.work.measured, probe=0.05 if name.startswith("01") else None)))
+        return dataclasses.replace(found, rest=dataclasses.replace(found.rest, probe=0.05)) if found.rest else found
+
+    monkeypatch.setattr(chapters, "chapter", probed)
+
+    def walls(reading):
+        costs = plan.Costs(base.gpu, plan.StepTimer(_FakeTimings({}, reading), base.cpu))
+        found = plan.plan("default", costs, cores=2, known=known_epochs.committed_runs())
+        return {w.notebook: w for w in found.walls}, found
+
+    same, slower, unread = walls((0.05, "then"))[0], walls((0.075, "then"))[0], walls(None)[0]
+    first, rested = "01_fixed_decoder_paths", "05_token_selection"
+    assert same[first].total == pytest.approx(original(first).work.measured.seconds)
+    assert slower[first].total == pytest.approx(1.5 * same[first].total) and unread[first].total == same[first].total
+    assert slower[rested].rest == pytest.approx(1.5 * same[rested].rest) and unread[rested].rest == same[rested].rest
+    assert slower["02_single_instance_path"].total == same["02_single_instance_path"].total  # measured unprobed
+    notes = " ".join(stage.note for stage in walls((0.075, "then"))[1] if stage.notebook == first)
+    assert "1.50x: the speed probe read 75 ms then, 50 ms in that build" in notes
 
 
 def _executed(folder: Path, walls: dict[str, float], profile: str = "default",

@@ -264,8 +264,10 @@ def test_a_chapter_without_runs_gets_the_plans_time_and_stale_folders_go(tmp_pat
     assert not folder.exists()
 
 
-def test_the_plan_gives_the_chapters_runs_and_a_cpu_chapters_time():
-    from mdlib.book import plan, profiles
+def test_the_plan_gives_the_chapters_runs_and_a_cpu_chapters_time(tmp_path, monkeypatch):
+    from mdlib.book import plan, profiles, steptimes
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no timings here: no speed probe read with them
 
     values = profiles.executed_parameters("04_sentiment", "smoke")
     planned = progress.planned_runs("04_sentiment", values)
@@ -277,6 +279,10 @@ def test_the_plan_gives_the_chapters_runs_and_a_cpu_chapters_time():
     measured = plan.chapters.chapter("01_fixed_decoder_paths").work.measured.seconds
     default = profiles.executed_parameters("01_fixed_decoder_paths", "default")
     assert plan.planned_seconds("01_fixed_decoder_paths", default) == pytest.approx(measured)
+    reference = plan.chapters.chapter("01_fixed_decoder_paths").work.measured.probe
+    timings = steptimes.Timings("cpu", "cached")
+    timings._write({steptimes.PROBE_KEY: {"seconds": 2 * reference, "when": "now"}})  # a machine half as fast
+    assert plan.planned_seconds("01_fixed_decoder_paths", default) == pytest.approx(2 * measured)
     assert plan.planned_seconds("04_sentiment", values) is None and plan.chapter_runs("01_fixed_decoder_paths", default) is None
 
 

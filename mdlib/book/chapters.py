@@ -39,11 +39,14 @@ Parameters = Mapping[str, Any]  #: every parameter as the notebook executes (``p
 class Measured:
     """A notebook's wall time at the default profile on the 2-core CPU machine: ``seconds``, on the
     date ``when`` (``python -m mdlib run NAME`` with an empty results store); ``how`` it was found where
-    that is not a notebook's whole execution timed."""
+    that is not a notebook's whole execution timed; ``probe``: the speed probe's reading around that
+    execution (``steptimes.probe``, seconds; None where it was not read), by which the plan scales the
+    time to the machine's speed as of its own timings."""
 
     seconds: float
     when: str
     how: str = "measured"
+    probe: float | None = None
 
 
 @dataclass(frozen=True)
@@ -165,27 +168,30 @@ class Chapter:
         return names
 
 
-# The CPU chapters' measured wall times, in the fresh clone's default `make book` of 2026-12-07 on 2 idle
-# cores (3,069 s): 01-03 side by side as the book runs them (01 then 03 on one core, 02 on the other), 08,
-# and 09 with its runs in 2 worker processes. The other chapters' other cells (``rest``): the same build's
-# cells besides their runs and forward passes, by papermill's cell durations (05: 16 s less its deletion
-# and concentration cells; 06: 31 s less its pruning cell; 07: 782 s less its sweep, finals and paper-step
-# cells and its pruning cell); 04's from the fresh default builds of 2026-12-05 (about a minute outside
-# its pools of runs). (The build of 2026-12-06, 4,017 s, shared its cores with the long profile's runs:
-# its times were up to 4x these.)
-_REST_04 = Measured(60.0, "2026-12-05", "its build less its pools of runs, about a minute")
-_REST_05 = Measured(8.0, "2026-12-07", "that build's 16 s less its two cells of forward passes")
-_REST_06 = Measured(7.0, "2026-12-07", "that build's 31 s less its cell of forward passes")
-_REST_07 = Measured(8.0, "2026-12-07", "that build's 782 s less its cells of runs and of pruning curves")
+# The CPU chapters' measured wall times, in the fresh clone's default `make book` of 2026-12-07 05:00-06:08
+# UTC on 2 otherwise idle cores (4,077 s), each with the speed probe's reading around it (the mean of
+# its readings before and after, seconds: ``steptimes.probe``), by which the plan scales it to the
+# machine's speed as of its own timings: 01-03 side by side as the book runs them (01 then 03 on one
+# core, 02 on the other), 08, and 09 with its runs in 2 worker processes. The other chapters' other
+# cells (``rest``): the same build's cells besides their runs and forward passes, by papermill's cell
+# durations (04: 2,389 s less its cell of pools; 05: 26 s less its deletion and concentration cells; 06:
+# 53 s less its pruning cell; 07: 1,006 s less its sweep, finals and paper-step cells and its pruning
+# cell). (The idle build of 2026-12-07 01:00, 3,069 s, the plan's reference before, read no probe: its
+# times were 0.65-0.8x these, the machine faster then.)
+_BUILD = "2026-12-07"
+_REST_04 = Measured(25.0, _BUILD, "that build's 2,389 s less its cell of pools of runs", probe=0.0840)
+_REST_05 = Measured(16.2, _BUILD, "that build's 26 s less its two cells of forward passes", probe=0.0952)
+_REST_06 = Measured(12.9, _BUILD, "that build's 53 s less its cell of forward passes", probe=0.1005)
+_REST_07 = Measured(12.6, _BUILD, "that build's 1,006 s less its cells of runs and of pruning curves", probe=0.0842)
 #: The chapters, in the book's order.
 CHAPTERS: tuple[Chapter, ...] = (
     # 01-03 train in one thread (``synthetic.train``): the book runs them side by side
-    Chapter("01_fixed_decoder_paths", OnCpu("fixed-decoder paths (trials)", _e1, Measured(106.0, "2026-12-07")),
+    Chapter("01_fixed_decoder_paths", OnCpu("fixed-decoder paths (trials)", _e1, Measured(121.9, _BUILD, probe=0.0793)),
             claims=("fig-e1-paths",), one_thread=True),
     Chapter("02_single_instance_path", OnCpu("single-instance paths (normalized and plain)", _e2,
-                                             Measured(126.0, "2026-12-07")),
+                                             Measured(155.4, _BUILD, probe=0.0811)),
             claims=("fig-e2-norm-growth",), one_thread=True),
-    Chapter("03_joint_training", OnCpu("joint training of W and v", _e3, Measured(22.0, "2026-12-07")),
+    Chapter("03_joint_training", OnCpu("joint training of W and v", _e3, Measured(25.3, _BUILD, probe=0.0805)),
             claims=("table-e3-final",), one_thread=True),
     Chapter("04_sentiment", SentimentGrids(), _text, claims=("table-1", "table-1-variation", "table-sentiment-allocation", "fig-sentiment-scale-series"),
             at_scale="about a hundred encoder runs of up to 1,000 epochs on IMDb", rest=_REST_04),
@@ -199,10 +205,10 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("07_vision", VisionGrids(), _images, claims=("table-vit", "table-vit-change"),
             at_scale="vision-transformer runs of up to 2,000 epochs on CIFAR-10 and CIFAR-100", rest=_REST_07),
     Chapter("08_cost", OnCpu("timed steps of the optimizers and the chapters' models", _e8,
-                             Measured(120.0, "2026-12-07"), "timed steps",
+                             Measured(187.7, _BUILD, probe=0.0820), "timed steps",
                              "times its steps on the GPU when there is one, on the CPU here"),
             claims=("table-cost-training",)),
-    Chapter("09_step_sizes", OnCpu("lr x p sweep of a tiny sentiment encoder", _e9, Measured(125.0, "2026-12-07"),
+    Chapter("09_step_sizes", OnCpu("lr x p sweep of a tiny sentiment encoder", _e9, Measured(178.9, _BUILD, probe=0.0848),
                                    "steps", "trains on the GPU when there is one, else in `workers` CPU processes"),
             _text),
 )

@@ -364,7 +364,7 @@ def _plan_against(args: argparse.Namespace, costs) -> int:
         raise ValueError(f"the notebooks in {folder} ran at profile {build.profile!r}, not {args.profile!r}: "
                          f"python -m mdlib plan --profile {build.profile} --against {args.against}")
     found = plan.plan(args.profile, costs, workers=args.workers, device=args.device, known=epochs.committed_runs())
-    probe = costs.cpu.timings.probe() if build.speeds and isinstance(costs.cpu, plan.StepTimer) else None
+    probe = costs.cpu.timings.probe() if isinstance(costs.cpu, plan.StepTimer) else None
     print(plan.against(found, build, probe), end="")
     return 0
 

@@ -334,7 +334,8 @@ def planned_seconds(notebook: str, values: Mapping[str, Any]) -> float | None:
     chapter's measured time (a chapter that runs on the CPU, ``chapters.OnCpu``); None otherwise."""
     if not isinstance(chapters.chapter(notebook).work, chapters.OnCpu):
         return None
-    return _cpu_seconds(notebook, values)
+    found = steptimes.Timings("cpu", "cached").probe()
+    return _cpu_seconds(notebook, values, None if found is None else found[0])[0]
 
 
 def schedule(rounds: Mapping[int, Sequence[float]], workers: int) -> float:
@@ -447,6 +448,11 @@ class _Context:
     def wall_rate(self) -> Rate:
         return self.costs.gpu if self.device == "gpu" else self.costs.cpu
 
+    @property
+    def speed(self) -> float | None:
+        """The speed probe's reading as of the CPU's timings (seconds), where it was read."""
+        return machine_speed(self.costs)
+
     def work(self, kind: str, config: Any) -> tuple[workload.RunWork, known_epochs.Expected]:
         """A run's work at its expected epochs (``epochs.expect``), and that expectation."""
         key = identity.config_key(kind, config)
@@ -538,6 +544,23 @@ def _evaluation_stage(notebook: str, what: str, kind: str, config: Any, examples
 REST_FLOOR = 10.0
 
 
+def machine_speed(costs: Costs) -> float | None:
+    """The speed probe's reading (``steptimes.probe``, seconds) as of ``costs``' CPU timings, where they
+    are this machine's and it was read with them."""
+    found = costs.cpu.timings.probe() if isinstance(costs.cpu, StepTimer) else None
+    return None if found is None else found[0]
+
+
+def _at_speed(measured: chapters.Measured, speed: float | None) -> tuple[float, str]:
+    """(seconds, words): a ``measured`` time at the machine's ``speed`` (the probe's reading as of the plan's
+    timings) where the probe was read then and during the measured execution, else as measured."""
+    if speed is None or not measured.probe:
+        return measured.seconds, ""
+    factor = speed / measured.probe
+    return measured.seconds * factor, (f", at this machine's speed as of its timings ({factor:.2f}x: the speed probe "
+                                       f"read {speed * 1e3:.0f} ms then, {measured.probe * 1e3:.0f} ms in that build)")
+
+
 def _rest_stage(notebook: str, values: Mapping[str, Any], ctx: _Context) -> Stage | None:
     """A chapter's other cells: their time at the default profile (``Chapter.rest``); at a profile where the
     chapter does less (its runs' and forward passes' FLOPs), that much less, at least :data:`REST_FLOOR` (or
@@ -547,10 +570,11 @@ def _rest_stage(notebook: str, values: Mapping[str, Any], ctx: _Context) -> Stag
         return None
     scale = min(1.0, _flops(notebook, values, ctx) / max(_flops(notebook, profiles.executed_parameters(
         notebook, "default"), ctx), 1.0))
-    seconds = rest.seconds if math.isclose(scale, 1.0) else max(min(REST_FLOOR, rest.seconds), rest.seconds * scale)
+    default, speed = _at_speed(rest, ctx.speed)
+    seconds = default if math.isclose(scale, 1.0) else max(min(REST_FLOOR, default), default * scale)
     where = "" if math.isclose(scale, 1.0) else f", scaled by its work here ({scale:.2g}x)"
     return Stage(notebook, "the other cells (analyses, tables, figures)", 0, None, None, 0, 0, "", (), None, 0.0,
-                 f"{rest.seconds:.0f} s at the default profile: {rest.how} ({rest.when}){where}", wall=seconds)
+                 f"{rest.seconds:.0f} s at the default profile: {rest.how} ({rest.when}){speed}{where}", wall=seconds)
 
 
 def _flops(notebook: str, values: Mapping[str, Any], ctx: _Context) -> float:
@@ -569,19 +593,21 @@ def _on_cpu(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx
     time at the default profile."""
     work = chapters.chapter(notebook).work
     trials, count = work.count(values)
-    seconds = _cpu_seconds(notebook, values)
+    seconds, speed = _cpu_seconds(notebook, values, ctx.speed)
     stage = Stage(notebook, work.what, trials, None, None, count, count, work.unit, data, None, seconds / 3600,
                   f"{work.where}; scaled from its measured {work.measured.seconds:.0f} s at the default profile "
-                  f"({work.measured.when})", wall=seconds)
+                  f"({work.measured.when}){speed}", wall=seconds)
     return [stage], ChapterWall(notebook, 1, 0.0, 0.0, seconds)
 
 
-def _cpu_seconds(notebook: str, values: Mapping[str, Any]) -> float:
-    """A CPU chapter's time at ``values``: its measured time at the default profile, scaled by its steps."""
+def _cpu_seconds(notebook: str, values: Mapping[str, Any], speed: float | None) -> tuple[float, str]:
+    """A CPU chapter's time at ``values`` and the machine's ``speed`` (``_at_speed``): its measured time
+    at the default profile, scaled by its steps; and the words for the speed."""
     work = chapters.chapter(notebook).work
     _, count = work.count(values)
     _, default_count = work.count(profiles.executed_parameters(notebook, "default"))
-    return work.measured.seconds * count / default_count
+    seconds, words = _at_speed(work.measured, speed)
+    return seconds * count / default_count, words
 
 
 def _workers(values: Mapping[str, Any]) -> int:
@@ -962,6 +988,9 @@ def against(found: Plan, build: Executed, probe: tuple[float, str] | None = None
                      f"before and after it) over its reading as of the plan's timings ({probe[0] * 1e3:.1f} ms, "
                      f"{probe[1]}); at the plan's speed: the measured time over that factor. The probe: "
                      f"{steptimes.PROBE_TEXT}.")
+    elif build.speeds:
+        lines.append("the plan's timings hold no reading of the speed probe (`python -m mdlib plan --measure` takes one "
+                     "with them): the machine's drift is not told apart from the plan's error")
     elif build.walls:
         lines.append("the notebooks hold no reading of the speed probe (built with $MDLIB_SPEED_PROBE off, or before "
                      "it): the machine's drift is not told apart from the plan's error")

@@ -440,14 +440,13 @@ class Timings:
             self._fresh.update(timed)
             self.measured += list(timed)
 
-    def probe(self) -> tuple[float, str]:
-        """(seconds, when) of the speed probe (:func:`probe`) as of these timings: read whenever shapes are
-        timed and cached beside them; read now where none is cached (or with policy "all")."""
+    def probe(self) -> tuple[float, str] | None:
+        """(seconds, when) of the speed probe (:func:`probe`) as of these timings (read whenever shapes are
+        timed, and cached beside them); None where it has not been read on this machine."""
         if self._probe is None:
             entry = self._read().get(self.machine, {}).get(PROBE_KEY)
-            if self.policy == "all" or not isinstance(entry, dict) or not {"seconds", "when"} <= set(entry):
-                return self._read_probe()
-            self._probe = (float(entry["seconds"]), str(entry["when"]))
+            if isinstance(entry, dict) and {"seconds", "when"} <= set(entry):
+                self._probe = (float(entry["seconds"]), str(entry["when"]))
         return self._probe
 
     def _read_probe(self) -> tuple[float, str]:
