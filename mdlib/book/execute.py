@@ -242,7 +242,7 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
                         cwd=str(path.parent), progress_bar=monitor.papermill_bar() if monitor else False,
                         start_timeout=300, log_output=False, extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
                     )
-            _record_portable_paths(staged, path, output, None if before is None else _speed(before, _speed_probe()))
+            _record_portable_paths(staged, path, output, None if before is None else _speed(before))
             _echo_store_warnings(staged, nb_name)
         except BaseException as exc:
             if monitor is not None and isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -471,11 +471,12 @@ def _speed_probe() -> float | None:
     return steptimes.probe() if steptimes.probing() else None
 
 
-def _speed(before: float, after: float | None) -> dict[str, Any]:
-    """A chapter's ``mdlib.speed`` metadata: the probe's readings before and after it, and what it reads."""
+def _speed(before: float) -> dict[str, Any]:
+    """A chapter's ``mdlib.speed`` metadata, once it has run: the probe's readings before it and now, and
+    what the probe reads."""
     from mdlib.book import steptimes
 
-    return {"before": before, "after": before if after is None else after, "probe": steptimes.PROBE_TEXT}
+    return {"before": before, "after": steptimes.probe(), "probe": steptimes.PROBE_TEXT}
 
 
 #: What the store warns when it recomputes an entry instead of serving it (``store._read``).

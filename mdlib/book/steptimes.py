@@ -31,7 +31,6 @@ torch's version, so a cache shared by several machines (a home folder on a clust
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -44,7 +43,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from mdlib.book import provenance
 from mdlib.experiments import paths
@@ -179,14 +178,22 @@ def _image_sets(config: Any):
     return (lambda: vision.make_model(config)), examples, {}
 
 
-def _fitter(kind: str, config: Any, device: str, clock: Callable[[], float]):
-    """(fitted(batches, seed) -> (seconds, model, optimizer), evaluated(model, batches, seed) -> seconds):
-    a fit and an evaluation of ``config``'s shape on synthetic data, timed by ``clock``."""
+def measure(kind: str, config: Any, device: str = "cpu", target: float = TARGET_SECONDS) -> Timing:
+    """Time a training batch, an evaluated batch and a checkpoint of ``config``'s shape here (the module's
+    docstring), on one thread."""
+    import torch
+
     from mdlib.experiments import train
 
     make_model, examples, extra = (_image_sets if kind == "e7-vit" else _text_sets)(config)
     batch_size = config.fit.batch_size
     options = dataclasses.replace(config.fit, epochs=1, stop_train_accuracy=None)
+
+    def clock() -> float:
+        if device != "cpu":
+            torch.cuda.synchronize()
+            return time.perf_counter()
+        return time.process_time()
 
     def fitted(batches: int, seed: int) -> tuple[float, Any, Any]:
         dataset, lengths = examples(batches * batch_size, seed, True)
@@ -203,46 +210,14 @@ def _fitter(kind: str, config: Any, device: str, clock: Callable[[], float]):
                        precision=options.precision, **extra)
         return clock() - start
 
-    return fitted, evaluated
-
-
-def _batch_seconds(fitted, target: float):
-    """(seconds per training batch, the model and optimizer of the longest fit): an epoch of ``k`` batches
-    and one of ``2k`` after a warm-up, each the fastest of :data:`REPEATS`, their difference over ``k``,
-    with ``k`` for the shorter epoch to take about ``target`` seconds."""
-    rough, _, _ = fitted(2, 1)  # the warm-up, and a first measure of a batch
-    k = int(min(64, max(1, target / max(rough / 2, 1e-6))))
-    small = min(fitted(k, 2 + 2 * i)[0] for i in range(REPEATS))
-    large, model, optimizer = min((fitted(2 * k, 3 + 2 * i) for i in range(REPEATS)), key=lambda found: found[0])
-    return max(large - small, 0.0) / k, model, optimizer, k
-
-
-@contextlib.contextmanager
-def _one_thread():
-    import torch
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def measure(kind: str, config: Any, device: str = "cpu", target: float = TARGET_SECONDS) -> Timing:
-    """Time a training batch, an evaluated batch and a checkpoint of ``config``'s shape here (the module's
-    docstring), on one thread."""
-    import torch
-
-    def clock() -> float:
-        if device != "cpu":
-            torch.cuda.synchronize()
-            return time.perf_counter()
-        return time.process_time()
-
-    fitted, evaluated = _fitter(kind, config, device, clock)
-    with _one_thread():
-        batch, model, optimizer, k = _batch_seconds(fitted, target)
+        rough, model, optimizer = fitted(2, 1)  # the warm-up, and a first measure of a batch
+        k = int(min(64, max(1, target / max(rough / 2, 1e-6))))
+        small = min(fitted(k, 2 + 2 * i)[0] for i in range(REPEATS))
+        large, model, optimizer = min((fitted(2 * k, 3 + 2 * i) for i in range(REPEATS)), key=lambda found: found[0])
+        batch = max(large - small, 0.0) / k
         evaluated(model, 1, 4)
         evaluation = max(min(evaluated(model, 2 * k, 5 + i) for i in range(REPEATS))
                          - min(evaluated(model, k, 7 + i) for i in range(REPEATS)), 0.0) / k
@@ -253,6 +228,8 @@ def measure(kind: str, config: Any, device: str = "cpu", target: float = TARGET_
             with open(path, "rb+") as handle:
                 os.fsync(handle.fileno())
             checkpoint = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
     return Timing(batch, evaluation, checkpoint, _dt.date.today().isoformat(), device)
 
 
@@ -277,8 +254,8 @@ def probe(steps: int = PROBE_STEPS) -> float:
     """How fast this machine is now: the median wall seconds of ``steps`` training steps (forward, backward
     and the optimizer's step, one thread, in this process) of :func:`probe_shape`'s model on one fixed
     synthetic batch of its shape. On the clock, so that what a neighbour takes from the machine shows; a
-    median, so that a stray pause does not (on an idle 2-core machine, repeated readings spread by about
-    5 %). A chapter's execution reads it before and after the chapter (``mdlib.book.execute``), the plan
+    median, so that a stray pause does not (on an idle 2-core machine, readings a few seconds apart differ
+    by up to about 10 %). A chapter's execution reads it before and after the chapter (``mdlib.book.execute``), the plan
     with its timings (:meth:`Timings.probe`); ``plan --against`` sets them side by side to tell the plan's
     error from the machine's drift."""
     import statistics
@@ -290,7 +267,9 @@ def probe(steps: int = PROBE_STEPS) -> float:
     make_model, examples, extra = _text_sets(config)
     dataset, _ = examples(config.fit.batch_size, 0, True)
     inputs, labels = extra["collate_fn"]([dataset[i] for i in range(len(dataset))])
-    with _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
         torch.manual_seed(0)
         model = make_model().train()
         optimizer = config.optimizer.make(model.parameters())
@@ -302,6 +281,8 @@ def probe(steps: int = PROBE_STEPS) -> float:
             loss.backward()
             optimizer.step()
             seconds.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
     return statistics.median(seconds[3:])
 
 
