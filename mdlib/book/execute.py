@@ -222,10 +222,10 @@ def run_notebook(name: str, profile: str = "default", overrides: Mapping[str, An
         fetch.ensure(chapters.chapter(nb_name).needed(executed))
     if progress:
         print(f"executing {nb_name} ({shown})", file=sys.stderr, flush=True)
-    before = _speed_probe() if nb_name in chapters.NAMES else None  # a test's notebook has no plan to check
     start = time.perf_counter()
     kept: list[Path] = []  # this run's failed notebook, once saved
     with _chapter_lock(nb_name, artifacts), contextlib.ExitStack() as watched:
+        before = _speed_probe() if nb_name in chapters.NAMES else None  # a test's notebook has no plan to check
         _recover(nb_name, artifacts)
         staging = _staging(nb_name, artifacts)
         staged = staging / output.name
