@@ -135,6 +135,21 @@ def test_run_many_writes_its_status_for_the_command_that_watches(build_dir, tmp_
     assert Path(runs[1]["lock"]).parent == paths.runs_dir() / ".locks" / "blobs"
 
 
+def test_a_run_stopped_by_a_skipped_error_is_recorded_with_its_type(build_dir, tmp_path, monkeypatch):
+    """A step that cannot be taken (here a step size that overflows) stops its run with FloatingPointError, which
+    ``skip`` turns into None; the status file says which error, and the terminal line says it diverged."""
+    monkeypatch.setenv(status_files.PROGRESS_ENV, str(tmp_path / "progress"))
+    configs = [blobs_run(0), blobs_run(1, lr=1e30)]
+    assert pool.run_many("blobs", configs, build_blobs, progress=False, skip=(FloatingPointError,))[1] is None
+    runs = _status(tmp_path / "progress")["runs"]
+    assert [run["state"] for run in runs] == ["done", "failed"]
+    assert "error" not in runs[0] and runs[1]["error"] == "FloatingPointError"
+    watch = progress.Watch(tmp_path / "progress")
+    watch.poll()
+    assert progress.lines(watch.snapshot("04_sentiment", 5.0), 200)[0].startswith(
+        "04_sentiment: runs 1/2 so far (1 diverged), 0:05 elapsed")
+
+
 # ---------------------------------------------------------------------------------------------
 # the lines, from crafted files
 
@@ -180,6 +195,12 @@ def test_the_lines_of_a_crafted_status_file_and_checkpoint(tmp_path):
     assert second == "  training e4-sentiment md p=1.1 seed 1: 4/10 epochs, train acc 0.840 (stop 0.995)"
     assert progress.log_line(snap) == f"[04_sentiment] {first[len('04_sentiment: '):]}; {second.strip()}"
     assert all(len(line) <= 60 for line in progress.lines(snap, width=60))
+
+    for name, error in (("a", "FloatingPointError"), ("b", "ValueError")):  # runs that stopped, and how
+        watch.runs[name].state, watch.runs[name].error = "failed", error
+    assert progress.lines(watch.snapshot("04_sentiment", 125.0), 200)[0].startswith(
+        "04_sentiment: runs 0/3 so far (1 diverged, 1 failed), 2:05 elapsed")
+    watch.poll()  # the files say again what they said
 
     (tmp_path / "runs" / "c").mkdir(parents=True)  # stored meanwhile (another process): counted, not waited for
     watch.poll()

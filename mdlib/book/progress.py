@@ -20,7 +20,9 @@ The runs' total is the chapter's as ``mdlib.book.plan`` counts them at its param
 grids grow), else the runs its ``run_many`` calls asked for so far ("so far"). The plan counts a run
 whose step a sweep chooses at one candidate: it stands for the run of its cell and seed (its slot,
 ``mdlib.runs.progress.slot_of``) until one of that slot is asked for, then goes (so a tied candidate
-that is never trained, counted "at most", goes too). The time left is an
+that is never trained, counted "at most", goes too). A run stopped by an error its caller skips is
+counted apart: "diverged" for the optimizer's FloatingPointError (a non-finite step), else "failed". The
+time left is an
 estimate, for the training runs only: each run waiting or training needs its expected epochs (a run
 with a stop rule: the mean epochs of the finished runs of its setting, else of its kind, else its
 cap, when the estimate says "at most"; without one, its cap) at its measured seconds per epoch (its
@@ -77,6 +79,7 @@ class Run:
     expected_epochs: float | None = None
     epochs: int | None = None  #: a finished run's epochs
     seconds: float | None = None  #: and their seconds
+    error: str | None = None  #: a failed run's error type (FloatingPointError: it diverged)
     running: bool = False  #: its lock is held: it trains now
     history: list[dict] = field(default_factory=list)  #: a training run's epochs so far (its checkpoint)
 
@@ -202,9 +205,11 @@ def _summary(snap: Snapshot) -> str:
     parts = [f"cell {min(snap.cells[0] + 1, snap.cells[1])}/{snap.cells[1]}"] if snap.cells else []  # the one running
     if snap.runs:
         done = sum(run.finished for run in snap.runs)
-        failed = sum(run.state == "failed" for run in snap.runs)
+        failed = [run for run in snap.runs if run.state == "failed"]
+        diverged = sum(run.error == "FloatingPointError" for run in failed)  # the optimizer's non-finite step
+        stopped = [f"{diverged} diverged"] * bool(diverged) + [f"{len(failed) - diverged} failed"] * (len(failed) > diverged)
         total = f"{done}/{len(snap.runs)}" + ("" if snap.complete else " so far")
-        parts.append(f"runs {total}" + (f" ({failed} failed)" if failed else ""))
+        parts.append(f"runs {total}" + (f" ({', '.join(stopped)})" if stopped else ""))
     parts.append(f"{clock(snap.elapsed)} elapsed")
     if snap.left is not None:
         seconds, bound, source = snap.left
@@ -299,7 +304,7 @@ class Watch:
                         setattr(run, name, row[name])
                 state = row.get("state", "waiting")
                 if not (run.state == "done" and state == "stored"):
-                    run.state = state
+                    run.state, run.error = state, row.get("error")
                 if row.get("epochs") is not None:
                     run.epochs, run.seconds = row["epochs"], row.get("seconds")
                 waiting += state == "waiting"

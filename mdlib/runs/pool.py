@@ -284,7 +284,7 @@ def run_many(kind: str, configs: list[Config], build: Callable[[Config], Setup],
             except skip as error:
                 failed[run_id] = error
                 log.info("run %s/%s failed and is skipped: %s", kind, run_id.key[:12], error)
-                _finished(report, run_id, failed=True)
+                _finished(report, run_id, error=error)
                 results.append(None)
         return results
     finally:
@@ -298,14 +298,15 @@ def _checkpoint_folder(run_id: RunId) -> Path:
 
 
 def _finished(report: _progress.Status | None, run_id: RunId, result: Mapping[str, Any] | None = None,
-              failed: bool = False) -> None:
+              error: BaseException | None = None) -> None:
     """Tell ``report`` (when there is one) that run ``run_id`` is stored (``result``, else read back from the
-    store) or failed; a run it knew as stored, or as finished already, stays as it was."""
+    store) or was stopped by ``error`` (one of the caller's ``skip``); a run it knew as stored, or as
+    finished already, stays as it was."""
     if report is None or not report.waiting(run_id):
         return
-    if not failed and result is None:
+    if error is None and result is None:
         result = store.load(run_id)
-    report.finished(run_id, None if result is None else result.get("history"), failed=failed or result is None)
+    report.finished(run_id, None if result is None else result.get("history"), failed=error or result is None)
 
 
 def _pool_devices(workers: int, runs: int, device: str | torch.device | None) -> list[str] | None:
@@ -339,7 +340,7 @@ def _run_free_first(missing: list[tuple[RunId, Config]], build: Callable[[Config
             _finished(report, run_id, _run(run_id, config, build, extras=extras, progress=progress, device=device))
         except skip as error:
             failed[run_id] = error
-            _finished(report, run_id, failed=True)
+            _finished(report, run_id, error=error)
     return failed
 
 
@@ -369,7 +370,7 @@ def _gather(jobs: Mapping[Any, RunId], skip: tuple[type[BaseException], ...], ba
             raise error
         if error is not None:
             failed[jobs[job]] = error
-        _finished(report, jobs[job], failed=error is not None)
+        _finished(report, jobs[job], error=error)
         bar.update()
     return failed
 

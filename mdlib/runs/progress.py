@@ -15,6 +15,7 @@ finishes (:class:`Status`, ``<folder>/<pid>-<n>.json``)::
                "lock": "<build>/runs/.locks/e4-sentiment/3f0c....lock", "entry": "<build>/runs/e4-sentiment/3f0c...",
                "flops_per_epoch": 1.2e12, "expected_epochs": 600.0,   # mdlib.experiments.workload, when it has a model
                "epochs": null, "seconds": null}]}                     # a run trained now: its epochs and seconds
+                                                                      # a failed one: "error", its type's name
 
 A run is being trained while its lock exists (``store.load_or_run`` holds it, in whichever process or
 worker trains it), and its checkpoint, replaced after every epoch (``train.fit``), holds its history so
@@ -165,13 +166,16 @@ class Status:
         index = self._index.get(run_id.key)
         return index is not None and self.record["runs"][index]["state"] == "waiting"
 
-    def finished(self, run_id: Any, history: Any = None, failed: bool = False) -> None:
+    def finished(self, run_id: Any, history: Any = None, failed: BaseException | bool = False) -> None:
         """Record that run ``run_id``, one this call trains, was trained (``history``: its ``train.fit``
-        history, a DataFrame) or failed."""
+        history, a DataFrame) or failed (the error, whose type is recorded, e.g. the FloatingPointError
+        of a run that diverged)."""
         if not self.waiting(run_id):
             return
         row = self.record["runs"][self._index[run_id.key]]
         row["state"] = "failed" if failed else "done"
+        if isinstance(failed, BaseException):
+            row["error"] = type(failed).__name__
         if history is not None and len(history):
             row["epochs"] = int(len(history))
             row["seconds"] = float(history["seconds"].sum())
