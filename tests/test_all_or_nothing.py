@@ -137,10 +137,11 @@ def _project(tmp_path: Path) -> Path:
     return root
 
 
-def _start(root: Path, *argv: str) -> subprocess.Popen:
+def _start(root: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``mdlib --root ROOT ARGV...`` in a new session, with ``env`` added to this process's environment."""
     script = f"import sys; from mdlib.book import cli; sys.exit(cli.main(['--root', {str(root)!r}, *{list(argv)!r}]))"
     return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(paths.PACKAGE_DIR.parent)},
+                            text=True, env={**os.environ, "PYTHONPATH": str(paths.PACKAGE_DIR.parent), **(env or {})},
                             start_new_session=True)
 
 
@@ -210,6 +211,27 @@ def test_killing_one_chapter_and_running_another_keeps_both_chapters_files(tmp_p
     with execute._chapter_lock("02_sleeper", build):
         assert "discarded" in execute._recover("02_sleeper", build)
     assert tree(build / "figures") == figures and "fig-sleeper.png" not in figures
+
+
+@pytest.mark.slow
+def test_a_rooted_run_executes_into_the_build_folder_of_the_environment(tmp_path):
+    """``MDLIB_BUILD_DIR=B mdlib --root R run``: the chapter's lock, staging folder, figures and the files its
+    kernel writes are all in B; nothing goes to R/_build. A second execution into B is refused by name."""
+    root = _project(tmp_path)
+    build = tmp_path / "elsewhere"
+    env = {paths.BUILD_ENV: str(build)}
+    sleeper = _start(root, "run", "02_sleeper", env=env)
+    _wait_for(execute._staging("02_sleeper", build) / "figures" / "fig-sleeper.png", sleeper)
+    second = _start(root, "run", "02_sleeper", env=env)
+    assert second.wait(120) == 1
+    assert f"02_sleeper is being executed into {build}" in second.communicate()[1]
+    os.killpg(sleeper.pid, signal.SIGKILL)
+    sleeper.wait()
+    fixture = _start(root, "run", "01_fixture", env=env)
+    assert fixture.wait(180) == 0, fixture.communicate()
+    assert json.loads((build / "fixture.json").read_text())["profile"] == "default"  # the kernel's file
+    assert (build / "figures" / "fig-fixture.png").is_file() and (build / "figures" / "fig-fixture.json").is_file()
+    assert not (root / "_build").exists()
 
 
 @pytest.mark.slow
