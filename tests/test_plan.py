@@ -145,6 +145,12 @@ def test_the_paper_plan_counts_the_papers_runs():
     finals = stages["07_vision", "final runs"]
     assert finals.runs == 2 * 5 * 3 and finals.steps == 30 * 2000 * 500  # datasets x methods x seeds
     assert stages["07_vision", "step-size sweep (validation images)"].runs == 2 * 3 * 4  # 1.75, 2, 3: 4 steps each
+    assert ("07_vision", plan.AT_PAPER) not in stages  # the paper's steps are the finals' own here
+    default = {(s.notebook, s.what): s for s in plan.plan("default")}
+    assert default["07_vision", "final runs"].runs == 5 * 3 and default["07_vision", plan.AT_PAPER].runs == 2 * 3
+    pruned = default["07_vision", "pruning curves of the final runs"]  # of the 15 finals' test images, not 21
+    assert pruned.steps == 15 * workload.SPLITS["fashion_mnist"][2] * len(
+        profiles.executed_parameters("07_vision", "default")["sparsities"])
     assert "imdb" in table1.data and {"cifar10", "cifar100"} <= set(finals.data)
     assert all(s.cpu_hours > 0 for s in stages.values() if s.steps)
 
@@ -408,7 +414,15 @@ def test_the_planned_runs_are_the_grids_runs(profile):
     assert list(plan.chapter_runs("04_sentiment", values)) == list(expected)
     v = profiles.executed_parameters("07_vision", profile)
     swept, at_paper = vision.chapter_grids(**v)
-    assert set(plan.chapter_runs("07_vision", v)) == set(workload.grid_runs([swept.design(), at_paper.design()]))
+    fixed, chosen = workload.grid_runs([at_paper.design()]), workload.grid_runs([swept.design()])
+    planned = plan.chapter_runs("07_vision", v)
+    # the runs at the paper's steps are trained whatever the sweep chooses: a swept final whose step the
+    # sweep chooses does not stand in at one of them (its first candidate can be the paper's step)
+    assert set(fixed) <= set(planned) and not any(run.chosen and key in fixed for key, run in planned.items())
+    if profile == "paper":  # Adam and l_1.1 train at the paper's steps, unswept: the same runs
+        assert len(planned) == len(chosen)
+    else:  # their steps are swept from the paper's up: the 6 runs at the paper's come on top of the 6 chosen
+        assert len(fixed) == 6 and set(fixed) <= set(chosen) and len(planned) == len(chosen) + 6
 
 
 def _no_apt_path(tmp_path: Path) -> str:

@@ -209,12 +209,14 @@ class Planned:
 
 
 def _design_runs(design, first: int, stage: Callable[[Any], str] | str, seen: set[str],
-                 follows: bool = False) -> list[Planned]:
+                 follows: bool = False, reserved: frozenset[str] = frozenset()) -> list[Planned]:
     """A grid's runs (``step_grid.Design``) not in ``seen`` (which they join), as ``workload.grid_runs``
     counts them: its sweep in round ``first``, its finals in the next where a sweep chooses their step
     (else in ``first``), each final at every candidate (``alternatives``) unless ``tied_finals`` counts
     every candidate's as a run of its own (at most). ``follows``: every step of the grid follows another
-    grid's choice."""
+    grid's choice. ``reserved``: the keys of runs another grid trains at a fixed step; a final whose step
+    the sweep chooses stands in at the first candidate that is not one of them, so that the two count as
+    two runs (as they are unless the sweep chooses that very step)."""
     from mdlib.experiments import step_grid
 
     candidates = {cell: list(design.candidates(cell)) for cell in design.cells}
@@ -237,6 +239,8 @@ def _design_runs(design, first: int, stage: Callable[[Any], str] | str, seen: se
         config = design.final_config(cell, value, seed)
         alternatives = ((config,) if design.tied_finals
                         else tuple(design.final_config(cell, c, seed) for c in candidates[cell]))
+        if rounds[cell] > first and not design.tied_finals:
+            config = next((c for c in alternatives if identity.config_key(design.run_kind, c) not in reserved), config)
         add(config, alternatives, rounds[cell], rounds[cell] > first)
     return out
 
@@ -295,7 +299,7 @@ def _sentiment_planned(values: Mapping[str, Any]) -> list[Planned]:
     return out
 
 
-SWEEP, FINALS = "step-size sweep (validation images)", "final runs"
+SWEEP, FINALS, AT_PAPER = "step-size sweep (validation images)", "final runs", "Adam and l_1.1 at the paper's steps"
 
 
 def _vision_planned(values: Mapping[str, Any]) -> list[Planned]:
@@ -306,8 +310,9 @@ def _vision_planned(values: Mapping[str, Any]) -> list[Planned]:
     swept, at_paper = vision.chapter_grids(**values)
     seen: set[str] = set()
     stage = lambda config: SWEEP if config.data.validation else FINALS  # noqa: E731
-    first = _design_runs(swept.design(), 1, stage, seen)
-    return first + _design_runs(at_paper.design(), max((r.round for r in first), default=0) + 1, stage, seen)
+    fixed = frozenset(workload.grid_runs([at_paper.design()]))  # at the paper's steps, whatever the sweep chooses
+    first = _design_runs(swept.design(), 1, stage, seen, reserved=fixed)
+    return first + _design_runs(at_paper.design(), max((r.round for r in first), default=0) + 1, AT_PAPER, seen)
 
 
 def planned_runs(notebook: str, values: Mapping[str, Any]) -> list[Planned] | None:
@@ -668,8 +673,8 @@ def _evaluates(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], 
 def _vision(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx: _Context
             ) -> tuple[list[Stage], ChapterWall]:
     planned = _vision_planned(values)
-    stages, training = _runs_stages(notebook, planned, [SWEEP, FINALS], data, _workers(values), ctx)
-    finals = [run.config for run in planned if run.stage == FINALS]
+    stages, training = _runs_stages(notebook, planned, [SWEEP, FINALS, AT_PAPER], data, _workers(values), ctx)
+    finals = [run.config for run in planned if run.stage == FINALS]  # the pruning curves' (not the paper steps')
     tests = sum(workload.SPLITS[config.data.dataset][2] for config in finals)
     pruning = _evaluation_stage(notebook, "pruning curves of the final runs", "e7-vit", finals[0],
                                 tests * len(values["sparsities"]), data, ctx)
