@@ -285,7 +285,20 @@ def test_a_chapter_without_runs_gets_the_plans_time_and_stale_folders_go(tmp_pat
     assert not folder.exists()
 
 
-def test_the_plan_gives_the_chapters_runs_and_a_cpu_chapters_time(tmp_path, monkeypatch):
+def test_the_plans_other_work_follows_the_runs_and_counts_down_once_they_are_done(tmp_path):
+    """A training chapter's forward passes and other cells (``planned_seconds``) come after its runs: added to
+    their estimate while runs are left, then counted down from the moment none is."""
+    watch = progress.Watch(crafted(tmp_path))
+    watch.poll()
+    assert watch.snapshot("07_vision", 125.0, planned_seconds=30.0).left == (80.0, False, "estimate")  # 50 + 30
+    for run in watch.runs.values():
+        run.state = "done"
+    assert watch.snapshot("07_vision", 130.0, planned_seconds=30.0).left == (30.0, False, "plan")
+    assert watch.snapshot("07_vision", 140.0, planned_seconds=30.0).left == (20.0, False, "plan")
+    assert watch.snapshot("07_vision", 170.0, planned_seconds=30.0).left is None  # past the plan: only the clock
+
+
+def test_the_plan_gives_the_chapters_runs_and_time_besides_them(tmp_path, monkeypatch):
     from mdlib.book import plan, profiles, steptimes
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no timings here: no speed probe read with them
@@ -297,6 +310,11 @@ def test_the_plan_gives_the_chapters_runs_and_a_cpu_chapters_time(tmp_path, monk
     run = next(iter(planned.values()))
     assert run.kind == "e4-sentiment" and run.cap == values["epochs"] and run.stop == 0.995 and run.flops_per_epoch > 0
     assert Path(run.entry).parent == paths.runs_dir() / "e4-sentiment"
+    walls = {wall.notebook: wall for wall in plan.plan("smoke", cores=steptimes.cores()).walls}  # by FLOPs: nothing timed
+    for name in ("04_sentiment", "05_token_selection", "07_vision"):  # besides the runs: forward passes, other cells
+        expected = walls[name].forward + walls[name].rest
+        assert expected > 0
+        assert plan.planned_seconds(name, profiles.executed_parameters(name, "smoke")) == pytest.approx(expected)
     measured = plan.chapters.chapter("01_fixed_decoder_paths").work.measured.seconds
     default = profiles.executed_parameters("01_fixed_decoder_paths", "default")
     assert plan.planned_seconds("01_fixed_decoder_paths", default) == pytest.approx(measured)
@@ -304,7 +322,7 @@ def test_the_plan_gives_the_chapters_runs_and_a_cpu_chapters_time(tmp_path, monk
     timings = steptimes.Timings("cpu", "cached")
     timings._write({steptimes.PROBE_KEY: {"seconds": 2 * reference, "when": "now"}})  # a machine half as fast
     assert plan.planned_seconds("01_fixed_decoder_paths", default) == pytest.approx(2 * measured)
-    assert plan.planned_seconds("04_sentiment", values) is None and plan.chapter_runs("01_fixed_decoder_paths", default) is None
+    assert plan.chapter_runs("01_fixed_decoder_paths", default) is None
 
 
 # ---------------------------------------------------------------------------------------------

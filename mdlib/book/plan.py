@@ -334,13 +334,22 @@ def chapter_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, Planned]
     return None if found is None else {run.key: run for run in found}
 
 
-def planned_seconds(notebook: str, values: Mapping[str, Any]) -> float | None:
-    """The time chapter ``notebook`` takes at its parameter ``values`` where the plan scales it from the
-    chapter's measured time (a chapter that runs on the CPU, ``chapters.OnCpu``); None otherwise."""
-    if not isinstance(chapters.chapter(notebook).work, chapters.OnCpu):
-        return None
-    found = steptimes.Timings("cpu", "cached").probe()
-    return _cpu_seconds(notebook, values, None if found is None else found[0])[0]
+def planned_seconds(notebook: str, values: Mapping[str, Any]) -> float:
+    """The plan's wall seconds of chapter ``notebook`` at its parameter ``values`` besides its pools of
+    training runs: its forward passes and other cells (a CPU chapter: the whole chapter), on this
+    machine's CPU as of its cached timings (nothing is timed here: a shape not timed yet goes by FLOPs)."""
+    work = chapters.chapter(notebook).work
+    if isinstance(work, chapters.OnCpu):
+        found = steptimes.Timings("cpu", "cached").probe()
+        return _cpu_seconds(notebook, values, None if found is None else found[0])[0]
+    parameters = {name: profiles.executed_parameters(name, values["profile"]) for name in chapters.NAMES}
+    at_once = _at_once({**parameters, notebook: values}, steptimes.cores())  # the shapes as the plan timed them
+    timings = steptimes.Timings("cpu", "cached", at_once=at_once)
+    base = default_costs()
+    ctx = _Context(Costs(base.gpu, StepTimer(timings, base.cpu)), "cpu", steptimes.cores(),
+                   known_epochs.Index(known_epochs.known_runs()))
+    wall = STAGES[type(work)](notebook, values, (), ctx)[1]
+    return wall.forward + wall.rest
 
 
 def schedule(rounds: Mapping[int, Sequence[float]], workers: int) -> float:
@@ -699,18 +708,24 @@ def _prepare(parameters: Mapping[str, Mapping[str, Any]], ctx: _Context) -> None
     """Time the shapes of every run and model the chapters cost (``StepTimer.prepare``) before costing
     them: all at once, in as many processes as the chapters train runs at once (at most one per core)."""
     runs: list[tuple[str, Any]] = []
-    at_once = 1
     for name, values in parameters.items():
         planned = planned_runs(name, values)
         if planned is not None:
             runs += [(run.kind, c) for run in planned for c in run.alternatives]
-            at_once = max(at_once, _workers(values))
         elif isinstance(chapters.chapter(name).work, chapters.Evaluates):
             config = _evaluated(name, values)[0]
             runs += [("e4-sentiment", config)] if config is not None else []
     for rate in (ctx.costs.cpu, ctx.costs.gpu):
         if isinstance(rate, StepTimer):
-            rate.prepare(runs, min(at_once, ctx.cores))
+            rate.prepare(runs, _at_once(parameters, ctx.cores))
+
+
+def _at_once(parameters: Mapping[str, Mapping[str, Any]], cores: int) -> int:
+    """In how many processes at once the plan times the shapes of chapters at ``parameters`` (by name): as
+    many as its chapters train runs at once (their ``workers``), at most one per core."""
+    training = (chapters.SentimentGrids, chapters.VisionGrids)
+    return min(max([_workers(values) for name, values in parameters.items()
+                    if isinstance(chapters.chapter(name).work, training)], default=1), cores)
 
 
 def plan(profile: str, costs: Costs | None = None, *, workers: int | None = None, device: str | None = None,

@@ -28,7 +28,8 @@ with a stop rule: the mean epochs of the finished runs of its setting, else of i
 cap, when the estimate says "at most"; without one, its cap) at its measured seconds per epoch (its
 own epochs so far, else those of the finished and training runs of its kind, scaled by each run's
 FLOPs per epoch where ``mdlib.experiments.workload`` counts them), laid out over as many runs at once
-as are training; chapters that train no runs get the plan's measured time less the time spent.
+as are training; then the plan's time of the chapter's other work (forward passes, other cells), which
+counts down once no run is left (a chapter that trains no runs: from its start).
 """
 
 from __future__ import annotations
@@ -276,6 +277,7 @@ class Watch:
         self.folder = Path(folder)
         self.planned = dict(planned or {})
         self.runs: dict[str, Run] = {}
+        self._runs_done: float | None = None  #: the elapsed seconds when no run was left to train
         self._read: dict[str, float] = {}  # checkpoint -> modification time read
         self.slots = 1
 
@@ -340,14 +342,22 @@ class Watch:
 
     def snapshot(self, notebook: str, elapsed: float, cells: tuple[int, int] | None = None,
                  planned_seconds: float | None = None) -> Snapshot:
+        """What to show ``elapsed`` seconds into the chapter; ``planned_seconds``: the plan's time of its
+        cells besides the pools of runs (``plan.planned_seconds``), which come after the runs' estimate
+        and, once the runs are done, count down from then."""
         runs = list(self.runs.values())
         left = None
+        after = planned_seconds or 0.0
         if any(run.state in ("waiting", "planned") for run in runs):
+            self._runs_done = None
             found = estimate(runs, self.slots)
             if found is not None:
-                left = (found[0], found[1], "estimate" if not found[1] else "estimate at the epoch caps")
-        elif not runs and planned_seconds is not None and planned_seconds > elapsed:
-            left = (planned_seconds - elapsed, False, "plan")
+                left = (found[0] + after, found[1], "estimate" if not found[1] else "estimate at the epoch caps")
+        elif planned_seconds is not None:
+            if self._runs_done is None:
+                self._runs_done = elapsed if runs else 0.0
+            if after > elapsed - self._runs_done:
+                left = (after - (elapsed - self._runs_done), False, "plan")
         return Snapshot(notebook, elapsed, runs, bool(self.planned), cells, left)
 
     def kept(self, notebook: str) -> str | None:
@@ -429,7 +439,7 @@ class Monitor:
     ``mode`` is ``lines``) one or two lines redrawn every second; else a line every ``every`` seconds.
     The files are read at most every ``poll`` seconds (the smaller of 10 and ``every``). ``planned``:
     called once, in the thread, for the plan's runs of the chapter (its errors only leave the total
-    open); ``planned_seconds``: likewise, the plan's time of a chapter that trains no runs."""
+    open); ``planned_seconds``: likewise, the plan's time of the chapter besides its pools of runs."""
 
     def __init__(self, notebook: str, folder: Path, *, stream: TextIO | None = None, mode: str | None = None,
                  every: float | None = None, poll: float | None = None,
