@@ -21,15 +21,16 @@ grids grow), else the runs its ``run_many`` calls asked for so far ("so far"). T
 whose step a sweep chooses at one candidate: it stands for the run of its cell and seed (its slot,
 ``mdlib.runs.progress.slot_of``) until one of that slot is asked for, then goes (so a tied candidate
 that is never trained, counted "at most", goes too). A run stopped by an error its caller skips is
-counted apart: "diverged" for the optimizer's FloatingPointError (a non-finite step), else "failed". The
-time left is an
-estimate, for the training runs only: each run waiting or training needs its expected epochs (a run
-with a stop rule: the mean epochs of the finished runs of its setting, else of its kind, else its
-cap, when the estimate says "at most"; without one, its cap) at its measured seconds per epoch (its
-own epochs so far, else those of the finished and training runs of its kind, scaled by each run's
-FLOPs per epoch where ``mdlib.experiments.workload`` counts them), laid out over as many runs at once
-as are training; then the plan's time of the chapter's other work (forward passes, other cells), which
-counts down once no run is left (a chapter that trains no runs: from its start).
+counted apart: "diverged" for the optimizer's FloatingPointError (a non-finite step), else "failed".
+
+The time left is the training runs' estimate and then the plan's time of the chapter's other work. The
+estimate: each run waiting or training needs its expected epochs (a run with a stop rule: the mean
+epochs of the finished runs of its setting, else of its kind, else its cap, when the estimate says
+"at most"; without one, its cap) at its measured seconds per epoch (its own epochs so far, else those
+of the finished and training runs of its kind, scaled by each run's FLOPs per epoch where
+``mdlib.experiments.workload`` counts them), laid out over as many runs at once as are training. The
+other work (forward passes, analyses, figures: ``mdlib.book.plan.planned_seconds``) is added to it and
+counts down once no run is left (in a chapter that trains no runs, from its start).
 """
 
 from __future__ import annotations
