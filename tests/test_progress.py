@@ -24,7 +24,7 @@ import torch
 
 from mdlib.book import progress
 from mdlib.experiments import paths, train
-from mdlib.runs import lockfile, pool, progress as status_files
+from mdlib.runs import identity, lockfile, pool, progress as status_files
 from test_runs import blobs_run, build_blobs
 
 
@@ -296,6 +296,36 @@ def test_the_plans_other_work_follows_the_runs_and_counts_down_once_they_are_don
     assert watch.snapshot("07_vision", 130.0, planned_seconds=30.0).left == (30.0, False, "plan")
     assert watch.snapshot("07_vision", 140.0, planned_seconds=30.0).left == (20.0, False, "plan")
     assert watch.snapshot("07_vision", 170.0, planned_seconds=30.0).left is None  # past the plan: only the clock
+
+
+def test_a_runs_epochs_come_from_its_setting_then_its_configs_known_runs_then_its_kind():
+    """Before a run of its own setting finishes, a run is expected to take the epochs the stored or
+    committed runs of its config took (``known_epochs``), not those of another setting trained now."""
+    def run(key, group, state="waiting", epochs=None, known=None):
+        return progress.Run(key, "e4-sentiment", group=group, cap=100, stop=0.995, state=state, epochs=epochs,
+                            known_epochs=known)
+
+    other, target = run("o", "replication", "done", epochs=30), run("t", "variation", known=58.0)
+    assert progress._expected_epochs(target, [other, target]) == (58.0, False)
+    same = run("s", "variation", "done", epochs=40)
+    assert progress._expected_epochs(target, [other, same, target]) == (40.0, False)  # measured here wins
+    target.known_epochs = None
+    assert progress._expected_epochs(target, [other, target]) == (30.0, False)
+    assert progress._expected_epochs(target, [target]) == (100.0, True)  # nothing known: at most its cap
+
+
+def test_the_known_epochs_cover_every_step_a_chosen_run_may_take():
+    from mdlib.book import epochs, plan, profiles
+
+    values = profiles.executed_parameters("04_sentiment", "default")
+    known = progress.known_epochs("04_sentiment", values)
+    runs = plan.chapter_runs("04_sentiment", values).values()
+    index = epochs.Index(epochs.known_runs())
+    alternatives = {identity.config_key(run.kind, c): (run.kind, c) for run in runs for c in run.alternatives}
+    assert known and set(known) <= set(alternatives)
+    for key, epochs_known in known.items():
+        kind, config = alternatives[key]
+        assert epochs.expect(kind, config, index).epochs == epochs_known
 
 
 def test_the_plan_gives_the_chapters_runs_and_time_besides_them(tmp_path, monkeypatch):

@@ -40,8 +40,8 @@ from mdlib.runs import identity
 
 __all__ = ["CPU_SECONDS_PER_TFLOP", "HTML", "WITHIN", "ChapterWall", "Costs", "FlopRate", "Plan", "Planned", "Stage",
            "StepTimer", "against", "chapter_runs", "default_costs", "Executed", "executed", "gpu_seconds_per_tflop",
-           "machine_costs", "markdown", "measure_cpu", "measured_costs", "plan", "planned_runs", "planned_seconds",
-           "schedule", "text"]
+           "known_epochs_of", "machine_costs", "markdown", "measure_cpu", "measured_costs", "plan", "planned_runs",
+           "planned_seconds", "schedule", "text"]
 
 #: Seconds per 10^12 training FLOPs on one core of this project's 2-core CPU machine (torch 2.14.1,
 #: float32, one thread), as :func:`measure_cpu` measures it: 14.5-14.8 on an idle machine, 14.9-16.4
@@ -332,6 +332,20 @@ def chapter_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, Planned]
     whose work the plan counts otherwise (trials, timed steps, forward passes)."""
     found = planned_runs(notebook, values)
     return None if found is None else {run.key: run for run in found}
+
+
+def known_epochs_of(runs: Iterable[Planned]) -> dict[str, float]:
+    """The epochs of every config the ``runs`` may train (each one's ``alternatives``), by store key, where
+    the stored or committed runs tell them (``epochs.expect``: the same run's, its setting's at its step or
+    at the nearest step; not a cap, a bound or the authors' mean)."""
+    ctx = _Context(default_costs(), "cpu", 1, known_epochs.Index(known_epochs.known_runs()))
+    out = {}
+    for run in runs:
+        for config in run.alternatives:
+            expected = ctx.work(run.kind, config)[1]
+            if expected.how in ("run", "setting", "nearest") and not (expected.bound or expected.at_least):
+                out[identity.config_key(run.kind, config)] = expected.epochs
+    return out
 
 
 def planned_seconds(notebook: str, values: Mapping[str, Any]) -> float:

@@ -79,6 +79,7 @@ class Run:
     entry: str | None = None
     flops_per_epoch: float | None = None
     expected_epochs: float | None = None
+    known_epochs: float | None = None  #: the epochs its config took in the stored or committed runs (the plan's)
     epochs: int | None = None  #: a finished run's epochs
     seconds: float | None = None  #: and their seconds
     error: str | None = None  #: a failed run's error type (FloatingPointError: it diverged)
@@ -148,9 +149,13 @@ def _expected_epochs(run: Run, runs: list[Run]) -> tuple[float | None, bool]:
     if run.history and (run.accuracy() or 0.0) >= run.stop:
         return float(done), False  # it reached its stop rule: finishing
     finished = [m for m in runs if m.state == "done" and m.epochs and m.kind == run.kind and m.stop is not None]
-    alike = [m.epochs for m in finished if m.group == run.group] or [m.epochs for m in finished]
-    if alike:
+    alike = [m.epochs for m in finished if m.group == run.group]
+    if alike:  # its setting's, trained now
         epochs, bound = _mean(alike), False
+    elif run.known_epochs is not None:  # its config's, stored or committed
+        epochs, bound = run.known_epochs, False
+    elif finished:  # its kind's, trained now
+        epochs, bound = _mean([m.epochs for m in finished]), False
     else:  # the work model's expectation (the authors' measured mean where it has one), else the cap
         epochs = run.expected_epochs or cap
         bound = run.expected_epochs is None or (cap is not None and run.expected_epochs >= cap)
@@ -279,6 +284,7 @@ class Watch:
         self.planned = dict(planned or {})
         self.runs: dict[str, Run] = {}
         self._runs_done: float | None = None  #: the elapsed seconds when no run was left to train
+        self.known: dict[str, float] = {}  #: the plan's known epochs by store key (``plan.known_epochs_of``)
         self._read: dict[str, float] = {}  # checkpoint -> modification time read
         self.slots = 1
 
@@ -326,6 +332,7 @@ class Watch:
         self.slots = max(slots, sum(run.running for run in self.runs.values()))
 
     def _update(self, run: Run) -> None:
+        run.known_epochs = self.known.get(run.key, run.known_epochs)
         if run.state in ("waiting", "planned") and run.entry and os.path.isdir(run.entry):
             run.state = "stored"  # stored by another process, or before its call said so
         run.running = run.state == "waiting" and bool(run.lock) and lockfile.is_held(Path(run.lock))
@@ -400,6 +407,14 @@ def planned_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, _Planned
     return out
 
 
+def known_epochs(notebook: str, values: Mapping[str, Any]) -> dict[str, float]:
+    """The epochs that the stored or committed runs tell of each config the plan's runs of ``notebook`` may
+    train at its parameter ``values``, by store key (``mdlib.book.plan.known_epochs_of``)."""
+    from mdlib.book import plan
+
+    return plan.known_epochs_of((plan.chapter_runs(notebook, values) or {}).values())
+
+
 # ---------------------------------------------------------------------------------------------
 # the thread that shows it
 
@@ -440,12 +455,14 @@ class Monitor:
     ``mode`` is ``lines``) one or two lines redrawn every second; else a line every ``every`` seconds.
     The files are read at most every ``poll`` seconds (the smaller of 10 and ``every``). ``planned``:
     called once, in the thread, for the plan's runs of the chapter (its errors only leave the total
-    open); ``planned_seconds``: likewise, the plan's time of the chapter besides its pools of runs."""
+    open); ``planned_seconds``: likewise, the plan's time of the chapter besides its pools of runs;
+    ``known``: likewise, the epochs the stored or committed runs tell of the configs it may train."""
 
     def __init__(self, notebook: str, folder: Path, *, stream: TextIO | None = None, mode: str | None = None,
                  every: float | None = None, poll: float | None = None,
                  planned: Callable[[], Mapping[str, _Planned]] | None = None,
-                 planned_seconds: Callable[[], float | None] | None = None):
+                 planned_seconds: Callable[[], float | None] | None = None,
+                 known: Callable[[], Mapping[str, float]] | None = None):
         self.notebook, self.stream = notebook, stream or sys.stderr
         self.mode = mode or chosen_mode()
         self.every = every if every is not None else log_every()
@@ -454,7 +471,7 @@ class Monitor:
         self.tty = tty and self.mode == "auto"
         self.watch = Watch(folder)
         self.cells = _Cells()
-        self._planned, self._planned_seconds, self._seconds = planned, planned_seconds, None
+        self._planned, self._planned_seconds, self._known, self._seconds = planned, planned_seconds, known, None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._drawn = 0
@@ -483,6 +500,9 @@ class Monitor:
         with contextlib.suppress(Exception):
             if self._planned_seconds is not None:
                 self._seconds = self._planned_seconds()
+        with contextlib.suppress(Exception):
+            if self._known is not None:
+                self.watch.known = dict(self._known())
 
     def _loop(self) -> None:
         tick = min(1.0, self.every / 2, self.poll)
