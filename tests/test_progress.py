@@ -258,7 +258,7 @@ def test_the_plan_marks_the_runs_whose_step_a_choice_decides():
     assert {run.config.fit.seed for run in variation if run.chosen} == set(range(2, 6))
     assert all(len(run.alternatives) == 3 for run in variation if run.chosen)
     assert not any(run.chosen for run in by_stage["Table 1 grid (replication)"])  # one candidate: no choice
-    planned = progress.planned_runs("04_sentiment", values)
+    planned, _ = progress.planned_runs("04_sentiment", values)
     assert {key for key, p in planned.items() if p.slot} == {run.key for run in found if run.chosen}
 
 
@@ -318,7 +318,7 @@ def test_the_known_epochs_cover_every_step_a_chosen_run_may_take():
     from mdlib.book import epochs, plan, profiles
 
     values = profiles.executed_parameters("04_sentiment", "default")
-    known = progress.known_epochs("04_sentiment", values)
+    _, known = progress.planned_runs("04_sentiment", values)
     runs = plan.chapter_runs("04_sentiment", values).values()
     index = epochs.Index(epochs.known_runs())
     alternatives = {identity.config_key(run.kind, c): (run.kind, c) for run in runs for c in run.alternatives}
@@ -334,7 +334,7 @@ def test_the_plan_gives_the_chapters_runs_and_time_besides_them(tmp_path, monkey
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no timings here: no speed probe read with them
 
     values = profiles.executed_parameters("04_sentiment", "smoke")
-    planned = progress.planned_runs("04_sentiment", values)
+    planned, _ = progress.planned_runs("04_sentiment", values)
     stages = [stage for stage in plan.plan("smoke") if stage.notebook == "04_sentiment"]
     assert len(planned) == sum(stage.runs for stage in stages) > 0
     run = next(iter(planned.values()))

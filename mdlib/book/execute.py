@@ -285,8 +285,7 @@ def _monitor(nb_name: str, executed: Mapping[str, Any], execution: str, stack: c
     ours = nb_name in chapters.NAMES  # a test's notebook has no plan
     return progress.Monitor(nb_name, folder, mode=mode, every=every,
                             planned=(lambda: progress.planned_runs(nb_name, executed)) if ours else None,
-                            planned_seconds=planned_seconds if ours else None,
-                            known=(lambda: progress.known_epochs(nb_name, executed)) if ours else None)
+                            planned_seconds=planned_seconds if ours else None)
 
 
 @contextlib.contextmanager

@@ -338,7 +338,7 @@ def known_epochs_of(runs: Iterable[Planned]) -> dict[str, float]:
     """The epochs of every config the ``runs`` may train (each one's ``alternatives``), by store key, where
     the stored or committed runs tell them (``epochs.expect``: the same run's, its setting's at its step or
     at the nearest step; not a cap, a bound or the authors' mean)."""
-    ctx = _Context(default_costs(), "cpu", 1, known_epochs.Index(known_epochs.known_runs()))
+    ctx = _cached_context()
     out = {}
     for run in runs:
         for config in run.alternatives:
@@ -357,13 +357,17 @@ def planned_seconds(notebook: str, values: Mapping[str, Any]) -> float:
         found = steptimes.Timings("cpu", "cached").probe()
         return _cpu_seconds(notebook, values, None if found is None else found[0])[0]
     parameters = {name: profiles.executed_parameters(name, values["profile"]) for name in chapters.NAMES}
-    at_once = _at_once({**parameters, notebook: values}, steptimes.cores())  # the shapes as the plan timed them
-    timings = steptimes.Timings("cpu", "cached", at_once=at_once)
-    base = default_costs()
-    ctx = _Context(Costs(base.gpu, StepTimer(timings, base.cpu)), "cpu", steptimes.cores(),
-                   known_epochs.Index(known_epochs.known_runs()))
+    ctx = _cached_context(_at_once({**parameters, notebook: values}, steptimes.cores()))  # as the plan timed them
     wall = STAGES[type(work)](notebook, values, (), ctx)[1]
     return wall.forward + wall.rest
+
+
+def _cached_context(at_once: int = 1) -> _Context:
+    """A plan's context for the live progress: this machine's CPU as of its cached timings of shapes timed
+    ``at_once`` processes at once (nothing timed: a shape not timed yet by FLOPs), the known runs."""
+    base = default_costs()
+    cpu = StepTimer(steptimes.Timings("cpu", "cached", at_once=at_once), base.cpu)
+    return _Context(Costs(base.gpu, cpu), "cpu", steptimes.cores(), known_epochs.Index(known_epochs.known_runs()))
 
 
 def schedule(rounds: Mapping[int, Sequence[float]], workers: int) -> float:

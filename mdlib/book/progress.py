@@ -390,9 +390,10 @@ class Watch:
         return text
 
 
-def planned_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, _Planned]:
+def planned_runs(notebook: str, values: Mapping[str, Any]) -> tuple[dict[str, _Planned], dict[str, float]]:
     """The plan's runs of ``notebook`` at its parameter ``values`` (``mdlib.book.plan.chapter_runs``),
-    with what the estimate needs of each; {} for a chapter the plan lists no runs of."""
+    with what the estimate needs of each ({} for a chapter the plan lists no runs of), and the epochs the
+    stored or committed runs tell of each config they may train, by store key (``plan.known_epochs_of``)."""
     from mdlib.book import plan
 
     found = plan.chapter_runs(notebook, values) or {}
@@ -404,15 +405,7 @@ def planned_runs(notebook: str, values: Mapping[str, Any]) -> dict[str, _Planned
         out[key] = _Planned(run.kind, str(paths.runs_dir() / run.kind / key), fit.get("epochs"),
                             fit.get("stop_train_accuracy"), status_files.group_of(plain), flops, expected,
                             status_files.slot_of(plain) if run.chosen else "")
-    return out
-
-
-def known_epochs(notebook: str, values: Mapping[str, Any]) -> dict[str, float]:
-    """The epochs that the stored or committed runs tell of each config the plan's runs of ``notebook`` may
-    train at its parameter ``values``, by store key (``mdlib.book.plan.known_epochs_of``)."""
-    from mdlib.book import plan
-
-    return plan.known_epochs_of((plan.chapter_runs(notebook, values) or {}).values())
+    return out, plan.known_epochs_of(found.values())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,15 +447,14 @@ class Monitor:
     thread, from ``start()`` to ``stop()``: on a terminal (``tty``; default ``stream.isatty()``, unless
     ``mode`` is ``lines``) one or two lines redrawn every second; else a line every ``every`` seconds.
     The files are read at most every ``poll`` seconds (the smaller of 10 and ``every``). ``planned``:
-    called once, in the thread, for the plan's runs of the chapter (its errors only leave the total
-    open); ``planned_seconds``: likewise, the plan's time of the chapter besides its pools of runs;
-    ``known``: likewise, the epochs the stored or committed runs tell of the configs it may train."""
+    called once, in the thread, for the plan's runs of the chapter and the epochs the stored or
+    committed runs tell of them (:func:`planned_runs`; its errors only leave the total open);
+    ``planned_seconds``: likewise, the plan's time of the chapter besides its pools of runs."""
 
     def __init__(self, notebook: str, folder: Path, *, stream: TextIO | None = None, mode: str | None = None,
                  every: float | None = None, poll: float | None = None,
-                 planned: Callable[[], Mapping[str, _Planned]] | None = None,
-                 planned_seconds: Callable[[], float | None] | None = None,
-                 known: Callable[[], Mapping[str, float]] | None = None):
+                 planned: Callable[[], tuple[Mapping[str, _Planned], Mapping[str, float]]] | None = None,
+                 planned_seconds: Callable[[], float | None] | None = None):
         self.notebook, self.stream = notebook, stream or sys.stderr
         self.mode = mode or chosen_mode()
         self.every = every if every is not None else log_every()
@@ -471,7 +463,7 @@ class Monitor:
         self.tty = tty and self.mode == "auto"
         self.watch = Watch(folder)
         self.cells = _Cells()
-        self._planned, self._planned_seconds, self._known, self._seconds = planned, planned_seconds, known, None
+        self._planned, self._planned_seconds, self._seconds = planned, planned_seconds, None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._drawn = 0
@@ -496,13 +488,11 @@ class Monitor:
     def _plan(self) -> None:
         with contextlib.suppress(Exception):  # the plan only completes the total and the estimate
             if self._planned is not None:
-                self.watch.planned = dict(self._planned())
+                planned, known = self._planned()
+                self.watch.planned, self.watch.known = dict(planned), dict(known)
         with contextlib.suppress(Exception):
             if self._planned_seconds is not None:
                 self._seconds = self._planned_seconds()
-        with contextlib.suppress(Exception):
-            if self._known is not None:
-                self.watch.known = dict(self._known())
 
     def _loop(self) -> None:
         tick = min(1.0, self.every / 2, self.poll)
