@@ -175,7 +175,7 @@ artifacts.save_figure(fig, "fig-weights-kqv", data=hist)
 # ## Pruning
 
 # %% tags=["hide-input"]
-test = sentiment.splits(dataset, 0, max_length)["test"]
+test = sentiment.by_length(sentiment.splits(dataset, 0, max_length)["test"])  # batches of similar lengths
 
 
 def accuracy(model):
