@@ -101,6 +101,28 @@ def test_token_measurements_have_one_value_per_token_or_sentence():
     assert np.isclose(drops[1], expected.item(), atol=1e-6)
 
 
+def test_length_batches_keep_each_sequence_in_its_place():
+    """Batched by length, each sequence's scores, drop and concentration are what it gives alone (a batch
+    of one, no padding), in the caller's order."""
+    torch.manual_seed(1)
+    model = EncoderClassifier(vocab_size=20, max_length=8, width=6, layers=2, heads=2, mlp=12, dropout=0.0).eval()
+    ids = [[1, 5, 6, 7, 8, 9, 2], [1, 7, 2], [1, 8, 9, 10, 2], [1, 3, 2], [1, 4, 5, 6, 2]]
+    positions = [3, 1, 2, 1, 4]
+    batches = list(selection.length_batches(ids, 2))
+    assert [b.tolist() for b in batches] == [[1, 3], [2, 4], [0]]  # stable: ties keep their order
+    scores = selection.attention_scores(model, ids, batch_size=2)
+    drops = selection.deletion_drops(model, ids, positions, batch_size=2)
+    for i, sequence in enumerate(ids):
+        np.testing.assert_allclose(scores[i], selection.attention_scores(model, [sequence], batch_size=1)[0], atol=1e-6)
+        np.testing.assert_allclose(drops[i], selection.deletion_drops(model, [sequence], [positions[i]], 1)[0], atol=1e-6)
+    s = selection.SentenceSet("test", "test", ids)
+    alone = [selection.concentration_table({("gd", 0): model}, selection.SentenceSet("one", "one", [x]))
+             for x in ids]
+    both = selection.concentration_table({("gd", 0): model}, s, batch_size=2)
+    np.testing.assert_allclose(both[["entropy", "top_share"]].to_numpy()[0],
+                               np.mean([a[["entropy", "top_share"]].to_numpy()[0] for a in alone], axis=0), atol=1e-6)
+
+
 def test_authors_sentences_keep_whole_token_pivots(cache, monkeypatch):
     """Their notebook keeps a sentence when its pivot is a whole WordPiece token of it: with a
     vocabulary that splits "breathtaking", "overpriced" and "overheats", 44 of 50 survive and the first

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from mdlib.models import EncoderClassifier
 
 __all__ = ["AUTHORS_SHOWN", "pivotal_sentences", "authors_sentences", "pad", "tokens", "designated_positions",
-           "lexicon_pivots", "attention_scores", "deletion_drops",
+           "lexicon_pivots", "length_batches", "attention_scores", "deletion_drops",
            "SentenceSet", "sentence_sets", "scores", "heat_table", "win_table", "seed_counts", "summary", "summary_view",
            "summary_text", "concentration_table", "concentration_text", "deletion_table", "deletion_text",
            "gate_text"]
@@ -73,6 +73,14 @@ def pad(ids: list[list[int]] | list[Tensor], pad_id: int = 0) -> tuple[Tensor, T
     """(input_ids, attention_mask) of unpadded id sequences, padded to the longest."""
     inputs, _ = sentiment.collate([(torch.as_tensor(x), torch.tensor(0)) for x in ids], pad_id)
     return inputs["input_ids"], inputs["attention_mask"]
+
+
+def length_batches(ids: Sequence[Sequence[int]], batch_size: int) -> Iterable[np.ndarray]:
+    """The positions of ``ids`` in batches of ``batch_size`` sequences of similar lengths (sorted by
+    length, stable): each batch pads to little more than its own sequences (padding is masked, so a
+    sequence's outputs do not depend on its batch)."""
+    order = np.argsort([len(x) for x in ids], kind="stable")
+    return (order[start:start + batch_size] for start in range(0, len(order), batch_size))
 
 
 def tokens(ids: list[int], max_length: int = 64) -> list[str]:
@@ -119,23 +127,22 @@ def lexicon_pivots(ids: list[list[int]], min_valence: float = 2.0, max_length: i
 
 def attention_scores(model: EncoderClassifier, ids: list[list[int]], batch_size: int = 256) -> list[np.ndarray]:
     """Each sequence's normalized [CLS] attention scores (``analysis.cls_attention``), unpadded."""
-    scores = []
-    for start in range(0, len(ids), batch_size):
-        chunk = ids[start:start + batch_size]
-        input_ids, mask = pad(chunk)
-        block = analysis.cls_attention(model, input_ids, mask).numpy()
-        scores.extend(block[b, :len(sequence)] for b, sequence in enumerate(chunk))
+    scores: list[np.ndarray] = [np.empty(0)] * len(ids)
+    for batch in length_batches(ids, batch_size):
+        block = analysis.cls_attention(model, *pad([ids[i] for i in batch])).numpy()
+        for b, i in enumerate(batch):
+            scores[i] = block[b, :len(ids[i])]
     return scores
 
 
 def deletion_drops(model: EncoderClassifier, ids: list[list[int]], positions: ArrayLike, batch_size: int = 256) -> np.ndarray:
     """``analysis.probability_drop`` of deleting the token at ``positions[b]`` from each sequence."""
-    drops = []
-    for start in range(0, len(ids), batch_size):
-        input_ids, mask = pad(ids[start:start + batch_size])
-        where = torch.as_tensor(np.asarray(positions[start:start + batch_size]), dtype=torch.long)
-        drops.append(analysis.probability_drop(model, input_ids, mask, where).numpy())
-    return np.concatenate(drops)
+    positions = np.asarray(positions)
+    drops = np.empty(len(ids))
+    for batch in length_batches(ids, batch_size):
+        where = torch.as_tensor(positions[batch], dtype=torch.long)
+        drops[batch] = analysis.probability_drop(model, *pad([ids[i] for i in batch]), where).numpy()
+    return drops
 
 
 # --- the sets and the chapter's tables ----------------------------------------------------------
@@ -295,8 +302,8 @@ def concentration_table(models: Mapping[tuple[str, int], torch.nn.Module], s: Se
     rows = []
     for (key, seed), model in models.items():
         values = []
-        for start in range(0, len(s.ids), batch_size):
-            chunk = s.ids[start:start + batch_size]
+        for batch in length_batches(s.ids, batch_size):
+            chunk = [s.ids[i] for i in batch]
             row = analysis.cls_row(model, *pad(chunk)).double().numpy()
             values += [analysis.concentration(r[:len(ids)]) for r, ids in zip(row, chunk)]
         entropy, top = np.mean(values, axis=0)
