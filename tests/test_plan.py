@@ -233,9 +233,10 @@ def test_a_shape_is_timed_once_per_machine_and_cached(tmp_path, monkeypatch):
 
 
 def test_the_speed_probe_is_read_with_the_timings_and_cached_beside_them(tmp_path, monkeypatch):
-    """The plan's reading of the speed probe is the one taken when its shapes were timed: cached with them,
-    read again with them (``plan --measure``), read now only where none is cached."""
-    readings = iter([0.05, 0.06, 0.07])
+    """The plan's reading of the speed probe is the one taken when its shapes were timed (the mean of its
+    readings before and after them): cached with them, read again with them (``plan --measure``), read now
+    only where none is cached."""
+    readings = iter([0.04, 0.06, 0.05, 0.07, 0.09])
     monkeypatch.setattr(steptimes, "probe", lambda: next(readings))
     monkeypatch.setattr(steptimes, "measure_all", lambda items, device="cpu", at_once=1: [
         steptimes.Timing(0.01, 0.004, 0.002, "2026-12-07") for _ in items])
@@ -244,12 +245,13 @@ def test_the_speed_probe_is_read_with_the_timings_and_cached_beside_them(tmp_pat
     other = dataclasses.replace(config, max_length=16)
     assert steptimes.Timings("cpu", "short", path).probe() is None  # nothing timed on this machine yet
     steptimes.Timings("cpu", "short", path).get(sentiment.KIND, config, 1.0)  # a shape timed: the probe with it
-    assert steptimes.Timings("cpu", "cached", path).probe()[0] == 0.05
+    assert steptimes.Timings("cpu", "cached", path).probe()[0] == pytest.approx(0.05)  # (0.04 + 0.06) / 2
     steptimes.Timings("cpu", "short", path).get(sentiment.KIND, config, 1.0)  # cached: nothing timed, nor read
-    assert steptimes.Timings("cpu", "short", path).probe()[0] == 0.05
+    assert steptimes.Timings("cpu", "short", path).probe()[0] == pytest.approx(0.05)
     timings = steptimes.Timings("cpu", "all", path)  # plan --measure: every shape again, and the probe
     timings.prepare([(sentiment.KIND, config, 1.0), (sentiment.KIND, other, 1.0)])
-    assert timings.probe()[0] == 0.06 and steptimes.Timings("cpu", "cached", path).probe()[0] == 0.06
+    assert timings.probe()[0] == pytest.approx(0.06)  # (0.05 + 0.07) / 2
+    assert steptimes.Timings("cpu", "cached", path).probe()[0] == pytest.approx(0.06)
     assert "speed probe" in json.loads(path.read_text())[steptimes.machine("cpu")]
 
 

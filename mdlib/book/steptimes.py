@@ -414,25 +414,28 @@ class Timings:
             print(f"plan: timing {len(todo)} model shape{'s' * (len(todo) > 1)} on this machine's {self.device}, "
                   f"{self.at_once} at once (about {max(about, 1):.0f} s), once: cached in {self.path}",
                   file=sys.stderr, flush=True)
+            before = probe() if self.device == "cpu" else None
             timed = dict(zip(todo, measure_all(list(todo.values()), self.device, self.at_once)))
             self._write(timed)
-            if self.device == "cpu":  # the machine's speed as of these timings (``plan --against``)
-                self._read_probe()
+            if before is not None:  # the machine's speed as of these timings (``plan --against``)
+                self._read_probe(before)
             self._fresh.update(timed)
             self.measured += list(timed)
 
     def probe(self) -> tuple[float, str] | None:
-        """(seconds, when) of the speed probe (:func:`probe`) as of these timings (read whenever shapes are
-        timed, and cached beside them); None where it has not been read on this machine."""
+        """(seconds, when) of the speed probe (:func:`probe`) as of these timings (the mean of its readings
+        before and after shapes are timed, cached beside them); None where it has not been read on this
+        machine."""
         if self._probe is None:
             entry = self._read().get(self.machine, {}).get(PROBE_KEY)
             if isinstance(entry, dict) and {"seconds", "when"} <= set(entry):
                 self._probe = (float(entry["seconds"]), str(entry["when"]))
         return self._probe
 
-    def _read_probe(self) -> tuple[float, str]:
-        """Read the speed probe now, and cache it."""
-        self._probe = (probe(), _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    def _read_probe(self, before: float) -> tuple[float, str]:
+        """Read the speed probe now, and cache the mean of that and its reading ``before`` the timings (as a
+        chapter's execution reads it: the machine's speed drifts by a fifth within minutes)."""
+        self._probe = ((before + probe()) / 2, _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
         self._write({PROBE_KEY: {"seconds": self._probe[0], "when": self._probe[1]}})
         return self._probe
 
