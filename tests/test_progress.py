@@ -223,6 +223,27 @@ def test_the_plan_completes_the_total_and_a_stop_rule_not_reached_yet_bounds_the
     assert "runs 0/3, 0:05 elapsed, at most 1 min left (estimate at the epoch caps)" in progress.lines(snap)[0]
 
 
+def test_between_two_pools_the_runs_to_come_are_laid_out_on_the_workers_seen(tmp_path):
+    """Once a pool is done and before the next writes its status, no call is live: the runs still to come
+    go on as many slots as the chapter trained at once (a 2026-12-07 build said 49 min for 32.5 there,
+    for one line, laying them out one after another)."""
+    folder = crafted(tmp_path)
+    planned = {name: progress._Planned("e4-sentiment", str(tmp_path / "runs" / name), 10, 0.995, "g1", 1e9, 10.0)
+               for name in ("d", "e")}
+    watch = progress.Watch(folder, planned)
+    watch.poll()
+    assert watch.slots == 2
+    path = folder / f"{os.getpid()}-0.json"
+    record = json.loads(path.read_text())
+    record["finished"] = True
+    for row in record["runs"]:
+        row.update(state="done", epochs=10, seconds=20.0)
+    path.write_text(json.dumps(record))
+    watch.poll()
+    # d and e: 10 epochs each (their group's), 2 s an epoch (a's 20 s for 10), side by side
+    assert watch.snapshot("04_sentiment", 200.0).left == (20.0, False, "estimate")
+
+
 def test_a_planned_run_whose_step_a_sweep_chooses_goes_once_its_cell_and_seed_are_asked_for(tmp_path):
     """The plan counts a final run at its grid's first candidate; the run at the chosen step (another key,
     the same slot) replaces it, where the plan's placeholder would stay "planned" forever and inflate the

@@ -329,7 +329,9 @@ class Watch:
             del self.runs[key]  # it stood for a run whose step follows a choice: that run is asked for now
         for run in self.runs.values():
             self._update(run)
-        self.slots = max(slots, sum(run.running for run in self.runs.values()))
+        # the most runs trained at once so far: between two pools no call is live, and the next pool
+        # trains on as many workers
+        self.slots = max(self.slots, slots, sum(run.running for run in self.runs.values()))
 
     def _update(self, run: Run) -> None:
         run.known_epochs = self.known.get(run.key, run.known_epochs)
