@@ -308,8 +308,12 @@ def test_a_chapter_without_runs_gets_the_plans_time_and_stale_folders_go(tmp_pat
 
 def test_the_plans_other_work_follows_the_runs_and_counts_down_once_they_are_done(tmp_path):
     """A training chapter's forward passes and other cells (``planned_seconds``) come after its runs: added to
-    their estimate while runs are left, then counted down from the moment none is."""
-    watch = progress.Watch(crafted(tmp_path))
+    their estimate while runs are left, then counted down from the moment none is. A chapter the plan
+    prices whole (09: no runs of it listed, though it trains some) gets its runs' estimate alone: adding
+    the whole chapter's time said 9 min at 1:00 where 3.6 remained (2026-12-07)."""
+    folder = crafted(tmp_path)
+    planned = {"a": progress._Planned("e4-sentiment", str(tmp_path / "runs" / "a"), 10, 0.995, "g1", 1e9, 10.0)}
+    watch = progress.Watch(folder, planned)
     watch.poll()
     assert watch.snapshot("07_vision", 125.0, planned_seconds=30.0).left == (80.0, False, "estimate")  # 50 + 30
     for run in watch.runs.values():
@@ -317,6 +321,13 @@ def test_the_plans_other_work_follows_the_runs_and_counts_down_once_they_are_don
     assert watch.snapshot("07_vision", 130.0, planned_seconds=30.0).left == (30.0, False, "plan")
     assert watch.snapshot("07_vision", 140.0, planned_seconds=30.0).left == (20.0, False, "plan")
     assert watch.snapshot("07_vision", 170.0, planned_seconds=30.0).left is None  # past the plan: only the clock
+
+    whole = progress.Watch(folder)  # the plan lists none of these runs
+    whole.poll()
+    assert whole.snapshot("09_step_sizes", 125.0, planned_seconds=300.0).left == (50.0, False, "estimate")
+    for run in whole.runs.values():
+        run.state = "done"
+    assert whole.snapshot("09_step_sizes", 130.0, planned_seconds=300.0).left is None
 
 
 def test_a_runs_epochs_come_from_its_setting_then_its_configs_known_runs_then_its_kind():

@@ -354,9 +354,12 @@ class Watch:
                  planned_seconds: float | None = None) -> Snapshot:
         """What to show ``elapsed`` seconds into the chapter; ``planned_seconds``: the plan's time of its
         cells besides the pools of runs (``plan.planned_seconds``), which come after the runs' estimate
-        and, once the runs are done, count down from then."""
+        and, once the runs are done, count down from then. Where the plan lists none of the runs the
+        chapter trains (09: it prices the chapter whole), the runs' estimate stands alone."""
         runs = list(self.runs.values())
         left = None
+        if runs and not self.planned:
+            planned_seconds = None  # the whole chapter's, its runs included: counted by the runs
         after = planned_seconds or 0.0
         if any(run.state in ("waiting", "planned") for run in runs):
             self._runs_done = None
