@@ -296,7 +296,10 @@ def test_kept_names_the_runs_stored_and_those_that_resume_from_their_checkpoint(
 
 
 def test_a_chapter_without_runs_gets_the_plans_time_and_stale_folders_go(tmp_path):
-    snap = progress.Watch(tmp_path / "none").snapshot("01_fixed_decoder_paths", 30.0, planned_seconds=77.0)
+    from mdlib.book import plan
+
+    snap = progress.Watch(tmp_path / "none").snapshot("01_fixed_decoder_paths", 30.0,
+                                                      plan_time=plan.PlannedTime(77.0, whole=True))
     assert progress.lines(snap) == ["01_fixed_decoder_paths: 0:30 elapsed, ~47 s left (plan)"]
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = tmp_path / "p" / f"{lockfile.host()}-{dead.stdout.strip()}-abc"
@@ -307,27 +310,31 @@ def test_a_chapter_without_runs_gets_the_plans_time_and_stale_folders_go(tmp_pat
 
 
 def test_the_plans_other_work_follows_the_runs_and_counts_down_once_they_are_done(tmp_path):
-    """A training chapter's forward passes and other cells (``planned_seconds``) come after its runs: added to
-    their estimate while runs are left, then counted down from the moment none is. A chapter the plan
-    prices whole (09: no runs of it listed, though it trains some) gets its runs' estimate alone: adding
-    the whole chapter's time said 9 min at 1:00 where 3.6 remained (2026-12-07)."""
+    """A training chapter's forward passes and other cells (``planned_time``, not ``whole``) come after its
+    runs: added to their estimate while runs are left, then counted down from the moment none is, whether
+    or not the plan's runs of it could be read. A chapter the plan prices whole (09: a CPU chapter that
+    trains runs) gets its runs' estimate alone: adding the whole chapter's time said 9 min at 1:00 where
+    3.6 remained (2026-12-07). What the plan's time covers is the plan's to say, not the monitor's guess."""
+    from mdlib.book import plan
+
     folder = crafted(tmp_path)
     planned = {"a": progress._Planned("e4-sentiment", str(tmp_path / "runs" / "a"), 10, 0.995, "g1", 1e9, 10.0)}
-    watch = progress.Watch(folder, planned)
-    watch.poll()
-    assert watch.snapshot("07_vision", 125.0, planned_seconds=30.0).left == (80.0, False, "estimate")  # 50 + 30
-    for run in watch.runs.values():
-        run.state = "done"
-    assert watch.snapshot("07_vision", 130.0, planned_seconds=30.0).left == (30.0, False, "plan")
-    assert watch.snapshot("07_vision", 140.0, planned_seconds=30.0).left == (20.0, False, "plan")
-    assert watch.snapshot("07_vision", 170.0, planned_seconds=30.0).left is None  # past the plan: only the clock
+    besides, whole = plan.PlannedTime(30.0, whole=False), plan.PlannedTime(300.0, whole=True)
+    for watch in (progress.Watch(folder, planned), progress.Watch(folder)):  # the plan's runs read, or not
+        watch.poll()
+        assert watch.snapshot("07_vision", 125.0, plan_time=besides).left == (80.0, False, "estimate")  # 50 + 30
+        for run in watch.runs.values():
+            run.state = "done"
+        assert watch.snapshot("07_vision", 130.0, plan_time=besides).left == (30.0, False, "plan")
+        assert watch.snapshot("07_vision", 140.0, plan_time=besides).left == (20.0, False, "plan")
+        assert watch.snapshot("07_vision", 170.0, plan_time=besides).left is None  # past the plan: only the clock
 
-    whole = progress.Watch(folder)  # the plan lists none of these runs
-    whole.poll()
-    assert whole.snapshot("09_step_sizes", 125.0, planned_seconds=300.0).left == (50.0, False, "estimate")
-    for run in whole.runs.values():
-        run.state = "done"
-    assert whole.snapshot("09_step_sizes", 130.0, planned_seconds=300.0).left is None
+    for watch in (progress.Watch(folder), progress.Watch(folder, planned)):
+        watch.poll()
+        assert watch.snapshot("09_step_sizes", 125.0, plan_time=whole).left == (50.0, False, "estimate")
+        for run in watch.runs.values():
+            run.state = "done"
+        assert watch.snapshot("09_step_sizes", 130.0, plan_time=whole).left is None
 
 
 def test_a_runs_epochs_come_from_its_setting_then_its_configs_known_runs_then_its_kind():
@@ -376,14 +383,16 @@ def test_the_plan_gives_the_chapters_runs_and_time_besides_them(tmp_path, monkey
     for name in ("04_sentiment", "05_token_selection", "07_vision"):  # besides the runs: forward passes, other cells
         expected = walls[name].forward + walls[name].rest
         assert expected > 0
-        assert plan.planned_seconds(name, profiles.executed_parameters(name, "smoke")) == pytest.approx(expected)
+        found = plan.planned_time(name, profiles.executed_parameters(name, "smoke"))
+        assert found.seconds == pytest.approx(expected) and not found.whole
     measured = plan.chapters.chapter("01_fixed_decoder_paths").work.measured.seconds
     default = profiles.executed_parameters("01_fixed_decoder_paths", "default")
-    assert plan.planned_seconds("01_fixed_decoder_paths", default) == pytest.approx(measured)
+    found = plan.planned_time("01_fixed_decoder_paths", default)
+    assert found.seconds == pytest.approx(measured) and found.whole
     reference = plan.chapters.chapter("01_fixed_decoder_paths").work.measured.probe
     timings = steptimes.Timings("cpu", "cached")
     timings._write({steptimes.PROBE_KEY: {"seconds": 2 * reference, "when": "now"}})  # a machine half as fast
-    assert plan.planned_seconds("01_fixed_decoder_paths", default) == pytest.approx(2 * measured)
+    assert plan.planned_time("01_fixed_decoder_paths", default).seconds == pytest.approx(2 * measured)
     assert plan.chapter_runs("01_fixed_decoder_paths", default) is None
 
 

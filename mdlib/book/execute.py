@@ -277,15 +277,15 @@ def _monitor(nb_name: str, executed: Mapping[str, Any], execution: str, stack: c
     folder = stack.enter_context(progress.watching(
         paths.build_dir() / ".progress" / f"{lockfile.host()}-{os.getpid()}-{execution[:12]}"))
 
-    def planned_seconds() -> float | None:
+    def plan_time():
         from mdlib.book import plan
 
-        return plan.planned_seconds(nb_name, executed)
+        return plan.planned_time(nb_name, executed)
 
     ours = nb_name in chapters.NAMES  # a test's notebook has no plan
     return progress.Monitor(nb_name, folder, mode=mode, every=every,
                             planned=(lambda: progress.planned_runs(nb_name, executed)) if ours else None,
-                            planned_seconds=planned_seconds if ours else None)
+                            plan_time=plan_time if ours else None)
 
 
 @contextlib.contextmanager

@@ -41,7 +41,7 @@ from mdlib.runs import identity
 __all__ = ["CPU_SECONDS_PER_TFLOP", "HTML", "WITHIN", "ChapterWall", "Costs", "FlopRate", "Plan", "Planned", "Stage",
            "StepTimer", "against", "chapter_runs", "default_costs", "Executed", "executed", "gpu_seconds_per_tflop",
            "known_epochs_of", "machine_costs", "markdown", "measure_cpu", "measured_costs", "plan", "planned_runs",
-           "planned_seconds", "schedule", "text"]
+           "PlannedTime", "planned_time", "schedule", "text"]
 
 #: Seconds per 10^12 training FLOPs on one core of this project's 2-core CPU machine (torch 2.14.1,
 #: float32, one thread), as :func:`measure_cpu` measures it: 14.5-14.8 on an idle machine, 14.9-16.4
@@ -348,18 +348,28 @@ def known_epochs_of(runs: Iterable[Planned]) -> dict[str, float]:
     return out
 
 
-def planned_seconds(notebook: str, values: Mapping[str, Any]) -> float:
-    """The plan's wall seconds of chapter ``notebook`` at its parameter ``values`` besides its pools of
-    training runs: its forward passes and other cells (a CPU chapter: the whole chapter), on this
-    machine's CPU as of its cached timings (nothing is timed here: a shape not timed yet goes by FLOPs)."""
+@dataclass(frozen=True)
+class PlannedTime:
+    """The plan's wall ``seconds`` of a chapter for the live progress, and what they cover: ``whole``, the
+    whole chapter, its training runs included (a CPU chapter priced from its measured time, ``OnCpu``),
+    else its cells besides its pools of training runs (forward passes, analyses, figures)."""
+
+    seconds: float
+    whole: bool
+
+
+def planned_time(notebook: str, values: Mapping[str, Any]) -> PlannedTime:
+    """The plan's wall seconds of chapter ``notebook`` at its parameter ``values`` (``PlannedTime``): a CPU
+    chapter's whole time, another's besides its pools of training runs; on this machine's CPU as of its
+    cached timings (nothing is timed here: a shape not timed yet goes by FLOPs)."""
     work = chapters.chapter(notebook).work
     if isinstance(work, chapters.OnCpu):
         found = steptimes.Timings("cpu", "cached").probe()
-        return _cpu_seconds(notebook, values, None if found is None else found[0])[0]
+        return PlannedTime(_cpu_seconds(notebook, values, None if found is None else found[0])[0], whole=True)
     parameters = {name: profiles.executed_parameters(name, values["profile"]) for name in chapters.NAMES}
     ctx = _cached_context(_at_once({**parameters, notebook: values}, steptimes.cores()))  # as the plan timed them
     wall = STAGES[type(work)](notebook, values, (), ctx)[1]
-    return wall.forward + wall.rest
+    return PlannedTime(wall.forward + wall.rest, whole=False)
 
 
 def _cached_context(at_once: int = 1) -> _Context:

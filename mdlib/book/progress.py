@@ -29,8 +29,10 @@ epochs of the finished runs of its setting, else of its kind, else its cap, when
 "at most"; without one, its cap) at its measured seconds per epoch (its own epochs so far, else those
 of the finished and training runs of its kind, scaled by each run's FLOPs per epoch where
 ``mdlib.experiments.workload`` counts them), laid out over as many runs at once as are training. The
-other work (forward passes, analyses, figures: ``mdlib.book.plan.planned_seconds``) is added to it and
-counts down once no run is left (in a chapter that trains no runs, from its start).
+other work (forward passes, analyses, figures: ``mdlib.book.plan.planned_time``) is added to it and
+counts down once no run is left (in a chapter that trains no runs, from its start). A chapter the plan
+prices whole (a CPU chapter's measured time, runs included) counts down its plan where no run is seen,
+else its runs' estimate alone.
 """
 
 from __future__ import annotations
@@ -47,11 +49,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TextIO
 
 from mdlib import positive_env
 from mdlib.experiments import paths
 from mdlib.runs import lockfile, progress as status_files
+
+if TYPE_CHECKING:  # the plan imports the chapters' code: read only when the monitor asks it
+    from mdlib.book.plan import PlannedTime
 
 __all__ = ["EVERY_ENV", "MODE_ENV", "Monitor", "Run", "Snapshot", "Watch", "chosen_mode", "estimate", "lines", "log_every", "log_line",
            "planned_runs", "watching"]
@@ -351,22 +356,23 @@ class Watch:
                 self._read[run.checkpoint] = changed
 
     def snapshot(self, notebook: str, elapsed: float, cells: tuple[int, int] | None = None,
-                 planned_seconds: float | None = None) -> Snapshot:
-        """What to show ``elapsed`` seconds into the chapter; ``planned_seconds``: the plan's time of its
-        cells besides the pools of runs (``plan.planned_seconds``), which come after the runs' estimate
-        and, once the runs are done, count down from then. Where the plan lists none of the runs the
-        chapter trains (09: it prices the chapter whole), the runs' estimate stands alone."""
+                 plan_time: PlannedTime | None = None) -> Snapshot:
+        """What to show ``elapsed`` seconds into the chapter; ``plan_time``: the plan's time of it
+        (``plan.planned_time``). Its cells besides the pools of runs come after the runs' estimate and,
+        once the runs are done, count down from then. A chapter's whole time (``whole``: 09, priced from
+        its measured time, trains runs) counts down where no run is seen; where runs are, their estimate
+        stands alone."""
         runs = list(self.runs.values())
         left = None
-        if runs and not self.planned:
-            planned_seconds = None  # the whole chapter's, its runs included: counted by the runs
-        after = planned_seconds or 0.0
+        if runs and plan_time is not None and plan_time.whole:
+            plan_time = None  # the runs' estimate is the chapter's
+        after = plan_time.seconds if plan_time is not None else 0.0
         if any(run.state in ("waiting", "planned") for run in runs):
             self._runs_done = None
             found = estimate(runs, self.slots)
             if found is not None:
                 left = (found[0] + after, found[1], "estimate" if not found[1] else "estimate at the epoch caps")
-        elif planned_seconds is not None:
+        elif plan_time is not None:
             if self._runs_done is None:
                 self._runs_done = elapsed if runs else 0.0
             if after > elapsed - self._runs_done:
@@ -454,12 +460,12 @@ class Monitor:
     The files are read at most every ``poll`` seconds (the smaller of 10 and ``every``). ``planned``:
     called once, in the thread, for the plan's runs of the chapter and the epochs the stored or
     committed runs tell of them (:func:`planned_runs`; its errors only leave the total open);
-    ``planned_seconds``: likewise, the plan's time of the chapter besides its pools of runs."""
+    ``plan_time``: likewise, the plan's time of the chapter (``plan.planned_time``)."""
 
     def __init__(self, notebook: str, folder: Path, *, stream: TextIO | None = None, mode: str | None = None,
                  every: float | None = None, poll: float | None = None,
                  planned: Callable[[], tuple[Mapping[str, _Planned], Mapping[str, float]]] | None = None,
-                 planned_seconds: Callable[[], float | None] | None = None):
+                 plan_time: Callable[[], PlannedTime] | None = None):
         self.notebook, self.stream = notebook, stream or sys.stderr
         self.mode = mode or chosen_mode()
         self.every = every if every is not None else log_every()
@@ -468,7 +474,7 @@ class Monitor:
         self.tty = tty and self.mode == "auto"
         self.watch = Watch(folder)
         self.cells = _Cells()
-        self._planned, self._planned_seconds, self._seconds = planned, planned_seconds, None
+        self._planned, self._plan_time, self._time = planned, plan_time, None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._drawn = 0
@@ -482,7 +488,7 @@ class Monitor:
                 "dynamic_ncols": False, "ncols": 40, "ascii": True}
 
     def snapshot(self) -> Snapshot:
-        return self.watch.snapshot(self.notebook, time.monotonic() - self._start, self.cells.value, self._seconds)
+        return self.watch.snapshot(self.notebook, time.monotonic() - self._start, self.cells.value, self._time)
 
     def start(self) -> "Monitor":
         if self.mode != "off":
@@ -496,8 +502,8 @@ class Monitor:
                 planned, known = self._planned()
                 self.watch.planned, self.watch.known = dict(planned), dict(known)
         with contextlib.suppress(Exception):
-            if self._planned_seconds is not None:
-                self._seconds = self._planned_seconds()
+            if self._plan_time is not None:
+                self._time = self._plan_time()
 
     def _loop(self) -> None:
         tick = min(1.0, self.every / 2, self.poll)
