@@ -427,6 +427,25 @@ def test_the_planned_runs_are_the_grids_runs(profile):
         assert len(fixed) == 6 and set(fixed) <= set(chosen) and len(planned) == len(chosen) + 6
 
 
+@pytest.mark.parametrize("profile", ["smoke", "default"])
+def test_each_row_names_the_runs_its_grids_may_add_by_growing(profile):
+    """A grid whose choice sits at an end of its candidates grows (``Design.grow``); the plan counts the
+    first candidates' runs and names, in each row whose grids may grow, the most that growth adds
+    (``Design.grown_at_most``); a row whose grids cannot grow names nothing."""
+    rows = {(s.notebook, s.what): s for s in plan.plan(profile, cores=2)}
+    values = profiles.executed_parameters("04_sentiment", profile)
+    swept, at_paper = vision.chapter_grids(**profiles.executed_parameters("07_vision", profile))
+    bounds = {("04_sentiment", what): sum(d.grown_at_most() for d in designs)
+              for what, designs, _ in plan._sentiment_designs(values)}
+    bounds |= {("07_vision", plan.SWEEP): swept.design().grown_at_most(),
+               ("07_vision", plan.AT_PAPER): at_paper.design().grown_at_most()}
+    assert any(bounds.values())
+    for row, most in bounds.items():
+        if row in rows:
+            said = re.findall(r"up to (\d+) more runs where a choice sits at an end", rows[row].note)
+            assert said == ([str(most)] if most else []), row
+
+
 def _no_apt_path(tmp_path: Path) -> str:
     """A PATH with the interpreter's folder and git but no apt-get (a RHEL node, macOS)."""
     folder = tmp_path / "bin"

@@ -12,7 +12,7 @@ import pytest
 from mdlib.book import profiles
 from mdlib.book.views.step_grid import edge_clause, tie_clause
 from mdlib.book.views.vision import sweep_texts
-from mdlib.experiments import estimates, methods, sentiment, step_grid, step_size_guide, train, vision
+from mdlib.experiments import estimates, methods, sentiment, step_grid, step_size_guide, train, vision, workload
 from mdlib.experiments.sentiment import grids
 from mdlib.runs import identity, store
 from mdlib.runs.identity import RunId
@@ -327,6 +327,10 @@ def test_a_choice_at_the_end_of_its_grid_grows_the_grid_on_that_side(monkeypatch
         (3, "1.1"): [1.0, 3.0, 9.0, 27.0], (3, "2"): [0.3, 1.0, 3.0]}
     assert round(built.chosen[3, "1.1"], 6) == 27.0 and built.chosen[3, "2"] == 1.0
     assert sorted(set(round(m, 6) for m in built.runs.multiple[built.runs.method == "1.1"])) == [1.0, 3.0, 9.0, 27.0]
+    design = grids.SentimentGrid.of(sentiment_config(multiples={"1.1": [1, 3], "2": [0.3, 1, 3]}, grow=2, seeds=2)).design()
+    grown = len(fake.trained) - len(workload.grid_runs([design]))  # the plan counts the first candidates' runs
+    assert grown == 2 * grids.SWEEP_SEEDS  # 9x and 27x at the sweep seeds
+    assert design.grown_at_most() == 2 * 2 * 2 * grids.SWEEP_SEEDS >= grown  # both cells, both sides, twice
 
 
 def test_a_vision_choice_at_its_grids_end_grows_the_grid_on_that_side(monkeypatch):
@@ -357,9 +361,14 @@ def test_a_vision_choice_at_its_grids_end_grows_the_grid_on_that_side(monkeypatc
 def test_a_vision_choice_still_at_its_end_after_growing_says_so(monkeypatch):
     """Accuracy that keeps rising with the step: the grid grows twice on top, and the choice stays at its
     end, which ``estimates.step_edges`` reports (the page justifies it with what was tried)."""
-    vision_runs(monkeypatch, diverge=(), validation=lambda lr: 0.5 + 0.1 * np.log10(lr / 0.01))
-    built = vision.grid(vision_config(step_sizes={"adam": [1e-3], "1.1": [0.05, 0.15, 0.45]}, grow=2))
+    fake = vision_runs(monkeypatch, diverge=(), validation=lambda lr: 0.5 + 0.1 * np.log10(lr / 0.01))
+    config = vision_config(step_sizes={"adam": [1e-3], "1.1": [0.05, 0.15, 0.45]}, grow=2)
+    built = vision.grid(config)
     assert [round(v, 6) for v in built.candidates["fashion_mnist", "1.1"]] == [0.05, 0.15, 0.45, 1.35, 4.05]
+    design = vision.VisionGrid.of(config).design()  # Adam's one step is not swept: only 1.1 may grow
+    sweep_seeds = len(list(design.sweep_seeds(("fashion_mnist", "1.1"))))
+    assert design.grown_at_most() == 2 * 2 * sweep_seeds
+    assert len(fake.trained) - len(workload.grid_runs([design])) == 2 * sweep_seeds  # one side, twice: half the bound
     where, chosen, tried = estimates.step_edges(built.sweep, cell=("dataset", "method"), candidate="lr")[
         "fashion_mnist", "1.1"]
     assert where == "the largest" and round(chosen, 6) == 4.05 and len(tried) == 5

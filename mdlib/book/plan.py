@@ -523,9 +523,11 @@ class _Context:
 
 
 def _runs_stages(notebook: str, planned: list[Planned], order: Sequence[str], data: tuple[str, ...],
-                 workers: int, ctx: _Context) -> tuple[list[Stage], float]:
+                 workers: int, ctx: _Context, grown: Mapping[str, int] | None = None) -> tuple[list[Stage], float]:
     """A training chapter's rows (one per stage of ``order`` that holds runs, the first always) and its
-    training wall time: its runs by round on ``workers``, split over the rows by their device hours."""
+    training wall time: its runs by round on ``workers``, split over the rows by their device hours.
+    ``grown``: the most runs each stage's grids may add by growing (``Design.grown_at_most``), named in
+    its row's note (not counted: which grids grow is known only once their sweeps have chosen)."""
     wall_seconds = {run.key: ctx.seconds(run, ctx.wall_rate) * ctx.slowdown(workers) for run in planned}
     rounds: dict[int, list[float]] = {}
     for run in planned:
@@ -554,6 +556,9 @@ def _runs_stages(notebook: str, planned: list[Planned], order: Sequence[str], da
         notes += _time_basis(runs, ctx)
         if any(w.tokens_bound for w in caps):
             notes.append("texts counted at max_length tokens (an upper bound)")
+        if (grown or {}).get(what):
+            notes.append(f"not counted: up to {grown[what]} more runs where a choice sits at an end of its grid "
+                         "and the grid grows")
         stages.append(Stage(notebook, what, len(runs), epochs, max((w.epochs_cap for w in caps), default=0), steps,
                             sum(w.steps(w.epochs_cap) for w in caps), "steps", data, gpu, cpu, "; ".join(notes),
                             any(e.bound for e in expected), training * share))
@@ -666,8 +671,10 @@ def _with_rest(notebook: str, values: Mapping[str, Any], ctx: _Context, stages: 
 def _sentiment(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx: _Context
                ) -> tuple[list[Stage], ChapterWall]:
     """Chapter 04's rows (``_sentiment_designs``' stages that hold runs, the replication's always)."""
-    order = [what for what, _, _ in _sentiment_designs(values)]
-    stages, training = _runs_stages(notebook, _sentiment_planned(values), order, data, _workers(values), ctx)
+    designs = _sentiment_designs(values)
+    grown = {what: sum(design.grown_at_most() for design in stage) for what, stage, _ in designs}
+    stages, training = _runs_stages(notebook, _sentiment_planned(values), [what for what, _, _ in designs], data,
+                                    _workers(values), ctx, grown)
     return _with_rest(notebook, values, ctx, stages, training, 0.0, _workers(values))
 
 
@@ -709,8 +716,12 @@ def _evaluates(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], 
 
 def _vision(notebook: str, values: Mapping[str, Any], data: tuple[str, ...], ctx: _Context
             ) -> tuple[list[Stage], ChapterWall]:
+    from mdlib.experiments import vision
+
     planned = _vision_planned(values)
-    stages, training = _runs_stages(notebook, planned, [SWEEP, FINALS, AT_PAPER], data, _workers(values), ctx)
+    swept, at_paper = vision.chapter_grids(**values)
+    grown = {SWEEP: swept.design().grown_at_most(), AT_PAPER: at_paper.design().grown_at_most()}
+    stages, training = _runs_stages(notebook, planned, [SWEEP, FINALS, AT_PAPER], data, _workers(values), ctx, grown)
     finals = [run.config for run in planned if run.stage == FINALS]  # the pruning curves' (not the paper steps')
     tests = sum(workload.SPLITS[config.data.dataset][2] for config in finals)
     pruning = _evaluation_stage(notebook, "pruning curves of the final runs", "e7-vit", finals[0],

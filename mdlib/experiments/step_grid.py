@@ -171,6 +171,24 @@ class Design:
             items += [(cell, value, s) for value in values for s in range(self.seeds(cell))]
         return items
 
+    def grown_at_most(self) -> int:
+        """The most runs the grid's growth can add to those of its first candidates: ``grow`` candidates a
+        side for every swept cell of two candidates or more, each trained at the cell's sweep seeds and,
+        with ``tied_finals`` (a grown candidate may tie with the choice), at its other seeds' final runs
+        (a final run whose config is a sweep run's is that run)."""
+        total = 0
+        for cell in self.cells:
+            sweep_seeds, first = list(self.sweep_seeds(cell)), self.candidates(cell)[0]
+            if not sweep_seeds or len(self.candidates(cell)) < 2:
+                continue
+            per = len(sweep_seeds)
+            if self.tied_finals:
+                swept = {identity.canonical_json(self.sweep_config(cell, first, s)) for s in sweep_seeds}
+                per += sum(identity.canonical_json(self.final_config(cell, first, s)) not in swept
+                           for s in range(self.seeds(cell)))
+            total += 2 * self.grow * per
+        return total
+
     def grown(self, cell: Cell, values: Sequence[float], choice: Choice, added: Mapping[str, int]) -> float | None:
         """The candidate to add to ``cell``'s ``values`` when ``choice`` sits at an end of them and that side
         (``added``: how many each side has had) may still grow (``grow``); None otherwise."""
